@@ -1,0 +1,72 @@
+"""The exceptions of :mod:`constrain`.
+
+Every error derives from :class:`ConstraintError`, itself a :class:`ValueError`, so
+callers can catch one type. Each error names the place in the user's input it is
+about: the offset in a regex, the line and column of a grammar, the JSON pointer of
+a schema.
+"""
+
+from __future__ import annotations
+
+
+class ConstraintError(ValueError):
+    """Base class of every error raised by :mod:`constrain`."""
+
+
+class VocabularyError(ConstraintError):
+    """A vocabulary could not be built or does not fit the model it is used with."""
+
+
+class RegexError(ConstraintError):
+    """A regular expression was rejected.
+
+    Attributes:
+        pattern: the regex as given.
+        offset: the 0-based character offset in ``pattern`` the problem is at, or
+            ``None`` when it concerns the pattern as a whole.
+    """
+
+    def __init__(self, message: str, pattern: str, offset: int | None = None):
+        self.pattern = pattern
+        self.offset = offset
+        self.msg = message
+        if offset is not None:
+            caret = _caret(pattern, offset)
+            message = f"{message} at offset {offset}\n{caret}"
+        super().__init__(message)
+
+
+class RegexSyntaxError(RegexError):
+    """The pattern is not valid Python ``re`` syntax."""
+
+
+class UnsupportedRegexError(RegexError):
+    """The pattern uses a construct no finite automaton can recognise
+    (backreferences, lookahead and lookbehind, conditionals, atomic groups,
+    possessive quantifiers)."""
+
+
+class GrammarTooComplexError(ConstraintError):
+    """Compiling would exceed a size or time budget (automaton states,
+    counted-repetition size, compile time). The message says which limit and how to
+    raise it."""
+
+
+class RegexTooLargeError(GrammarTooComplexError, RegexError):
+    """A regex exceeds a documented size limit (repetition bound, automaton size)."""
+
+    def __init__(self, message: str, pattern: str, offset: int | None = None):
+        RegexError.__init__(self, message, pattern, offset)
+
+
+class InvalidStateError(ConstraintError):
+    """A state was passed to a grammar it does not belong to, or a terminated state
+    was advanced."""
+
+
+def _caret(text: str, offset: int, width: int = 60) -> str:
+    """Two lines: a window of ``text`` around ``offset`` and a caret under it."""
+    start = max(0, offset - width // 2)
+    window = text[start:start + width]
+    shown = window.replace("\n", " ").replace("\t", " ")
+    return f"  {shown}\n  {' ' * (offset - start)}^"
