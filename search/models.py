@@ -1,0 +1,225 @@
+"""Language-model wrappers used by :func:`search.generate` and the search drivers.
+
+:class:`TransformersLM` wraps a transformers causal LM and its tokenizer and gives
+what decoding needs:
+
+* ``lm.vocab`` — the :class:`constrain.Vocabulary` to compile constraints against
+  (sized to the model's ``config.vocab_size``, so bitmasks cover every logit);
+* ``lm.eos_token_ids`` — the tokenizer's EOS plus the generation config's;
+* ``lm.prompt_ids(prompt)`` / ``lm.apply_chat_template(prompt)`` — prompt token ids;
+* ``lm.logprobs(prefixes)`` / ``lm.logits(prefixes)`` — next-token scores of a batch
+  of token prefixes, as a numpy array ``(n, V)``, reusing the KV cache of earlier
+  prefixes that share a start with them;
+* ``lm.calls`` — how many prefixes have been scored (each row of ``logprobs`` and each
+  step of :func:`search.generate` counts one).
+
+Example::
+
+    import search
+    lm = search.load_default_model()
+    ids = lm.apply_chat_template("Say hi")
+    lp = lm.logprobs([tuple(ids)])        # (1, 49152) float32 log-probabilities
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from collections import OrderedDict
+from typing import Iterable, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+
+__all__ = ["TransformersLM"]
+
+
+def _as_id_list(ids) -> list[int]:
+    if ids is None:
+        return []
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]
+
+
+class TransformersLM:
+    """A transformers causal language model with its tokenizer.
+
+    Args:
+        model: a ``transformers`` ``PreTrainedModel`` with a causal-LM head.
+        tokenizer: its tokenizer.
+        eos_token_ids: ids that end generation; default: the tokenizer's
+            ``eos_token_id`` plus the model's ``generation_config.eos_token_id``.
+        name: a label for messages.
+        kv_cache_size: how many scored prefixes keep their KV cache for reuse by
+            :meth:`logits` / :meth:`logprobs`.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        eos_token_ids: Iterable[int] | None = None,
+        name: str | None = None,
+        kv_cache_size: int = 16,
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        self.vocab_size = int(model.config.vocab_size)
+        if eos_token_ids is None:
+            eos = set(_as_id_list(getattr(tokenizer, "eos_token_id", None)))
+            gen = getattr(model, "generation_config", None)
+            if gen is not None:
+                eos |= set(_as_id_list(getattr(gen, "eos_token_id", None)))
+            eos_token_ids = eos
+        self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(i) for i in eos_token_ids}))
+        if not self.eos_token_ids:
+            raise ValueError(f"{self.name}: no EOS token id found; pass eos_token_ids=")
+        #: number of prefixes scored so far (see the module docstring)
+        self.calls = 0
+        self._vocab = None
+        self._kv: OrderedDict = OrderedDict()
+        self._kv_size = kv_cache_size
+        params = inspect.signature(model.forward).parameters
+        # transformers 5.x renamed ``past_key_values`` to ``cache``
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._extra = {}
+        for kw in ("logits_to_keep", "num_logits_to_keep"):
+            if kw in params:
+                self._extra[kw] = 1
+                break
+
+    def __repr__(self) -> str:
+        return f"TransformersLM({self.name!r}, vocab_size={self.vocab_size}, device={self.device})"
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def device(self):
+        """The torch device the model's weights are on."""
+        return self.model.device
+
+    @property
+    def dtype(self):
+        """The torch dtype of the model's weights."""
+        return self.model.dtype
+
+    @property
+    def vocab(self):
+        """The :class:`constrain.Vocabulary` of the tokenizer, sized to the model's
+        ``config.vocab_size`` (built on first use, then kept)."""
+        if self._vocab is None:
+            from constrain import Vocabulary
+
+            self._vocab = Vocabulary.from_huggingface(
+                self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=list(self.eos_token_ids)
+            )
+        return self._vocab
+
+    @property
+    def is_chat(self) -> bool:
+        """Whether the tokenizer has a chat template (prompts are then wrapped in it
+        by default)."""
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    # -- text <-> ids -------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text``, without any added special tokens."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, token_ids: Iterable[int]) -> str:
+        """The text of ``token_ids``: the exact bytes of the tokens (EOS, special and
+        padding ids skipped) decoded as UTF-8, an incomplete trailing character
+        shown as U+FFFD."""
+        return self.vocab.decode([int(t) for t in token_ids]).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, prompt: str, system: str | None = None) -> list[int]:
+        """The token ids of a one-turn chat: an optional ``system`` message, the user
+        ``prompt`` and the assistant header, so that the model answers next."""
+        if not self.is_chat:
+            raise ValueError(f"{self.name} has no chat template")
+        messages = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.encode(text)
+
+    def prompt_ids(self, prompt, chat_template: bool | None = None, system: str | None = None) -> list[int]:
+        """The token ids to condition on: ``prompt`` itself if it is a sequence of
+        ids; else the chat template applied to it when ``chat_template`` is true, or
+        is ``None`` and the model is a chat model; else the plain encoding (with the
+        tokenizer's BOS, if it adds one)."""
+        if not isinstance(prompt, str):
+            return _as_id_list(prompt)
+        if chat_template is None:
+            chat_template = self.is_chat
+        if chat_template:
+            return self.apply_chat_template(prompt, system=system)
+        if system is not None:
+            raise ValueError("a system prompt needs the chat template")
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
+    # -- scoring ----------------------------------------------------------------
+
+    def forward(self, token_ids: Sequence[int], past=None):
+        """Run the model on ``token_ids`` after the KV cache ``past`` (``None`` for
+        the start of a sequence; it is extended in place). Returns ``(logits,
+        past)``: the float32 next-token logits ``(V,)`` after the last id, on the
+        model's device, and the extended cache. Counts one call."""
+        import torch
+
+        if len(token_ids) == 0:
+            raise ValueError("cannot score an empty prefix")
+        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: past}, **self._extra)
+        cache = getattr(out, "cache", None)
+        if cache is None:
+            cache = out.past_key_values
+        self.calls += 1
+        return out.logits[0, -1].float(), cache
+
+    def _next_logits(self, prefix: tuple[int, ...]):
+        hit = self._kv.get(prefix)
+        if hit is not None:
+            self._kv.move_to_end(prefix)
+            self.calls += 1
+            return hit[1]
+        best: tuple[int, ...] = ()
+        for key in self._kv:
+            if len(best) < len(key) < len(prefix) and prefix[: len(key)] == key:
+                best = key
+        past = copy.deepcopy(self._kv[best][0]) if best else None
+        logits, past = self.forward(prefix[len(best):], past)
+        self._kv[prefix] = (past, logits)
+        while len(self._kv) > self._kv_size:
+            self._kv.popitem(last=False)
+        return logits
+
+    def logits(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Next-token logits after each prefix: a float32 array ``(len(prefixes), V)``.
+
+        Each prefix is scored on its own; the KV cache of the longest recently
+        scored prefix it extends is copied and reused, so scoring ``p`` and then
+        ``p + (t,)`` costs one token. Every prefix counts one in :attr:`calls`."""
+        rows = [self._next_logits(tuple(int(t) for t in p)).cpu().numpy() for p in prefixes]
+        if not rows:
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Next-token log-probabilities after each prefix: a float32 array
+        ``(len(prefixes), V)`` (log-softmax of :meth:`logits`)."""
+        x = self.logits(prefixes).astype(np.float64)
+        x -= x.max(axis=1, keepdims=True)
+        x -= np.log(np.exp(x).sum(axis=1, keepdims=True))
+        return x.astype(np.float32)
+
+    def clear_cache(self) -> None:
+        """Forget the KV caches kept for :meth:`logits`."""
+        self._kv.clear()
