@@ -19,9 +19,23 @@ from .errors import (
     UnsupportedRegexError,
     VocabularyError,
 )
+from .bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
+from .matcher import Matcher
+from .protocol import Constraint
+from .regex import DFAConstraint, EmptyLanguageError, compile_regex
+from .resources import grammar_path
 from .vocabulary import Vocabulary
 
 __all__ = [
+    "allocate_bitmask",
+    "apply_bitmask",
+    "bitmask_to_ids",
+    "compile_regex",
+    "grammar_path",
+    "Constraint",
+    "DFAConstraint",
+    "EmptyLanguageError",
+    "Matcher",
     "ConstraintError",
     "GrammarTooComplexError",
     "InvalidStateError",
@@ -32,3 +46,12 @@ __all__ = [
     "VocabularyError",
     "Vocabulary",
 ]
+
+
+def __getattr__(name):
+    # constrain.hf needs torch and transformers: imported on first use only
+    if name == "hf":
+        import importlib
+
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module 'constrain' has no attribute {name!r}")

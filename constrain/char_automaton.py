@@ -1,0 +1,267 @@
+"""Regex IR → a deterministic automaton over Unicode characters.
+
+Characters are grouped into *atoms*: the coarsest partition of the code points in
+which every character set of the pattern is a union of atoms, so transitions are
+per atom, not per character. Zero-width assertions (``^ $ \\A \\Z \\b \\B``) are
+handled exactly during determinisation: a DFA state is a set of NFA threads, each
+with an *obligation* on the next character (a set of atoms, or end of input), and
+the class of the previous character where an assertion looks back.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from .charset import CharSet, oracle_charset
+from .errors import GrammarTooComplexError
+from .regex_parser import Alt, Assert, Chars, Concat, Repeat
+
+DEFAULT_MAX_STATES = 50_000
+
+
+@dataclass
+class CharDFA:
+    """A DFA over atoms. State 0 is the start state.
+
+    Attributes:
+        atoms: the character set of each atom.
+        transitions: per state, a dict atom id → next state.
+        accepting: per state, whether input may end there.
+    """
+
+    atoms: list
+    transitions: list
+    accepting: list
+
+
+class _NFA:
+    def __init__(self):
+        self.eps: list[list] = []    # state -> [(target, Assert | None)]
+        self.edges: list[list] = []  # state -> [(charset id, target)]
+        self.charsets: dict = {}     # CharSet -> id
+
+    def new(self) -> int:
+        self.eps.append([])
+        self.edges.append([])
+        return len(self.eps) - 1
+
+    def charset_id(self, cs: CharSet) -> int:
+        i = self.charsets.get(cs)
+        if i is None:
+            i = self.charsets[cs] = len(self.charsets)
+        return i
+
+    def build(self, node) -> tuple[int, int]:
+        """Thompson construction: a fragment (start, end) for ``node``."""
+        if isinstance(node, Chars):
+            s, e = self.new(), self.new()
+            if node.charset:
+                self.edges[s].append((self.charset_id(node.charset), e))
+            return s, e
+        if isinstance(node, Concat):
+            if not node.items:
+                s = self.new()
+                return s, s
+            start, end = self.build(node.items[0])
+            for item in node.items[1:]:
+                s, e = self.build(item)
+                self.eps[end].append((s, None))
+                end = e
+            return start, end
+        if isinstance(node, Alt):
+            s, e = self.new(), self.new()
+            for item in node.items:
+                fs, fe = self.build(item)
+                self.eps[s].append((fs, None))
+                self.eps[fe].append((e, None))
+            return s, e
+        if isinstance(node, Repeat):
+            start = cur = self.new()
+            for _ in range(node.lo):
+                fs, fe = self.build(node.item)
+                self.eps[cur].append((fs, None))
+                cur = fe
+            if node.hi is None:
+                loop = self.new()
+                self.eps[cur].append((loop, None))
+                fs, fe = self.build(node.item)
+                self.eps[loop].append((fs, None))
+                self.eps[fe].append((loop, None))
+                return start, loop
+            end = self.new()
+            for _ in range(node.hi - node.lo):
+                self.eps[cur].append((end, None))
+                fs, fe = self.build(node.item)
+                self.eps[cur].append((fs, None))
+                cur = fe
+            self.eps[cur].append((end, None))
+            return start, end
+        if isinstance(node, Assert):
+            s, e = self.new(), self.new()
+            self.eps[s].append((e, node))
+            return s, e
+        raise TypeError(node)
+
+
+def _partition(charsets: list[CharSet]) -> tuple[list[CharSet], list[int]]:
+    """Atoms of the charsets, and for each charset the bitmask of its atoms."""
+    events: dict[int, list] = {}
+    for i, cs in enumerate(charsets):
+        for lo, hi in cs.intervals:
+            events.setdefault(lo, []).append((i, 1))
+            events.setdefault(hi + 1, []).append((i, -1))
+    points = sorted(events)
+    active: dict[int, int] = {}
+    atom_of_sig: dict[frozenset, int] = {}
+    atom_intervals: list[list] = []
+    for k, p in enumerate(points):
+        for i, d in events[p]:
+            c = active.get(i, 0) + d
+            if c:
+                active[i] = c
+            else:
+                active.pop(i, None)
+        if active and k + 1 < len(points):
+            sig = frozenset(active)
+            a = atom_of_sig.get(sig)
+            if a is None:
+                a = atom_of_sig[sig] = len(atom_intervals)
+                atom_intervals.append([])
+            atom_intervals[a].append((p, points[k + 1] - 1))
+    masks = [0] * len(charsets)
+    for sig, a in atom_of_sig.items():
+        for i in sig:
+            masks[i] |= 1 << a
+    return [CharSet(iv) for iv in atom_intervals], masks
+
+
+_PREV_DEPENDENT = {"begin", "begin_line", "boundary", "non_boundary"}
+
+
+def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
+                   deadline: float | None = None, pattern: str = "") -> CharDFA:
+    """Determinise the regex IR ``node`` into a :class:`CharDFA`.
+
+    Raises :class:`GrammarTooComplexError` past ``max_states`` states or the
+    ``deadline`` (a ``time.perf_counter()`` value)."""
+    nfa = _NFA()
+    start, final = nfa.build(node)
+    asserts = {a for lst in nfa.eps for _, a in lst if a is not None}
+    kinds = {a.kind for a in asserts}
+
+    # Charsets the assertions look at must be unions of atoms too.
+    extra = {}
+    if kinds & {"end", "end_line", "begin_line"}:
+        extra["nl"] = CharSet.of(10)
+    if any(a.kind in ("boundary", "non_boundary") and not a.ascii for a in asserts):
+        extra["word_u"] = oracle_charset(r"\w", 0)
+    if any(a.kind in ("boundary", "non_boundary") and a.ascii for a in asserts):
+        extra["word_a"] = oracle_charset(r"\w", re.ASCII)
+    charsets = list(nfa.charsets) + list(extra.values())
+    atoms, masks = _partition(charsets)
+    n_atoms = len(atoms)
+    END = 1 << n_atoms
+    ALL = (END << 1) - 1
+    edge_masks = masks[:len(nfa.charsets)]
+    extra_mask = dict(zip(extra, masks[len(nfa.charsets):]))
+    nl = extra_mask.get("nl", 0)
+    word = {False: extra_mask.get("word_u", 0), True: extra_mask.get("word_a", 0)}
+    edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
+    eps = nfa.eps
+    track_prev = bool(kinds & _PREV_DEPENDENT)
+
+    # prev: None at the start of input, else the atom just read (only tracked when
+    # an assertion looks back; otherwise a constant so states are not split).
+    def prev_class(atom):
+        if not track_prev:
+            return 0
+        if atom is None:
+            return ("start",)
+        bit = 1 << atom
+        return (bool(nl & bit), bool(word[False] & bit), bool(word[True] & bit))
+
+    def check(a: Assert, mask: int, nte: bool, prev):
+        k = a.kind
+        if k == "begin":
+            return (mask, nte) if prev == ("start",) else None
+        if k == "begin_line":
+            return (mask, nte) if prev == ("start",) or prev[0] else None
+        if k == "end_string":
+            mask &= END
+        elif k == "end_line":
+            mask &= END | nl
+        elif k == "end":
+            mask &= END | nl
+            nte = True
+        else:
+            w = word[a.ascii]
+            nonword = (ALL & ~END) & ~w
+            prev_word = prev != ("start",) and prev[2 if a.ascii else 1]
+            if k == "boundary":
+                mask &= (END | nonword) if prev_word else w
+            elif prev_word:  # non_boundary after a word character
+                mask &= w
+            elif prev == ("start",):  # \B never matches the empty string
+                mask &= nonword
+            else:
+                mask &= END | nonword
+        return (mask, nte) if mask else None
+
+    def closure(threads, prev):
+        seen = set(threads)
+        stack = list(threads)
+        while stack:
+            s, mask, nte = stack.pop()
+            for t, a in eps[s]:
+                if a is None:
+                    th = (t, mask, nte)
+                else:
+                    r = check(a, mask, nte, prev)
+                    if r is None:
+                        continue
+                    th = (t, r[0], r[1])
+                if th not in seen:
+                    seen.add(th)
+                    stack.append(th)
+        return frozenset(seen)
+
+    init_prev = prev_class(None)
+    init = (closure([(start, ALL, False)], init_prev), init_prev)
+    index = {init: 0}
+    queue = [init]
+    transitions: list[dict] = []
+    accepting: list[bool] = []
+    while len(transitions) < len(queue):
+        threads, prev = queue[len(transitions)]
+        accepting.append(any(s == final and mask & END for s, mask, _ in threads))
+        moves: dict[int, list] = {}
+        for s, mask, nte in threads:
+            for emask, t in edges[s]:
+                m = emask & mask
+                while m:
+                    low = m & -m
+                    a = low.bit_length() - 1
+                    m ^= low
+                    moves.setdefault(a, []).append(
+                        (t, END, False) if (nte and nl & low) else (t, ALL, False))
+        row = {}
+        for a, targets in moves.items():
+            p = prev_class(a)
+            key = (closure(targets, p), p)
+            j = index.get(key)
+            if j is None:
+                j = index[key] = len(queue)
+                queue.append(key)
+                if len(queue) > max_states:
+                    raise GrammarTooComplexError(
+                        f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
+                        f"states (pass max_states= to raise the limit)")
+            row[a] = j
+        transitions.append(row)
+        if deadline is not None and len(transitions) % 256 == 0 and time.perf_counter() > deadline:
+            raise GrammarTooComplexError(
+                f"compiling the regex {pattern[:80]!r} exceeded its time budget "
+                f"(pass time_budget= to raise it)")
+    return CharDFA(atoms, transitions, accepting)

@@ -1,0 +1,165 @@
+"""Sets of Unicode scalar values as sorted, disjoint, inclusive intervals.
+
+Surrogates (U+D800–U+DFFF) are never members: they have no UTF-8 encoding, so no
+decoded text contains them.
+
+:func:`oracle_charset` computes the exact set of characters a one-character Python
+regex matches by running Python's own ``re`` engine over every scalar value. That
+keeps case-insensitive matching and the Unicode classes ``\\d \\w \\s`` exactly as
+``re`` defines them for this Python's Unicode database, with no tables of ours to
+drift.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Iterable
+
+import numpy as np
+
+MAX_CODE_POINT = 0x10FFFF
+SURROGATE_LO, SURROGATE_HI = 0xD800, 0xDFFF
+
+
+class CharSet:
+    """An immutable set of Unicode scalar values, stored as sorted disjoint
+    ``(lo, hi)`` inclusive intervals."""
+
+    __slots__ = ("intervals", "_hash")
+
+    def __init__(self, intervals: Iterable[tuple[int, int]] = ()):
+        self.intervals: tuple[tuple[int, int], ...] = _normalize(intervals)
+        self._hash = hash(self.intervals)
+
+    @classmethod
+    def of(cls, *code_points: int) -> "CharSet":
+        """The set of the given code points."""
+        return cls((c, c) for c in code_points)
+
+    @classmethod
+    def full(cls) -> "CharSet":
+        """Every Unicode scalar value."""
+        return _FULL
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, CharSet) and self.intervals == other.intervals
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __bool__(self) -> bool:
+        return bool(self.intervals)
+
+    def __contains__(self, cp: int) -> bool:
+        for lo, hi in self.intervals:
+            if cp < lo:
+                return False
+            if cp <= hi:
+                return True
+        return False
+
+    def __repr__(self) -> str:
+        parts = []
+        for lo, hi in self.intervals[:6]:
+            parts.append(f"{lo:X}" if lo == hi else f"{lo:X}-{hi:X}")
+        more = "…" if len(self.intervals) > 6 else ""
+        return f"CharSet[{' '.join(parts)}{more}]"
+
+    def size(self) -> int:
+        """Number of members."""
+        return sum(hi - lo + 1 for lo, hi in self.intervals)
+
+    def union(self, other: "CharSet") -> "CharSet":
+        """Members of either set."""
+        return CharSet(self.intervals + other.intervals)
+
+    def complement(self) -> "CharSet":
+        """Every scalar value not in the set."""
+        out = []
+        nxt = 0
+        for lo, hi in self.intervals:
+            if lo > nxt:
+                out.append((nxt, lo - 1))
+            nxt = hi + 1
+        if nxt <= MAX_CODE_POINT:
+            out.append((nxt, MAX_CODE_POINT))
+        return CharSet(out)
+
+    def intersection(self, other: "CharSet") -> "CharSet":
+        """Members of both sets."""
+        out = []
+        a, b = self.intervals, other.intervals
+        i = j = 0
+        while i < len(a) and j < len(b):
+            lo = max(a[i][0], b[j][0])
+            hi = min(a[i][1], b[j][1])
+            if lo <= hi:
+                out.append((lo, hi))
+            if a[i][1] < b[j][1]:
+                i += 1
+            else:
+                j += 1
+        return CharSet(out)
+
+    def difference(self, other: "CharSet") -> "CharSet":
+        """Members of this set that are not in ``other``."""
+        return self.intersection(other.complement())
+
+
+def _normalize(intervals: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sort, clip to scalar values, drop surrogates and merge adjacent intervals."""
+    items = []
+    for lo, hi in intervals:
+        lo, hi = max(0, lo), min(MAX_CODE_POINT, hi)
+        if lo > hi:
+            continue
+        if lo <= SURROGATE_HI and hi >= SURROGATE_LO:
+            if lo < SURROGATE_LO:
+                items.append((lo, SURROGATE_LO - 1))
+            if hi > SURROGATE_HI:
+                items.append((SURROGATE_HI + 1, hi))
+        else:
+            items.append((lo, hi))
+    if not items:
+        return ()
+    items.sort()
+    merged = [items[0]]
+    for lo, hi in items[1:]:
+        plo, phi = merged[-1]
+        if lo <= phi + 1:
+            if hi > phi:
+                merged[-1] = (plo, hi)
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+_FULL = CharSet([(0, MAX_CODE_POINT)])
+
+
+@functools.lru_cache(maxsize=1)
+def _all_scalars() -> str:
+    """A string of every Unicode scalar value in order (surrogates left out)."""
+    cps = np.concatenate([
+        np.arange(0, SURROGATE_LO, dtype=np.uint32),
+        np.arange(SURROGATE_HI + 1, MAX_CODE_POINT + 1, dtype=np.uint32),
+    ])
+    return cps.tobytes().decode("utf-32-le")
+
+
+def _position_to_code_point(pos: int) -> int:
+    return pos if pos < SURROGATE_LO else pos + (SURROGATE_HI - SURROGATE_LO + 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def oracle_charset(one_char_pattern: str, flags: int) -> CharSet:
+    """The exact set of scalar values ``re.fullmatch(one_char_pattern, ch, flags)``
+    accepts, for a pattern that matches exactly one character."""
+    rx = re.compile(f"(?:{one_char_pattern})+", flags)
+    # a run across the removed surrogate gap maps onto surrogates, which CharSet
+    # cuts out again
+    return CharSet(
+        (_position_to_code_point(m.start()), _position_to_code_point(m.end() - 1))
+        for m in rx.finditer(_all_scalars())
+    )

@@ -1,0 +1,195 @@
+"""numba kernels for the loops over the vocabulary.
+
+Everything here works on flat numpy arrays: the token trie in preorder, byte DFA
+tables, bitmask rows. Kernels are compiled once and cached on disk
+(``cache=True``), and release the GIL (``nogil=True``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def build_trie(data, offsets, order, n_nodes_max):
+    """A trie in preorder from token ids ``order`` sorted by their bytes.
+
+    Returns ``(byte, depth, skip, tok_start, tok_end, n_nodes)``: node ``i`` is
+    reached by byte ``byte[i]`` at depth ``depth[i]``; its subtree is nodes
+    ``i..skip[i]-1``; the tokens ending there are ``order[tok_start[i]:tok_end[i]]``.
+    Node 0 is the root (empty prefix).
+    """
+    byte = np.zeros(n_nodes_max, np.uint8)
+    depth = np.zeros(n_nodes_max, np.int32)
+    skip = np.zeros(n_nodes_max, np.int32)
+    tok_start = np.zeros(n_nodes_max, np.int32)
+    tok_end = np.zeros(n_nodes_max, np.int32)
+    max_len = 0
+    for k in range(order.shape[0]):
+        t = order[k]
+        ln = offsets[t + 1] - offsets[t]
+        if ln > max_len:
+            max_len = ln
+    stack = np.zeros(max_len + 2, np.int32)  # node index at each depth of the path
+    n = 1
+    prev_len = 0
+    prev = -1
+    for k in range(order.shape[0]):
+        t = order[k]
+        s = offsets[t]
+        ln = offsets[t + 1] - s
+        lcp = 0
+        if prev >= 0:
+            ps = offsets[prev]
+            pl = offsets[prev + 1] - ps
+            m = min(pl, ln)
+            while lcp < m and data[ps + lcp] == data[s + lcp]:
+                lcp += 1
+        # close the nodes of the previous path below the common prefix
+        d = prev_len
+        while d > lcp:
+            skip[stack[d]] = n
+            d -= 1
+        for d in range(lcp + 1, ln + 1):
+            byte[n] = data[s + d - 1]
+            depth[n] = d
+            stack[d] = n
+            n += 1
+        node = stack[ln]
+        if tok_end[node] == 0:
+            tok_start[node] = k
+        tok_end[node] = k + 1
+        prev = t
+        prev_len = ln
+    d = prev_len
+    while d > 0:
+        skip[stack[d]] = n
+        d -= 1
+    skip[0] = n
+    return byte[:n], depth[:n], skip[:n], tok_start[:n], tok_end[:n], n
+
+
+@njit(cache=True, nogil=True)
+def _walk(trans, state, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
+          row, out_tok, out_next, n):
+    """Walk the trie from DFA ``state``; set allowed tokens in ``row`` (uint32
+    words) and append ``(token, next state)`` pairs from position ``n``."""
+    stack[0] = state
+    i = 1
+    n_nodes = tbyte.shape[0]
+    while i < n_nodes:
+        d = tdepth[i]
+        s = trans[stack[d - 1], tbyte[i]]
+        if s == 0:
+            i = tskip[i]
+            continue
+        stack[d] = s
+        for k in range(tok_start[i], tok_end[i]):
+            t = order[k]
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            out_tok[n] = t
+            out_next[n] = s
+            n += 1
+        i += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def token_transitions(trans, states, tbyte, tdepth, tskip, tok_start, tok_end, order,
+                      max_depth, rows, capacity):
+    """Allowed-token rows and the sparse token → next-state map of ``states``.
+
+    ``rows[j]`` receives the bits of ``states[j]``. Returns CSR arrays
+    ``(indptr, tokens, nexts)``: the transitions of ``states[j]`` are
+    ``tokens[indptr[j]:indptr[j+1]]`` → ``nexts[...]``, tokens ascending in byte
+    order of the trie (not by id).
+    """
+    n_tokens = order.shape[0]
+    out_tok = np.empty(max(capacity, n_tokens), np.int32)
+    out_next = np.empty(max(capacity, n_tokens), np.int32)
+    indptr = np.zeros(states.shape[0] + 1, np.int64)
+    stack = np.zeros(max_depth + 2, np.int32)
+    n = 0
+    for j in range(states.shape[0]):
+        if out_tok.shape[0] - n < n_tokens:
+            grow = max(out_tok.shape[0] * 2, n + n_tokens)
+            nt = np.empty(grow, np.int32)
+            nn = np.empty(grow, np.int32)
+            nt[:n] = out_tok[:n]
+            nn[:n] = out_next[:n]
+            out_tok = nt
+            out_next = nn
+        n = _walk(trans, states[j], tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
+                  rows[j], out_tok, out_next, n)
+        indptr[j + 1] = n
+    return indptr, out_tok[:n], out_next[:n]
+
+
+@njit(cache=True, nogil=True)
+def coreachable_states(n_states, indptr, nexts, accepting):
+    """States from which a token path reaches an accepting state (token-level
+    liveness), given each state's CSR of next states."""
+    # reverse edges
+    counts = np.zeros(n_states + 1, np.int64)
+    for s in range(n_states):
+        for k in range(indptr[s], indptr[s + 1]):
+            counts[nexts[k] + 1] += 1
+    for s in range(n_states):
+        counts[s + 1] += counts[s]
+    rev = np.empty(counts[n_states], np.int32)
+    fill = counts[:-1].copy()
+    for s in range(n_states):
+        for k in range(indptr[s], indptr[s + 1]):
+            t = nexts[k]
+            rev[fill[t]] = s
+            fill[t] += 1
+    live = accepting.copy()
+    queue = np.empty(n_states, np.int32)
+    head = 0
+    tail = 0
+    for s in range(n_states):
+        if live[s]:
+            queue[tail] = s
+            tail += 1
+    while head < tail:
+        t = queue[head]
+        head += 1
+        for k in range(counts[t], counts[t + 1]):
+            s = rev[k]
+            if not live[s]:
+                live[s] = True
+                queue[tail] = s
+                tail += 1
+    return live
+
+
+@njit(cache=True, nogil=True)
+def bits_to_ids(row, n):
+    """Ids of the set bits of a uint32 bitmask row, below ``n``."""
+    out = np.empty(n, np.int64)
+    k = 0
+    for w in range(row.shape[0]):
+        x = row[w]
+        if x == 0:
+            continue
+        for b in range(32):
+            if (x >> np.uint32(b)) & np.uint32(1):
+                t = w * 32 + b
+                if t < n:
+                    out[k] = t
+                    k += 1
+    return out[:k]
+
+
+@njit(cache=True, nogil=True)
+def apply_bitmask_rows(logits, bitmask, fill):
+    """Set ``logits[i, t] = fill`` where bit ``t`` of row ``i`` is clear (and for
+    every ``t`` past the bitmask's width)."""
+    batch, v = logits.shape
+    words = bitmask.shape[1]
+    for i in range(batch):
+        for t in range(v):
+            w = t >> 5
+            if w >= words or not ((bitmask[i, w] >> (t & 31)) & 1):
+                logits[i, t] = fill

@@ -1,0 +1,80 @@
+"""The constraint protocol that every compiled grammar implements and every search
+driver uses.
+
+A constraint is a deterministic automaton over token ids. Its states are immutable
+and hashable values (for regexes, plain ``int``), so a search can fork thousands of
+them for free and use them as dictionary keys. All mutation lives in
+:class:`constrain.Matcher`, the stateful wrapper for serving engines.
+
+Semantics (for every implementation):
+
+* ``advance(state, t)`` is not ``None`` iff the bytes so far followed by the bytes of
+  ``t`` are a prefix of some string of the language (*sound and complete*), or ``t``
+  is an EOS id and ``is_accepting(state)``.
+* Advancing with an EOS id gives a state for which ``is_terminated`` is true; nothing
+  is allowed after it.
+* ``fill_bitmask`` sets bit ``t % 32`` of word ``t // 32`` iff ``advance(state, t)``
+  is not ``None``. Special tokens and padding ids are never allowed.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Hashable
+
+import numpy as np
+
+from .vocabulary import Vocabulary
+
+State = Hashable
+
+
+class Constraint(abc.ABC):
+    """Abstract base of compiled grammars (regex, JSON Schema, Lark grammar)."""
+
+    #: the vocabulary the grammar was compiled against
+    vocab: Vocabulary
+
+    @abc.abstractmethod
+    def initial_state(self) -> State:
+        """The state before any token has been generated."""
+
+    @abc.abstractmethod
+    def advance(self, state: State, token_id: int) -> State | None:
+        """The state after ``token_id``, or ``None`` if the token is not allowed."""
+
+    @abc.abstractmethod
+    def is_accepting(self, state: State) -> bool:
+        """Whether the bytes so far form a complete string of the language (so EOS is
+        allowed)."""
+
+    @abc.abstractmethod
+    def is_terminated(self, state: State) -> bool:
+        """Whether the state was reached through EOS; nothing is allowed after it."""
+
+    @abc.abstractmethod
+    def fill_bitmask(self, state: State, bitmask, row: int = 0) -> None:
+        """Write the allowed tokens of ``state`` into row ``row`` of ``bitmask``, an
+        int32 array or torch tensor of shape ``(batch, ceil(V/32))``."""
+
+    def allowed_token_ids(self, state: State) -> np.ndarray:
+        """The allowed token ids of ``state``, sorted, as an int64 numpy array."""
+        from .bitmask import allocate_bitmask, bitmask_to_ids
+
+        bm = allocate_bitmask(1, len(self.vocab), backend="numpy")
+        self.fill_bitmask(state, bm, 0)
+        return bitmask_to_ids(bm[0], len(self.vocab))
+
+    def advance_many(self, state: State, token_ids) -> State | None:
+        """Advance through a sequence of tokens; ``None`` as soon as one is refused."""
+        for t in token_ids:
+            state = self.advance(state, int(t))
+            if state is None:
+                return None
+        return state
+
+    def accepts_tokens(self, token_ids) -> bool:
+        """Whether the token sequence spells a complete string of the language (a
+        trailing EOS is allowed)."""
+        state = self.advance_many(self.initial_state(), token_ids)
+        return state is not None and (self.is_terminated(state) or self.is_accepting(state))

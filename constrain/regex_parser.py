@@ -1,0 +1,355 @@
+"""Python regex syntax → the regex IR.
+
+The language of a pattern is what ``re.fullmatch(pattern, text)`` accepts. To keep
+that exact, parsing is done by Python's own parser (``re._parser``, the one
+``re.compile`` uses), and the character classes by Python's own matcher (see
+:func:`constrain.charset.oracle_charset`). This module turns that parse tree into
+a small IR of character sets, concatenation, alternation, counted repetition and
+zero-width assertions, and rejects what no finite automaton can recognise with an
+error that names the offset in the pattern.
+
+Limits (each raises :class:`~constrain.errors.RegexTooLargeError`):
+
+* a repetition bound ``{m,n}`` above :data:`MAX_REPEAT` (10,000 by default);
+* an expanded pattern of more than :data:`MAX_POSITIONS` character positions
+  (100,000), counting every copy a counted repetition makes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+try:  # Python 3.11+
+    import re._constants as sre_c
+    import re._parser as sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre_c  # type: ignore
+    import sre_parse  # type: ignore
+
+import _sre
+
+from .charset import CharSet, oracle_charset
+from .errors import RegexSyntaxError, RegexTooLargeError, UnsupportedRegexError
+
+MAX_REPEAT = 10_000
+MAX_POSITIONS = 100_000
+
+# -- IR ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Chars:
+    """One character from a set."""
+
+    charset: CharSet
+
+
+@dataclass(frozen=True)
+class Concat:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Alt:
+    items: tuple
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
+
+    item: object
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True)
+class Assert:
+    """A zero-width assertion. ``kind`` is one of ``begin`` (``\\A``, ``^``),
+    ``begin_line`` (``^`` under MULTILINE), ``end`` (``$``: end, or before a final
+    newline), ``end_line`` (``$`` under MULTILINE), ``end_string`` (``\\Z``),
+    ``boundary``/``non_boundary`` (``\\b``/``\\B``) with ``ascii`` telling which
+    word characters count."""
+
+    kind: str
+    ascii: bool = False
+
+
+EMPTY = Concat(())
+
+# -- entry point ---------------------------------------------------------------------
+
+_I, _M, _S, _A, _X, _L = (
+    sre_c.SRE_FLAG_IGNORECASE, sre_c.SRE_FLAG_MULTILINE, sre_c.SRE_FLAG_DOTALL,
+    sre_c.SRE_FLAG_ASCII, sre_c.SRE_FLAG_VERBOSE, sre_c.SRE_FLAG_LOCALE,
+)
+
+
+def parse_regex(pattern: str, *, max_repeat: int = MAX_REPEAT,
+                max_positions: int = MAX_POSITIONS):
+    """Parse ``pattern`` (Python ``re`` syntax) into the regex IR.
+
+    Raises:
+        RegexSyntaxError: the pattern is not valid Python regex syntax.
+        UnsupportedRegexError: backreferences, lookaround, conditionals, atomic
+            groups or possessive quantifiers.
+        RegexTooLargeError: a size limit was exceeded.
+    """
+    if not isinstance(pattern, str):
+        raise RegexSyntaxError(
+            f"a regex must be a str, not {type(pattern).__name__}", str(pattern))
+    try:
+        re.compile(pattern)
+        tree = sre_parse.parse(pattern)
+    except re.error as e:
+        raise RegexSyntaxError(e.msg, pattern, e.pos) from None
+    except (OverflowError, RecursionError, ValueError) as e:
+        raise RegexSyntaxError(str(e), pattern, None) from None
+    flags = tree.state.flags
+    constructs = _scan(pattern, bool(flags & _X))
+    conv = _Converter(pattern, constructs, max_repeat)
+    node = conv.subpattern(tree, flags)
+    size = _positions(node, pattern, constructs, max_positions)
+    if size > max_positions:  # pragma: no cover - _positions raises first
+        raise RegexTooLargeError("pattern too large", pattern)
+    return node
+
+
+# -- conversion -------------------------------------------------------------------
+
+_CATEGORY_TEXT = {
+    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D",
+    sre_c.CATEGORY_SPACE: r"\s", sre_c.CATEGORY_NOT_SPACE: r"\S",
+    sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+_NEWLINE = CharSet.of(10)
+
+
+def _u(cp: int) -> str:
+    return f"\\U{cp:08x}"
+
+
+class _Converter:
+    def __init__(self, pattern: str, constructs: list, max_repeat: int):
+        self.pattern = pattern
+        self.constructs = constructs
+        self.max_repeat = max_repeat
+
+    def offset_of(self, kind: str, pred=lambda c: True) -> int | None:
+        for c in self.constructs:
+            if c[0] == kind and pred(c):
+                return c[1]
+        return None
+
+    def unsupported(self, kind: str, what: str):
+        raise UnsupportedRegexError(
+            f"{what} cannot be recognised by a finite automaton and is not supported",
+            self.pattern, self.offset_of(kind))
+
+    def subpattern(self, sub, flags: int):
+        items = [self.item(op, av, flags) for op, av in sub]
+        items = [i for i in items if i != EMPTY]
+        if len(items) == 1:
+            return items[0]
+        return Concat(tuple(items))
+
+    def item(self, op, av, flags: int):
+        if op is sre_c.LITERAL:
+            return Chars(_literal_set(av, flags))
+        if op is sre_c.NOT_LITERAL:
+            return Chars(_literal_set(av, flags).complement())
+        if op is sre_c.ANY:
+            full = CharSet.full()
+            return Chars(full if flags & _S else full.difference(_NEWLINE))
+        if op is sre_c.IN:
+            return Chars(_class_set(av, flags))
+        if op is sre_c.BRANCH:
+            return Alt(tuple(self.subpattern(s, flags) for s in av[1]))
+        if op is sre_c.SUBPATTERN:
+            _group, add, delete, sub = av
+            return self.subpattern(sub, (flags | add) & ~delete)
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
+            lo, hi, sub = av
+            hi = None if hi is sre_c.MAXREPEAT else int(hi)
+            for bound in (lo, hi):
+                if bound is not None and bound > self.max_repeat:
+                    raise RegexTooLargeError(
+                        f"repetition bound {bound} exceeds the limit of {self.max_repeat} "
+                        f"(pass max_repeat= to raise it)",
+                        self.pattern,
+                        self.offset_of("repeat", lambda c: bound in (c[2], c[3])))
+            return Repeat(self.subpattern(sub, flags), int(lo), hi)
+        if op is sre_c.AT:
+            return self.at(av, flags)
+        if op is sre_c.GROUPREF:
+            self.unsupported("backref", "a backreference")
+        if op is sre_c.GROUPREF_EXISTS:
+            self.unsupported("conditional", "a conditional group (?(id)yes|no)")
+        if op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
+            direction = av[0]
+            if direction < 0:
+                self.unsupported("lookbehind", "a lookbehind assertion")
+            self.unsupported("lookahead", "a lookahead assertion")
+        if getattr(sre_c, "ATOMIC_GROUP", None) is op:
+            self.unsupported("atomic", "an atomic group (?>...)")
+        if getattr(sre_c, "POSSESSIVE_REPEAT", None) is op:
+            self.unsupported("possessive", "a possessive quantifier")
+        raise UnsupportedRegexError(f"regex construct {op} is not supported", self.pattern)
+
+    def at(self, code, flags: int):
+        ascii_words = bool(flags & _A)
+        if code is sre_c.AT_BEGINNING:
+            return Assert("begin_line" if flags & _M else "begin")
+        if code is sre_c.AT_BEGINNING_STRING:
+            return Assert("begin")
+        if code is sre_c.AT_END:
+            return Assert("end_line" if flags & _M else "end")
+        if code is sre_c.AT_END_STRING:
+            return Assert("end_string")
+        if code is sre_c.AT_BOUNDARY:
+            return Assert("boundary", ascii_words)
+        if code is sre_c.AT_NON_BOUNDARY:
+            return Assert("non_boundary", ascii_words)
+        raise UnsupportedRegexError(f"assertion {code} is not supported", self.pattern)
+
+
+def _literal_set(cp: int, flags: int) -> CharSet:
+    if flags & _I:
+        iscased = _sre.ascii_iscased if flags & _A else _sre.unicode_iscased
+        if iscased(cp):
+            return oracle_charset(re.escape(chr(cp)), flags & (_I | _A))
+    return CharSet.of(cp)
+
+
+def _class_set(items, flags: int) -> CharSet:
+    simple = not flags & _I and all(op is not sre_c.CATEGORY for op, _ in items)
+    if simple:
+        intervals = []
+        negate = False
+        for op, av in items:
+            if op is sre_c.NEGATE:
+                negate = True
+            elif op is sre_c.LITERAL:
+                intervals.append((av, av))
+            elif op is sre_c.RANGE:
+                intervals.append(av)
+        cs = CharSet(intervals)
+        return cs.complement() if negate else cs
+    parts = []
+    for op, av in items:
+        if op is sre_c.NEGATE:
+            parts.append("^")
+        elif op is sre_c.LITERAL:
+            parts.append(_u(av))
+        elif op is sre_c.RANGE:
+            parts.append(f"{_u(av[0])}-{_u(av[1])}")
+        elif op is sre_c.CATEGORY:
+            parts.append(_CATEGORY_TEXT[av])
+        else:  # pragma: no cover - the parser emits nothing else in a class
+            raise UnsupportedRegexError(f"class item {op} is not supported", "")
+    return oracle_charset("[" + "".join(parts) + "]", flags & (_I | _A))
+
+
+# -- size ---------------------------------------------------------------------------
+
+
+def _positions(node, pattern: str, constructs, limit: int) -> int:
+    """Character positions of the fully expanded pattern; raises past ``limit``."""
+    if isinstance(node, Chars):
+        return 1
+    if isinstance(node, Assert):
+        return 0
+    if isinstance(node, (Concat, Alt)):
+        return sum(_positions(i, pattern, constructs, limit) for i in node.items)
+    if isinstance(node, Repeat):
+        inner = _positions(node.item, pattern, constructs, limit)
+        copies = node.hi if node.hi is not None else max(node.lo, 1)
+        total = inner * copies
+        if total > limit:
+            offset = None
+            for c in constructs:
+                if c[0] == "repeat" and (c[2], c[3]) == (node.lo, node.hi):
+                    offset = c[1]
+                    break
+            raise RegexTooLargeError(
+                f"the pattern expands to more than {limit} character positions "
+                f"(a repetition of {copies} copies of a {inner}-position item; "
+                f"pass max_positions= to raise the limit)", pattern, offset)
+        return total
+    raise TypeError(node)
+
+
+# -- locating constructs in the source ---------------------------------------------
+
+_QUANT = re.compile(r"\{(\d*)(,?)(\d*)\}")
+
+
+def _scan(p: str, verbose: bool) -> list:
+    """Source offsets of the constructs error messages point at, in order:
+    ``(kind, offset)`` and ``("repeat", offset, lo, hi)`` for counted repetitions."""
+    out: list = []
+    n = len(p)
+    i = 0
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            if i + 1 < n and p[i + 1] in "123456789":
+                out.append(("backref", i))
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            if i < n and p[i] == "^":
+                i += 1
+            if i < n and p[i] == "]":
+                i += 1
+            while i < n and p[i] != "]":
+                i += 2 if p[i] == "\\" else 1
+            i += 1
+            continue
+        if verbose and c == "#":
+            while i < n and p[i] != "\n":
+                i += 1
+            continue
+        if c == "(" and p.startswith("?", i + 1):
+            rest = p[i + 2:i + 5]
+            if rest.startswith(("=", "!")):
+                out.append(("lookahead", i))
+            elif rest.startswith(("<=", "<!")):
+                out.append(("lookbehind", i))
+            elif rest.startswith(">"):
+                out.append(("atomic", i))
+            elif rest.startswith("("):
+                out.append(("conditional", i))
+            elif rest.startswith("P="):
+                out.append(("backref", i))
+            elif rest.startswith("#"):
+                while i < n and p[i] != ")":
+                    i += 1
+            i += 1
+            continue
+        if c in "*+?":
+            if i + 1 < n and p[i + 1] == "+":
+                out.append(("possessive", i + 1))
+                i += 2
+                continue
+            i += 1
+            continue
+        if c == "{":
+            m = _QUANT.match(p, i)
+            if m and (m.group(1) or m.group(3)):
+                lo = int(m.group(1)) if m.group(1) else 0
+                if m.group(2):
+                    hi = int(m.group(3)) if m.group(3) else None
+                else:
+                    hi = lo
+                out.append(("repeat", i, lo, hi))
+                j = m.end()
+                if j < n and p[j] == "+":
+                    out.append(("possessive", j))
+                    j += 1
+                i = j
+                continue
+        i += 1
+    return out

@@ -1,0 +1,72 @@
+"""The vocabulary as a byte trie, flattened to arrays in preorder.
+
+Walking a byte DFA over the trie visits each shared prefix once and skips a whole
+subtree as soon as the DFA dies (``skip[i]`` is the first node after the subtree of
+node ``i``). Built once per vocabulary (about 0.1 s for 200k tokens) and cached on
+the :class:`~constrain.Vocabulary`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels
+from .vocabulary import Vocabulary
+
+
+def _positions(offsets: np.ndarray, order: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Indices into the flat token data of every byte of the tokens ``order``."""
+    starts = np.repeat(offsets[order], lengths)
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return starts + within
+
+
+class TokenTrie:
+    """The grammar tokens of a vocabulary (not EOS, special or padding ids) in a
+    preorder byte trie.
+
+    Attributes:
+        byte, depth, skip, tok_start, tok_end: per-node arrays (see
+            :func:`constrain.kernels.build_trie`); node 0 is the root.
+        order: token ids sorted by bytes; node ``i`` holds
+            ``order[tok_start[i]:tok_end[i]]``.
+        max_depth: the longest token, in bytes.
+    """
+
+    def __init__(self, vocab: Vocabulary):
+        data, offsets = vocab.flat
+        ids = np.flatnonzero(vocab.grammar_token_mask)
+        tokens = vocab.tokens
+        order = np.array(sorted(ids.tolist(), key=tokens.__getitem__), dtype=np.int32)
+        lengths = offsets[order + 1] - offsets[order]
+        n_max = int(lengths.sum()) + 1
+        (self.byte, self.depth, self.skip, self.tok_start, self.tok_end,
+         self.num_nodes) = kernels.build_trie(data, offsets, order, n_max)
+        self.order = order
+        self.max_depth = int(lengths.max()) if len(lengths) else 0
+        self.num_tokens = len(order)
+        present = np.zeros(256, dtype=np.bool_)
+        single = order[lengths == 1]
+        present[data[offsets[single]]] = True
+        #: byte values that exist as one-byte grammar tokens
+        self.single_bytes = present
+        #: byte values that occur anywhere in a grammar token
+        self.alphabet = np.zeros(256, dtype=np.bool_)
+        self.alphabet[np.unique(data[_positions(offsets, order, lengths)])] = True
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> "TokenTrie":
+        """The trie of ``vocab``, built on first use and cached on it."""
+        trie = vocab._cache.get("trie")
+        if trie is None:
+            trie = vocab._cache["trie"] = cls(vocab)
+        return trie
+
+    def spells_alphabet(self) -> bool:
+        """Whether every byte that occurs in some token is also a one-byte token.
+        Then the byte strings the vocabulary can spell are exactly the strings over
+        :attr:`alphabet`, and byte-level liveness is token-level liveness."""
+        return bool(np.all(self.single_bytes[self.alphabet]))
+
+    def __repr__(self) -> str:
+        return f"TokenTrie(tokens={self.num_tokens}, nodes={self.num_nodes})"
