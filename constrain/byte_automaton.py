@@ -227,6 +227,11 @@ def _renumber(trans: np.ndarray, acc: np.ndarray, start: int, dead: int) -> Byte
     if start != dead:
         new_id[start] = 1
         order.append(start)
+    else:  # the empty language: a start state with no way out
+        trans = np.vstack([trans, np.full((1, 256), dead, dtype=trans.dtype)])
+        acc = np.append(acc, False)
+        new_id = np.append(new_id, 1)
+        order.append(n)
     head = 1
     while head < len(order):
         s = order[head]

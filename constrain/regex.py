@@ -47,8 +47,9 @@ class DFAConstraint(Constraint):
         self.vocab = vocab
         self.dfa = dfa
         self.source = source
-        if dfa.num_states <= 1:
-            raise EmptyLanguageError(f"{source[:80]!r} matches no string")
+        if not dfa.accepting.any():
+            raise EmptyLanguageError(
+                f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
         self.tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes)
         if not self.tokens.is_live(START):
             raise EmptyLanguageError(
@@ -206,6 +207,8 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     deadline = time.perf_counter() + time_budget
     node = parse_regex(pattern, max_repeat=max_repeat, max_positions=max_positions)
     char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern)
+    if not any(char_dfa.accepting):
+        raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
     byte_dfa = char_dfa_to_bytes(char_dfa)
     if byte_dfa.num_states > 4 * max_states + 1024:
         raise GrammarTooComplexError(

@@ -255,29 +255,42 @@ def _class_set(items, flags: int) -> CharSet:
 
 
 def _positions(node, pattern: str, constructs, limit: int) -> int:
-    """Character positions of the fully expanded pattern; raises past ``limit``."""
-    if isinstance(node, Chars):
-        return 1
-    if isinstance(node, Assert):
-        return 0
-    if isinstance(node, (Concat, Alt)):
-        return sum(_positions(i, pattern, constructs, limit) for i in node.items)
-    if isinstance(node, Repeat):
-        inner = _positions(node.item, pattern, constructs, limit)
-        copies = node.hi if node.hi is not None else max(node.lo, 1)
+    """Character positions of the fully expanded pattern; raises past ``limit``.
+
+    Repetitions are visited in postorder, the order of their quantifiers in the
+    source, so the k-th one visited is the k-th quantifier scanned."""
+    repeats = [c for c in constructs if c[0] == "repeat"]
+    seen = 0
+
+    def size(n) -> int:
+        nonlocal seen
+        if isinstance(n, Chars):
+            return 1
+        if isinstance(n, Assert):
+            return 0
+        if isinstance(n, (Concat, Alt)):
+            return sum(size(i) for i in n.items)
+        inner = size(n.item)
+        k = seen
+        seen += 1
+        copies = n.hi if n.hi is not None else max(n.lo, 1)
         total = inner * copies
         if total > limit:
             offset = None
-            for c in constructs:
-                if c[0] == "repeat" and (c[2], c[3]) == (node.lo, node.hi):
-                    offset = c[1]
-                    break
+            if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
+                offset = repeats[k][1]
+            else:
+                for c in repeats:
+                    if (c[2], c[3]) == (n.lo, n.hi):
+                        offset = c[1]
+                        break
             raise RegexTooLargeError(
                 f"the pattern expands to more than {limit} character positions "
                 f"(a repetition of {copies} copies of a {inner}-position item; "
                 f"pass max_positions= to raise the limit)", pattern, offset)
         return total
-    raise TypeError(node)
+
+    return size(node)
 
 
 # -- locating constructs in the source ---------------------------------------------

@@ -1,0 +1,99 @@
+"""Bad regexes raise a typed ``ConstraintError`` that names the problem and its
+offset, fast; limits are enforced before any work explodes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from constrain import (
+    ConstraintError,
+    EmptyLanguageError,
+    GrammarTooComplexError,
+    RegexSyntaxError,
+    RegexTooLargeError,
+    UnsupportedRegexError,
+    Vocabulary,
+    compile_regex,
+)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    tokens = [bytes([b]) for b in range(256)] + [b"ab", b"abc", b"12", b"\xc3\xa9", b"<eos>"]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+@pytest.mark.parametrize("pattern,error,offset,words", [
+    (r"(a)\1", UnsupportedRegexError, 3, "backreference"),
+    (r"(?P<x>a)(?P=x)", UnsupportedRegexError, 8, "backreference"),
+    (r"ab(?=c)", UnsupportedRegexError, 2, "lookahead"),
+    (r"ab(?!c)", UnsupportedRegexError, 2, "lookahead"),
+    (r"x(?<=x)", UnsupportedRegexError, 1, "lookbehind"),
+    (r"x(?<!y)", UnsupportedRegexError, 1, "lookbehind"),
+    (r"(a)?(?(1)b|c)", UnsupportedRegexError, 4, "conditional"),
+    (r"(?>ab)c", UnsupportedRegexError, 0, "atomic"),
+    (r"a*+b", UnsupportedRegexError, 2, "possessive"),
+    (r"[a-z]{2}+", UnsupportedRegexError, 8, "possessive"),
+    (r"(ab", RegexSyntaxError, 0, "missing )"),
+    (r"ab)", RegexSyntaxError, 2, "unbalanced parenthesis"),
+    (r"[a-", RegexSyntaxError, 0, "unterminated character set"),
+    (r"a**", RegexSyntaxError, 2, "multiple repeat"),
+    (r"\p{L}", RegexSyntaxError, 0, "bad escape"),
+    (r"[z-a]", RegexSyntaxError, 1, "bad character range"),
+    (r"x{20001}", RegexTooLargeError, 1, "repetition bound 20001"),
+    (r"a{5,20000000}", RegexTooLargeError, 1, "repetition bound"),
+    (r"(?:ab{1000}){1000}", RegexTooLargeError, 12, "expands to more than"),
+])
+def test_bad_regexes_name_problem_and_offset(vocab, pattern, error, offset, words):
+    t = time.perf_counter()
+    with pytest.raises(error) as info:
+        compile_regex(pattern, vocab)
+    assert time.perf_counter() - t < 1.0
+    e = info.value
+    assert isinstance(e, ConstraintError) and isinstance(e, ValueError)
+    assert words in str(e)
+    assert e.offset == offset, str(e)
+    assert f"offset {offset}" in str(e)
+    assert e.pattern == pattern
+
+
+def test_state_explosion_is_refused_within_budget(vocab):
+    t = time.perf_counter()
+    with pytest.raises(GrammarTooComplexError, match="max_states"):
+        compile_regex(r"[ab]*a[ab]{20}", vocab, max_states=2000)
+    assert time.perf_counter() - t < 1.0
+
+
+def test_time_budget(vocab):
+    with pytest.raises(GrammarTooComplexError, match="time budget"):
+        compile_regex(r"[ab]*a[ab]{14}", vocab, time_budget=0.0)
+
+
+def test_empty_language(vocab):
+    with pytest.raises(EmptyLanguageError):
+        compile_regex(r"a\bb", vocab)
+    with pytest.raises(EmptyLanguageError):
+        compile_regex(r"[^\x00-\U0010ffff]", vocab)
+
+
+def test_empty_for_this_vocabulary():
+    v = Vocabulary.from_tokens([b"a", b"b", b"<eos>"], eos_token_ids=[2])
+    with pytest.raises(EmptyLanguageError, match="spell"):
+        compile_regex(r"ac", v)
+
+
+def test_non_str_pattern(vocab):
+    with pytest.raises(RegexSyntaxError):
+        compile_regex(b"abc", vocab)  # type: ignore[arg-type]
+
+
+def test_bad_vocab():
+    with pytest.raises(ConstraintError):
+        compile_regex("a", ["a"])  # type: ignore[arg-type]
+
+
+def test_repeat_limit_is_configurable(vocab):
+    g = compile_regex(r"a{20001}", vocab, max_repeat=30000, max_positions=30000)
+    assert g.num_states > 20000

@@ -1,0 +1,80 @@
+"""The language of a compiled regex is exactly ``re.fullmatch``'s, at the byte
+level (no vocabulary involved): random regexes and strings from hypothesis, and
+hand-picked corner cases (assertions, flags, Unicode classes, case folding)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrain.byte_automaton import char_dfa_to_bytes, trim_and_minimize
+from constrain.char_automaton import build_char_dfa
+from constrain.regex_parser import parse_regex
+from regex_strategies import ALPHABET, regex_and_string
+
+
+def byte_dfa(pattern: str):
+    return trim_and_minimize(char_dfa_to_bytes(build_char_dfa(parse_regex(pattern))))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(regex_and_string())
+def test_fullmatch_agrees_with_re(case):
+    pattern, text = case
+    dfa = byte_dfa(pattern)
+    assert dfa.matches(text.encode()) == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
+CORNER_CASES = [
+    r"^abc$", r"a$", r"a$\n", r"a\Z", r"\Aa", r"(?m)^a$\n^b$", r"(?m)a$", r"a^b",
+    r"\bfoo\b", r"\Bx\B", r"\B", r"\b", r"-\B-", r"\b\w+\b( \b\w+\b)*", r"(?a)\b\w\b",
+    r"(?i)straße", r"(?i)[k-m]+", r"(?i)\u017f", r"(?i)ǅ", r"(?ia)k", r"[^\W\d_]+", r"\d+", r"(?a)\d+",
+    r"\s+", r"(?s).", r".", r"[\U0001F600-\U0001F64F]+", r"[^a]", r"(a|ab)(c|bcd)(d*)",
+    r"(?x) a b # comment", r"(?i:a)b", r"a{,3}", r"(ab){2,3}?", r"x*?y+?z??", r"[\x00-\x7f]*",
+    r"(?i)[^a-z]", r"[\w&&\d]", r"(?:)", r"|a", r"a||b", r"\x41\u00e9\U0001F600\N{GREEK SMALL LETTER ALPHA}",
+]
+_CORNER_ALPHABET = ALPHABET + ["\u212a", "k", "ǆ", "Ǆ", "ǅ", "\u0660", "\x85", "\u00a0", "ß", "ẞ", "ss", "&", "α"]
+
+
+@pytest.mark.parametrize("pattern", CORNER_CASES)
+def test_corner_cases_agree_with_re(pattern):
+    dfa = byte_dfa(pattern)
+    rx = re.compile(pattern)
+    import random
+
+    rnd = random.Random(pattern)
+    samples = {"", "a", "a\n", "abc", "foo", "foo bar", "x", "-", "--", "straße", "STRASSE", "ſ"}
+    for _ in range(3000):
+        samples.add("".join(rnd.choice(_CORNER_ALPHABET) for _ in range(rnd.randint(0, 5))))
+    for s in samples:
+        assert dfa.matches(s.encode()) == bool(rx.fullmatch(s)), (pattern, s)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=8))
+def test_invalid_utf8_is_never_accepted(data):
+    dfa = byte_dfa(r"(?s).*")
+    try:
+        data.decode("utf-8")
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    assert dfa.matches(data) == valid
+
+
+def test_overlong_and_surrogate_encodings_are_dead():
+    dfa = byte_dfa(r"(?s).*")
+    for bad in [b"\xc0\x80", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf8"]:
+        assert dfa.walk(bad) == 0, bad
+
+
+def test_every_live_state_can_still_accept():
+    from constrain.byte_automaton import _coreachable
+
+    dfa = byte_dfa(r"a\bb|ab\d{2}")  # the first branch can never match
+    live = _coreachable(dfa.transitions, dfa.accepting)
+    assert live[1:].all()
+    assert dfa.walk(b"ab") != 0 and dfa.walk(b"ab1") != 0
