@@ -64,7 +64,6 @@ class LogitsProcessor(_Base):
         self._prompts: set | None = None
         self._states: dict = {(): self.grammar.initial_state()}
         self._bitmask = None
-        self._dev_bitmask = None
         self._end_row = None
 
     # -- state tracking ---------------------------------------------------------
@@ -119,8 +118,7 @@ class LogitsProcessor(_Base):
         p = self.prompt_len
 
         if self._bitmask is None or self._bitmask.shape[0] != rows:
-            self._bitmask = allocate_bitmask(rows, self.vocab_size)
-            self._dev_bitmask = None
+            self._bitmask = allocate_bitmask(rows, self.vocab_size, backend="torch")
         bm = self._bitmask
         for r, row in enumerate(ids):
             st = self._state(tuple(row[p:]))
@@ -129,13 +127,7 @@ class LogitsProcessor(_Base):
             else:
                 self.grammar.fill_bitmask(st, bm, r)
 
-        if bm.device != scores.device:
-            if self._dev_bitmask is None or self._dev_bitmask.shape != bm.shape:
-                self._dev_bitmask = torch.empty_like(bm, device=scores.device)
-            self._dev_bitmask.copy_(bm, non_blocking=True)
-            apply_bitmask(scores, self._dev_bitmask)
-        else:
-            apply_bitmask(scores, bm)
+        apply_bitmask(scores, bm)  # moves the bitmask to the scores' device
         return scores
 
     def _end_bits(self, bm):

@@ -54,7 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
         "compile time and tokens/s on stderr. Exit status: 0 done; 1 cut off by "
         "--max-new-tokens before the output matched the constraint (the partial text is "
         "still printed); 2 usage error (bad option, invalid regex, model missing).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     gen.add_argument(
         "prompt",
@@ -62,28 +61,38 @@ def build_parser() -> argparse.ArgumentParser:
         default="-",
         help="the prompt; '-' or nothing reads it from stdin",
     )
-    cons = gen.add_argument_group("constraint (at most one)").add_mutually_exclusive_group()
+    cgroup = gen.add_argument_group("constraint (at most one; none: free generation)")
+    cons = cgroup.add_mutually_exclusive_group()
     cons.add_argument(
         "--regex",
         metavar="PATTERN",
         help="constrain the output to a full match of this regular expression "
-        "(Python re syntax, no lookaround or backreferences)",
+        "(Python re syntax, no lookaround or backreferences); \\d, \\w, \\s and \\b are "
+        "ASCII-only unless --unicode is given",
+    )
+    cgroup.add_argument(
+        "--unicode",
+        action="store_true",
+        help="give \\d, \\w, \\s and \\b their full Unicode meaning, as Python's re does "
+        "by default (\\d then also matches digits such as U+0663 or U+1FBF8, which small "
+        "models tend to pick, byte by byte, over 0-9)",
     )
     opts = gen.add_argument_group("decoding")
     opts.add_argument("--max-new-tokens", type=_nonneg_int, default=256, metavar="N",
-                      help="the most tokens to generate, EOS included")
+                      help="the most tokens to generate, EOS included (default: %(default)s)")
     opts.add_argument("--temperature", type=_nonneg_float, default=0.0, metavar="T",
-                      help="0 decodes greedily; above 0 samples at that temperature")
+                      help="0 (the default) decodes greedily; above 0 samples at that temperature")
     opts.add_argument("--seed", type=int, default=None, metavar="S",
-                      help="seed for sampling (reproducible output); default: random")
+                      help="seed for sampling, for reproducible output (default: a random seed)")
     opts.add_argument("--system", default=None, metavar="TEXT",
                       help="system message for the chat template (default: the model's own)")
     opts.add_argument("--no-chat-template", dest="chat_template", action="store_false",
-                      help="feed the prompt as plain text instead of a chat turn")
+                      help="feed the prompt as plain text instead of wrapping it in the model's chat "
+                      "template as a user turn")
     mod = gen.add_argument_group("model")
-    mod.add_argument("--device", default="cpu", help="torch device to run on, e.g. cpu, cuda, cuda:1")
+    mod.add_argument("--device", default="cpu", help="torch device to run on, e.g. cpu, cuda, cuda:1 (default: %(default)s)")
     mod.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                     help="weight dtype")
+                     help="weight dtype (default: %(default)s)")
     gen.add_argument("-q", "--quiet", action="store_true",
                      help="print nothing on stderr but errors and warnings")
     gen.set_defaults(func=_cmd_generate)
@@ -104,6 +113,48 @@ def _nonneg_float(s: str) -> float:
     return v
 
 
+def compile_cli_regex(pattern: str, vocab, unicode: bool = False):
+    """Compile ``pattern`` as ``trellis generate --regex`` does: with Python's
+    ``re.ASCII`` flag (``(?a)``) unless ``unicode`` is true or the pattern sets
+    ``(?u)``/``(?L)`` itself. Errors name offsets in ``pattern`` as written."""
+    import re
+
+    import constrain
+
+    if not unicode:
+        try:
+            re.compile("(?a)" + pattern)
+        except (re.error, ValueError, OverflowError, RecursionError):
+            pass  # invalid, or sets an incompatible flag: compile it as written
+        else:
+            try:
+                return constrain.compile_regex("(?a)" + pattern, vocab)
+            except constrain.ConstraintError:
+                pass  # report the error against the pattern as the user wrote it
+    return constrain.compile_regex(pattern, vocab)
+
+
+def _early_regex_error(pattern: str):
+    """The :class:`constrain.ConstraintError` of a pattern Python's ``re`` rejects,
+    found without loading the model (compiled against a two-token stand-in
+    vocabulary), or ``None``."""
+    import re
+
+    import constrain
+
+    try:
+        re.compile(pattern)
+        return None
+    except (re.error, ValueError, OverflowError, RecursionError):
+        pass
+    stand_in = constrain.Vocabulary.from_tokens([b"a", b"</s>"], eos_token_ids=[1], name="stand-in")
+    try:
+        constrain.compile_regex(pattern, stand_in)
+    except constrain.ConstraintError as e:
+        return e
+    return None
+
+
 def _err(msg: str) -> None:
     print(f"trellis: {msg}", file=sys.stderr, flush=True)
 
@@ -122,6 +173,12 @@ def _cmd_generate(args) -> int:
     from . import smollm2
     from .generate import generate
 
+    if args.regex is not None:
+        err = _early_regex_error(args.regex)
+        if err is not None:  # a syntax error: say so before spending seconds on the model
+            _err(f"error: invalid regex: {err}")
+            return EXIT_USAGE
+
     t = time.perf_counter()
     try:
         lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
@@ -137,9 +194,9 @@ def _cmd_generate(args) -> int:
         tv = time.perf_counter() - t
         t = time.perf_counter()
         try:
-            grammar = constrain.compile_regex(args.regex, vocab)
+            grammar = compile_cli_regex(args.regex, vocab, unicode=args.unicode)
         except constrain.ConstraintError as e:
-            _err(f"error: invalid regex {args.regex!r}: {e}")
+            _err(f"error: invalid regex: {e}")
             return EXIT_USAGE
         info(f"compiled the regex in {time.perf_counter() - t:.2f} s (vocabulary {tv:.2f} s)")
 

@@ -147,7 +147,6 @@ def generate(
         eos_ids = set(constraint.vocab.eos_token_ids)
         state = constraint.initial_state()
         bitmask = allocate_bitmask(1, len(constraint.vocab))
-        dev_bitmask = None
     else:
         eos_ids = set(model.eos_token_ids)
         state = None
@@ -170,13 +169,7 @@ def generate(
         scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
         if constraint is not None:
             constraint.fill_bitmask(state, bitmask, 0)
-            if bitmask.device != scores.device:
-                if dev_bitmask is None:
-                    dev_bitmask = torch.empty_like(bitmask, device=scores.device)
-                dev_bitmask.copy_(bitmask, non_blocking=True)
-                apply_bitmask(scores, dev_bitmask)
-            else:
-                apply_bitmask(scores, bitmask)
+            apply_bitmask(scores, bitmask)  # moves the bitmask to the logits' device
             if not bool(torch.isfinite(scores).any()):
                 stop = STOP_NO_TOKEN
                 break
