@@ -193,6 +193,12 @@ def _moore(trans, acc, live, deadline, max_rounds):
     """State classes of the coarsest equivalence, or None if not found in time."""
     cls = np.where(live, np.where(acc, 2, 1), 0).astype(np.int32)
     n_cls = len(np.unique(cls))
+    # bytes whose columns are identical stay identical under refinement: keep one
+    # column per byte class (a handful for most patterns, not 256)
+    cols = trans.T.copy()
+    _, first = np.unique(cols.view(np.dtype((np.void, cols.itemsize * cols.shape[1]))).reshape(-1),
+                         return_index=True)
+    trans = np.ascontiguousarray(trans[:, np.sort(first)])
     for _ in range(max_rounds):
         sig = np.ascontiguousarray(np.concatenate([cls[:, None], cls[trans]], axis=1))
         # rows as opaque byte strings: a memcmp sort, much faster than axis=0

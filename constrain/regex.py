@@ -57,7 +57,7 @@ class DFAConstraint(Constraint):
         self._trans = memoryview(np.ascontiguousarray(dfa.transitions).reshape(-1))
         self._accepting = dfa.accepting.tolist()
         self._token_bytes = vocab.tokens
-        self._grammar_token = vocab.grammar_token_mask.tolist()
+        self._grammar_token = vocab.grammar_token_list
         self._eos = frozenset(vocab.eos_token_ids)
         self._live = None if self.tokens.live is None or not _needs_live(self.tokens) \
             else self.tokens.live.tolist()

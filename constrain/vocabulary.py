@@ -316,6 +316,15 @@ class Vocabulary:
         return self._grammar
 
     @property
+    def grammar_token_list(self) -> list[bool]:
+        """:attr:`grammar_token_mask` as a Python list (cached), for per-token
+        checks in Python without numpy scalar overhead."""
+        lst = self._cache.get("grammar_list")
+        if lst is None:
+            lst = self._cache["grammar_list"] = self._grammar.tolist()
+        return lst
+
+    @property
     def flat(self) -> tuple[np.ndarray, np.ndarray]:
         """``(data, offsets)``: token ``i`` is ``data[offsets[i]:offsets[i+1]]``, for
         numba kernels."""
