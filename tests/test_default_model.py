@@ -1,0 +1,123 @@
+"""The default model: conversion cache, reload equality, the TransformersLM wrapper."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+from search import smollm2  # noqa: E402
+
+IDS = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 2, 198, 1, 4093, 198, 26843]
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """The default model, loaded once (``load_default_model`` memoises it)."""
+    try:
+        return smollm2.load_default_model()
+    except smollm2.DefaultModelNotInstalled as exc:
+        pytest.skip(str(exc))
+
+
+def _logits(model, ids=IDS):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float()
+
+
+def test_cache_dir_honours_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path / "c"))
+    assert smollm2.cache_dir() == tmp_path / "c"
+    assert (tmp_path / "c").is_dir()
+    monkeypatch.delenv("TRELLIS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert smollm2.cache_dir() == tmp_path / "x" / "trellis"
+
+
+def test_default_cache_layout(lm):
+    path = smollm2.converted_model_dir()
+    assert path.name == f"model-f32-v{smollm2.CACHE_FORMAT}"
+    meta = json.loads((path / "trellis.json").read_text())
+    assert meta["gguf_file"] == smollm2.GGUF_NAME
+    config = json.loads((path / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert (path / "model.safetensors").stat().st_size > 400e6
+    assert not list(path.parent.glob("*.tmp-*")), "a temporary directory was left behind"
+
+
+def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path):
+    """Convert into a fresh cache with debris from an aborted run in it: the debris
+    goes, the conversion's own bit-for-bit check passes, the reloaded model equals
+    the session's model, and a second call reuses the cache."""
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
+    root = tmp_path / smollm2.MODEL_NAME
+    stale_tmp = root / f"model-f32-v{smollm2.CACHE_FORMAT}.tmp-deadbeef"
+    stale_tmp.mkdir(parents=True)
+    (stale_tmp / "model.safetensors").write_bytes(b"truncated")
+    broken = root / f"model-f32-v{smollm2.CACHE_FORMAT}"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")  # no trellis.json: an unfinished cache
+
+    path = smollm2.converted_model_dir()
+    assert path == broken
+    assert (path / "trellis.json").is_file()
+    assert not stale_tmp.exists()
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [path.name]
+
+    def boom(*a, **k):
+        raise AssertionError("converted again although the cache is valid")
+
+    monkeypatch.setattr(smollm2, "load_gguf_model", boom)
+    assert smollm2.converted_model_dir() == path
+    reloaded = smollm2.load_model()
+    assert torch.equal(_logits(reloaded), _logits(lm.model))
+
+
+def test_load_default_model_is_memoised(lm):
+    assert smollm2.load_default_model() is lm
+    assert lm.device.type == "cpu" and lm.dtype == torch.float32
+
+
+def test_wrapper_basics(lm):
+    assert lm.vocab_size == 49152 == len(lm.vocab)
+    assert 2 in lm.eos_token_ids and lm.vocab.eos_token_ids == lm.eos_token_ids
+    assert lm.is_chat
+    ids = lm.apply_chat_template("Hi")
+    text = lm.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert "You are terse." in lm.tokenizer.decode(lm.apply_chat_template("Hi", system="You are terse."))
+    assert lm.prompt_ids("Hi") == ids
+    assert lm.prompt_ids("Hi", chat_template=False) == lm.encode("Hi")
+    assert lm.prompt_ids([5, 6]) == [5, 6]
+    assert lm.decode(lm.encode("héllo wörld")) == "héllo wörld"
+
+
+def test_logprobs_reuse_the_kv_cache_and_match_a_full_forward(lm, monkeypatch):
+    lm.clear_cache()
+    fed = []
+    real = lm.forward
+
+    def spy(token_ids, past=None):
+        fed.append(len(token_ids))
+        return real(token_ids, past)
+
+    monkeypatch.setattr(lm, "forward", spy)
+    p = tuple(IDS[:10])
+    calls = lm.calls
+    lp = lm.logprobs([p, p + (IDS[10],), p + (IDS[10], IDS[11]), p])
+    assert lp.shape == (4, 49152) and lp.dtype == np.float32
+    assert lm.calls == calls + 4
+    assert fed == [10, 1, 1]  # the prefix once, then one token each; the repeat is a hit
+    np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, rtol=1e-4)
+    np.testing.assert_array_equal(lp[0], lp[3])
+    full = torch.log_softmax(_logits(lm.model, IDS[:12]), dim=-1).numpy()
+    np.testing.assert_allclose(lp[0], full[9], atol=2e-4)
+    np.testing.assert_allclose(lp[2], full[11], atol=2e-4)
+    assert lm.logprobs([]).shape == (0, 49152)
+    with pytest.raises(ValueError):
+        lm.logprobs([()])

@@ -1,0 +1,133 @@
+"""constrain.hf.LogitsProcessor with transformers' model.generate: greedy, sampling,
+beam search, a padded batch; and its bookkeeping on its own."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+import constrain  # noqa: E402
+import search  # noqa: E402
+from constrain.hf import LogitsProcessor  # noqa: E402
+from search import smollm2  # noqa: E402
+
+EOS = 2
+PHONE = r"(?a)\d{3}-\d{4}"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    """The default model, loaded once (``load_default_model`` memoises it)."""
+    try:
+        return search.load_default_model()
+    except smollm2.DefaultModelNotInstalled as exc:
+        pytest.skip(str(exc))
+
+
+def _batch(lm, prompts):
+    """Left-padded input ids and attention mask for chat prompts."""
+    rows = [lm.apply_chat_template(p) for p in prompts]
+    n = max(map(len, rows))
+    ids = torch.tensor([[EOS] * (n - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (n - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+def _texts(lm, out, prompt_len):
+    """Generated texts, each cut at its first EOS; asserts every row ended with one."""
+    texts = []
+    for row in out[:, prompt_len:].tolist():
+        assert EOS in row, f"row did not finish: {row}"
+        texts.append(lm.decode(row[: row.index(EOS)]))
+    return texts
+
+
+def _generate(lm, grammar, prompts, **kw):
+    ids, mask = _batch(lm, prompts)
+    out = lm.model.generate(
+        input_ids=ids, attention_mask=mask, logits_processor=[LogitsProcessor(grammar)],
+        pad_token_id=EOS, eos_token_id=EOS, **kw,
+    )
+    return _texts(lm, out, ids.shape[1])
+
+
+def test_greedy(lm):
+    g = constrain.compile_regex(PHONE, lm.vocab)
+    (text,) = _generate(lm, g, ["Give me a phone number"], max_new_tokens=12, do_sample=False)
+    assert re.fullmatch(PHONE, text), text
+
+
+def test_sampling(lm):
+    g = constrain.compile_regex(r"(?a)\d{4}-\d{2}-\d{2}", lm.vocab)
+    torch.manual_seed(0)
+    texts = _generate(lm, g, ["When was the moon landing?"] * 2, max_new_tokens=14,
+                      do_sample=True, temperature=1.0)
+    assert all(re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", t) for t in texts), texts
+
+
+def test_beam_search(lm):
+    g = constrain.compile_regex(r"(yes|no|maybe)", lm.vocab)
+    texts = _generate(lm, g, ["Is the sky blue?"], max_new_tokens=5, num_beams=3,
+                      num_return_sequences=3, do_sample=False)
+    assert len(texts) == 3
+    assert all(t in ("yes", "no", "maybe") for t in texts), texts
+
+
+def test_padded_batch_of_two(lm):
+    g = constrain.compile_regex(PHONE, lm.vocab)
+    prompts = ["Give me a phone number", "What is the phone number of the pizza place down the street?"]
+    ids, _ = _batch(lm, prompts)
+    assert (ids[0] == EOS).sum() > 1  # the short prompt really is padded
+    texts = _generate(lm, g, prompts, max_new_tokens=12, do_sample=False)
+    assert len(texts) == 2 and all(re.fullmatch(PHONE, t) for t in texts), texts
+
+
+# -- the processor on its own ------------------------------------------------------
+
+
+def _allowed(scores):
+    return set(torch.nonzero(torch.isfinite(scores)).flatten().tolist())
+
+
+def test_processor_tracks_reordered_rows_and_ends_dead_rows(lm):
+    v = lm.vocab
+    g = constrain.compile_regex(r"(ab|cd)", v)
+    a, b, c = (lm.encode(s) for s in "abx")
+    assert len(a) == len(b) == len(c) == 1
+    a, b, c = a[0], b[0], c[0]
+    proc = LogitsProcessor(g)
+    prompt = [1, 2, 3]
+    V = lm.vocab_size
+    s = proc(torch.tensor([prompt, prompt]), torch.zeros(2, V))
+    assert _allowed(s[0]) == set(g.allowed_token_ids(g.initial_state()).tolist())
+    # row 0 took "a", row 1 took "x" (refused): row 1 may only end
+    s = proc(torch.tensor([prompt + [a], prompt + [c]]), torch.zeros(2, V))
+    assert b in _allowed(s[0]) and EOS not in _allowed(s[0])
+    assert _allowed(s[1]) == {EOS}
+    # rows swapped (as beam search does), then "ab" is complete: EOS allowed
+    s = proc(torch.tensor([prompt + [c, EOS], prompt + [a, b]]), torch.zeros(2, V))
+    assert _allowed(s[0]) == {EOS}
+    assert _allowed(s[1]) == {EOS}
+    assert proc.state_of((a, b)) is not None and g.is_accepting(proc.state_of((a, b)))
+    assert proc.state_of((c,)) is None
+    # a finished row padded with EOS stays finished
+    s = proc(torch.tensor([prompt + [a, b, EOS, EOS]]), torch.zeros(1, V))
+    assert _allowed(s[0]) == {EOS}
+
+
+def test_processor_resets_for_a_new_generation(lm):
+    g = constrain.compile_regex(r"(ab|cd)", lm.vocab)
+    (a,) = lm.encode("a")
+    proc = LogitsProcessor(g)
+    V = lm.vocab_size
+    proc(torch.tensor([[5, 6]]), torch.zeros(1, V))
+    proc(torch.tensor([[5, 6, a]]), torch.zeros(1, V))
+    # a new prompt one token longer than the last call: must not be read as "generated"
+    s = proc(torch.tensor([[7, 8, 9, 10]]), torch.zeros(1, V))
+    assert _allowed(s[0]) == set(g.allowed_token_ids(g.initial_state()).tolist())
+    assert proc.prompt_len == 4
