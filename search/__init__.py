@@ -5,7 +5,7 @@ Example::
 
     import constrain, search
     lm = search.load_default_model()            # SmolLM2-135M-Instruct, CPU float32
-    phone = constrain.compile_regex(r"\\d{3}-\\d{4}", lm.vocab)
+    phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
     print(search.generate(lm, "Give me a phone number", phone))
 
 ``import search`` does not import torch or transformers; the model names are

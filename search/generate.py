@@ -4,7 +4,7 @@ Example::
 
     import constrain, search
     lm = search.load_default_model()
-    phone = constrain.compile_regex(r"\\d{3}-\\d{4}", lm.vocab)
+    phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
     result = search.generate(lm, "Give me a phone number", phone)
     print(result.text, result.stop_reason, result.accepted)
 
