@@ -177,15 +177,36 @@ def load_tokenizer():
     return tok
 
 
-def load_gguf_model(dtype=None):
+@contextlib.contextmanager
+def _no_gguf_progress():
+    """Hide the progress bar transformers draws while de-quantizing a GGUF (it uses
+    ``tqdm`` directly, beyond ``disable_progress_bar``)."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as mod
+    except Exception:  # pragma: no cover - another transformers layout
+        yield
+        return
+    real = getattr(mod, "tqdm", None)
+    if real is None:  # pragma: no cover
+        yield
+        return
+    mod.tqdm = lambda iterable=None, *a, **k: iterable
+    try:
+        yield
+    finally:
+        mod.tqdm = real
+
+
+def load_gguf_model(dtype=None, progress: bool = False):
     """SmolLM2-135M-Instruct de-quantized straight from the GGUF file (slow: tens of
-    seconds). The returned model still carries transformers' GGUF quantizer, so
-    ``save_pretrained`` refuses it; :func:`converted_model_dir` caches it instead."""
+    seconds; ``progress`` shows transformers' progress bar). The returned model
+    still carries transformers' GGUF quantizer, so ``save_pretrained`` refuses it;
+    :func:`converted_model_dir` caches it instead."""
     import torch
     from transformers import AutoModelForCausalLM
 
     gguf = gguf_path()
-    with _quiet_transformers():
+    with _quiet_transformers(), (contextlib.nullcontext() if progress else _no_gguf_progress()):
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent),
             gguf_file=gguf.name,
@@ -285,7 +306,7 @@ def converted_model_dir(rebuild: bool = False, verbose: bool = False) -> Path:
         t0 = time.perf_counter()
         if verbose:
             print(f"trellis: converting {meta['gguf_file']} (first run only) ...", file=sys.stderr, flush=True)
-        model = load_gguf_model()
+        model = load_gguf_model(progress=verbose)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_MODEL_DIRNAME}.tmp-", dir=root))
         try:
             _write_model(model, tmp)
