@@ -41,4 +41,5 @@ def __getattr__(name: str):
 
 
 def __dir__():
+    """The module's names, the lazily imported ones included."""
     return sorted(set(globals()) | set(_LAZY))

@@ -363,7 +363,19 @@ def load_model(device=None, dtype=None, verbose: bool = False):
 
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    return _load_dir(converted_model_dir(verbose=verbose), device, dtype)
+    path = converted_model_dir(verbose=verbose)
+    try:
+        model = _load_dir(path, None, dtype)
+    except Exception as exc:  # a damaged or incompatible cache: convert again, once
+        if verbose:
+            import sys
+
+            print(f"trellis: the model cache in {path} is unreadable ({exc}); converting again",
+                  file=sys.stderr, flush=True)
+        model = _load_dir(converted_model_dir(rebuild=True, verbose=verbose), None, dtype)
+    if device is not None:
+        model = model.to(device)
+    return model
 
 
 def load_default_model(device=None, dtype=None, verbose: bool = False):

@@ -78,6 +78,25 @@ def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path)
     assert torch.equal(_logits(reloaded), _logits(lm.model))
 
 
+def test_unreadable_cache_is_converted_again(monkeypatch, tmp_path):
+    """A cache that passes the cheap check but fails to load is rebuilt, once."""
+    calls = []
+
+    def fake_dir(rebuild=False, verbose=False):
+        calls.append(rebuild)
+        return tmp_path / ("new" if rebuild else "old")
+
+    def fake_load(path, device, dtype):
+        if path.name == "old":
+            raise OSError("truncated safetensors file")
+        return "model"
+
+    monkeypatch.setattr(smollm2, "converted_model_dir", fake_dir)
+    monkeypatch.setattr(smollm2, "_load_dir", fake_load)
+    assert smollm2.load_model() == "model"
+    assert calls == [False, True]
+
+
 def test_load_default_model_is_memoised(lm):
     assert smollm2.load_default_model() is lm
     assert lm.device.type == "cpu" and lm.dtype == torch.float32
