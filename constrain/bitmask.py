@@ -129,3 +129,30 @@ def numpy_view(bitmask):
     view = bitmask.numpy()
     _views[key] = (weakref.ref(bitmask, lambda _r, key=key: _views.pop(key, None)), view)
     return view
+
+
+# The bitmask used last and its rows as byte memoryviews: serving loops fill the
+# same bitmask every step, so the common case costs one identity check.
+_last_rows: list = [None, None]
+_rows_by_id: dict = {}
+
+
+def row_views(bitmask):
+    """Per-row writable byte memoryviews of a C-contiguous CPU bitmask (cached per
+    bitmask), or ``None`` for a GPU tensor or an unusual layout."""
+    if bitmask is _last_rows[0]:
+        return _last_rows[1]
+    key = id(bitmask)
+    hit = _rows_by_id.get(key)
+    if hit is not None and hit[0]() is bitmask:
+        rows = hit[1]
+    else:
+        view = numpy_view(bitmask)
+        if view is None or view.ndim != 2 or not view.flags.c_contiguous or view.dtype.itemsize != 4:
+            return None
+        rows = [memoryview(r).cast("B") for r in view]
+        if len(_rows_by_id) > 64:
+            _rows_by_id.clear()
+        _rows_by_id[key] = (weakref.ref(bitmask, lambda _r, key=key: _rows_by_id.pop(key, None)), rows)
+    _last_rows[0], _last_rows[1] = bitmask, rows
+    return rows

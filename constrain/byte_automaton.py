@@ -13,13 +13,12 @@ into the dead state, so "not dead" means "a prefix of some string of the languag
 from __future__ import annotations
 
 import bisect
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .char_automaton import CharDFA
-from .errors import GrammarTooComplexError
 
 DEAD = 0
 START = 1
@@ -60,12 +59,17 @@ class ByteDFA:
 
 class _Builder:
     def __init__(self, n_char_states: int):
-        self.rows: list[np.ndarray] = [np.zeros(256, dtype=np.int32) for _ in range(n_char_states + 1)]
+        self.table = np.zeros((n_char_states + 1 + 64, 256), dtype=np.int32)
+        self.size = n_char_states + 1
         self.memo: dict = {}
 
     def new_state(self) -> int:
-        self.rows.append(np.zeros(256, dtype=np.int32))
-        return len(self.rows) - 1
+        if self.size == self.table.shape[0]:
+            grown = np.zeros((2 * self.size, 256), dtype=np.int32)
+            grown[:self.size] = self.table
+            self.table = grown
+        self.size += 1
+        return self.size - 1
 
     def continuation(self, remaining: int, spans: tuple) -> int:
         """The state reading ``remaining`` continuation bytes whose value, as an
@@ -76,12 +80,12 @@ class _Builder:
         if s is not None:
             return s
         s = self.memo[key] = self.new_state()
-        row = self.rows[s]
-        size = 64 ** (remaining - 1)
         if remaining == 1:
+            row = self.table[s]
             for lo, hi, t in spans:
                 row[0x80 + lo:0x80 + hi + 1] = t
             return s
+        size = 64 ** (remaining - 1)
         for c in range(64):
             blo, bhi = c * size, c * size + size - 1
             sub = tuple(
@@ -89,7 +93,8 @@ class _Builder:
                 for lo, hi, t in spans if lo <= bhi and hi >= blo
             )
             if sub:
-                row[0x80 + c] = self.continuation(remaining - 1, sub)
+                target = self.continuation(remaining - 1, sub)
+                self.table[s, 0x80 + c] = target
         return s
 
 
@@ -97,48 +102,54 @@ def char_dfa_to_bytes(dfa: CharDFA) -> ByteDFA:
     """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised)."""
     n = len(dfa.transitions)
     b = _Builder(n)
+    ascii_part = [[(lo, min(hi, 0x7F)) for lo, hi in a.intervals if lo < 0x80] for a in dfa.atoms]
+    wide = [bool(a.intervals) and a.intervals[-1][1] >= 0x80 for a in dfa.atoms]
     for q, row_map in enumerate(dfa.transitions):
         spans = []
         for atom, target in row_map.items():
-            for lo, hi in dfa.atoms[atom].intervals:
-                spans.append((lo, hi, target + 1))  # +1: state 0 is dead
-        spans.sort()
-        row = b.rows[q + 1]
-        starts = [s[0] for s in spans]
-        for lo, hi, t in spans:
-            if lo < 0x80:
-                row[lo:min(hi, 0x7F) + 1] = t
-        for first, last, nbytes, lead0 in _UTF8_CLASSES:
-            shift = 6 * nbytes
-            leads = set()
-            for lo, hi, _t in spans:
-                lo, hi = max(lo, first), min(hi, last)
-                if lo <= hi:
-                    leads.update(range(lo >> shift, (hi >> shift) + 1))
-            for lead in sorted(leads):
-                base = lead << shift
-                blo, bhi = max(base, first), min(base + (1 << shift) - 1, last)
-                k = max(bisect.bisect_right(starts, blo) - 1, 0)
-                sub = []
-                while k < len(spans) and spans[k][0] <= bhi:
-                    lo, hi, t = spans[k]
-                    lo, hi = max(lo, blo), min(hi, bhi)
-                    if lo <= hi:
-                        sub.append((lo - base, hi - base, t))
-                    k += 1
-                if sub:
-                    row[lead0 + lead] = b.continuation(nbytes, tuple(sub))
-    trans = np.stack(b.rows)
-    accepting = np.zeros(trans.shape[0], dtype=np.bool_)
+            t = target + 1  # +1: state 0 is dead
+            for lo, hi in ascii_part[atom]:
+                b.table[q + 1, lo:hi + 1] = t
+            if wide[atom]:
+                spans.extend((lo, hi, t) for lo, hi in dfa.atoms[atom].intervals if hi >= 0x80)
+        if spans:
+            spans.sort()
+            _multibyte(b, q + 1, spans)
+    accepting = np.zeros(b.size, dtype=np.bool_)
     accepting[1:n + 1] = dfa.accepting
-    return ByteDFA(trans, accepting)
+    return ByteDFA(b.table[:b.size].copy(), accepting)
 
 
-def trim_and_minimize(dfa: ByteDFA, *, deadline: float | None = None,
-                      max_rounds: int = 256, alphabet: np.ndarray | None = None) -> ByteDFA:
+def _multibyte(b: _Builder, state: int, spans: list) -> None:
+    """Transitions of ``state`` on the lead bytes of multi-byte characters."""
+    starts = [s[0] for s in spans]
+    for first, last, nbytes, lead0 in _UTF8_CLASSES:
+        shift = 6 * nbytes
+        leads = set()
+        for lo, hi, _t in spans:
+            lo, hi = max(lo, first), min(hi, last)
+            if lo <= hi:
+                leads.update(range(lo >> shift, (hi >> shift) + 1))
+        for lead in sorted(leads):
+            base = lead << shift
+            blo, bhi = max(base, first), min(base + (1 << shift) - 1, last)
+            k = max(bisect.bisect_right(starts, blo) - 1, 0)
+            sub = []
+            while k < len(spans) and spans[k][0] <= bhi:
+                lo, hi, t = spans[k]
+                lo, hi = max(lo, blo), min(hi, bhi)
+                if lo <= hi:
+                    sub.append((lo - base, hi - base, t))
+                k += 1
+            if sub:
+                target = b.continuation(nbytes, tuple(sub))
+                b.table[state, lead0 + lead] = target
+
+
+def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256, alphabet: np.ndarray | None = None) -> ByteDFA:
     """Send states that cannot reach acceptance to the dead state, drop
-    unreachable states, and merge equivalent states (Moore's partition refinement,
-    vectorised; skipped, not approximated, past ``max_rounds`` or the deadline).
+    unreachable states, and merge equivalent states (Moore's partition refinement
+    in a numba kernel; skipped, not approximated, past ``max_rounds``).
     The result numbers states breadth-first from the start (1), dead = 0.
 
     ``alphabet`` (256 booleans) restricts the bytes that may be read: transitions
@@ -147,109 +158,17 @@ def trim_and_minimize(dfa: ByteDFA, *, deadline: float | None = None,
     if alphabet is not None and not alphabet.all():
         trans = trans.copy()
         trans[:, ~alphabet] = DEAD
-    live = _coreachable(trans, acc)
-    trans = np.where(live[trans], trans, DEAD).astype(np.int32)
-    trans[~live] = DEAD
-    cls = _moore(trans, acc, live, deadline, max_rounds)
-    if cls is not None:
-        # representative per class; dead class maps to 0
-        n_cls = int(cls.max()) + 1
-        rep = np.full(n_cls, -1, dtype=np.int64)
-        order = np.arange(len(cls))
-        rep[cls[::-1]] = order[::-1]
-        trans = cls[trans[rep]].astype(np.int32)
-        acc = acc[rep]
-        start = int(cls[START])
-        dead_cls = int(cls[DEAD])
-    else:
-        start, dead_cls = START, DEAD
-    return _renumber(trans, acc, start, dead_cls)
-
-
-def _coreachable(trans: np.ndarray, acc: np.ndarray) -> np.ndarray:
-    """Boolean mask of the states from which an accepting state is reachable."""
-    n = trans.shape[0]
-    src = np.repeat(np.arange(n, dtype=np.int64), 256)
-    dst = trans.reshape(-1).astype(np.int64)
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    order = np.argsort(dst, kind="stable")
-    src, dst = src[order], dst[order]
-    indptr = np.searchsorted(dst, np.arange(n + 1))
-    live = acc.copy()
-    live[DEAD] = False
-    frontier = np.flatnonzero(live)
-    while frontier.size:
-        preds = np.concatenate([src[indptr[v]:indptr[v + 1]] for v in frontier]) if frontier.size else frontier
-        preds = np.unique(preds)
-        preds = preds[~live[preds]]
-        preds = preds[preds != DEAD]
-        live[preds] = True
-        frontier = preds
-    return live
-
-
-def _moore(trans, acc, live, deadline, max_rounds):
-    """State classes of the coarsest equivalence, or None if not found in time."""
-    cls = np.where(live, np.where(acc, 2, 1), 0).astype(np.int32)
-    n_cls = len(np.unique(cls))
-    # bytes whose columns are identical stay identical under refinement: keep one
-    # column per byte class (a handful for most patterns, not 256)
-    cols = trans.T.copy()
+    # bytes whose columns are identical stay identical under refinement: refine
+    # over one column per byte class (a handful for most patterns, not 256)
+    cols = np.ascontiguousarray(trans.T)
     _, first = np.unique(cols.view(np.dtype((np.void, cols.itemsize * cols.shape[1]))).reshape(-1),
                          return_index=True)
-    trans = np.ascontiguousarray(trans[:, np.sort(first)])
-    for _ in range(max_rounds):
-        sig = np.ascontiguousarray(np.concatenate([cls[:, None], cls[trans]], axis=1))
-        # rows as opaque byte strings: a memcmp sort, much faster than axis=0
-        rows = sig.view(np.dtype((np.void, sig.itemsize * sig.shape[1]))).reshape(-1)
-        _, new = np.unique(rows, return_inverse=True)
-        new = new.reshape(-1).astype(np.int32)
-        n_new = int(new.max()) + 1
-        if n_new == n_cls:
-            # canonical: dead class first
-            return _canon(new, DEAD)
-        cls, n_cls = new, n_new
-        if deadline is not None and time.perf_counter() > deadline:
-            return None
-    return None
+    reduced = np.ascontiguousarray(trans[:, np.sort(first)])
+    live = kernels.coreachable_dense(reduced, acc)
+    cls, rounds = kernels.moore_classes(reduced, acc, live, max_rounds)
+    if rounds < 0:  # not converged: keep every live state apart
+        cls = np.where(live, np.arange(len(live)), 0)
+    out, out_acc = kernels.quotient_renumber(np.ascontiguousarray(trans), acc, cls, START)
+    return ByteDFA(out, out_acc)
 
 
-def _canon(cls: np.ndarray, dead: int) -> np.ndarray:
-    d = cls[dead]
-    out = cls.copy()
-    out[cls == d] = 0
-    out[(cls != d) & (cls < d)] += 1
-    return out
-
-
-def _renumber(trans: np.ndarray, acc: np.ndarray, start: int, dead: int) -> ByteDFA:
-    """Keep the states reachable from ``start``; number them breadth-first with
-    dead = 0 and start = 1."""
-    n = trans.shape[0]
-    new_id = np.full(n, -1, dtype=np.int64)
-    new_id[dead] = 0
-    order = [dead]
-    if start != dead:
-        new_id[start] = 1
-        order.append(start)
-    else:  # the empty language: a start state with no way out
-        trans = np.vstack([trans, np.full((1, 256), dead, dtype=trans.dtype)])
-        acc = np.append(acc, False)
-        new_id = np.append(new_id, 1)
-        order.append(n)
-    head = 1
-    while head < len(order):
-        s = order[head]
-        head += 1
-        for t in np.unique(trans[s]):
-            t = int(t)
-            if new_id[t] < 0:
-                new_id[t] = len(order)
-                order.append(t)
-    order_arr = np.asarray(order, dtype=np.int64)
-    new_trans = new_id[trans[order_arr]].astype(np.int32)
-    new_trans[0] = 0
-    new_acc = acc[order_arr].copy()
-    new_acc[0] = False
-    return ByteDFA(np.ascontiguousarray(new_trans), new_acc)

@@ -54,54 +54,46 @@ class _NFA:
         return i
 
     def build(self, node) -> tuple[int, int]:
-        """Thompson construction: a fragment (start, end) for ``node``."""
+        """A fragment ``(start, final)`` for ``node``."""
+        final = self.new()
+        return self.into(node, final), final
+
+    def into(self, node, nxt: int) -> int:
+        """Build ``node`` so that it continues into state ``nxt``; return its start.
+        Built back to front, a character needs one state and no epsilon edges."""
         if isinstance(node, Chars):
-            s, e = self.new(), self.new()
+            s = self.new()
             if node.charset:
-                self.edges[s].append((self.charset_id(node.charset), e))
-            return s, e
+                self.edges[s].append((self.charset_id(node.charset), nxt))
+            return s
         if isinstance(node, Concat):
-            if not node.items:
-                s = self.new()
-                return s, s
-            start, end = self.build(node.items[0])
-            for item in node.items[1:]:
-                s, e = self.build(item)
-                self.eps[end].append((s, None))
-                end = e
-            return start, end
+            for item in reversed(node.items):
+                nxt = self.into(item, nxt)
+            return nxt
         if isinstance(node, Alt):
-            s, e = self.new(), self.new()
-            for item in node.items:
-                fs, fe = self.build(item)
-                self.eps[s].append((fs, None))
-                self.eps[fe].append((e, None))
-            return s, e
+            s = self.new()
+            self.eps[s].extend((self.into(item, nxt), None) for item in node.items)
+            return s
         if isinstance(node, Repeat):
-            start = cur = self.new()
-            for _ in range(node.lo):
-                fs, fe = self.build(node.item)
-                self.eps[cur].append((fs, None))
-                cur = fe
             if node.hi is None:
                 loop = self.new()
-                self.eps[cur].append((loop, None))
-                fs, fe = self.build(node.item)
-                self.eps[loop].append((fs, None))
-                self.eps[fe].append((loop, None))
-                return start, loop
-            end = self.new()
-            for _ in range(node.hi - node.lo):
-                self.eps[cur].append((end, None))
-                fs, fe = self.build(node.item)
-                self.eps[cur].append((fs, None))
-                cur = fe
-            self.eps[cur].append((end, None))
-            return start, end
+                self.eps[loop].append((self.into(node.item, loop), None))
+                self.eps[loop].append((nxt, None))
+                cur = loop
+            else:
+                cur = nxt
+                for _ in range(node.hi - node.lo):  # optional copies, innermost last
+                    opt = self.new()
+                    self.eps[opt].append((self.into(node.item, cur), None))
+                    self.eps[opt].append((nxt, None))
+                    cur = opt
+            for _ in range(node.lo):
+                cur = self.into(node.item, cur)
+            return cur
         if isinstance(node, Assert):
-            s, e = self.new(), self.new()
-            self.eps[s].append((e, node))
-            return s, e
+            s = self.new()
+            self.eps[s].append((nxt, node))
+            return s
         raise TypeError(node)
 
 
@@ -170,6 +162,11 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     word = {False: extra_mask.get("word_u", 0), True: extra_mask.get("word_a", 0)}
     edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
     eps = nfa.eps
+    if not asserts:
+        atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
+        plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
+        return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
+                                  pattern)
     track_prev = bool(kinds & _PREV_DEPENDENT)
 
     # prev: None at the start of input, else the atom just read (only tracked when
@@ -255,13 +252,84 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
                 j = index[key] = len(queue)
                 queue.append(key)
                 if len(queue) > max_states:
-                    raise GrammarTooComplexError(
-                        f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
-                        f"states (pass max_states= to raise the limit)")
+                    raise _too_many(pattern, max_states)
             row[a] = j
         transitions.append(row)
-        if deadline is not None and len(transitions) % 256 == 0 and time.perf_counter() > deadline:
-            raise GrammarTooComplexError(
-                f"compiling the regex {pattern[:80]!r} exceeded its time budget "
-                f"(pass time_budget= to raise it)")
+        if deadline is not None and len(transitions) % 256 == 0:
+            _check_deadline(deadline, pattern)
+    return CharDFA(atoms, transitions, accepting)
+
+
+def _check_deadline(deadline: float, pattern: str) -> None:
+    if time.perf_counter() > deadline:
+        raise GrammarTooComplexError(
+            f"compiling the regex {pattern[:80]!r} exceeded its time budget "
+            f"(pass time_budget= to raise it)")
+
+
+def _too_many(pattern: str, max_states: int) -> GrammarTooComplexError:
+    return GrammarTooComplexError(
+        f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
+        f"states (pass max_states= to raise the limit)")
+
+
+def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pattern) -> CharDFA:
+    """Subset construction for a pattern without assertions: a DFA state is the
+    set of *important* NFA states (those with a character edge, and the final one)
+    in an epsilon closure, so equivalent thread sets share one key. ``edges[s]``
+    lists ``(atom ids, target)``."""
+    n = len(eps)
+    closures: list = [None] * n
+
+    def closure_of(s):
+        c = closures[s]
+        if c is None:
+            seen = {s}
+            stack = [s]
+            while stack:
+                for t, _ in eps[stack.pop()]:
+                    if t not in seen:
+                        seen.add(t)
+                        stack.append(t)
+            c = closures[s] = frozenset(x for x in seen if edges[x] or x == final)
+        return c
+
+    init = closure_of(start)
+    index = {init: 0}
+    queue = [init]
+    transitions: list[dict] = []
+    accepting: list[bool] = []
+    while len(transitions) < len(queue):
+        states = queue[len(transitions)]
+        accepting.append(final in states)
+        moves: dict[int, set] = {}
+        for s in states:
+            for atom_list, t in edges[s]:
+                for a in atom_list:
+                    tgt = moves.get(a)
+                    if tgt is None:
+                        moves[a] = {t}
+                    else:
+                        tgt.add(t)
+        row = {}
+        cache: dict = {}
+        for a, targets in moves.items():
+            key = frozenset(targets)
+            j = cache.get(key)
+            if j is None:
+                if len(targets) == 1:
+                    dstate = closure_of(next(iter(targets)))
+                else:
+                    dstate = frozenset().union(*[closure_of(t) for t in targets])
+                j = index.get(dstate)
+                if j is None:
+                    j = index[dstate] = len(queue)
+                    queue.append(dstate)
+                    if len(queue) > max_states:
+                        raise _too_many(pattern, max_states)
+                cache[key] = j
+            row[a] = j
+        transitions.append(row)
+        if deadline is not None and len(transitions) % 256 == 0:
+            _check_deadline(deadline, pattern)
     return CharDFA(atoms, transitions, accepting)

@@ -35,6 +35,8 @@ class CharSet:
     @classmethod
     def of(cls, *code_points: int) -> "CharSet":
         """The set of the given code points."""
+        if len(code_points) == 1:
+            return _single(code_points[0])
         return cls((c, c) for c in code_points)
 
     @classmethod
@@ -136,6 +138,11 @@ def _normalize(intervals: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], .
 
 
 _FULL = CharSet([(0, MAX_CODE_POINT)])
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _single(cp: int) -> CharSet:
+    return CharSet(((cp, cp),))
 
 
 @functools.lru_cache(maxsize=1)

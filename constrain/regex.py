@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .bitmask import numpy_view
+from .bitmask import _last_rows, numpy_view, row_views
 from .byte_automaton import DEAD, START, ByteDFA, char_dfa_to_bytes, trim_and_minimize
 from .char_automaton import DEFAULT_MAX_STATES, build_char_dfa
 from .errors import ConstraintError, GrammarTooComplexError, InvalidStateError
@@ -63,6 +63,11 @@ class DFAConstraint(Constraint):
             else self.tokens.live.tolist()
         self._words = self.tokens.words
         self._pool_i32 = self.tokens.pool.view(np.int32)
+        # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros) last
+        self._src_rows = None
+        if self.tokens.eager:
+            self._src_rows = [memoryview(r).cast("B") for r in self._pool_i32]
+            self._src_rows.append(memoryview(np.zeros(self._words, dtype=np.int32)).cast("B"))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "
@@ -111,21 +116,28 @@ class DFAConstraint(Constraint):
 
     def fill_bitmask(self, state: int, bitmask, row: int = 0) -> None:
         """Copy the precomputed mask of ``state`` into row ``row`` of ``bitmask``."""
+        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        src = self._src_rows
+        if rows is not None and src is not None:
+            try:
+                rows[row][:] = src[state]  # src[-1], TERMINATED's row, is all zeros
+                return
+            except ValueError:  # a bitmask wider than the vocabulary
+                pass
+        self._fill_slow(state, bitmask, row)
+
+    def _fill_slow(self, state: int, bitmask, row: int) -> None:
         view = numpy_view(bitmask)
         if view is None:  # a tensor on a GPU: copy the row over
             self._fill_torch(state, bitmask, row)
             return
+        w = self._words
+        _check_width(view.shape[1], w)
         if state == TERMINATED:
             view[row] = 0
             return
-        src = self._pool_i32[self.tokens.row_index(state)]
-        if view.shape[1] == self._words:
-            view[row] = src
-        else:
-            w = self._words
-            _check_width(view.shape[1], w)
-            view[row, :w] = src
-            view[row, w:] = 0
+        view[row, :w] = self._pool_i32[self.tokens.row_index(state)]
+        view[row, w:] = 0
 
     def _fill_torch(self, state: int, bitmask, row: int) -> None:
         dst = bitmask[row]
@@ -214,6 +226,5 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
         raise GrammarTooComplexError(
             f"the regex {pattern[:80]!r} needs {byte_dfa.num_states} byte-level states "
             f"(limit {4 * max_states + 1024}; pass max_states= to raise it)")
-    byte_dfa = trim_and_minimize(byte_dfa, deadline=deadline,
-                                 alphabet=TokenTrie.of(vocab).alphabet)
+    byte_dfa = trim_and_minimize(byte_dfa, alphabet=TokenTrie.of(vocab).alphabet)
     return DFAConstraint(byte_dfa, vocab, source=pattern, max_mask_bytes=max_mask_bytes)

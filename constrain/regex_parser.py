@@ -17,6 +17,7 @@ Limits (each raises :class:`~constrain.errors.RegexTooLargeError`):
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -38,24 +39,24 @@ MAX_POSITIONS = 100_000
 # -- IR ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Chars:
     """One character from a set."""
 
     charset: CharSet
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Concat:
     items: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Alt:
     items: tuple
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Repeat:
     """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
 
@@ -64,7 +65,7 @@ class Repeat:
     hi: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Assert:
     """A zero-width assertion. ``kind`` is one of ``begin`` (``\\A``, ``^``),
     ``begin_line`` (``^`` under MULTILINE), ``end`` (``$``: end, or before a final
@@ -107,13 +108,22 @@ def parse_regex(pattern: str, *, max_repeat: int = MAX_REPEAT,
     except (OverflowError, RecursionError, ValueError) as e:
         raise RegexSyntaxError(str(e), pattern, None) from None
     flags = tree.state.flags
-    constructs = _scan(pattern, bool(flags & _X))
+    # source offsets are only needed for error messages: scanned on demand
+    constructs = _LazyScan(pattern, bool(flags & _X))
     conv = _Converter(pattern, constructs, max_repeat)
     node = conv.subpattern(tree, flags)
-    size = _positions(node, pattern, constructs, max_positions)
-    if size > max_positions:  # pragma: no cover - _positions raises first
-        raise RegexTooLargeError("pattern too large", pattern)
+    _positions(node, pattern, constructs, max_positions)
     return node
+
+
+class _LazyScan:
+    def __init__(self, pattern: str, verbose: bool):
+        self.pattern, self.verbose, self._items = pattern, verbose, None
+
+    def __iter__(self):
+        if self._items is None:
+            self._items = _scan(self.pattern, self.verbose)
+        return iter(self._items)
 
 
 # -- conversion -------------------------------------------------------------------
@@ -131,7 +141,7 @@ def _u(cp: int) -> str:
 
 
 class _Converter:
-    def __init__(self, pattern: str, constructs: list, max_repeat: int):
+    def __init__(self, pattern: str, constructs, max_repeat: int):
         self.pattern = pattern
         self.constructs = constructs
         self.max_repeat = max_repeat
@@ -149,14 +159,14 @@ class _Converter:
 
     def subpattern(self, sub, flags: int):
         items = [self.item(op, av, flags) for op, av in sub]
-        items = [i for i in items if i != EMPTY]
+        items = [i for i in items if not (type(i) is Concat and not i.items)]
         if len(items) == 1:
             return items[0]
         return Concat(tuple(items))
 
     def item(self, op, av, flags: int):
         if op is sre_c.LITERAL:
-            return Chars(_literal_set(av, flags))
+            return _literal_node(av, flags & (_I | _A))
         if op is sre_c.NOT_LITERAL:
             return Chars(_literal_set(av, flags).complement())
         if op is sre_c.ANY:
@@ -214,6 +224,12 @@ class _Converter:
         raise UnsupportedRegexError(f"assertion {code} is not supported", self.pattern)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _literal_node(cp: int, flags: int) -> Chars:
+    # IR nodes are never mutated, so one node per literal can be shared
+    return Chars(_literal_set(cp, flags))
+
+
 def _literal_set(cp: int, flags: int) -> CharSet:
     if flags & _I:
         iscased = _sre.ascii_iscased if flags & _A else _sre.unicode_iscased
@@ -259,7 +275,6 @@ def _positions(node, pattern: str, constructs, limit: int) -> int:
 
     Repetitions are visited in postorder, the order of their quantifiers in the
     source, so the k-th one visited is the k-th quantifier scanned."""
-    repeats = [c for c in constructs if c[0] == "repeat"]
     seen = 0
 
     def size(n) -> int:
@@ -276,6 +291,7 @@ def _positions(node, pattern: str, constructs, limit: int) -> int:
         copies = n.hi if n.hi is not None else max(n.lo, 1)
         total = inner * copies
         if total > limit:
+            repeats = [c for c in constructs if c[0] == "repeat"]
             offset = None
             if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
                 offset = repeats[k][1]
