@@ -127,7 +127,7 @@ def numpy_view(bitmask):
     if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32:
         return None
     view = bitmask.numpy()
-    _views[key] = (weakref.ref(bitmask, lambda _r, key=key: _views.pop(key, None)), view)
+    _views[key] = (weakref.ref(bitmask, lambda _r, key=key, d=_views: d.pop(key, None)), view)
     return view
 
 
@@ -153,6 +153,6 @@ def row_views(bitmask):
         rows = [memoryview(r).cast("B") for r in view]
         if len(_rows_by_id) > 64:
             _rows_by_id.clear()
-        _rows_by_id[key] = (weakref.ref(bitmask, lambda _r, key=key: _rows_by_id.pop(key, None)), rows)
+        _rows_by_id[key] = (weakref.ref(bitmask, lambda _r, key=key, d=_rows_by_id: d.pop(key, None)), rows)
     _last_rows[0], _last_rows[1] = bitmask, rows
     return rows
