@@ -101,20 +101,33 @@ class _Builder:
 def char_dfa_to_bytes(dfa: CharDFA) -> ByteDFA:
     """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised)."""
     n = len(dfa.transitions)
+    n_atoms = len(dfa.atoms)
     b = _Builder(n)
-    ascii_part = [[(lo, min(hi, 0x7F)) for lo, hi in a.intervals if lo < 0x80] for a in dfa.atoms]
-    wide = [bool(a.intervals) and a.intervals[-1][1] >= 0x80 for a in dfa.atoms]
+    # ASCII: each byte belongs to at most one atom, so all ASCII rows are one
+    # gather from a (state, atom) table; column n_atoms stands for "no atom"
+    atom_of_byte = np.full(128, n_atoms, dtype=np.int64)
+    wide = []
+    for a, cs in enumerate(dfa.atoms):
+        for lo, hi in cs.intervals:
+            if lo < 0x80:
+                atom_of_byte[lo:min(hi, 0x7F) + 1] = a
+        wide.append(bool(cs.intervals) and cs.intervals[-1][1] >= 0x80)
+    qs, ats, ts = [], [], []
     for q, row_map in enumerate(dfa.transitions):
-        spans = []
         for atom, target in row_map.items():
-            t = target + 1  # +1: state 0 is dead
-            for lo, hi in ascii_part[atom]:
-                b.table[q + 1, lo:hi + 1] = t
-            if wide[atom]:
-                spans.extend((lo, hi, t) for lo, hi in dfa.atoms[atom].intervals if hi >= 0x80)
-        if spans:
-            spans.sort()
-            _multibyte(b, q + 1, spans)
+            qs.append(q)
+            ats.append(atom)
+            ts.append(target + 1)  # +1: state 0 is dead
+    by_atom = np.zeros((n, n_atoms + 1), dtype=np.int32)
+    by_atom[qs, ats] = ts
+    b.table[1:n + 1, :128] = by_atom[:, atom_of_byte]
+    if any(wide):
+        for q, row_map in enumerate(dfa.transitions):
+            spans = [(lo, hi, t + 1) for atom, t in row_map.items() if wide[atom]
+                     for lo, hi in dfa.atoms[atom].intervals if hi >= 0x80]
+            if spans:
+                spans.sort()
+                _multibyte(b, q + 1, spans)
     accepting = np.zeros(b.size, dtype=np.bool_)
     accepting[1:n + 1] = dfa.accepting
     return ByteDFA(b.table[:b.size].copy(), accepting)

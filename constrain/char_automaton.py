@@ -274,14 +274,15 @@ def _too_many(pattern: str, max_states: int) -> GrammarTooComplexError:
 
 
 def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pattern) -> CharDFA:
-    """Subset construction for a pattern without assertions: a DFA state is the
-    set of *important* NFA states (those with a character edge, and the final one)
-    in an epsilon closure, so equivalent thread sets share one key. ``edges[s]``
-    lists ``(atom ids, target)``."""
+    """Subset construction for a pattern without assertions. A DFA state is the
+    set of *important* NFA states (those with a character edge, and the final
+    one) of an epsilon closure, as a Python int bitset: equivalent thread sets
+    share one key, and unions are single OR operations. ``edges[s]`` lists
+    ``(atom ids, target)``."""
     n = len(eps)
     closures: list = [None] * n
 
-    def closure_of(s):
+    def closure_of(s) -> int:
         c = closures[s]
         if c is None:
             seen = {s}
@@ -291,43 +292,43 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
                     if t not in seen:
                         seen.add(t)
                         stack.append(t)
-            c = closures[s] = frozenset(x for x in seen if edges[x] or x == final)
+            c = 0
+            for x in seen:
+                if edges[x] or x == final:
+                    c |= 1 << x
+            closures[s] = c
         return c
 
+    # per NFA state: (atom, closure of target) pairs
+    pairs: list = [None] * n
+    final_bit = 1 << final
     init = closure_of(start)
     index = {init: 0}
     queue = [init]
     transitions: list[dict] = []
     accepting: list[bool] = []
     while len(transitions) < len(queue):
-        states = queue[len(transitions)]
-        accepting.append(final in states)
-        moves: dict[int, set] = {}
-        for s in states:
-            for atom_list, t in edges[s]:
-                for a in atom_list:
-                    tgt = moves.get(a)
-                    if tgt is None:
-                        moves[a] = {t}
-                    else:
-                        tgt.add(t)
+        d = queue[len(transitions)]
+        accepting.append(bool(d & final_bit))
+        moves: dict[int, int] = {}
+        rest = d
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            s = low.bit_length() - 1
+            ps = pairs[s]
+            if ps is None:
+                ps = pairs[s] = [(a, closure_of(t)) for atom_list, t in edges[s] for a in atom_list]
+            for a, c in ps:
+                moves[a] = moves.get(a, 0) | c
         row = {}
-        cache: dict = {}
-        for a, targets in moves.items():
-            key = frozenset(targets)
-            j = cache.get(key)
+        for a, key in moves.items():
+            j = index.get(key)
             if j is None:
-                if len(targets) == 1:
-                    dstate = closure_of(next(iter(targets)))
-                else:
-                    dstate = frozenset().union(*[closure_of(t) for t in targets])
-                j = index.get(dstate)
-                if j is None:
-                    j = index[dstate] = len(queue)
-                    queue.append(dstate)
-                    if len(queue) > max_states:
-                        raise _too_many(pattern, max_states)
-                cache[key] = j
+                j = index[key] = len(queue)
+                queue.append(key)
+                if len(queue) > max_states:
+                    raise _too_many(pattern, max_states)
             row[a] = j
         transitions.append(row)
         if deadline is not None and len(transitions) % 256 == 0:
