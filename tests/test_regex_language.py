@@ -72,9 +72,9 @@ def test_overlong_and_surrogate_encodings_are_dead():
 
 
 def test_every_live_state_can_still_accept():
-    from constrain.byte_automaton import _coreachable
+    from constrain.kernels import coreachable_dense
 
     dfa = byte_dfa(r"a\bb|ab\d{2}")  # the first branch can never match
-    live = _coreachable(dfa.transitions, dfa.accepting)
+    live = coreachable_dense(dfa.transitions, dfa.accepting)
     assert live[1:].all()
     assert dfa.walk(b"ab") != 0 and dfa.walk(b"ab1") != 0
