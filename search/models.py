@@ -115,7 +115,8 @@ class TransformersLM:
             from constrain import Vocabulary
 
             self._vocab = Vocabulary.from_huggingface(
-                self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=list(self.eos_token_ids)
+                self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=list(self.eos_token_ids),
+                name=self.name,
             )
         return self._vocab
 
