@@ -19,6 +19,7 @@ import numpy as np
 
 from . import kernels
 from .char_automaton import CharDFA
+from .errors import GrammarTooComplexError
 
 DEAD = 0
 START = 1
@@ -58,12 +59,17 @@ class ByteDFA:
 
 
 class _Builder:
-    def __init__(self, n_char_states: int):
+    def __init__(self, n_char_states: int, max_states: int | None):
         self.table = np.zeros((n_char_states + 1 + 64, 256), dtype=np.int32)
         self.size = n_char_states + 1
         self.memo: dict = {}
+        self.max_states = max_states
 
     def new_state(self) -> int:
+        if self.max_states is not None and self.size >= self.max_states:
+            raise GrammarTooComplexError(
+                f"the UTF-8 automaton needs more than {self.max_states} byte-level states "
+                f"(pass max_states= to raise the limit)")
         if self.size == self.table.shape[0]:
             grown = np.zeros((2 * self.size, 256), dtype=np.int32)
             grown[:self.size] = self.table
@@ -98,11 +104,12 @@ class _Builder:
         return s
 
 
-def char_dfa_to_bytes(dfa: CharDFA) -> ByteDFA:
-    """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised)."""
+def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None) -> ByteDFA:
+    """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised),
+    raising :class:`GrammarTooComplexError` past ``max_states`` byte states."""
     n = len(dfa.transitions)
     n_atoms = len(dfa.atoms)
-    b = _Builder(n)
+    b = _Builder(n, max_states)
     # ASCII: each byte belongs to at most one atom, so all ASCII rows are one
     # gather from a (state, atom) table; column n_atoms stands for "no atom"
     atom_of_byte = np.full(128, n_atoms, dtype=np.int64)
@@ -159,29 +166,21 @@ def _multibyte(b: _Builder, state: int, spans: list) -> None:
                 b.table[state, lead0 + lead] = target
 
 
-def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256, alphabet: np.ndarray | None = None) -> ByteDFA:
+def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
+                      alphabet: np.ndarray | None = None) -> ByteDFA:
     """Send states that cannot reach acceptance to the dead state, drop
     unreachable states, and merge equivalent states (Moore's partition refinement
-    in a numba kernel; skipped, not approximated, past ``max_rounds``).
-    The result numbers states breadth-first from the start (1), dead = 0.
+    over byte classes, in one numba kernel; skipped, not approximated, past
+    ``max_rounds``). The result numbers states breadth-first from the start (1),
+    dead = 0.
 
     ``alphabet`` (256 booleans) restricts the bytes that may be read: transitions
     on other bytes go to the dead state first."""
-    trans, acc = dfa.transitions, dfa.accepting
-    if alphabet is not None and not alphabet.all():
-        trans = trans.copy()
-        trans[:, ~alphabet] = DEAD
-    # bytes whose columns are identical stay identical under refinement: refine
-    # over one column per byte class (a handful for most patterns, not 256)
-    cols = np.ascontiguousarray(trans.T)
-    _, first = np.unique(cols.view(np.dtype((np.void, cols.itemsize * cols.shape[1]))).reshape(-1),
-                         return_index=True)
-    reduced = np.ascontiguousarray(trans[:, np.sort(first)])
-    live = kernels.coreachable_dense(reduced, acc)
-    cls, rounds = kernels.moore_classes(reduced, acc, live, max_rounds)
-    if rounds < 0:  # not converged: keep every live state apart
-        cls = np.where(live, np.arange(len(live)), 0)
-    out, out_acc = kernels.quotient_renumber(np.ascontiguousarray(trans), acc, cls, START)
-    return ByteDFA(out, out_acc)
+    if alphabet is None:
+        alphabet = _ALL_BYTES
+    out, acc = kernels.trim_minimize(np.ascontiguousarray(dfa.transitions), dfa.accepting,
+                                     alphabet, max_rounds)
+    return ByteDFA(out, acc)
 
 
+_ALL_BYTES = np.ones(256, dtype=np.bool_)

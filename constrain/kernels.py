@@ -97,10 +97,11 @@ def _walk(trans, state, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
 
 @njit(cache=True, nogil=True)
 def token_transitions(trans, states, tbyte, tdepth, tskip, tok_start, tok_end, order,
-                      max_depth, rows, capacity):
+                      max_depth, rows, capacity, accepting, eos):
     """Allowed-token rows and the sparse token → next-state map of ``states``.
 
-    ``rows[j]`` receives the bits of ``states[j]``. Returns CSR arrays
+    ``rows[j]`` receives the bits of ``states[j]``, and the bits of the ``eos`` ids
+    when ``accepting[states[j]]``. Returns CSR arrays
     ``(indptr, tokens, nexts)``: the transitions of ``states[j]`` are
     ``tokens[indptr[j]:indptr[j+1]]`` → ``nexts[...]``, tokens ascending in byte
     order of the trie (not by id).
@@ -123,6 +124,9 @@ def token_transitions(trans, states, tbyte, tdepth, tskip, tok_start, tok_end, o
         n = _walk(trans, states[j], tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
                   rows[j], out_tok, out_next, n)
         indptr[j + 1] = n
+        if accepting[states[j]]:
+            for e in eos:
+                rows[j, e >> 5] |= np.uint32(1) << np.uint32(e & 31)
     return indptr, out_tok[:n], out_next[:n]
 
 
@@ -344,3 +348,68 @@ def quotient_renumber(trans, accepting, cls, start):
         for b in range(k):
             out[i, b] = new_id[cls[trans[s, b]]]
     return out, acc
+
+
+@njit(cache=True, nogil=True)
+def byte_classes(trans, alphabet):
+    """One representative byte per class of identical columns of ``trans``
+    (bytes outside ``alphabet`` count as columns of dead transitions)."""
+    n, k = trans.shape
+    reps = np.empty(k, np.int64)
+    m = 0
+    dead_rep = -1
+    for b in range(k):
+        if not alphabet[b]:
+            if dead_rep < 0:
+                dead_rep = b
+                reps[m] = b
+                m += 1
+            continue
+        found = False
+        for j in range(m):
+            r = reps[j]
+            if not alphabet[r]:
+                # the dead column: all zeros
+                same = True
+                for s in range(n):
+                    if trans[s, b] != 0:
+                        same = False
+                        break
+            else:
+                same = True
+                for s in range(n):
+                    if trans[s, b] != trans[s, r]:
+                        same = False
+                        break
+            if same:
+                found = True
+                break
+        if not found:
+            reps[m] = b
+            m += 1
+    return reps[:m]
+
+
+@njit(cache=True, nogil=True)
+def trim_minimize(trans, accepting, alphabet, max_rounds):
+    """Restrict a byte DFA to ``alphabet``, trim it (states that cannot accept
+    become dead), minimise it (Moore, exact) and renumber it breadth-first from
+    state 1 (dead = 0). Minimisation is skipped, not approximated, when it does
+    not converge within ``max_rounds``."""
+    n, k = trans.shape
+    full = trans.copy()
+    for b in range(k):
+        if not alphabet[b]:
+            for s in range(n):
+                full[s, b] = 0
+    reps = byte_classes(full, alphabet)
+    reduced = np.empty((n, reps.shape[0]), np.int32)
+    for s in range(n):
+        for j in range(reps.shape[0]):
+            reduced[s, j] = full[s, reps[j]]
+    live = coreachable_dense(reduced, accepting)
+    cls, rounds = moore_classes(reduced, accepting, live, max_rounds)
+    if rounds < 0:
+        for s in range(n):
+            cls[s] = s if live[s] else 0
+    return quotient_renumber(full, accepting, cls, 1)

@@ -27,6 +27,7 @@ from .token_trie import TokenTrie
 from .vocabulary import Vocabulary
 
 DEFAULT_MAX_MASK_BYTES = 256 * 1024 * 1024
+_NO_EOS = np.zeros(0, dtype=np.int64)
 
 
 class TokenAutomaton:
@@ -52,14 +53,14 @@ class TokenAutomaton:
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
         if self.eager:
             self._pool = np.zeros((n, words), dtype=np.uint32)
-            indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool)
-            self.live = np.ones(n, dtype=np.bool_)
-            self.live[0] = False
+            eos = _NO_EOS if exact_liveness else self._eos
+            indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool, eos)
+            self.live = None  # a trimmed byte DFA: every state but 0 is live
             if exact_liveness:
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
+                for s in np.flatnonzero(dfa.accepting & self.live):
+                    self._set_eos(self._pool[s])
             self._indptr, self._toks, self._nexts = indptr, toks, nexts
-            for s in np.flatnonzero(dfa.accepting & self.live):
-                self._set_eos(self._pool[s])
             self._slot = None
         else:
             capacity = max(1, max_mask_bytes // row_bytes)
@@ -70,11 +71,11 @@ class TokenAutomaton:
 
     # -- computing rows ------------------------------------------------------------
 
-    def _walk(self, states: np.ndarray, rows: np.ndarray):
+    def _walk(self, states: np.ndarray, rows: np.ndarray, eos: np.ndarray):
         t = self.trie
         return kernels.token_transitions(
             self.dfa.transitions, states, t.byte, t.depth, t.skip, t.tok_start, t.tok_end,
-            t.order, t.max_depth, rows, 0)
+            t.order, t.max_depth, rows, 0, self.dfa.accepting, eos)
 
     def _set_eos(self, row: np.ndarray) -> None:
         for e in self._eos:
@@ -110,9 +111,7 @@ class TokenAutomaton:
             _, (slot, _, _) = self._slot.popitem(last=False)
         row = self._pool[slot:slot + 1]
         row[:] = 0
-        _, toks, nexts = self._walk(np.array([state], dtype=np.int32), row)
-        if self.dfa.accepting[state]:
-            self._set_eos(row[0])
+        _, toks, nexts = self._walk(np.array([state], dtype=np.int32), row, self._eos)
         entry = self._slot[state] = (slot, toks, nexts)
         return entry
 

@@ -53,6 +53,7 @@ class TokenTrie:
         #: byte values that occur anywhere in a grammar token
         self.alphabet = np.zeros(256, dtype=np.bool_)
         self.alphabet[np.unique(data[_positions(offsets, order, lengths)])] = True
+        self._spells = bool(np.all(self.single_bytes[self.alphabet]))
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> "TokenTrie":
@@ -66,7 +67,7 @@ class TokenTrie:
         """Whether every byte that occurs in some token is also a one-byte token.
         Then the byte strings the vocabulary can spell are exactly the strings over
         :attr:`alphabet`, and byte-level liveness is token-level liveness."""
-        return bool(np.all(self.single_bytes[self.alphabet]))
+        return self._spells
 
     def __repr__(self) -> str:
         return f"TokenTrie(tokens={self.num_tokens}, nodes={self.num_nodes})"
