@@ -225,9 +225,9 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
         return frozenset(seen)
 
     init_prev = prev_class(None)
-    init = (closure([(start, ALL, False)], init_prev), init_prev)
-    index = {init: 0}
-    queue = [init]
+    states = _StateIndex((closure([(start, ALL, False)], init_prev), init_prev),
+                         max_states, deadline, pattern)
+    queue = states.queue
     transitions: list[dict] = []
     accepting: list[bool] = []
     while len(transitions) < len(queue):
@@ -246,31 +246,39 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
         row = {}
         for a, targets in moves.items():
             p = prev_class(a)
-            key = (closure(targets, p), p)
-            j = index.get(key)
-            if j is None:
-                j = index[key] = len(queue)
-                queue.append(key)
-                if len(queue) > max_states:
-                    raise _too_many(pattern, max_states)
-            row[a] = j
+            row[a] = states.id_of((closure(targets, p), p))
         transitions.append(row)
-        if deadline is not None and len(transitions) % 256 == 0:
-            _check_deadline(deadline, pattern)
+        states.done(len(transitions))
     return CharDFA(atoms, transitions, accepting)
 
 
-def _check_deadline(deadline: float, pattern: str) -> None:
-    if time.perf_counter() > deadline:
-        raise GrammarTooComplexError(
-            f"compiling the regex {pattern[:80]!r} exceeded its time budget "
-            f"(pass time_budget= to raise it)")
+class _StateIndex:
+    """Numbers DFA states (by their thread-set key) in discovery order, within the
+    state and time budgets."""
 
+    def __init__(self, initial, max_states: int, deadline: float | None, pattern: str):
+        self.index = {initial: 0}
+        self.queue = [initial]
+        self.max_states, self.deadline, self.pattern = max_states, deadline, pattern
 
-def _too_many(pattern: str, max_states: int) -> GrammarTooComplexError:
-    return GrammarTooComplexError(
-        f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
-        f"states (pass max_states= to raise the limit)")
+    def id_of(self, key) -> int:
+        j = self.index.get(key)
+        if j is None:
+            j = self.index[key] = len(self.queue)
+            self.queue.append(key)
+            if len(self.queue) > self.max_states:
+                raise GrammarTooComplexError(
+                    f"the regex {self.pattern[:80]!r} needs more than {self.max_states} "
+                    f"automaton states (pass max_states= to raise the limit)")
+        return j
+
+    def done(self, n_expanded: int) -> None:
+        """Check the time budget every 256 expanded states."""
+        if self.deadline is not None and n_expanded % 256 == 0 \
+                and time.perf_counter() > self.deadline:
+            raise GrammarTooComplexError(
+                f"compiling the regex {self.pattern[:80]!r} exceeded its time budget "
+                f"(pass time_budget= to raise it)")
 
 
 def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pattern) -> CharDFA:
@@ -302,9 +310,8 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
     # per NFA state: (atom, closure of target) pairs
     pairs: list = [None] * n
     final_bit = 1 << final
-    init = closure_of(start)
-    index = {init: 0}
-    queue = [init]
+    states = _StateIndex(closure_of(start), max_states, deadline, pattern)
+    queue = states.queue
     transitions: list[dict] = []
     accepting: list[bool] = []
     while len(transitions) < len(queue):
@@ -321,16 +328,6 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
                 ps = pairs[s] = [(a, closure_of(t)) for atom_list, t in edges[s] for a in atom_list]
             for a, c in ps:
                 moves[a] = moves.get(a, 0) | c
-        row = {}
-        for a, key in moves.items():
-            j = index.get(key)
-            if j is None:
-                j = index[key] = len(queue)
-                queue.append(key)
-                if len(queue) > max_states:
-                    raise _too_many(pattern, max_states)
-            row[a] = j
-        transitions.append(row)
-        if deadline is not None and len(transitions) % 256 == 0:
-            _check_deadline(deadline, pattern)
+        transitions.append({a: states.id_of(key) for a, key in moves.items()})
+        states.done(len(transitions))
     return CharDFA(atoms, transitions, accepting)
