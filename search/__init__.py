@@ -24,6 +24,12 @@ _LAZY = {
     "load_default_model": ("search.smollm2", "load_default_model"),
     "cache_dir": ("search.smollm2", "cache_dir"),
     "TransformersLM": ("search.models", "TransformersLM"),
+    "LM": ("search.lm", "LM"),
+    "CallableLM": ("search.lm", "CallableLM"),
+    "as_lm": ("search.lm", "as_lm"),
+    "Hypothesis": ("search.beam", "Hypothesis"),
+    "beam_search": ("search.beam", "beam_search"),
+    "best_first_beam_search": ("search.beam", "best_first_beam_search"),
 }
 
 __all__ = sorted(set(_LAZY) | {"generate", "GenerationResult"})

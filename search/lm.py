@@ -1,0 +1,174 @@
+"""The language-model protocol that the search drivers use.
+
+A model, for search, is anything with:
+
+* ``lm.logprobs(prefixes) -> numpy array (len(prefixes), lm.vocab_size)``: the
+  next-token log-probabilities after each prefix (a sequence of token ids: the
+  prompt followed by the generated ids). ``-inf`` marks an impossible token; the
+  drivers never expand it.
+* ``lm.calls``: the number of prefixes scored so far. **Every row counts**, also
+  a prefix scored before: drivers must not ask twice for the same prefix, and
+  the counts of two drivers on the same model are directly comparable.
+* ``lm.vocab_size``: the number of columns of ``logprobs``.
+* ``lm.eos_token_ids``: a tuple of the ids that end a hypothesis (``lm.eos_token_id``
+  is the first of them).
+
+:class:`CallableLM` wraps a plain function of one prefix (or of a batch of
+prefixes) into this protocol; :func:`as_lm` adapts a :class:`search.TransformersLM`
+(which already scores batches of prefixes and counts its calls) and passes any
+other object that follows the protocol through unchanged.
+
+Example::
+
+    import numpy as np, search
+    table = np.log(np.full(3, 1 / 3))
+    lm = search.CallableLM(lambda prefix: table, vocab_size=3, eos_token_id=2)
+    lm.logprobs([(0,), (0, 1)]).shape   # (2, 3); lm.calls == 2
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = ["LM", "CallableLM", "TransformersLMAdapter", "as_lm"]
+
+
+@runtime_checkable
+class LM(Protocol):
+    """What the search drivers need from a model (see the module docstring)."""
+
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    calls: int
+
+    def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Next-token log-probabilities after each prefix, ``(len(prefixes), vocab_size)``."""
+        ...
+
+
+def _eos_tuple(eos) -> tuple[int, ...]:
+    if eos is None:
+        return ()
+    if isinstance(eos, (int, np.integer)):
+        return (int(eos),)
+    return tuple(sorted({int(i) for i in eos}))
+
+
+class CallableLM:
+    """A model given by a function: the LM protocol around ``logprobs_fn``.
+
+    Args:
+        logprobs_fn: ``logprobs_fn(prefix: tuple[int, ...])`` returns a 1-D array of
+            ``vocab_size`` log-probabilities of the next token (``-inf`` for
+            impossible tokens). With ``batched=True`` it is called instead with a
+            list of prefixes and returns an array ``(n, vocab_size)``.
+        vocab_size: the number of token ids.
+        eos_token_id: the id (or an iterable of ids) that ends a hypothesis.
+        batched: see ``logprobs_fn``.
+
+    Results are *not* cached: every prefix passed to :meth:`logprobs` counts one in
+    :attr:`calls`, even one scored before (the drivers never ask twice for the
+    same prefix, so ``calls`` measures their work).
+    """
+
+    def __init__(self, logprobs_fn: Callable, vocab_size: int, eos_token_id: int | Iterable[int],
+                 *, batched: bool = False):
+        self.logprobs_fn = logprobs_fn
+        self.vocab_size = int(vocab_size)
+        self.eos_token_ids: tuple[int, ...] = _eos_tuple(eos_token_id)
+        if not self.eos_token_ids:
+            raise ValueError("CallableLM needs at least one EOS token id")
+        for i in self.eos_token_ids:
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"EOS id {i} is outside the vocabulary of {self.vocab_size} tokens")
+        self.batched = bool(batched)
+        #: number of prefixes scored so far
+        self.calls = 0
+
+    def __repr__(self) -> str:
+        return f"CallableLM(vocab_size={self.vocab_size}, eos_token_ids={self.eos_token_ids}, calls={self.calls})"
+
+    @property
+    def eos_token_id(self) -> int:
+        """The first (smallest) EOS id."""
+        return self.eos_token_ids[0]
+
+    def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Next-token log-probabilities after each prefix: a float64 array
+        ``(len(prefixes), vocab_size)``. Counts ``len(prefixes)`` calls."""
+        prefixes = [tuple(int(t) for t in p) for p in prefixes]
+        n = len(prefixes)
+        if n == 0:
+            return np.zeros((0, self.vocab_size))
+        if self.batched:
+            out = np.asarray(self.logprobs_fn(prefixes), dtype=np.float64)
+        else:
+            out = np.stack([np.asarray(self.logprobs_fn(p), dtype=np.float64).reshape(-1) for p in prefixes])
+        if out.shape != (n, self.vocab_size):
+            raise ValueError(f"logprobs_fn returned shape {out.shape}, expected {(n, self.vocab_size)}")
+        self.calls += n
+        return out
+
+
+class TransformersLMAdapter:
+    """The LM protocol over a :class:`search.TransformersLM` (or any object with
+    ``logprobs``, ``calls``, ``vocab_size`` and ``eos_token_ids``).
+
+    ``calls`` is read from the wrapped model, so it counts every prefix the model
+    scored, through this adapter or not. ``TransformersLM`` reuses the KV cache of
+    the longest recently scored prefix a new prefix extends; ``kv_cache_size``
+    (when given) raises the number of prefixes whose cache it keeps, which helps
+    beam search (``beam_size`` parents per step) but changes no result.
+    """
+
+    def __init__(self, model, kv_cache_size: int | None = None):
+        self.model = model
+        self.vocab_size = int(model.vocab_size)
+        self.eos_token_ids: tuple[int, ...] = _eos_tuple(getattr(model, "eos_token_ids", None)
+                                                         or getattr(model, "eos_token_id", None))
+        if not self.eos_token_ids:
+            raise ValueError(f"{model!r} has no EOS token id")
+        if kv_cache_size is not None and hasattr(model, "_kv_size"):
+            model._kv_size = max(int(model._kv_size), int(kv_cache_size))
+
+    def __repr__(self) -> str:
+        return f"TransformersLMAdapter({self.model!r})"
+
+    @property
+    def calls(self) -> int:
+        """Prefixes the wrapped model has scored so far."""
+        return int(self.model.calls)
+
+    @property
+    def eos_token_id(self) -> int:
+        """The first (smallest) EOS id."""
+        return self.eos_token_ids[0]
+
+    @property
+    def vocab(self):
+        """The wrapped model's :class:`constrain.Vocabulary`."""
+        return self.model.vocab
+
+    def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Next-token log-probabilities after each prefix, ``(len(prefixes), vocab_size)``."""
+        if len(prefixes) == 0:
+            return np.zeros((0, self.vocab_size), dtype=np.float32)
+        return self.model.logprobs([tuple(int(t) for t in p) for p in prefixes])
+
+
+def as_lm(model):
+    """``model`` as an object of the LM protocol: a :class:`CallableLM`, a
+    :class:`TransformersLMAdapter` or any object that has ``logprobs``, ``calls``,
+    ``vocab_size`` and ``eos_token_ids`` is returned as it is, a
+    ``TransformersLM`` is wrapped in a :class:`TransformersLMAdapter` (whose KV
+    cache keeps at least 64 prefixes)."""
+    if isinstance(model, (CallableLM, TransformersLMAdapter)):
+        return model
+    if type(model).__name__ == "TransformersLM":
+        return TransformersLMAdapter(model, kv_cache_size=64)
+    missing = [a for a in ("logprobs", "calls", "vocab_size", "eos_token_ids") if not hasattr(model, a)]
+    if missing:
+        raise TypeError(f"{type(model).__name__} does not follow the LM protocol (missing {', '.join(missing)})")
+    return model
