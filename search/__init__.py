@@ -19,6 +19,7 @@ import importlib
 # Imported eagerly (it is light) so that the function ``search.generate`` always
 # shadows the submodule of the same name.
 from .generate import GenerationResult, generate  # noqa: E402
+from .dingo import DingoResult, dingo  # noqa: E402  (the function shadows the submodule)
 
 _LAZY = {
     "load_default_model": ("search.smollm2", "load_default_model"),
