@@ -32,7 +32,7 @@ import heapq
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -75,11 +75,38 @@ def _key(h: Hypothesis):
     return (-h.score, h.tokens)
 
 
+def _priority_fn(length_reward: float | None, max_new_tokens: int):
+    """The monotone search score: ``score`` itself without a reward; with a reward
+    ``r``, ``score + r * len(tokens)`` for a finished hypothesis and ``score + r *
+    len(tokens) + max(r, 0) * (max_new_tokens - len(tokens))`` for an unfinished one
+    (the most reward it could still collect: an admissible bonus), which never
+    increases as a hypothesis grows."""
+    if length_reward is None:
+        return None
+    r = float(length_reward)
+    bonus = max(r, 0.0) * max_new_tokens
+
+    def priority(h: Hypothesis) -> float:
+        n = len(h.tokens)
+        return h.score + (r * n if h.finished else r * n - max(r, 0.0) * n + bonus)
+
+    return priority
+
+
+def _key_fn(priority):
+    if priority is None:
+        return _key
+    return lambda h: (-priority(h), h.tokens)
+
+
 class _Expander:
     """Scores hypotheses with the model and builds their children."""
 
-    def __init__(self, lm, prompt_ids, constraint, limit: int | None):
+    def __init__(self, lm, prompt_ids, constraint, limit: int | None, length_reward=None,
+                 max_new_tokens: int = 0):
         self.lm = as_lm(lm)
+        self.reward = None if length_reward is None else float(length_reward)
+        self.T = int(max_new_tokens)
         self.prompt = tuple(int(t) for t in prompt_ids)
         self.constraint = constraint
         self.limit = limit
@@ -119,11 +146,17 @@ class _Expander:
             ok = vals > -np.inf  # drops -inf and NaN
             ids, vals = ids[ok], vals[ok]
             if self.limit is not None and len(ids) > self.limit:
-                # keep the `limit` best by (score desc, id asc), ties at the cut included
-                thr = np.partition(vals, len(vals) - self.limit)[len(vals) - self.limit]
-                sel = vals >= thr
-                ids, vals = ids[sel], vals[sel]
-                order = np.lexsort((ids, -vals))[: self.limit]
+                # keep the `limit` best by (priority desc, id asc), ties at the cut included
+                # (computed as the drivers' keys are, so that rounding agrees)
+                prio = h.score + vals
+                if self.reward is not None:
+                    r, n = self.reward, len(h.tokens) + 1
+                    is_eos = np.isin(ids, np.fromiter(self.eos, dtype=np.int64))
+                    prio = prio + np.where(is_eos, r * n, r * n - max(r, 0.0) * n + max(r, 0.0) * self.T)
+                thr = np.partition(prio, len(prio) - self.limit)[len(prio) - self.limit]
+                sel = prio >= thr
+                ids, vals, prio = ids[sel], vals[sel], prio[sel]
+                order = np.lexsort((ids, -prio))[: self.limit]
                 ids, vals = ids[order], vals[order]
             children = []
             base = h.score
@@ -170,7 +203,8 @@ def _rank(hyps, length_penalty):
 
 
 def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, constraint=None,
-                patience: float = 1.0, length_penalty: float | None = None) -> list[Hypothesis]:
+                patience: float = 1.0, length_penalty: float | None = None,
+                length_reward: float | None = None) -> list[Hypothesis]:
     """Breadth-first beam search (Meister, Vieira & Cotterell 2020, Algorithm 1).
 
     Step ``t`` forms the beam ``B_t``: the ``beam_size`` best (by score; ties by
@@ -201,12 +235,20 @@ def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, c
             the EOS). It does not change which hypotheses are kept or when the
             search stops (both use raw scores); raise ``patience`` to let more
             hypotheses end before ranking them.
+        length_reward: ``r``, Meister et al.'s monotone stand-in for length
+            normalisation: hypotheses are compared (in the beams, for stopping and
+            for the returned order) by ``score + r * len(tokens)`` when finished and
+            ``score + r * len(tokens) + max(r, 0) * (max_new_tokens - len(tokens))``
+            when not (an admissible bonus: the most reward still to collect), which
+            never increases as a hypothesis grows. ``score`` stays the plain sum of
+            log-probabilities.
 
     Returns:
         the final beam, best first (a list of :class:`Hypothesis`).
     """
     _check_args(beam_size, max_new_tokens, patience)
-    ex = _Expander(lm, prompt_ids, constraint, beam_size)
+    ex = _Expander(lm, prompt_ids, constraint, beam_size, length_reward, max_new_tokens)
+    key = _key_fn(_priority_fn(length_reward, int(max_new_tokens)))
     n_more, n_less = _patience_counts(patience, beam_size)
     beam = [ex.root()]
     ended: set = set()
@@ -218,20 +260,23 @@ def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, c
                 cands.extend(children)
         if not cands:
             break
-        cands.sort(key=_key)
+        cands.sort(key=key)
         beam = cands if beam_size is None else cands[:beam_size]
         ended.update(h.tokens for h in beam if h.finished)
         if (beam[0].finished and len(ended) >= n_more) or len(ended) >= n_less:
             break
+    if length_penalty is None:
+        return sorted(beam, key=key)
     return _rank(beam, length_penalty)
 
 
 def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, constraint=None,
                            patience: float = 1.0, length_penalty: float | None = None,
-                           queue_factor: float | None = None, batch_size: int = 1) -> list[Hypothesis]:
+                           length_reward: float | None = None, queue_factor: float | None = None, batch_size: int = 1) -> list[Hypothesis]:
     """Best-first beam search (Meister, Vieira & Cotterell 2020, Algorithm 2).
 
-    A priority queue holds hypotheses keyed by (score, length, tokens), best first;
+    A priority queue holds hypotheses keyed by (score, length, tokens), best first
+    (the score with its ``length_reward`` terms, when one is given);
     at most ``beam_size`` hypotheses are popped (kept) per length, later ones at a
     full length are dropped. A popped unfinished hypothesis is scored and its
     children are pushed. A popped finished hypothesis is the answer if it is the
@@ -239,9 +284,9 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
     ("padded"), keeping a beam slot there, exactly as it stays in the breadth-first
     beam. The first pop at length ``max_new_tokens`` is the answer too.
 
-    Guarantee (``patience=1``, no ``length_penalty``, any ``batch_size``, no
-    ``queue_factor``): the pops at each length are the breadth-first beam of that
-    length in order, so the answer is the best hypothesis of :func:`beam_search`
+    Guarantee (``patience=1``, no ``length_penalty``, the same ``length_reward``,
+    any ``batch_size``, no ``queue_factor``): the pops at each length are the
+    breadth-first beam of that length in order, so the answer is the best hypothesis of :func:`beam_search`
     (same tokens, same score) and ``lm.calls`` grows by at most as much.
     ``beam_size=None`` pops everything in score order: exact MAP search over
     hypotheses of at most ``max_new_tokens`` tokens.
@@ -251,8 +296,12 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
             :func:`beam_search`.
         patience: as for :func:`beam_search`, counted over the finished
             hypotheses popped so far; ``p != 1`` loses the guarantee.
-        length_penalty: not supported yet (it is not monotone; Meister et al.'s
-            monotone stand-in is not implemented): must be ``None``.
+        length_penalty: not supported (``score / len ** alpha`` is not monotone, so
+            best-first search cannot stop early on it): must be ``None``; use
+            ``length_reward``, the paper's monotone stand-in.
+        length_reward: as for :func:`beam_search`; the queue is ordered by that
+            monotone score, and the guarantee holds with it (same ``length_reward``
+            in both drivers).
         queue_factor: ``c``; keep at most ``c * beam_size`` entries in the queue,
             dropping the worst when it overflows (the memory-reduced variant). It
             bounds memory at the cost of the guarantee: a dropped low-scoring
@@ -270,13 +319,14 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
     _check_args(beam_size, max_new_tokens, patience)
     if length_penalty is not None:
         raise NotImplementedError(
-            "best_first_beam_search has no length_penalty yet (it needs Meister et al.'s monotone "
-            "stand-in); use beam_search")
+            "best_first_beam_search cannot rank by score / len ** alpha (not monotone); use "
+            "length_reward (Meister et al.'s monotone stand-in) or beam_search")
     if queue_factor is not None and not queue_factor > 0:
         raise ValueError(f"queue_factor must be > 0, got {queue_factor!r}")
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    ex = _Expander(lm, prompt_ids, constraint, beam_size)
+    ex = _Expander(lm, prompt_ids, constraint, beam_size, length_reward, max_new_tokens)
+    priority = _priority_fn(length_reward, int(max_new_tokens))
     n_more, n_less = _patience_counts(patience, beam_size)
     cap = None
     if queue_factor is not None and beam_size is not None:
@@ -289,7 +339,7 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
     def push(h: Hypothesis, level: int):
         nonlocal counter
         counter += 1
-        heapq.heappush(heap, (-h.score, level, h.tokens, counter, h))
+        heapq.heappush(heap, (-(h.score if priority is None else priority(h)), level, h.tokens, counter, h))
 
     push(ex.root(), 0)
     pops: Counter = Counter()

@@ -9,7 +9,6 @@ hypothesis ends within ``L`` tokens.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import defaultdict
 
@@ -83,16 +82,18 @@ def _random_case(rng: random.Random, V=None, L=None) -> tuple[TinyLM, int]:
     return tiny, rng.randint(1, 8)
 
 
-def _brute_force(tiny: TinyLM, constraint=None) -> tuple[tuple[int, ...], float] | None:
-    """The most probable complete sequence (ties: smaller token tuple), by
-    enumerating every prefix level by level (vectorised when unconstrained)."""
+def _brute_force(tiny: TinyLM, constraint=None, reward: float = 0.0) -> tuple[tuple[int, ...], float] | None:
+    """The most probable complete sequence (with a ``reward``: the best by
+    ``score + reward * len``; ties: smaller token tuple), by enumerating every
+    prefix level by level (vectorised when unconstrained)."""
     V, eos, L = tiny.V, tiny.eos, tiny.L
     best = None
 
     def offer(tokens, score):
         nonlocal best
-        if best is None or (-score, tokens) < (-best[1], best[0]):
-            best = (tokens, score)
+        adj = score + reward * len(tokens) if reward else score
+        if best is None or (-adj, tokens) < (-best[2], best[0]):
+            best = (tokens, score, adj)
 
     if constraint is None:
         codes = np.zeros(1, dtype=np.uint64)
@@ -103,6 +104,8 @@ def _brute_force(tiny: TinyLM, constraint=None) -> tuple[tuple[int, ...], float]
             lp = tiny.rows(codes, np.full(len(codes), n))
             total = scores[:, None] + lp
             ends = total[:, eos]
+            if not len(ends):
+                break
             i = int(np.argmax(ends))
             if ends[i] > -np.inf:
                 # ties within a level: the smallest token tuple among the maxima
@@ -267,10 +270,14 @@ def test_length_penalty_and_patience_in_beam_search():
 _RATIOS: dict = defaultdict(list)
 
 
-def test_best_first_equals_beam_on_2000_tiny_lms():
+def _tiny_cases(n=2000):
+    """The same ``n`` random (tiny LM, beam size) pairs on every call."""
     rng = random.Random(20201)
-    for case in range(2000):
-        tiny, k = _random_case(rng)
+    return [_random_case(rng) for _ in range(n)]
+
+
+def test_best_first_equals_beam_on_2000_tiny_lms():
+    for case, (tiny, k) in enumerate(_tiny_cases()):
         _check_pair(tiny, k, batch_size=1 if case % 4 else k, ratios=None if case % 4 == 0 else _RATIOS)
 
 
@@ -301,14 +308,38 @@ def test_ties_are_broken_alike():
 
 
 def test_exact_map_search_on_300_tiny_lms():
-    rng = random.Random(300)
-    for _ in range(300):
-        tiny, _ = _random_case(rng)
+    for tiny, _ in _tiny_cases()[:300]:
         lm = tiny.lm()
         got = best_first_beam_search(lm, (), beam_size=None, max_new_tokens=tiny.L)[0]
         want = _brute_force(tiny)
         assert got.finished and got.tokens == want[0], (tiny.__dict__, got, want)
         assert abs(got.score - want[1]) <= 1e-9
+
+
+def test_length_reward_is_monotone_and_exact():
+    """Meister et al.'s stand-in for length normalisation, score + r * len with an
+    admissible bonus for unfinished hypotheses: both drivers agree on it, and with
+    beam_size=None best-first search finds the brute-force optimum."""
+    rng = random.Random(5)
+    for case in range(600):
+        tiny, k = _random_case(rng)
+        r = rng.choice([-0.5, 0.25, 1.0, 3.0])
+        lm_b, lm_f = tiny.lm(), tiny.lm()
+        b = beam_search(lm_b, (), beam_size=k, max_new_tokens=tiny.L, length_reward=r)[0]
+        f = best_first_beam_search(lm_f, (), beam_size=k, max_new_tokens=tiny.L, length_reward=r,
+                                   batch_size=1 if case % 2 else k)[0]
+        assert f.tokens == b.tokens and abs(f.score - b.score) <= 1e-9 and lm_f.calls <= lm_b.calls
+        if case < 200:
+            got = best_first_beam_search(tiny.lm(), (), beam_size=None, max_new_tokens=tiny.L, length_reward=r)[0]
+            want = _brute_force(tiny, reward=r)
+            assert got.finished and got.tokens == want[0], (r, tiny.__dict__, got, want)
+    # a reward lets the longer answer win: A E (0.36 = 0.6 * 0.6) over E (0.4)
+    E, A = 0, 1
+    table = {(): {A: 0.6, E: 0.4}, (A,): {E: 0.6, A: 0.4}, (A, A): {E: 1.0}}
+    for driver in (beam_search, best_first_beam_search):
+        assert driver(_table_lm(table, 2, E), (), beam_size=2, max_new_tokens=3)[0].tokens == (E,)
+        assert driver(_table_lm(table, 2, E), (), beam_size=2, max_new_tokens=3,
+                      length_reward=0.2)[0].tokens == (A, E)
 
 
 REGEXES = [r"(ab|c)*", r"a+b?c*", r"[abc]{1,3}", r"(a|b)*c", r"c|ab*", r"(aa|b)+", r"a(b|c)?", r"[ab]*d?"]
@@ -336,7 +367,7 @@ def test_regex_constrained_search_on_tiny_lms(regex_constraints):
     rng = random.Random(4)
     keys = sorted(regex_constraints)
     n_map = 0
-    for case in range(1000):
+    for case in range(2000):
         n, eos, pattern = keys[rng.randrange(len(keys))]
         c = regex_constraints[n, eos, pattern]
         tiny = TinyLM(rng.getrandbits(40), n + 1, eos, rng.randint(2, 8), rng.choice([0.3, 1.0, 2.0, 4.0]))
