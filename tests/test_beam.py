@@ -223,10 +223,35 @@ def _table_lm(table: dict, V: int, eos: int) -> CallableLM:
     return CallableLM(fn, V, eos)
 
 
+def test_finished_hypothesis_is_not_returned_when_not_first_at_its_length():
+    """The field guide's subtle point. Beam 2: B_1 = [A (.7), E (.25)], B_2 = [AA
+    (.35), AB (.35)] (E is pushed out), B_3 = [AAE (.21), ABE (.2)]: the answer is
+    AAE. Best-first pops A, AA, AB, then E as the second pop of length 1: returning
+    it there would be wrong; padded to length 2, where both slots are taken, it is
+    dropped, and AAE is the first pop of length 3."""
+    E, A, B = 0, 1, 2
+    table = {
+        (): {A: 0.7, E: 0.25, B: 0.05}, (B,): {E: 1.0},
+        (A,): {A: 0.5, B: 0.5},
+        (A, A): {E: 0.6, A: 0.4}, (A, B): {E: 0.2 / 0.35, A: 0.15 / 0.35},
+        (A, A, A): {E: 1.0}, (A, B, A): {E: 1.0},
+    }
+    results = []
+    for driver in (beam_search, best_first_beam_search):
+        lm = _table_lm(table, 3, E)
+        best = driver(lm, (), beam_size=2, max_new_tokens=4)[0]
+        assert best.tokens == (A, A, E) and best.score == pytest.approx(np.log(0.21))
+        results.append(lm.calls)
+    assert results == [4, 4]  # both score (), A, AA and AB
+    # with beam 3, E keeps its slot at length 2 (B_2 = [AA, AB, E]) and wins at length 3
+    for driver in (beam_search, best_first_beam_search):
+        best = driver(_table_lm(table, 3, E), (), beam_size=3, max_new_tokens=4)[0]
+        assert best.tokens == (E,)
+
+
 def test_finished_hypothesis_keeps_its_slot():
-    """The field guide's subtle point: EOS (0.3) at step 1 is the second pop of its
-    length; it keeps a slot at length 2, where it beats everything, so both drivers
-    return it. Returning the other first-pop-at-length-2 would be wrong."""
+    """EOS (0.3) at step 1 is the second pop of its length; it keeps a slot at
+    length 2, where it beats everything, so both drivers return it."""
     E, A, B = 0, 1, 2
     table = {
         (): {A: 0.6, E: 0.3, B: 0.1},
