@@ -33,7 +33,7 @@ _LAZY = {
     "best_first_beam_search": ("search.beam", "best_first_beam_search"),
 }
 
-__all__ = sorted(set(_LAZY) | {"generate", "GenerationResult"})
+__all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})
 
 
 def __getattr__(name: str):
