@@ -49,6 +49,7 @@ CORNER_CASES = [
 _CORNER_ALPHABET = ALPHABET + ["\u212a", "k", "ǆ", "Ǆ", "ǅ", "\u0660", "\x85", "\u00a0", "ß", "ẞ", "ss", "&", "α"]
 
 
+@pytest.mark.filterwarnings("ignore:Possible set intersection:FutureWarning")
 @pytest.mark.parametrize("pattern", CORNER_CASES)
 def test_corner_cases_agree_with_re(pattern):
     dfa = byte_dfa(pattern)
