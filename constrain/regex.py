@@ -182,6 +182,7 @@ def _check_width(have: int, need: int) -> None:
 
 
 def compile_regex(pattern: str, vocab: Vocabulary, *,
+                  flags: int = 0,
                   max_repeat: int = MAX_REPEAT,
                   max_positions: int = MAX_POSITIONS,
                   max_states: int = DEFAULT_MAX_STATES,
@@ -190,7 +191,7 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     """Compile a regex (Python ``re`` syntax) into a token-level constraint.
 
     The constraint accepts exactly the token sequences whose bytes decode to a
-    string ``s`` with ``re.fullmatch(pattern, s)``. Unicode is handled at the byte
+    string ``s`` with ``re.fullmatch(pattern, s, flags)``. Unicode is handled at the byte
     level, so a token holding part of a multi-byte character is allowed where the
     character can continue.
 
@@ -199,6 +200,9 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
             and possessive quantifiers are refused (no finite automaton can match
             them); ``^ $ \\A \\Z \\b \\B`` and all flags are supported.
         vocab: the tokenizer's vocabulary.
+        flags: ``re`` flags, as for ``re.compile``; ``re.ASCII`` makes ``\d \w \s
+            \b`` ASCII-only (Python's default is Unicode-wide: ``\d`` also matches
+            Arabic-Indic and other decimal digits).
         max_repeat: largest repetition bound ``{m,n}`` accepted.
         max_positions: largest size of the pattern with repetitions expanded.
         max_states: largest automaton (character DFA) accepted.
@@ -214,7 +218,7 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     if not isinstance(vocab, Vocabulary):
         raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
     deadline = time.perf_counter() + time_budget
-    node = parse_regex(pattern, max_repeat=max_repeat, max_positions=max_positions)
+    node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern)
     if not any(char_dfa.accepting):
         raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")

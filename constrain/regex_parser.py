@@ -87,9 +87,10 @@ _I, _M, _S, _A, _X, _L = (
 )
 
 
-def parse_regex(pattern: str, *, max_repeat: int = MAX_REPEAT,
+def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
                 max_positions: int = MAX_POSITIONS):
-    """Parse ``pattern`` (Python ``re`` syntax) into the regex IR.
+    """Parse ``pattern`` (Python ``re`` syntax, with ``re`` ``flags`` such as
+    ``re.ASCII | re.IGNORECASE``) into the regex IR.
 
     Raises:
         RegexSyntaxError: the pattern is not valid Python regex syntax.
@@ -103,7 +104,7 @@ def parse_regex(pattern: str, *, max_repeat: int = MAX_REPEAT,
     try:
         # Python's own parser: the same tree and syntax errors as re.compile (the
         # few checks re.compile adds concern lookbehind, refused below anyway)
-        tree = sre_parse.parse(pattern)
+        tree = sre_parse.parse(pattern, int(flags))
     except re.error as e:
         raise RegexSyntaxError(e.msg, pattern, e.pos) from None
     except (OverflowError, RecursionError, ValueError) as e:

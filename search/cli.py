@@ -115,22 +115,17 @@ def _nonneg_float(s: str) -> float:
 
 def compile_cli_regex(pattern: str, vocab, unicode: bool = False):
     """Compile ``pattern`` as ``trellis generate --regex`` does: with Python's
-    ``re.ASCII`` flag (``(?a)``) unless ``unicode`` is true or the pattern sets
-    ``(?u)``/``(?L)`` itself. Errors name offsets in ``pattern`` as written."""
+    ``re.ASCII`` flag unless ``unicode`` is true or the pattern sets ``(?u)``
+    itself (then as written)."""
     import re
 
     import constrain
 
     if not unicode:
         try:
-            re.compile("(?a)" + pattern)
-        except (re.error, ValueError, OverflowError, RecursionError):
-            pass  # invalid, or sets an incompatible flag: compile it as written
-        else:
-            try:
-                return constrain.compile_regex("(?a)" + pattern, vocab)
-            except constrain.ConstraintError:
-                pass  # report the error against the pattern as the user wrote it
+            return constrain.compile_regex(pattern, vocab, flags=re.ASCII)
+        except constrain.RegexSyntaxError:
+            pass  # e.g. an explicit (?u): report errors against the pattern as written
     return constrain.compile_regex(pattern, vocab)
 
 

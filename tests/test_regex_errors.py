@@ -97,3 +97,12 @@ def test_bad_vocab():
 def test_repeat_limit_is_configurable(vocab):
     g = compile_regex(r"a{20001}", vocab, max_repeat=30000, max_positions=30000)
     assert g.num_states > 20000
+
+
+def test_flags_argument(vocab):
+    import re
+
+    g = compile_regex(r"\d+", vocab, flags=re.ASCII)
+    assert g.matches("123") and not g.matches("١٢٣")
+    assert compile_regex(r"\d+", vocab).matches("١٢٣")
+    assert compile_regex("abc", vocab, flags=re.IGNORECASE).matches("AbC")
