@@ -31,6 +31,12 @@ _LAZY = {
     "Hypothesis": ("search.beam", "Hypothesis"),
     "beam_search": ("search.beam", "beam_search"),
     "best_first_beam_search": ("search.beam", "best_first_beam_search"),
+    "AWRS": ("search.awrs", "AWRS"),
+    "AWRSStep": ("search.awrs", "AWRSStep"),
+    "awrs_step": ("search.awrs", "awrs_step"),
+    "smc": ("search.smc", "smc"),
+    "SMCResult": ("search.smc", "SMCResult"),
+    "SMCParticle": ("search.smc", "SMCParticle"),
 }
 
 __all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})
