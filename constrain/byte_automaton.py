@@ -107,11 +107,10 @@ class _Builder:
 def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None) -> ByteDFA:
     """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised),
     raising :class:`GrammarTooComplexError` past ``max_states`` byte states."""
-    n = len(dfa.transitions)
-    n_atoms = len(dfa.atoms)
+    n, n_atoms = dfa.table.shape
     b = _Builder(n, max_states)
     # ASCII: each byte belongs to at most one atom, so all ASCII rows are one
-    # gather from a (state, atom) table; column n_atoms stands for "no atom"
+    # gather from the (state, atom) table; column n_atoms stands for "no atom"
     atom_of_byte = np.full(128, n_atoms, dtype=np.int64)
     wide = []
     for a, cs in enumerate(dfa.atoms):
@@ -119,19 +118,15 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None) -> ByteDFA:
             if lo < 0x80:
                 atom_of_byte[lo:min(hi, 0x7F) + 1] = a
         wide.append(bool(cs.intervals) and cs.intervals[-1][1] >= 0x80)
-    qs, ats, ts = [], [], []
-    for q, row_map in enumerate(dfa.transitions):
-        for atom, target in row_map.items():
-            qs.append(q)
-            ats.append(atom)
-            ts.append(target + 1)  # +1: state 0 is dead
     by_atom = np.zeros((n, n_atoms + 1), dtype=np.int32)
-    by_atom[qs, ats] = ts
+    by_atom[:, :n_atoms] = dfa.table + 1  # +1: state 0 is dead, -1 (none) becomes 0
     b.table[1:n + 1, :128] = by_atom[:, atom_of_byte]
-    if any(wide):
-        for q, row_map in enumerate(dfa.transitions):
-            spans = [(lo, hi, t + 1) for atom, t in row_map.items() if wide[atom]
-                     for lo, hi in dfa.atoms[atom].intervals if hi >= 0x80]
+    wide_atoms = [a for a in range(n_atoms) if wide[a]]
+    if wide_atoms:
+        for q in range(n):
+            row = dfa.table[q]
+            spans = [(lo, hi, int(row[a]) + 1) for a in wide_atoms if row[a] >= 0
+                     for lo, hi in dfa.atoms[a].intervals if hi >= 0x80]
             if spans:
                 spans.sort()
                 _multibyte(b, q + 1, spans)

@@ -14,6 +14,9 @@ import re
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from . import kernels
 from .charset import CharSet, oracle_charset
 from .errors import GrammarTooComplexError
 from .regex_parser import Alt, Assert, Chars, Concat, Repeat
@@ -27,13 +30,22 @@ class CharDFA:
 
     Attributes:
         atoms: the character set of each atom.
-        transitions: per state, a dict atom id → next state.
-        accepting: per state, whether input may end there.
+        table: ``int32 [states, atoms]``, the next state (-1: none).
+        accepting: ``bool [states]``, whether input may end there.
     """
 
     atoms: list
-    transitions: list
-    accepting: list
+    table: np.ndarray
+    accepting: np.ndarray
+
+    @classmethod
+    def from_rows(cls, atoms: list, rows: list, accepting: list) -> "CharDFA":
+        """From per-state dicts atom → next state."""
+        table = np.full((len(rows), len(atoms)), -1, dtype=np.int32)
+        for q, row in enumerate(rows):
+            for a, t in row.items():
+                table[q, a] = t
+        return cls(atoms, table, np.asarray(accepting, dtype=np.bool_))
 
 
 class _NFA:
@@ -165,6 +177,12 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     if not asserts:
         atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
         plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
+        if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
+            # bounded by max_states; the time budget is checked once it returns
+            dfa = _determinize_kernel(atoms, plain_edges, eps, start, final, max_states, pattern)
+            if deadline is not None:
+                _StateIndex(None, max_states, deadline, pattern).done(0)
+            return dfa
         return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
                                   pattern)
     track_prev = bool(kinds & _PREV_DEPENDENT)
@@ -249,7 +267,7 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
             row[a] = states.id_of((closure(targets, p), p))
         transitions.append(row)
         states.done(len(transitions))
-    return CharDFA(atoms, transitions, accepting)
+    return CharDFA.from_rows(atoms, transitions, accepting)
 
 
 class _StateIndex:
@@ -279,6 +297,37 @@ class _StateIndex:
             raise GrammarTooComplexError(
                 f"compiling the regex {self.pattern[:80]!r} exceeded its time budget "
                 f"(pass time_budget= to raise it)")
+
+
+# the numba subset construction keeps an epsilon-closure bitset per NFA state:
+# bounded to 32 MiB, past that the Python construction (sets of ints) takes over
+_KERNEL_MAX_WORDS = 4 * 1024 * 1024
+
+
+def _determinize_kernel(atoms, edges, eps, start, final, max_states, pattern) -> CharDFA:
+    """:func:`_determinize_plain` as one numba kernel over CSR arrays."""
+    n = len(eps)
+    eps_ptr = np.zeros(n + 1, dtype=np.int64)
+    edge_ptr = np.zeros(n + 1, dtype=np.int64)
+    eps_dst: list = []
+    edge_atom: list = []
+    edge_dst: list = []
+    for s in range(n):
+        eps_dst.extend(t for t, _ in eps[s])
+        eps_ptr[s + 1] = len(eps_dst)
+        for atom_list, t in edges[s]:
+            edge_atom.extend(atom_list)
+            edge_dst.extend([t] * len(atom_list))
+        edge_ptr[s + 1] = len(edge_atom)
+    table, accepting, count = kernels.determinize(
+        len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
+        np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
+        start, final, max_states)
+    if count < 0:
+        raise GrammarTooComplexError(
+            f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
+            f"states (pass max_states= to raise the limit)")
+    return CharDFA(atoms, table, accepting)
 
 
 def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pattern) -> CharDFA:
@@ -330,4 +379,4 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
                 moves[a] = moves.get(a, 0) | c
         transitions.append({a: states.id_of(key) for a, key in moves.items()})
         states.done(len(transitions))
-    return CharDFA(atoms, transitions, accepting)
+    return CharDFA.from_rows(atoms, transitions, accepting)

@@ -413,3 +413,149 @@ def trim_minimize(trans, accepting, alphabet, max_rounds):
         for s in range(n):
             cls[s] = s if live[s] else 0
     return quotient_renumber(full, accepting, cls, 1)
+
+
+# -- subset construction ------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _hash_words(words):
+    h = np.uint64(1469598103934665603)
+    for w in words:
+        h = (h ^ w) * np.uint64(1099511628211)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start, final,
+                max_states):
+    """Subset construction of an epsilon-NFA without assertions. A DFA state is
+    the bitset of the *important* NFA states (with a character edge, or final) of
+    an epsilon closure. Returns ``(table, accepting, n)``: ``table[d, a]`` is the
+    successor of DFA state ``d`` on atom ``a`` (-1: none), state 0 the start;
+    ``n`` is -1 when more than ``max_states`` states would be needed."""
+    n = eps_ptr.shape[0] - 1
+    bit_of = np.full(n, -1, np.int64)
+    m = 0
+    for s in range(n):
+        if edge_ptr[s + 1] > edge_ptr[s] or s == final:
+            bit_of[s] = m
+            m += 1
+    state_of_bit = np.empty(m, np.int64)
+    for s in range(n):
+        if bit_of[s] >= 0:
+            state_of_bit[bit_of[s]] = s
+    W = (m + 63) // 64
+    # epsilon closures, as bitsets of important states
+    clo = np.zeros((n, W), np.uint64)
+    seen = np.full(n, -1, np.int64)
+    stack = np.empty(n, np.int64)
+    for s in range(n):
+        top = 0
+        stack[0] = s
+        top = 1
+        seen[s] = s
+        while top > 0:
+            top -= 1
+            u = stack[top]
+            if bit_of[u] >= 0:
+                b = bit_of[u]
+                clo[s, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+            for k in range(eps_ptr[u], eps_ptr[u + 1]):
+                v = eps_dst[k]
+                if seen[v] != s:
+                    seen[v] = s
+                    stack[top] = v
+                    top += 1
+    cap = 64
+    sets = np.zeros((cap, W), np.uint64)
+    table = np.full((cap, n_atoms), -1, np.int32)
+    acc = np.zeros(cap, np.bool_)
+    hcap = 256
+    htab = np.full(hcap, -1, np.int64)
+    hashes = np.zeros(cap, np.uint64)
+    sets[0] = clo[start]
+    hashes[0] = _hash_words(sets[0])
+    htab[hashes[0] & np.uint64(hcap - 1)] = 0
+    count = 1
+    moves = np.zeros((n_atoms, W), np.uint64)
+    used = np.zeros(n_atoms, np.bool_)
+    fb = bit_of[final]
+    d = 0
+    while d < count:
+        acc[d] = (sets[d, fb >> 6] >> np.uint64(fb & 63)) & np.uint64(1) == np.uint64(1)
+        for a in range(n_atoms):
+            used[a] = False
+        for w in range(W):
+            x = sets[d, w]
+            while x != np.uint64(0):
+                low = x & (~x + np.uint64(1))
+                b = w * 64
+                y = low
+                while y > np.uint64(1):
+                    y >>= np.uint64(1)
+                    b += 1
+                x ^= low
+                s = state_of_bit[b]
+                for k in range(edge_ptr[s], edge_ptr[s + 1]):
+                    a = edge_atom[k]
+                    t = edge_dst[k]
+                    if not used[a]:
+                        used[a] = True
+                        for j in range(W):
+                            moves[a, j] = clo[t, j]
+                    else:
+                        for j in range(W):
+                            moves[a, j] |= clo[t, j]
+        for a in range(n_atoms):
+            if not used[a]:
+                continue
+            h = _hash_words(moves[a])
+            slot = h & np.uint64(hcap - 1)
+            found = -1
+            while htab[slot] >= 0:
+                c = htab[slot]
+                if hashes[c] == h:
+                    same = True
+                    for j in range(W):
+                        if sets[c, j] != moves[a, j]:
+                            same = False
+                            break
+                    if same:
+                        found = c
+                        break
+                slot = (slot + np.uint64(1)) & np.uint64(hcap - 1)
+            if found < 0:
+                if count >= max_states:
+                    return table[:0], acc[:0], -1
+                if count == cap:
+                    cap *= 2
+                    ns = np.zeros((cap, W), np.uint64)
+                    ns[:count] = sets[:count]
+                    sets = ns
+                    nt = np.full((cap, n_atoms), -1, np.int32)
+                    nt[:count] = table[:count]
+                    table = nt
+                    na = np.zeros(cap, np.bool_)
+                    na[:count] = acc[:count]
+                    acc = na
+                    nh = np.zeros(cap, np.uint64)
+                    nh[:count] = hashes[:count]
+                    hashes = nh
+                found = count
+                sets[count] = moves[a]
+                hashes[count] = h
+                htab[slot] = count
+                count += 1
+                if 2 * count > hcap:  # rehash at half load
+                    hcap *= 4
+                    htab = np.full(hcap, -1, np.int64)
+                    for c in range(count):
+                        sl = hashes[c] & np.uint64(hcap - 1)
+                        while htab[sl] >= 0:
+                            sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
+                        htab[sl] = c
+            table[d, a] = found
+        d += 1
+    return table[:count], acc[:count], count

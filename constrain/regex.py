@@ -220,7 +220,7 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     deadline = time.perf_counter() + time_budget
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern)
-    if not any(char_dfa.accepting):
+    if not char_dfa.accepting.any():
         raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
     # a character state expands to a few byte states per UTF-8 length class
     byte_dfa = char_dfa_to_bytes(char_dfa, max_states=4 * max_states + 1024)
