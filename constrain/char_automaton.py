@@ -172,19 +172,19 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     extra_mask = dict(zip(extra, masks[len(nfa.charsets):]))
     nl = extra_mask.get("nl", 0)
     word = {False: extra_mask.get("word_u", 0), True: extra_mask.get("word_a", 0)}
-    edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
     eps = nfa.eps
     if not asserts:
         atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
-        plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
         if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
             # bounded by max_states; the time budget is checked once it returns
-            dfa = _determinize_kernel(atoms, plain_edges, eps, start, final, max_states, pattern)
+            dfa = _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states, pattern)
             if deadline is not None:
                 _StateIndex(None, max_states, deadline, pattern).done(0)
             return dfa
+        plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
         return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
                                   pattern)
+    edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
     track_prev = bool(kinds & _PREV_DEPENDENT)
 
     # prev: None at the start of input, else the atom just read (only tracked when
@@ -304,20 +304,23 @@ class _StateIndex:
 _KERNEL_MAX_WORDS = 4 * 1024 * 1024
 
 
-def _determinize_kernel(atoms, edges, eps, start, final, max_states, pattern) -> CharDFA:
+def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
+                        pattern) -> CharDFA:
     """:func:`_determinize_plain` as one numba kernel over CSR arrays."""
-    n = len(eps)
+    n = len(nfa.eps)
     eps_ptr = np.zeros(n + 1, dtype=np.int64)
     edge_ptr = np.zeros(n + 1, dtype=np.int64)
     eps_dst: list = []
     edge_atom: list = []
     edge_dst: list = []
-    for s in range(n):
-        eps_dst.extend(t for t, _ in eps[s])
+    for s, (eps_s, edges_s) in enumerate(zip(nfa.eps, nfa.edges)):
+        for t, _ in eps_s:
+            eps_dst.append(t)
         eps_ptr[s + 1] = len(eps_dst)
-        for atom_list, t in edges[s]:
-            edge_atom.extend(atom_list)
-            edge_dst.extend([t] * len(atom_list))
+        for c, t in edges_s:
+            lst = atom_lists[c]
+            edge_atom.extend(lst)
+            edge_dst.extend([t] * len(lst))
         edge_ptr[s + 1] = len(edge_atom)
     table, accepting, count = kernels.determinize(
         len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
