@@ -52,7 +52,8 @@ class _NFA:
     def __init__(self):
         self.eps: list[list] = []    # state -> [(target, Assert | None)]
         self.edges: list[list] = []  # state -> [(charset id, target)]
-        self.charsets: dict = {}     # CharSet -> id
+        self.charsets: list = []     # id -> CharSet
+        self._ids: dict = {}         # CharSet intervals -> id
 
     def new(self) -> int:
         self.eps.append([])
@@ -60,9 +61,11 @@ class _NFA:
         return len(self.eps) - 1
 
     def charset_id(self, cs: CharSet) -> int:
-        i = self.charsets.get(cs)
+        # keyed by the interval tuple: hashed and compared in C
+        i = self._ids.get(cs.intervals)
         if i is None:
-            i = self.charsets[cs] = len(self.charsets)
+            i = self._ids[cs.intervals] = len(self.charsets)
+            self.charsets.append(cs)
         return i
 
     def build(self, node) -> tuple[int, int]:

@@ -114,7 +114,9 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
     constructs = _LazyScan(pattern, bool(flags & _X))
     conv = _Converter(pattern, constructs, max_repeat)
     node = conv.subpattern(tree, flags)
-    _positions(node, pattern, constructs, max_positions)
+    if "{" in pattern or 2 * len(pattern) > max_positions:
+        # without counted repetition the expansion is at most twice the source
+        _positions(node, pattern, constructs, max_positions)
     return node
 
 
