@@ -37,6 +37,8 @@ _LAZY = {
     "smc": ("search.smc", "smc"),
     "SMCResult": ("search.smc", "SMCResult"),
     "SMCParticle": ("search.smc", "SMCParticle"),
+    "Lattice": ("search.lattice", "Lattice"),
+    "lattice_search": ("search.lattice", "lattice_search"),
 }
 
 __all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})

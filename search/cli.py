@@ -7,6 +7,13 @@ Subcommands:
     constrained. The generated text goes to stdout, one line; model load, compile
     time and tokens/s go to stderr.
 
+``trellis search beam|best-first|lattice [--regex PATTERN] [options] PROMPT``
+    Search for high-probability (constrained) outputs: the n-best list of a
+    beam search, the answer of a best-first beam search, or a best-first lattice
+    summarised (nodes, edges, complete paths, its best texts). Results go to
+    stdout, timing and model calls to stderr. ``--grammar``/``--schema`` are
+    reserved for the grammar compiler (issue 3) and exit 2 for now.
+
 Exit status: 0 on success; 1 when generation was cut off by ``--max-new-tokens``
 before the output matched the constraint (the partial text is still printed); 2 for
 usage errors (a bad option, an invalid regex, a missing model package).
@@ -96,7 +103,78 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-q", "--quiet", action="store_true",
                      help="print nothing on stderr but errors and warnings")
     gen.set_defaults(func=_cmd_generate)
+    _add_search_parser(sub)
     return parser
+
+
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _add_search_parser(sub) -> None:
+    """The ``trellis search`` sub-parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    srch = common  # the options every algorithm shares
+    desc = ("Search for high-probability replies to PROMPT with the default model. "
+        "ALGORITHM is 'beam' (breadth-first beam search: prints the final beam, best first), "
+        "'best-first' (Meister et al.'s best-first beam search: prints its single answer, the "
+        "same as beam's best, usually with fewer model calls) or 'lattice' (best-first lattice "
+        "search with greedy roll-outs and recombination, Xu et al. 2022: prints the number of "
+        "nodes, edges and complete paths, then the best paths by lattice score). Results go to "
+        "stdout, one 'SCORE<TAB>TEXT' line per output (newlines and tabs in TEXT shown as \\n "
+        "and \\t; a score marked '~' is a lattice path through a merged node, scored "
+        "approximately; an output cut off by --max-new-tokens is marked '[unfinished]'); "
+        "timing and model calls go to stderr. Exit status: 0 done; 1 no complete output found; "
+        "2 usage error.")
+    srch.add_argument("prompt", nargs="?", default="-", help="the prompt; '-' or nothing reads it from stdin")
+    cgroup = srch.add_argument_group("constraint (at most one; none: free search)")
+    cons = cgroup.add_mutually_exclusive_group()
+    cons.add_argument("--regex", metavar="PATTERN",
+                      help="constrain every output to a full match of this regular expression (as for "
+                      "'trellis generate': \\d, \\w, \\s and \\b are ASCII-only unless --unicode)")
+    cons.add_argument("--grammar", metavar="FILE",
+                      help="a Lark grammar: not available yet (needs issue 3, the grammar compiler); exits 2")
+    cons.add_argument("--schema", metavar="FILE",
+                      help="a JSON Schema: not available yet (needs issue 3, the grammar compiler); exits 2")
+    cgroup.add_argument("--unicode", action="store_true",
+                        help="give \\d, \\w, \\s and \\b their full Unicode meaning in --regex")
+    opts = srch.add_argument_group("search")
+    opts.add_argument("--beam-size", type=_positive_int, default=4, metavar="K",
+                      help="beam width of beam and best-first (default: %(default)s); for lattice, the "
+                      "default --budget is that of a beam of this width")
+    opts.add_argument("--max-new-tokens", type=_nonneg_int, default=32, metavar="N",
+                      help="the most tokens of an output, EOS included (default: %(default)s)")
+    opts.add_argument("--budget", type=_nonneg_int, default=None, metavar="CALLS",
+                      help="lattice only: the most model calls to spend (default: beam size x "
+                      "max new tokens, the most a beam search of that width could spend)")
+    opts.add_argument("--merge-ngram", type=_nonneg_int, default=4, metavar="N",
+                      help="lattice only: merge prefixes whose last N tokens and constraint states "
+                      "agree; 0 never merges (default: %(default)s)")
+    opts.add_argument("--n", type=_positive_int, default=5, metavar="N",
+                      help="how many outputs to print (beam: the best N of the final beam; lattice: "
+                      "the N best paths; best-first has one answer) (default: %(default)s)")
+    opts.add_argument("--system", default=None, metavar="TEXT",
+                      help="system message for the chat template (default: the model's own)")
+    opts.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                      help="feed the prompt as plain text instead of wrapping it in the chat template")
+    mod = srch.add_argument_group("model")
+    mod.add_argument("--device", default="cpu",
+                     help="torch device to run on, e.g. cpu, cuda, cuda:1 (default: %(default)s)")
+    mod.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                     help="weight dtype (default: %(default)s)")
+    srch.add_argument("-q", "--quiet", action="store_true", help="print nothing on stderr but errors and warnings")
+    top = sub.add_parser("search", help="search for the best (constrained) outputs: beam, best-first or lattice",
+                         description=desc)
+    algos = top.add_subparsers(dest="algorithm", metavar="ALGORITHM")
+    top.set_defaults(func=lambda args: _search_usage(top))
+    for name, help_ in (("beam", "breadth-first beam search: print the final beam, best first"),
+                        ("best-first", "best-first beam search: print its answer (beam's best)"),
+                        ("lattice", "best-first lattice search: print a summary and the best paths")):
+        p = algos.add_parser(name, parents=[common], help=help_, description=desc)
+        p.set_defaults(func=_cmd_search)
 
 
 def _nonneg_int(s: str) -> int:
@@ -220,6 +298,105 @@ def _cmd_generate(args) -> int:
             f"warning: stopped after {args.max_new_tokens} tokens before the output "
             "matched the regex; raise --max-new-tokens"
         )
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def _search_usage(parser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+NOT_AVAILABLE = "not available yet: needs issue 3 (grammar compiler)"
+
+
+def _show(text: str) -> str:
+    """``text`` on one line: newlines, carriage returns and tabs escaped."""
+    return text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def _cmd_search(args) -> int:
+    import constrain
+
+    def info(msg: str) -> None:
+        if not args.quiet:
+            _err(msg)
+
+    for flag, value in (("--grammar", args.grammar), ("--schema", args.schema)):
+        if value is not None:
+            _err(f"error: {flag} is {NOT_AVAILABLE}; use --regex")
+            return EXIT_USAGE
+    if args.regex is not None:
+        err = _early_regex_error(args.regex)
+        if err is not None:
+            _err(f"error: invalid regex: {err}")
+            return EXIT_USAGE
+    prompt = args.prompt
+    if prompt == "-":
+        prompt = sys.stdin.read()
+
+    from . import smollm2
+    from .beam import beam_search, best_first_beam_search
+    from .lattice import lattice_search
+
+    t = time.perf_counter()
+    try:
+        lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
+    except smollm2.DefaultModelNotInstalled as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")
+    try:
+        ids = lm.prompt_ids(prompt, chat_template=None if args.chat_template else False, system=args.system)
+    except ValueError as e:  # a system prompt without a chat template
+        _err(f"error: {e}")
+        return EXIT_USAGE
+
+    grammar = None
+    if args.regex is not None:
+        t = time.perf_counter()
+        try:
+            grammar = compile_cli_regex(args.regex, lm.vocab, unicode=args.unicode)
+        except constrain.ConstraintError as e:
+            _err(f"error: invalid regex: {e}")
+            return EXIT_USAGE
+        info(f"compiled the regex in {time.perf_counter() - t:.2f} s")
+
+    eos = set(grammar.vocab.eos_token_ids if grammar is not None else lm.eos_token_ids)
+
+    def text_of(tokens) -> str:
+        return _show(lm.decode([t for t in tokens if t not in eos]))
+
+    c0, t = lm.calls, time.perf_counter()
+    T = args.max_new_tokens
+    found = 0
+    if args.algorithm in ("beam", "best-first"):
+        fn = beam_search if args.algorithm == "beam" else best_first_beam_search
+        hyps = fn(lm, ids, beam_size=args.beam_size, max_new_tokens=T, constraint=grammar)
+        dt, calls = time.perf_counter() - t, lm.calls - c0
+        for h in hyps[: args.n]:
+            tail = "" if h.finished else "\t[unfinished]"
+            print(f"{h.score:.4f}\t{text_of(h.tokens)}{tail}")
+            found += h.finished
+        info(f"{args.algorithm} search (beam size {args.beam_size}, max {T} tokens): {calls} model calls "
+             f"in {dt:.2f} s; {sum(h.finished for h in hyps)} of {len(hyps)} outputs finished")
+    else:
+        budget = args.budget if args.budget is not None else args.beam_size * T
+        lat = lattice_search(lm, ids, budget=budget, merge_ngram=args.merge_ngram or None,
+                             constraint=grammar, max_new_tokens=T)
+        dt = time.perf_counter() - t
+        found = lat.count_paths()
+        print(f"nodes: {lat.num_nodes}")
+        print(f"edges: {lat.num_edges}")
+        print(f"complete paths: {found}")
+        for s, p in lat.k_best(args.n):
+            print(f"{'' if lat.is_exact(p) else '~'}{s:.4f}\t{text_of(p)}")
+        info(f"lattice search (budget {budget}, merge n-gram {args.merge_ngram}, max {T} tokens): "
+             f"{lat.calls} model calls in {dt:.2f} s")
+    sys.stdout.flush()
+    if not found:
+        _err("warning: no complete output found; raise --max-new-tokens"
+             + (" or --budget" if args.algorithm == "lattice" else ""))
         return EXIT_INCOMPLETE
     return EXIT_OK
 

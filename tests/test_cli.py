@@ -106,3 +106,62 @@ def test_unicode_flag_and_options(lm, capsys):
                      "The capital of France is"]) == 0
     assert capsys.readouterr().out.strip()
     assert cli.main(["generate", "-q", "--no-chat-template", "--system", "s", "x"]) == 2
+
+
+# -- trellis search -------------------------------------------------------------
+
+
+def test_search_help_lists_every_option(capsys):
+    for algo in ("beam", "best-first", "lattice"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["search", algo, "--help"])
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        for opt in ("--regex", "--grammar", "--schema", "--unicode", "--beam-size", "--max-new-tokens", "--budget",
+                    "--merge-ngram", "--n", "--system", "--no-chat-template", "--device", "--dtype", "--quiet"):
+            assert opt in out, (algo, opt)
+    with pytest.raises(SystemExit):
+        cli.main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert "beam" in out and "best-first" in out and "lattice" in out
+    assert cli.main(["search"]) == 2
+
+
+@pytest.mark.parametrize("flag", ["--grammar", "--schema"])
+def test_search_grammar_and_schema_are_not_available_yet(flag, capsys):
+    # refused before the model is loaded
+    assert cli.main(["search", "lattice", flag, "x.json", "hi"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "not available yet: needs issue 3 (grammar compiler)" in err
+    with pytest.raises(SystemExit) as exc:  # at most one constraint
+        cli.main(["search", "beam", "--regex", "a", flag, "x", "hi"])
+    assert exc.value.code == 2
+
+
+def test_search_bad_regex_exits_2(capsys):
+    assert cli.main(["search", "best-first", "--regex", r"(\d", "x"]) == 2
+    assert "invalid regex" in capsys.readouterr().err
+
+
+def test_search_beam_best_first_lattice(lm, capsys):
+    args = ["--regex", r"(yes|no)", "--max-new-tokens", "4", "Is fire hot? Answer yes or no."]
+    assert cli.main(["search", "beam", "--beam-size", "2", "--n", "2"] + args) == 0
+    out, err = capsys.readouterr()
+    beam = out.splitlines()
+    assert 1 <= len(beam) <= 2 and "model calls" in err
+    score, text = beam[0].split("\t")[:2]
+    assert text in ("yes", "no") and float(score) < 0
+    assert cli.main(["search", "best-first", "-q", "--beam-size", "2"] + args) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == beam[:1] and err == ""
+    assert cli.main(["search", "lattice", "--budget", "6", "--n", "3", "--regex", r"[0-9]{1,2}",
+                     "--max-new-tokens", "3", "Pick a number between 1 and 100."]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert re.fullmatch(r"nodes: \d+", lines[0]) and re.fullmatch(r"edges: \d+", lines[1])
+    n = int(re.fullmatch(r"complete paths: (\d+)", lines[2]).group(1))
+    assert n >= 2 and len(lines) == 3 + min(3, n)
+    for line in lines[3:]:
+        score, text = line.split("\t")
+        assert re.fullmatch(r"~?-\d+\.\d{4}", score) and re.fullmatch(r"[0-9]{1,2}", text)
+    assert int(re.search(r"(\d+) model calls", err).group(1)) <= 6
