@@ -58,7 +58,7 @@ class DFAConstraint(Constraint):
         self._accepting = dfa.accepting.tolist()
         self._token_bytes = vocab.tokens
         self._grammar_token = vocab.grammar_token_list
-        self._eos = frozenset(vocab.eos_token_ids)
+        self._eos = vocab.eos_token_set
         # token-level liveness differs from the DFA's only for vocabularies that
         # lack a one-byte token for some byte they use (small test vocabularies)
         self._live = None if self.tokens.live is None else self.tokens.live.tolist()
@@ -67,8 +67,10 @@ class DFAConstraint(Constraint):
         # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros) last
         self._src_rows = None
         if self.tokens.eager:
-            self._src_rows = [memoryview(r).cast("B") for r in self._pool_i32]
-            self._src_rows.append(memoryview(np.zeros(self._words, dtype=np.int32)).cast("B"))
+            nb = 4 * self._words
+            flat = memoryview(self._pool_i32).cast("B")
+            self._src_rows = [flat[i:i + nb] for i in range(0, len(flat), nb)]
+            self._src_rows.append(memoryview(bytes(nb)))
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "

@@ -96,6 +96,7 @@ class Vocabulary:
         self._grammar = grammar
         self._grammar.setflags(write=False)
         self._eos = eos
+        self._eos_set = frozenset(eos)
         self._special = frozenset(special) - frozenset(eos)
         self.name = name or f"vocab{n}"
 
@@ -293,6 +294,11 @@ class Vocabulary:
     def eos_token_ids(self) -> tuple[int, ...]:
         """The ids that end generation, sorted."""
         return self._eos
+
+    @property
+    def eos_token_set(self) -> frozenset[int]:
+        """:attr:`eos_token_ids` as a frozenset."""
+        return self._eos_set
 
     @property
     def special_token_ids(self) -> frozenset[int]:
