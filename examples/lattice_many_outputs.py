@@ -40,22 +40,25 @@ def main():
     for h in finished[:3]:
         print(f"  {h.score:8.3f}  {lm.decode(h.tokens[:-1])}")
 
-    t = time.perf_counter()
-    lat = search.lattice_search(lm, ids, budget=budget, constraint=person, max_new_tokens=MAX_NEW_TOKENS)
-    n = lat.count_paths()
-    print(f"lattice (same budget): {lat.calls} calls, {time.perf_counter() - t:.1f} s, {lat.num_nodes} nodes, "
-          f"{lat.num_edges} edges, {n} distinct complete paths")
-    texts = {lat.text(p) for p in lat.sample(min(n, 2000), seed=0)}
-    print(f"  {len(texts)} distinct texts among {min(n, 2000)} distinct sampled paths")
-    print("best by lattice score (* = merged path: score approximate):")
-    for s, p in lat.k_best(5):
-        text = lat.text(p)
-        assert re.fullmatch(PATTERN, text) and json.loads(text)
-        print(f"  {s:8.3f}{' ' if lat.is_exact(p) else '*'} {text}")
-    print("uniform samples:")
-    for p in lat.sample(5, seed=1):
-        print(f"  {lat.score(p):8.3f}{' ' if lat.is_exact(p) else '*'} {lat.text(p)}")
-
+    for n_merge in (4, 2):  # the default, then more aggressive recombination
+        t = time.perf_counter()
+        lat = search.lattice_search(lm, ids, budget=budget, constraint=person, max_new_tokens=MAX_NEW_TOKENS,
+                                    merge_ngram=n_merge)
+        n = lat.count_paths()
+        print(f"\nlattice (same budget, merge_ngram={n_merge}): {lat.calls} calls, {time.perf_counter() - t:.1f} s, "
+              f"{lat.num_nodes} nodes, {lat.num_edges} edges, {n} distinct complete paths")
+        m = min(n, 2000)
+        texts = {lat.text(p) for p in lat.sample(m, seed=0)}
+        print(f"  {len(texts)} distinct texts among {m} distinct sampled paths "
+              "(one text can be spelled by several token sequences)")
+        print("  best by lattice score (* = through a merged node: score approximate):")
+        for s, p in lat.k_best(5):
+            text = lat.text(p)
+            assert re.fullmatch(PATTERN, text) and json.loads(text)
+            print(f"    {s:8.3f}{' ' if lat.is_exact(p) else '*'} {text}")
+        print("  uniform samples:")
+        for p in lat.sample(5, seed=1):
+            print(f"    {lat.score(p):8.3f}{' ' if lat.is_exact(p) else '*'} {lat.text(p)}")
 
 if __name__ == "__main__":
     main()
