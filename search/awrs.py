@@ -44,9 +44,9 @@ import numpy as np
 
 __all__ = ["AWRS", "AWRSStep", "awrs_step"]
 
-#: tokens sorted first (the walk almost always stops within them); past them the
-#: whole row is sorted once
-_TOP_K = 64
+#: tokens of the order found by repeated ``argmax`` (the walk almost always stops within
+#: them); past them the whole row is sorted once
+_ARGMAX_STEPS = 16
 
 
 class AWRSStep(NamedTuple):
@@ -84,32 +84,37 @@ def _log_normalise(row: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 class _Order:
-    """Token ids by decreasing key, sorted lazily (top ``_TOP_K`` first, the rest on
-    demand); keys of ``-inf`` (impossible tokens) end the order."""
+    """Token ids by decreasing key, found lazily: the first ``_ARGMAX_STEPS`` by repeated
+    ``argmax`` (O(V) each, no sort), the rest by one full sort; keys of ``-inf``
+    (impossible tokens) end the order."""
 
-    __slots__ = ("keys", "order", "full")
+    __slots__ = ("keys", "order", "work", "full")
 
     def __init__(self, keys: np.ndarray):
         self.keys = keys
-        n = keys.shape[0]
-        if n <= _TOP_K:
-            self.order = np.argsort(-keys, kind="stable")
-            self.full = True
-        else:
-            top = np.argpartition(-keys, _TOP_K - 1)[:_TOP_K]
-            self.order = top[np.argsort(-keys[top], kind="stable")]
-            self.full = False
+        self.order: list[int] = []
+        self.work: np.ndarray | None = None
+        self.full = False
 
     def get(self, i: int) -> int | None:
         """The ``i``-th token of the order, or ``None`` past the possible tokens."""
-        if i >= self.order.shape[0]:
-            if self.full:
-                return None
-            self.order = np.argsort(-self.keys, kind="stable")
-            self.full = True
-            if i >= self.order.shape[0]:
-                return None
-        t = int(self.order[i])
+        while i >= len(self.order) and not self.full:
+            if len(self.order) >= _ARGMAX_STEPS:
+                self.order = np.argsort(-self.keys, kind="stable").tolist()
+                self.full = True
+                break
+            if self.work is None:
+                self.work = self.keys.copy()
+            t = int(np.argmax(self.work))
+            if self.work[t] == -math.inf:
+                self.order = np.argsort(-self.keys, kind="stable").tolist()
+                self.full = True
+                break
+            self.order.append(t)
+            self.work[t] = -math.inf
+        if i >= len(self.order):
+            return None
+        t = self.order[i]
         return None if self.keys[t] == -math.inf else t
 
 
@@ -120,7 +125,8 @@ def _walk(logp: np.ndarray, order: _Order, check: Callable[[int], object]) -> tu
     ``check(t)`` returns the next state or ``None``. Separated from the random order so
     that the tests can average over every order exactly.
     """
-    rejected = 0.0  # mass of the refused tokens, summed in increasing order of index
+    rejected = 0.0  # mass of the refused tokens
+    refused: list[int] = []
     checks = 0
     i = 0
     while True:
@@ -132,8 +138,15 @@ def _walk(logp: np.ndarray, order: _Order, check: Callable[[int], object]) -> tu
         if new_state is not None:
             break
         rejected += math.exp(float(logp[t]))
+        refused.append(t)
         i += 1
-    remaining = max(1.0 - rejected, 0.0)
+    if rejected > 0.5:
+        # 1 - rejected would cancel catastrophically when little mass is left: sum what is left
+        rest = np.exp(logp)
+        rest[refused] = 0.0
+        remaining = float(rest.sum())
+    else:
+        remaining = 1.0 - rejected
     nxt = order.get(i + 1)
     if nxt is None:
         # ``t`` is the last possible token: the remaining mass is exactly p(t)
@@ -194,8 +207,8 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
     logp, log_total = _log_normalise(row)
     if log_total == -math.inf:
         return AWRSStep(None, state, -math.inf, 0, 0)
-    gumbel = -np.log(-np.log(rng.random(logp.shape[0])))
-    order = _Order(logp + gumbel)
+    # Gumbel-top-k as an exponential race: log p(t) - log E_t, E_t ~ Exp(1) (-log E_t is Gumbel)
+    order = _Order(logp - np.log(rng.standard_exponential(logp.shape[0])))
     t, new_state, log_w, checks, rejections = _walk(logp, order, _checker(constraint, state, eos))
     if t is None:
         return AWRSStep(None, state, -math.inf, checks, rejections)
