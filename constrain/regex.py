@@ -202,8 +202,8 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
             and possessive quantifiers are refused (no finite automaton can match
             them); ``^ $ \\A \\Z \\b \\B`` and all flags are supported.
         vocab: the tokenizer's vocabulary.
-        flags: ``re`` flags, as for ``re.compile``; ``re.ASCII`` makes ``\d \w \s
-            \b`` ASCII-only (Python's default is Unicode-wide: ``\d`` also matches
+        flags: ``re`` flags, as for ``re.compile``; ``re.ASCII`` makes ``\\d \\w \\s
+            \\b`` ASCII-only (Python's default is Unicode-wide: ``\\d`` also matches
             Arabic-Indic and other decimal digits).
         max_repeat: largest repetition bound ``{m,n}`` accepted.
         max_positions: largest size of the pattern with repetitions expanded.
