@@ -102,8 +102,6 @@ class LogitsProcessor(_Base):
     def __call__(self, input_ids, scores):
         """Mask ``scores`` ``(rows, V)`` in place for the rows ``input_ids``
         ``(rows, seq)`` and return it."""
-        import torch
-
         from .bitmask import allocate_bitmask, apply_bitmask
 
         rows, seq = input_ids.shape

@@ -228,6 +228,21 @@ def _early_regex_error(pattern: str):
     return None
 
 
+def _load_model(args, info):
+    """The default model for ``args`` (device, dtype), timing on stderr; ``None``
+    (after saying why) when it is not installed."""
+    from . import smollm2
+
+    t = time.perf_counter()
+    try:
+        lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
+    except smollm2.DefaultModelNotInstalled as e:
+        _err(f"error: {e}")
+        return None
+    info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")
+    return lm
+
+
 def _err(msg: str) -> None:
     print(f"trellis: {msg}", file=sys.stderr, flush=True)
 
@@ -243,7 +258,6 @@ def _cmd_generate(args) -> int:
     if prompt == "-":
         prompt = sys.stdin.read()
 
-    from . import smollm2
     from .generate import generate
 
     if args.regex is not None:
@@ -252,13 +266,9 @@ def _cmd_generate(args) -> int:
             _err(f"error: invalid regex: {err}")
             return EXIT_USAGE
 
-    t = time.perf_counter()
-    try:
-        lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
-    except smollm2.DefaultModelNotInstalled as e:
-        _err(f"error: {e}")
+    lm = _load_model(args, info)
+    if lm is None:
         return EXIT_USAGE
-    info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")
 
     grammar = None
     if args.regex is not None:
@@ -335,17 +345,12 @@ def _cmd_search(args) -> int:
     if prompt == "-":
         prompt = sys.stdin.read()
 
-    from . import smollm2
     from .beam import beam_search, best_first_beam_search
     from .lattice import lattice_search
 
-    t = time.perf_counter()
-    try:
-        lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
-    except smollm2.DefaultModelNotInstalled as e:
-        _err(f"error: {e}")
+    lm = _load_model(args, info)
+    if lm is None:
         return EXIT_USAGE
-    info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")
     try:
         ids = lm.prompt_ids(prompt, chat_template=None if args.chat_template else False, system=args.system)
     except ValueError as e:  # a system prompt without a chat template

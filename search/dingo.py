@@ -119,7 +119,6 @@ def _lazy_tables(grammar, state: int, d: int):
     index = {state: 0}
     states = [state]
     frontier = [state]
-    trans = []
     for _ in range(d):
         nxt = []
         for q in frontier:
