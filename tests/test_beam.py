@@ -435,17 +435,6 @@ def test_memory_reduced_variant_stays_close():
 # -- the default model -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def default_lm():
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    pytest.importorskip("gguf")
-    from search import smollm2
-
-    try:
-        return smollm2.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 def test_default_model_smoke(default_lm):

@@ -62,18 +62,6 @@ def test_bad_regex_exits_2_naming_the_offset():
     assert "offset 6" in p.stderr and "Traceback" not in p.stderr
 
 
-@pytest.fixture(scope="module")
-def lm():
-    """The default model, loaded once (``load_default_model`` memoises it), so the
-    in-process CLI runs below do not load it again."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from search import smollm2
-
-    try:
-        return smollm2.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 def test_generate_phone_number_subprocess(lm):

@@ -16,13 +16,6 @@ from search import smollm2  # noqa: E402
 IDS = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 2, 198, 1, 4093, 198, 26843]
 
 
-@pytest.fixture(scope="module")
-def lm():
-    """The default model, loaded once (``load_default_model`` memoises it)."""
-    try:
-        return smollm2.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 def _logits(model, ids=IDS):

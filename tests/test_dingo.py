@@ -34,7 +34,6 @@ def brute_force(lp, grammar, state):
     the grammar refuses is cut (no extension of it is valid)."""
     d, cols = lp.shape
     v = len(grammar.vocab)
-    has_mask = cols == v + 1
     eos = set(grammar.vocab.eos_token_ids)
     scores = []  # (score, block) of every valid block, in lexicographic order
 

@@ -13,16 +13,8 @@ pytest.importorskip("gguf")
 import constrain  # noqa: E402
 import search  # noqa: E402
 from constrain.protocol import Constraint  # noqa: E402
-from search import smollm2  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def lm():
-    """The default model, loaded once (``load_default_model`` memoises it)."""
-    try:
-        return search.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 class LiteralConstraint(Constraint):

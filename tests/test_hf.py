@@ -12,21 +12,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 import constrain  # noqa: E402
-import search  # noqa: E402
 from constrain.hf import LogitsProcessor  # noqa: E402
-from search import smollm2  # noqa: E402
 
 EOS = 2
 PHONE = r"(?a)\d{3}-\d{4}"
 
 
-@pytest.fixture(scope="module")
-def lm():
-    """The default model, loaded once (``load_default_model`` memoises it)."""
-    try:
-        return search.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 def _batch(lm, prompts):

@@ -10,7 +10,6 @@ and every lattice path's score is the model's, exactly.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import re
@@ -230,16 +229,6 @@ def test_argument_checks():
     assert search.lattice_search is lattice_search and search.Lattice is Lattice
 
 
-@pytest.fixture(scope="module")
-def default_lm():
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from search import smollm2
-
-    try:
-        return smollm2.load_default_model()
-    except smollm2.DefaultModelNotInstalled as exc:
-        pytest.skip(str(exc))
 
 
 def test_default_model_small_budget(default_lm):

@@ -14,7 +14,6 @@ For hypothesis-generated (regex, string) pairs:
 from __future__ import annotations
 
 import random
-import re
 
 import numpy as np
 import pytest
