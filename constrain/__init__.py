@@ -11,12 +11,15 @@ Every compiled grammar follows one protocol (see :mod:`constrain.protocol`)::
 
 from .errors import (
     ConstraintError,
+    GrammarError,
     GrammarTooComplexError,
     InvalidStateError,
     RegexError,
     RegexSyntaxError,
     RegexTooLargeError,
+    SchemaError,
     UnsupportedRegexError,
+    UnsupportedSchemaError,
     VocabularyError,
 )
 from .bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
@@ -37,12 +40,15 @@ __all__ = [
     "EmptyLanguageError",
     "Matcher",
     "ConstraintError",
+    "GrammarError",
     "GrammarTooComplexError",
     "InvalidStateError",
     "RegexError",
     "RegexSyntaxError",
     "RegexTooLargeError",
+    "SchemaError",
     "UnsupportedRegexError",
+    "UnsupportedSchemaError",
     "VocabularyError",
     "Vocabulary",
 ]

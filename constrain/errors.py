@@ -70,3 +70,46 @@ def _caret(text: str, offset: int, width: int = 60) -> str:
     window = text[start:start + width]
     shown = window.replace("\n", " ").replace("\t", " ")
     return f"  {shown}\n  {' ' * (offset - start)}^"
+
+
+class GrammarError(ConstraintError):
+    """A Lark grammar was rejected: bad syntax, an undefined symbol, a terminal that
+    matches the empty string, a start symbol that derives nothing.
+
+    Attributes:
+        line, column: 1-based position in the grammar text, or ``None`` when the
+            problem concerns the grammar as a whole.
+    """
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.line = line
+        self.column = column
+        self.msg = message
+        if line is not None:
+            message = f"{message} (line {line}, column {column})"
+        super().__init__(message)
+
+
+class UnsupportedSchemaError(ConstraintError):
+    """A JSON Schema uses a keyword (or a value of one) that cannot be enforced
+    exactly. ``pointer`` is the JSON pointer of the offending keyword; pass
+    ``strict=False`` to ignore such keywords with a warning instead.
+
+    Attributes:
+        pointer: JSON pointer (RFC 6901) of the keyword, ``""`` for the root.
+    """
+
+    def __init__(self, message: str, pointer: str = ""):
+        self.pointer = pointer
+        self.msg = message
+        super().__init__(f"{message} at {pointer or '/'} (JSON pointer)")
+
+
+class SchemaError(ConstraintError):
+    """A JSON Schema is malformed (not a schema, a dangling ``$ref``...). ``pointer``
+    is the JSON pointer of the problem."""
+
+    def __init__(self, message: str, pointer: str = ""):
+        self.pointer = pointer
+        self.msg = message
+        super().__init__(f"{message} at {pointer or '/'} (JSON pointer)")
