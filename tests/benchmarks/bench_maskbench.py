@@ -1,0 +1,902 @@
+"""MaskBench benchmark: JSON Schema coverage, compile time and per-token mask time,
+Trellis side by side with xgrammar and llguidance.
+
+    python tests/benchmarks/bench_maskbench.py [--data DIR] [--vocab smollm2|o200k|all]
+        [--splits A,B] [--limit N] [--engines trellis,xgrammar,llguidance] [--timeout S]
+        [--json OUT] [--markdown]
+
+Data: MaskBench (``{"id","split","schema","tests":[{"valid","data"}]}`` per gzipped
+JSON line, one file per split; default ``../shared/data/maskbench`` from the
+repository root). Per schema and engine, on one thread, in a worker process (so
+that a hang or a memory blow-up is cut off and recorded, not fatal):
+
+* coverage: the schema compiles without error within ``--timeout`` seconds (and
+  ``--max-mem`` GiB of resident memory);
+* compile time (p50 / p99 / max over the schemas the engine compiled);
+* mask time: every instance that ``jsonschema`` itself finds valid is serialized
+  compactly with object properties in the schema's ``properties`` order
+  (:func:`serialize`), tokenized with the vocabulary's real tokenizer and walked:
+  before every token and once after the last one the mask fill is timed (the first
+  fill at that state: the honest number for lazily built masks), then the engine
+  advances with the token. Per-token p50 / p99 / max over all timed fills, and
+  how many valid instances the engine accepted whole (EOS allowed at the end).
+
+See tests/benchmarks/README.md for the methodology.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+for _p in (str(ROOT), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import maskbench_peers  # noqa: E402  (through bench_regex: one thread everywhere, first)
+from maskbench_peers import ENGINES, SHORT, load_vocab, make_engines  # noqa: E402
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections import Counter  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import bench_regex  # noqa: E402
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "maskbench"
+SPLITS = (
+    "Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra", "Snowplow",
+    "Kubernetes", "WashingtonPost", "JsonSchemaStore", "BFCL", "JME", "Handwritten", "Synthesized", "MCPspec",
+)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------
+
+
+def available_splits(data_dir: Path) -> list[str]:
+    have = {p.name[: -len(".jsonl.gz")] for p in data_dir.glob("*.jsonl.gz")}
+    return [s for s in SPLITS if s in have] + sorted(have - set(SPLITS))
+
+
+def load_split(data_dir: Path, split: str, limit: int = 0, seed: int = 0) -> list[dict]:
+    """The schemas of one split; with ``limit``, a deterministic sample of that
+    many (``random.Random(f"{seed}:{split}")``), in file order."""
+    with gzip.open(data_dir / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    if limit and limit < len(recs):
+        keep = sorted(random.Random(f"{seed}:{split}").sample(range(len(recs)), limit))
+        recs = [recs[i] for i in keep]
+    return recs
+
+
+def make_validator(schema):
+    """A jsonschema validator for ``schema`` with format checking: the draft its
+    ``$schema`` names; without one, Draft 7 when some ``items`` is an array (the
+    pre-2020 tuple form), Draft 2020-12 otherwise."""
+    import jsonschema
+    from jsonschema import validators
+
+    if isinstance(schema, dict) and "$schema" in schema:
+        cls = validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    elif _has_items_array(schema):
+        cls = jsonschema.Draft7Validator
+    else:
+        cls = jsonschema.Draft202012Validator
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _has_items_array(node, depth=0) -> bool:
+    if depth > 100:
+        return False
+    if isinstance(node, dict):
+        if isinstance(node.get("items"), list):
+            return True
+        return any(_has_items_array(v, depth + 1) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_items_array(v, depth + 1) for v in node)
+    return False
+
+
+def _resolve(schema, root, limit: int = 64):
+    """Follow local ``$ref`` (``#`` JSON pointers) from ``schema``; other references
+    are left as they are."""
+    seen = 0
+    while isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and seen < limit:
+        ref = schema["$ref"]
+        if not ref.startswith("#"):
+            return schema
+        node = root
+        try:
+            for part in ref[1:].split("/")[1:] if ref != "#" else []:
+                part = part.replace("~1", "/").replace("~0", "~")
+                from urllib.parse import unquote
+
+                part = unquote(part)
+                node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            return schema
+        schema = node
+        seen += 1
+    return schema
+
+
+def _object_props(schema, root, data: dict, depth=0) -> tuple[dict, list]:
+    """(property name -> subschema in schema order, [(pattern, subschema)]) for an
+    object: ``properties`` of the schema, then of its ``allOf`` members, then of
+    the ``anyOf``/``oneOf`` branch whose properties cover most of ``data``'s keys."""
+    schema = _resolve(schema, root)
+    props: dict = {}
+    patterns: list = []
+    if not isinstance(schema, dict) or depth > 32:
+        return props, patterns
+    for k, v in (schema.get("properties") or {}).items() if isinstance(schema.get("properties"), dict) else ():
+        props.setdefault(k, v)
+    if isinstance(schema.get("patternProperties"), dict):
+        patterns.extend(schema["patternProperties"].items())
+    for sub in schema.get("allOf") or () if isinstance(schema.get("allOf"), list) else ():
+        p2, pat2 = _object_props(sub, root, data, depth + 1)
+        for k, v in p2.items():
+            props.setdefault(k, v)
+        patterns.extend(pat2)
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if not isinstance(branches, list) or not branches:
+            continue
+        best, best_score = None, -1
+        for b in branches:
+            p2, pat2 = _object_props(b, root, data, depth + 1)
+            score = sum(1 for k in data if k in p2)
+            if score > best_score:
+                best, best_score = (p2, pat2), score
+        if best:
+            for k, v in best[0].items():
+                props.setdefault(k, v)
+            patterns.extend(best[1])
+    return props, patterns
+
+
+def order_value(data, schema, root, depth: int = 0):
+    """``data`` with object keys reordered: the schema's ``properties`` order first
+    (recursively, where the schema gives the property's subschema), then the other
+    keys in their original order."""
+    if depth > 200:
+        return data
+    schema = _resolve(schema, root)
+    if isinstance(data, dict):
+        props, patterns = _object_props(schema, root, data)
+        keys = [k for k in props if k in data] + [k for k in data if k not in props]
+        out = {}
+        addl = schema.get("additionalProperties") if isinstance(schema, dict) else None
+        for k in keys:
+            sub = props.get(k)
+            if sub is None:
+                for pat, s in patterns:
+                    try:
+                        if re.search(pat, k):
+                            sub = s
+                            break
+                    except re.error:
+                        pass
+            if sub is None and isinstance(addl, dict):
+                sub = addl
+            out[k] = order_value(data[k], sub, root, depth + 1) if sub is not None else data[k]
+        return out
+    if isinstance(data, list):
+        s = schema if isinstance(schema, dict) else {}
+        prefix, rest = [], None
+        if isinstance(s.get("prefixItems"), list):
+            prefix, rest = s["prefixItems"], s.get("items")
+        elif isinstance(s.get("items"), list):
+            prefix, rest = s["items"], s.get("additionalItems")
+        else:
+            rest = s.get("items")
+            if rest is None:
+                for sub in s.get("allOf") or () if isinstance(s.get("allOf"), list) else ():
+                    sub = _resolve(sub, root)
+                    if isinstance(sub, dict) and isinstance(sub.get("items"), dict):
+                        rest = sub["items"]
+                        break
+        out = []
+        for i, x in enumerate(data):
+            sub = prefix[i] if i < len(prefix) else rest
+            out.append(order_value(x, sub, root, depth + 1) if isinstance(sub, dict) else x)
+        return out
+    return data
+
+
+def serialize(data, schema) -> str:
+    """Compact JSON (``separators=(",", ":")``, ``ensure_ascii=False``), object
+    properties in schema order."""
+    return json.dumps(order_value(data, schema, schema), separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass
+class Instance:
+    index: int  # position in the record's "tests"
+    text: str
+    ids: list
+    label: bool  # the dataset's "valid"
+
+
+@dataclass
+class SchemaCase:
+    id: str
+    split: str
+    schema: object
+    valid: list = field(default_factory=list)  # Instance, jsonschema-valid
+    invalid: list = field(default_factory=list)  # Instance, jsonschema-invalid
+    unknown: int = 0  # jsonschema could not decide (bad schema, unresolvable $ref...)
+    label_disagree: int = 0  # dataset label != jsonschema
+    untokenizable: int = 0  # the tokenizer's ids do not spell the text back
+    validator_error: str = ""
+
+
+def prepare_case(rec: dict, spec) -> SchemaCase:
+    case = SchemaCase(rec["id"], rec["split"], rec["schema"])
+    try:
+        validator = make_validator(rec["schema"])
+    except Exception as e:
+        case.validator_error = f"{type(e).__name__}: {str(e)[:200]}"
+        validator = None
+    for i, t in enumerate(rec.get("tests") or ()):
+        data = t.get("data")
+        if validator is None:
+            case.unknown += 1
+            continue
+        try:
+            ok = bool(validator.is_valid(data))
+        except Exception as e:
+            case.unknown += 1
+            case.validator_error = case.validator_error or f"{type(e).__name__}: {str(e)[:200]}"
+            continue
+        if ok != bool(t.get("valid")):
+            case.label_disagree += 1
+        try:
+            text = serialize(data, rec["schema"])
+        except (TypeError, ValueError, RecursionError):
+            case.unknown += 1
+            continue
+        ids = [int(x) for x in spec.encode(text)]
+        if b"".join(spec.tokens[x] or b"\0" for x in ids) != text.encode("utf-8"):
+            case.untokenizable += 1
+            continue
+        (case.valid if ok else case.invalid).append(Instance(i, text, ids, bool(t.get("valid"))))
+    return case
+
+
+# ----------------------------------------------------------------------------------
+# Worker processes: one per engine, forked after the vocabulary objects are built;
+# the parent cuts a job off at its deadline or memory limit and records it.
+# ----------------------------------------------------------------------------------
+
+
+def _worker_main(engine, job, conn) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    try:
+        engine.warm_up()
+    except Exception:
+        traceback.print_exc()
+    conn.send(("ready",))
+    while True:
+        try:
+            payload = conn.recv()
+        except EOFError:
+            return
+        if payload is None:
+            return
+        try:
+            job(engine, payload, conn.send)
+        except Exception as e:  # the job reports engine errors itself; this is a harness bug
+            conn.send(("job_error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class Worker:
+    """A forked process holding one prepared engine, running ``job(engine,
+    payload, send)`` for each payload; restarted (with its warm-up) after it was
+    killed."""
+
+    def __init__(self, engine, job, max_mem_bytes: int, ready_timeout: float = 600.0):
+        self.engine = engine
+        self.job = job
+        self.max_mem = max_mem_bytes
+        self.ready_timeout = ready_timeout
+        self.proc = None
+        self.conn = None
+        self.restarts = 0
+        self.peak_rss = 0
+
+    def _start(self):
+        ctx = multiprocessing.get_context("fork")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(self.engine, self.job, child), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        msg = self._recv(self.ready_timeout)
+        if msg[0] != "ready":
+            raise RuntimeError(f"{self.engine.name} worker did not start: {msg}")
+
+    def _kill(self):
+        if self.proc is not None and self.proc.is_alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.join(5)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+        self.restarts += 1
+
+    def _recv(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                return ("timeout", timeout)
+            try:
+                if self.conn.poll(min(0.25, left)):
+                    return self.conn.recv()
+            except (EOFError, OSError):
+                code = self.proc.exitcode if self.proc else None
+                self._kill()
+                return ("crash", f"worker died (exit code {code})")
+            if not self.proc.is_alive():
+                code = self.proc.exitcode
+                self._kill()
+                return ("crash", f"worker died (exit code {code})")
+            rss = _rss_bytes(self.proc.pid)
+            self.peak_rss = max(self.peak_rss, rss)
+            if rss > self.max_mem:
+                self._kill()
+                return ("oom", f"resident memory {rss / 2**30:.1f} GiB > {self.max_mem / 2**30:.1f} GiB")
+
+    def run(self, payload, timeouts: list[float], final=("compile_error", "job_error")) -> list:
+        """Send ``payload``; read one message per entry of ``timeouts`` (each with
+        its own deadline). Stops early at a message whose kind is in ``final`` or at a
+        failure (``timeout``/``crash``/``oom``, after which the worker is gone)."""
+        if self.proc is None:
+            self._start()
+        self.conn.send(payload)
+        out = []
+        for t in timeouts:
+            msg = self._recv(t)
+            out.append(msg)
+            if msg[0] in final or msg[0] in ("timeout", "crash", "oom"):
+                break
+        return out
+
+    def close(self):
+        if self.proc is not None and self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+        if self.proc is not None and self.proc.is_alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.join(5)
+        self.proc = None
+
+
+class StderrCapture:
+    """Collects what native code writes to file descriptor 2 inside the ``with``
+    block (xgrammar logs the schema features it approximates or ignores there)."""
+
+    def __init__(self):
+        import tempfile
+
+        self.file = tempfile.TemporaryFile()
+        self.text = ""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.file.seek(0)
+        self.file.truncate()
+        self.saved = os.dup(2)
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        self.text = self.file.read().decode("utf-8", "replace")
+        return False
+
+
+_CAPTURE = None
+
+
+def compile_warnings(eng, handle, captured: str) -> list[str]:
+    """Warnings of one compile: native stderr lines (their ``Warning: ...`` part) and
+    the engine's own (llguidance ``get_grammar_warnings``)."""
+    out = []
+    for line in captured.splitlines():
+        if "Warning" in line or "warning" in line:
+            out.append(line[line.find("Warning"):] if "Warning" in line else line.strip())
+    getw = getattr(eng, "grammar_warnings", None)
+    if getw is not None:
+        try:
+            out.extend(getw(handle))
+        except Exception:
+            pass
+    return out
+
+
+def bench_job(eng, payload, send) -> None:
+    """In the worker: compile (timed, gc off), report; walk every instance, report."""
+    global _CAPTURE
+    schema, seqs = payload
+    if _CAPTURE is None:
+        _CAPTURE = StderrCapture()
+    gc.collect()
+    gc.disable()
+    try:
+        with _CAPTURE:
+            g, ns = eng.compile_timed(schema)
+    except Exception as e:
+        gc.enable()
+        send(("compile_error", f"{type(e).__name__}: {e}"))
+        return
+    gc.enable()
+    send(("compiled", ns, compile_warnings(eng, g, _CAPTURE.text)))
+    mask = eng.new_mask()
+    out = []
+    gc.collect()
+    gc.disable()
+    try:
+        for ids in seqs:
+            mns: list = []
+            try:
+                refused, eos_ok, bad = eng.walk(g, ids, mask, mns)
+                out.append((refused, bool(eos_ok), bad, mns, None))
+            except Exception as e:
+                out.append((None, False, 0, mns, f"{type(e).__name__}: {e}"))
+    finally:
+        gc.enable()
+    send(("walked", out))
+
+
+# ----------------------------------------------------------------------------------
+# Running
+# ----------------------------------------------------------------------------------
+
+
+def run_case(case: SchemaCase, workers: dict, args, overhead: int) -> dict:
+    res = {
+        "id": case.id, "split": case.split, "valid": len(case.valid), "invalid": len(case.invalid),
+        "unknown": case.unknown, "label_disagree": case.label_disagree, "untokenizable": case.untokenizable,
+        "validator_error": case.validator_error, "engines": {},
+    }
+    seqs = [inst.ids for inst in case.valid]
+    for name, w in workers.items():
+        r: dict = {}
+        msgs = w.run((case.schema, seqs), [args.timeout, args.walk_timeout])
+        kind = msgs[0][0]
+        if kind == "compiled":
+            r["status"] = "ok"
+            r["compile_ms"] = msgs[0][1] / 1e6
+            if msgs[0][2]:
+                r["warnings"] = sorted(set(msgs[0][2]))
+        elif kind == "compile_error":
+            r["status"] = "error"
+            r["error"] = msgs[0][1]
+        elif kind in ("timeout", "crash", "oom"):
+            r["status"] = kind
+            r["error"] = f"compile: {kind}: {msgs[0][1]}"
+        else:
+            r["status"] = "harness_error"
+            r["error"] = str(msgs[0][1:])
+        if r["status"] == "ok":
+            if len(msgs) < 2:
+                r["walk_error"] = "no walk result"
+            elif msgs[1][0] == "walked":
+                insts = []
+                for inst, (refused, eos_ok, bad, mns, err) in zip(case.valid, msgs[1][1]):
+                    us = np.maximum(np.asarray(mns, dtype=np.float64) - overhead, 0.0) / 1e3
+                    insts.append({
+                        "index": inst.index, "tokens": len(inst.ids), "accepted": refused is None and eos_ok and not err,
+                        "refused_at": refused, "eos_ok": eos_ok, "inconsistent": bad, "error": err,
+                        "mask_us": [round(float(x), 3) for x in us],
+                    })
+                r["instances"] = insts
+            else:
+                r["walk_error"] = f"{msgs[1][0]}: {msgs[1][1]}"
+                r["instances"] = []
+        res["engines"][name] = r
+    return res
+
+
+def pct(a, q):
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def split_stats(results: list, engine: str) -> dict:
+    n = len(results)
+    statuses = Counter()
+    comp = []
+    mask = []
+    acc = valid = refused = inconsistent = walk_err = warned = 0
+    for r in results:
+        e = r["engines"].get(engine)
+        if e is None:
+            continue
+        statuses[e["status"]] += 1
+        if e["status"] != "ok":
+            continue
+        comp.append(e["compile_ms"])
+        warned += bool(e.get("warnings"))
+        valid += r["valid"]
+        if e.get("walk_error"):
+            walk_err += 1
+        for inst in e.get("instances", ()):
+            mask.extend(inst["mask_us"])
+            acc += inst["accepted"]
+            refused += inst["refused_at"] is not None
+            inconsistent += inst["inconsistent"]
+    return {
+        "schemas": n, "compiled": statuses.get("ok", 0), "statuses": dict(statuses),
+        "compile_ms": {"p50": pct(comp, 50), "p99": pct(comp, 99), "max": max(comp) if comp else None},
+        "mask_us": {"p50": pct(mask, 50), "p99": pct(mask, 99), "max": max(mask) if mask else None, "n": len(mask)},
+        "accepted": acc, "valid": valid, "refused": refused, "inconsistent": inconsistent, "walk_errors": walk_err,
+        "compiled_with_warnings": warned,
+    }
+
+
+def common_ratios(results: list, a: str, b: str) -> dict:
+    """Trellis (a) vs a peer (b) on the same work: compile p50 over the schemas both
+    compiled; mask p50 / p99 over the fills of the instances both accepted."""
+    ca, cb, ma, mb = [], [], [], []
+    for r in results:
+        ea, eb = r["engines"].get(a), r["engines"].get(b)
+        if not ea or not eb or ea["status"] != "ok" or eb["status"] != "ok":
+            continue
+        ca.append(ea["compile_ms"])
+        cb.append(eb["compile_ms"])
+        for ia, ib in zip(ea.get("instances", ()), eb.get("instances", ())):
+            if ia["accepted"] and ib["accepted"]:
+                ma.extend(ia["mask_us"])
+                mb.extend(ib["mask_us"])
+
+    def ratio(x, y):
+        return x / y if x is not None and y else None
+
+    return {
+        "schemas": len(ca), "fills": len(ma),
+        "compile_p50": ratio(pct(ca, 50), pct(cb, 50)),
+        "mask_p50": ratio(pct(ma, 50), pct(mb, 50)),
+        "mask_p99": ratio(pct(ma, 99), pct(mb, 99)),
+    }
+
+
+# ----------------------------------------------------------------------------------
+# Reporting
+# ----------------------------------------------------------------------------------
+
+
+def _f(x, nd=2) -> str:
+    if x is None:
+        return "-"
+    if x >= 1000:
+        return f"{x:.0f}"
+    if x >= 100:
+        return f"{x:.1f}" if nd > 1 else f"{x:.0f}"
+    return f"{x:.{nd}f}"
+
+
+def _r(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _table(header: list, rows: list, markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+        out += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(out)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    out = [line(header), "-+-".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def format_main(by_split: dict, engines: list, markdown: bool) -> str:
+    tag = "/".join(SHORT[e] for e in engines)
+    header = ["split", "schemas", f"compiled {tag}", f"compile p50 ms {tag}", f"compile p99 ms {tag}",
+              f"compile max ms {tag}", f"mask p50 µs {tag}", f"mask p99 µs {tag}", f"mask max µs {tag}",
+              f"accepted/valid {tag}"]
+    rows = []
+    for split, results in by_split.items():
+        st = {e: split_stats(results, e) for e in engines}
+        j = lambda f: " / ".join(f(st[e]) for e in engines)
+        rows.append([
+            split, str(len(results)),
+            j(lambda s: str(s["compiled"])),
+            j(lambda s: _f(s["compile_ms"]["p50"])), j(lambda s: _f(s["compile_ms"]["p99"])),
+            j(lambda s: _f(s["compile_ms"]["max"])),
+            j(lambda s: _f(s["mask_us"]["p50"])), j(lambda s: _f(s["mask_us"]["p99"])),
+            j(lambda s: _f(s["mask_us"]["max"])),
+            j(lambda s: f"{s['accepted']}/{s['valid']}"),
+        ])
+    return _table(header, rows, markdown)
+
+
+def format_ratios(by_split: dict, markdown: bool) -> str:
+    header = ["split", "T/L compile p50 (schemas)", "T/X mask p50 (fills)", "T/L mask p99 (fills)"]
+    rows = []
+    for split, results in by_split.items():
+        rl = common_ratios(results, "trellis", "llguidance")
+        rx = common_ratios(results, "trellis", "xgrammar")
+        rows.append([
+            split,
+            f"{_r(rl['compile_p50'])} ({rl['schemas']})",
+            f"{_r(rx['mask_p50'])} ({rx['fills']})",
+            f"{_r(rl['mask_p99'])} ({rl['fills']})",
+        ])
+    return _table(header, rows, markdown)
+
+
+def _all(by_split: dict) -> list:
+    return [r for s, rs in by_split.items() if s != "total" for r in rs]
+
+
+def format_status(by_split: dict, engines: list, markdown: bool) -> str:
+    header = ["engine", "compiled", "with warnings", "error", "timeout", "oom", "crash", "valid refused", "mask/advance disagree",
+              "walk errors"]
+    rows = []
+    allr = _all(by_split)
+    for e in engines:
+        s = split_stats(allr, e)
+        st = s["statuses"]
+        rows.append([e, str(st.get("ok", 0)), str(s["compiled_with_warnings"]), str(st.get("error", 0) + st.get("harness_error", 0)),
+                     str(st.get("timeout", 0)), str(st.get("oom", 0)), str(st.get("crash", 0)),
+                     str(s["valid"] - s["accepted"]), str(s["inconsistent"]), str(s["walk_errors"])])
+    return _table(header, rows, markdown)
+
+
+def format_findings(by_split: dict, engines: list, show: int) -> str:
+    out = []
+    allr = _all(by_split)
+    for e in engines:
+        errs = Counter()
+        example = {}
+        for r in allr:
+            x = r["engines"].get(e)
+            if x and x["status"] != "ok":
+                key = re.sub(r"\d+", "N", (x.get("error") or x["status"]).splitlines()[0] if (x.get("error") or "").strip() else x["status"])[:110]
+                errs[key] += 1
+                example.setdefault(key, r["id"])
+        if errs:
+            out.append(f"{e}: {sum(errs.values())} schemas not compiled; most common errors:")
+            for k, c in errs.most_common(show):
+                out.append(f"    {c:5d}  {k}  (e.g. {example[k]})")
+        warns = Counter()
+        for r in allr:
+            x = r["engines"].get(e)
+            for w in (x or {}).get("warnings", ()):
+                k = re.sub(r"\d+", "N", w)[:110]
+                warns[k] += 1
+                example.setdefault(k, r["id"])
+        if warns:
+            out.append(f"{e}: compiled with warnings (schemas per warning):")
+            for k, c in warns.most_common(show):
+                out.append(f"    {c:5d}  {k}  (e.g. {example[k]})")
+        n = 0
+        for r in allr:
+            x = r["engines"].get(e)
+            if not x or x["status"] != "ok":
+                continue
+            for inst in x.get("instances", ()):
+                if inst["accepted"]:
+                    continue
+                if n < show:
+                    if inst["error"]:
+                        why = f"error {inst['error']}"
+                    elif inst["refused_at"] is not None:
+                        why = f"refused token {inst['refused_at']} of {inst['tokens']}"
+                    else:
+                        why = "EOS not allowed at the end"
+                    out.append(f"{e}: valid instance {r['id']}#{inst['index']} not accepted: {why}")
+                n += 1
+        if n > show:
+            out.append(f"{e}: ... {n - show} more valid instances not accepted (see --json)")
+    return "\n".join(out) if out else "(none)"
+
+
+def data_summary(by_split: dict) -> str:
+    allr = _all(by_split)
+    tot = Counter()
+    for r in allr:
+        for k in ("valid", "invalid", "unknown", "label_disagree", "untokenizable"):
+            tot[k] += r[k]
+    return (f"{len(allr)} schemas; instances by jsonschema: {tot['valid']} valid (walked), {tot['invalid']} invalid, "
+            f"{tot['unknown']} undecided; {tot['label_disagree']} where the dataset's label differs from jsonschema; "
+            f"{tot['untokenizable']} whose tokens do not spell the text back (skipped)")
+
+
+# ----------------------------------------------------------------------------------
+# Main
+# ----------------------------------------------------------------------------------
+
+
+def add_common_args(ap) -> None:
+    ap.add_argument("--data", default=str(DEFAULT_DATA), help="MaskBench folder (*.jsonl.gz)")
+    ap.add_argument("--vocab", choices=["smollm2", "o200k", "all"], default="smollm2")
+    ap.add_argument("--splits", default="", help="comma-separated split names (default: all)")
+    ap.add_argument("--limit", type=int, default=0, help="schemas per split, a deterministic sample (0: all)")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed")
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema compile")
+    ap.add_argument("--max-mem", type=float, default=6.0, help="GiB of resident memory per engine worker")
+    ap.add_argument("--json", default="", help="write all results here")
+
+
+def selected_splits(args) -> list[str]:
+    have = available_splits(Path(args.data))
+    if not have:
+        raise SystemExit(f"no *.jsonl.gz in {args.data}")
+    if not args.splits:
+        return have
+    want = [s.strip() for s in args.splits.split(",") if s.strip()]
+    bad = [s for s in want if s not in have]
+    if bad:
+        raise SystemExit(f"unknown split(s) {bad}; have {have}")
+    return want
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(ap)
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of " + ",".join(ENGINES))
+    ap.add_argument("--walk-timeout", type=float, default=120.0, help="seconds for all walks of one schema")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    ap.add_argument("--show", type=int, default=10, help="findings listed per engine")
+    ap.add_argument("--xgrammar-strict", action="store_true",
+                    help="xgrammar strict_mode=True (its default: no properties beyond those listed); "
+                         "off by default, for JSON Schema semantics")
+    ap.add_argument("--no-gc-flush", action="store_true", help="no gc.collect() right before each timed compile")
+    args = ap.parse_args(argv)
+    bench_regex.GC_FLUSH = not args.no_gc_flush
+    maskbench_peers.XGrammarJSON.strict_mode = args.xgrammar_strict
+
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+    splits = selected_splits(args)
+    wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines, skipped = make_engines(wanted, log)
+    if "trellis" in wanted and "trellis" in skipped:
+        log("trellis: n/a (" + skipped["trellis"] + ")")
+    overhead = bench_regex.timer_overhead_ns()
+    env = bench_regex.environment(engines)
+    report = {"environment": env, "timer_overhead_ns": overhead, "args": vars(args), "skipped": skipped,
+              "options": {n: e.options() for n, e in engines.items()}, "vocabs": {}}
+    log(f"timer overhead {overhead} ns (subtracted); engines: {', '.join(engines) or 'none'}; splits: {len(splits)}")
+
+    vocab_names = ["smollm2", "o200k"] if args.vocab == "all" else [args.vocab]
+    for vname in vocab_names:
+        spec = load_vocab(vname)
+        log(f"[{vname}] {spec.size} ids, EOS {spec.eos_id}, {int(spec.text_ids.sum())} text tokens")
+        vres: dict = {"size": spec.size, "prepare_ms": {}, "notes": {}}
+        workers = {}
+        for n, eng in engines.items():
+            try:
+                t0 = time.perf_counter_ns()
+                eng.prepare(spec)
+                vres["prepare_ms"][n] = getattr(eng, "vocab_ms", None) or (time.perf_counter_ns() - t0) / 1e6
+                if getattr(eng, "notes", None):
+                    vres["notes"][n] = eng.notes
+                if getattr(eng, "vocab_mismatch", None) is not None:
+                    vres["trellis_vocab_check"] = eng.vocab_mismatch
+                    if not eng.vocab_mismatch["ok"]:
+                        log(f"  WARNING trellis vocabulary differs from the shared token table: {eng.vocab_mismatch}")
+                workers[n] = Worker(eng, bench_job, int(args.max_mem * 2**30))
+            except Exception as e:
+                vres.setdefault("prepare_errors", {})[n] = f"{type(e).__name__}: {e}"
+                log(f"  {n}: vocabulary failed: {type(e).__name__}: {e}")
+                traceback.print_exc()
+        live = [n for n in ENGINES if n in workers]
+        by_split: dict = {}
+        t_start = time.monotonic()
+        try:
+            for split in splits:
+                recs = load_split(Path(args.data), split, args.limit, args.seed)
+                log(f"  {split}: {len(recs)} schemas")
+                results = []
+                for k, rec in enumerate(recs):
+                    case = prepare_case(rec, spec)
+                    r = run_case(case, workers, args, overhead)
+                    results.append(r)
+                    if (k + 1) % 25 == 0:
+                        log(f"    {k + 1}/{len(recs)} ({time.monotonic() - t_start:.0f} s)")
+                by_split[split] = results
+        finally:
+            for w in workers.values():
+                w.close()
+        if len(by_split) > 1:
+            by_split_t = dict(by_split)
+            by_split_t["total"] = [r for rs in by_split.values() for r in rs]
+        else:
+            by_split_t = by_split
+        vres["results"] = [r for rs in by_split.values() for r in rs]
+        vres["summary"] = {s: {e: split_stats(rs, e) for e in live} for s, rs in by_split_t.items()}
+        vres["ratios"] = {s: {"T/L": common_ratios(rs, "trellis", "llguidance"),
+                              "T/X": common_ratios(rs, "trellis", "xgrammar")} for s, rs in by_split_t.items()}
+        vres["worker_restarts"] = {n: w.restarts for n, w in workers.items()}
+        vres["worker_peak_rss_mib"] = {n: w.peak_rss / 2**20 for n, w in workers.items()}
+        report["vocabs"][vname] = vres
+
+        md = args.markdown
+        h = "### " if md else "=== "
+        print(f"\n{h}{vname}: {spec.size} ids; engines {', '.join(f'{SHORT[e]} = {e}' for e in live)}"
+              + (f"; trellis n/a ({skipped['trellis']})" if "trellis" in skipped else "") + (" ===" if not md else ""))
+        print(data_summary(by_split))
+        print("vocabulary build ms (not in compile time): "
+              + ", ".join(f"{n} {ms:.1f}" for n, ms in vres["prepare_ms"].items()))
+        for n, notes in vres["notes"].items():
+            print(f"  {n}: " + ", ".join(f"{k} {v:.1f}" for k, v in notes.items()))
+        print()
+        print(format_main(by_split_t, live, md))
+        print()
+        print(format_status(by_split_t, live, md))
+        if "trellis" in live and len(live) > 1:
+            print("\nTrellis vs peers on common work (the bar: each ratio <= 1): compile p50 over the schemas both "
+                  "compiled; mask p50/p99 over the fills of the valid instances both accepted")
+            print(format_ratios(by_split_t, md))
+        print("\nfindings:")
+        print(format_findings(by_split_t, live, args.show))
+        del spec
+        gc.collect()
+
+    env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print("\nenvironment: " + json.dumps(env))
+    print("engine options: " + json.dumps(report["options"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, default=str)
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
