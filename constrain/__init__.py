@@ -26,6 +26,7 @@ from .bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
 from .matcher import Matcher
 from .protocol import Constraint
 from .regex import DFAConstraint, EmptyLanguageError, compile_regex
+from .grammar import GrammarConstraint, compile_grammar
 from .resources import grammar_path
 from .vocabulary import Vocabulary
 
@@ -34,6 +35,8 @@ __all__ = [
     "apply_bitmask",
     "bitmask_to_ids",
     "compile_regex",
+    "compile_grammar",
+    "GrammarConstraint",
     "grammar_path",
     "Constraint",
     "DFAConstraint",

@@ -219,12 +219,24 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     """
     if not isinstance(vocab, Vocabulary):
         raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
-    deadline = time.perf_counter() + time_budget
+    byte_dfa = regex_byte_dfa(pattern, TokenTrie.of(vocab).alphabet, flags=flags,
+                              max_repeat=max_repeat, max_positions=max_positions,
+                              max_states=max_states,
+                              deadline=time.perf_counter() + time_budget)
+    return DFAConstraint(byte_dfa, vocab, source=pattern, max_mask_bytes=max_mask_bytes)
+
+
+def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
+                   max_repeat: int = MAX_REPEAT, max_positions: int = MAX_POSITIONS,
+                   max_states: int = DEFAULT_MAX_STATES,
+                   deadline: float | None = None) -> ByteDFA:
+    """The trimmed, minimal UTF-8 byte DFA of ``re.fullmatch(pattern, ., flags)``,
+    reading only the bytes in ``alphabet`` (256 booleans). Raises what
+    :func:`compile_regex` raises."""
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern)
     if not char_dfa.accepting.any():
         raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
     # a character state expands to a few byte states per UTF-8 length class
     byte_dfa = char_dfa_to_bytes(char_dfa, max_states=4 * max_states + 1024)
-    byte_dfa = trim_and_minimize(byte_dfa, alphabet=TokenTrie.of(vocab).alphabet)
-    return DFAConstraint(byte_dfa, vocab, source=pattern, max_mask_bytes=max_mask_bytes)
+    return trim_and_minimize(byte_dfa, alphabet=alphabet)

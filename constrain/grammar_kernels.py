@@ -1,0 +1,301 @@
+"""numba kernels of the grammar runtime: the lexer product automaton and the two
+token-trie walks (per lexer state, and across terminal boundaries).
+
+Conventions: a *lexer state* is a global ``int32`` id into one table ``[n, 256]``
+(0 is dead). ``acc`` holds, per lexer state, a bitset (uint64 words) of the
+terminals whose automaton accepts there. Parser contexts are ``int32`` ids;
+``ctx_next[c, t]`` is the context after terminal ``t`` (-1: refused, -2: not yet
+computed) and ``ctx_start[c]`` the lexer state that starts the next terminal
+(-2: not yet computed). A kernel that meets a -2 stops and reports it, Python fills
+the entry in, and the kernel runs again: the tables only ever grow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEED_NONE = 0
+NEED_NEXT = 1
+NEED_START = 2
+OVERFLOW = 3
+
+
+@njit(cache=True, nogil=True)
+def _hash_vec(v):
+    h = np.uint64(1469598103934665603)
+    for x in v:
+        h = (h ^ np.uint64(x)) * np.uint64(1099511628211)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def product_dfa(tab, offsets, starts, reps, max_states):
+    """Run k terminal DFAs side by side (their product, which is deterministic).
+
+    ``tab`` stacks the terminals' tables (terminal ``i`` owns rows
+    ``offsets[i]:offsets[i+1]``, with local state ids, 0 dead); ``starts[i]`` is
+    its local start state, 0 to leave it out. ``reps`` is one byte per byte class.
+    Returns ``(table, vecs, n)``: ``table[s, c]`` the successor of product state
+    ``s`` on class ``c`` (0: dead; state 1 the start), ``vecs[s]`` the local state
+    of each terminal; ``n`` is -1 past ``max_states``.
+    """
+    k = starts.shape[0]
+    nc = reps.shape[0]
+    cap = 64
+    vecs = np.zeros((cap, k), np.int32)
+    table = np.zeros((cap, nc), np.int32)
+    hashes = np.zeros(cap, np.uint64)
+    hcap = 256
+    htab = np.full(hcap, -1, np.int64)
+    # state 0: all dead
+    hashes[0] = _hash_vec(vecs[0])
+    htab[hashes[0] & np.uint64(hcap - 1)] = 0
+    vecs[1] = starts
+    hashes[1] = _hash_vec(vecs[1])
+    sl = hashes[1] & np.uint64(hcap - 1)
+    while htab[sl] >= 0:
+        sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
+    htab[sl] = 1
+    count = 2
+    nxt = np.zeros(k, np.int32)
+    d = 1
+    while d < count:
+        for c in range(nc):
+            b = reps[c]
+            alive = False
+            for i in range(k):
+                s = vecs[d, i]
+                if s != 0:
+                    t = tab[offsets[i] + s, b]
+                    nxt[i] = t
+                    if t != 0:
+                        alive = True
+                else:
+                    nxt[i] = 0
+            if not alive:
+                continue
+            h = _hash_vec(nxt)
+            slot = h & np.uint64(hcap - 1)
+            found = -1
+            while htab[slot] >= 0:
+                e = htab[slot]
+                if hashes[e] == h:
+                    same = True
+                    for i in range(k):
+                        if vecs[e, i] != nxt[i]:
+                            same = False
+                            break
+                    if same:
+                        found = e
+                        break
+                slot = (slot + np.uint64(1)) & np.uint64(hcap - 1)
+            if found < 0:
+                if count >= max_states:
+                    return table[:0], vecs[:0], -1
+                if count == cap:
+                    cap *= 2
+                    nv = np.zeros((cap, k), np.int32)
+                    nv[:count] = vecs[:count]
+                    vecs = nv
+                    nt = np.zeros((cap, nc), np.int32)
+                    nt[:count] = table[:count]
+                    table = nt
+                    nh = np.zeros(cap, np.uint64)
+                    nh[:count] = hashes[:count]
+                    hashes = nh
+                found = count
+                vecs[count] = nxt
+                hashes[count] = h
+                htab[slot] = count
+                count += 1
+                if 2 * count > hcap:
+                    hcap *= 4
+                    htab = np.full(hcap, -1, np.int64)
+                    for e in range(count):
+                        s2 = hashes[e] & np.uint64(hcap - 1)
+                        while htab[s2] >= 0:
+                            s2 = (s2 + np.uint64(1)) & np.uint64(hcap - 1)
+                        htab[s2] = e
+            table[d, c] = found
+        d += 1
+    return table[:count], vecs[:count], count
+
+
+@njit(cache=True, nogil=True)
+def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, order,
+               max_depth, row):
+    """Walk the token trie from lexer state ``state`` without ending a terminal.
+
+    Sets in ``row`` (uint32 words) the tokens along which the current terminals
+    stay alive, and returns ``(nodes, states)``: the trie nodes below the root,
+    with children, at which some terminal could end (``has_acc``), and the lexer
+    state there — where a token may cross into the next terminal.
+    """
+    stack = np.zeros(max_depth + 2, np.int32)
+    stack[0] = state
+    n_nodes = tbyte.shape[0]
+    cap = 64
+    out_node = np.empty(cap, np.int32)
+    out_state = np.empty(cap, np.int32)
+    n = 0
+    i = 1
+    while i < n_nodes:
+        d = tdepth[i]
+        s = trans[stack[d - 1], tbyte[i]]
+        if s == 0:
+            i = tskip[i]
+            continue
+        stack[d] = s
+        for k in range(tok_start[i], tok_end[i]):
+            t = order[k]
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        if has_acc[s] and tskip[i] > i + 1:
+            if n == cap:
+                cap *= 2
+                a = np.empty(cap, np.int32)
+                a[:n] = out_node[:n]
+                out_node = a
+                b = np.empty(cap, np.int32)
+                b[:n] = out_state[:n]
+                out_state = b
+            out_node[n] = i
+            out_state[n] = s
+            n += 1
+        i += 1
+    return out_node[:n], out_state[:n]
+
+
+@njit(cache=True, nogil=True)
+def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx,
+                  tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth, width, row):
+    """The tokens that cross at least one terminal boundary below given trie nodes.
+
+    For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
+    current lexer state without a boundary, where some terminal may end — end each
+    accepting terminal there (the parser, through ``ctx_next``, decides which may),
+    start the next terminal (``ctx_start``) and walk the node's subtree, where
+    terminals may end again. Every node keeps the set of ``(lexer state, context)``
+    pairs alive along its path, at most ``width``.
+
+    Returns ``(status, a, b)``: ``status`` 0 when done (bits set in ``row``),
+    ``NEED_NEXT`` with ``(a, b) = (context, terminal)`` or ``NEED_START`` with
+    ``a`` the context whose start state is missing, ``OVERFLOW`` when a node had
+    more than ``width`` pairs.
+    """
+    W = acc.shape[1]
+    ls = np.zeros((max_depth + 2, width), np.int32)
+    lc = np.zeros((max_depth + 2, width), np.int32)
+    cnt = np.zeros(max_depth + 2, np.int32)
+    for j in range(starts_node.shape[0]):
+        root = starts_node[j]
+        d0 = tdepth[root]
+        # the pairs at the root node: each accepting terminal ended, next one started
+        s0 = starts_state[j]
+        m = 0
+        for w in range(W):
+            x = acc[s0, w]
+            while x != np.uint64(0):
+                low = x & (~x + np.uint64(1))
+                t = w * 64
+                y = low
+                while y > np.uint64(1):
+                    y >>= np.uint64(1)
+                    t += 1
+                x ^= low
+                if (ignore_bits[w] & low) != np.uint64(0):
+                    c2 = ctx
+                else:
+                    c2 = ctx_next[ctx, t]
+                    if c2 == -2:
+                        return NEED_NEXT, ctx, t
+                    if c2 < 0:
+                        continue
+                l0 = ctx_start[c2]
+                if l0 == -2:
+                    return NEED_START, c2, 0
+                dup = False
+                for q in range(m):
+                    if ls[d0, q] == l0 and lc[d0, q] == c2:
+                        dup = True
+                        break
+                if dup:
+                    continue
+                if m == width:
+                    return OVERFLOW, 0, 0
+                ls[d0, m] = l0
+                lc[d0, m] = c2
+                m += 1
+        if m == 0:
+            continue
+        cnt[d0] = m
+        end = tskip[root]
+        i = root + 1
+        while i < end:
+            d = tdepth[i]
+            b = tbyte[i]
+            m = 0
+            for p in range(cnt[d - 1]):
+                s = ls[d - 1, p]
+                c = lc[d - 1, p]
+                # the terminal goes on
+                s2 = trans[s, b]
+                if s2 != 0:
+                    dup = False
+                    for q in range(m):
+                        if ls[d, q] == s2 and lc[d, q] == c:
+                            dup = True
+                            break
+                    if not dup:
+                        if m == width:
+                            return OVERFLOW, 0, 0
+                        ls[d, m] = s2
+                        lc[d, m] = c
+                        m += 1
+                # or it ends before this byte and the next one begins with it
+                for w in range(W):
+                    x = acc[s, w]
+                    while x != np.uint64(0):
+                        low = x & (~x + np.uint64(1))
+                        t = w * 64
+                        y = low
+                        while y > np.uint64(1):
+                            y >>= np.uint64(1)
+                            t += 1
+                        x ^= low
+                        if (ignore_bits[w] & low) != np.uint64(0):
+                            c2 = c
+                        else:
+                            c2 = ctx_next[c, t]
+                            if c2 == -2:
+                                return NEED_NEXT, c, t
+                            if c2 < 0:
+                                continue
+                        l0 = ctx_start[c2]
+                        if l0 == -2:
+                            return NEED_START, c2, 0
+                        s3 = trans[l0, b]
+                        if s3 == 0:
+                            continue
+                        dup = False
+                        for q in range(m):
+                            if ls[d, q] == s3 and lc[d, q] == c2:
+                                dup = True
+                                break
+                        if dup:
+                            continue
+                        if m == width:
+                            return OVERFLOW, 0, 0
+                        ls[d, m] = s3
+                        lc[d, m] = c2
+                        m += 1
+            if m == 0:
+                i = tskip[i]
+                continue
+            cnt[d] = m
+            for k in range(tok_start[i], tok_end[i]):
+                t = order[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            i += 1
+    return NEED_NONE, 0, 0

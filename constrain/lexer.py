@@ -1,0 +1,246 @@
+"""The lexer side of a grammar: one byte DFA per terminal, and the lexer automata
+that run the terminals the parser expects side by side.
+
+A *lexer state* is the product state of the terminals that may still be in
+progress: which terminals are alive after the bytes read since the last boundary,
+and where each is in its own DFA. The terminals started at a boundary are those
+the parser expects there (plus ``%ignore`` terminals), so there is one lexer
+automaton per expected set; each is built on first use (a numba product
+construction) and appended to one global table, so that a kernel can follow a
+token across terminal boundaries.
+
+Per lexer state, one walk of the token trie (built on first use, cached) gives
+the tokens that stay inside the current terminals — a mask that does not depend on
+the parse stack — and the trie nodes where a terminal may end inside a token, the
+only places where the parser is consulted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import numpy as np
+
+from . import grammar_kernels as gk
+from .byte_automaton import ByteDFA, trim_and_minimize
+from .errors import GrammarError, GrammarTooComplexError, RegexError
+from .lark_loader import GrammarIR, Terminal
+from .regex import EmptyLanguageError, regex_byte_dfa
+from .token_trie import TokenTrie
+
+_DFA_CACHE: OrderedDict = OrderedDict()
+_DFA_CACHE_SIZE = 4096
+
+
+def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
+                 deadline: float | None) -> ByteDFA | None:
+    """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
+    no string the alphabet can spell. Cached across grammars (JSON Schemas reuse
+    the same few terminals)."""
+    key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
+    hit = _DFA_CACHE.get(key)
+    if hit is not None:
+        _DFA_CACHE.move_to_end(key)
+        return hit[0]
+    dfa = _literal_dfa(term.literal, term.flags, alphabet) if term.literal is not None else None
+    if dfa is None:
+        try:
+            dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
+                                 deadline=deadline)
+        except EmptyLanguageError:
+            dfa = False
+        except GrammarTooComplexError as e:
+            raise GrammarTooComplexError(f"terminal {term.name}: {e}") from None
+        except RegexError as e:
+            raise GrammarError(f"terminal {term.name} has a pattern Trellis cannot compile: "
+                               f"{e.msg} (pattern {term.pattern[:80]!r}, offset {e.offset})") from None
+    if dfa is not False and (dfa.transitions.shape[0] < 2 or not dfa.accepting.any()):
+        dfa = False
+    if dfa is not False and dfa.accepting[1]:
+        raise GrammarError(f"terminal {term.name} matches the empty string "
+                           f"(pattern {term.pattern[:80]!r}); terminals must consume input")
+    _DFA_CACHE[key] = (dfa or None,)
+    if len(_DFA_CACHE) > _DFA_CACHE_SIZE:
+        _DFA_CACHE.popitem(last=False)
+    return dfa or None
+
+
+def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None | bool:
+    """A chain DFA for a string terminal; ``None`` to fall back to the regex
+    route (case-insensitive non-ASCII text), ``False`` when the alphabet cannot
+    spell it."""
+    icase = bool(flags & re.IGNORECASE)
+    if icase and not text.isascii():
+        return None
+    data = text.encode("utf-8")
+    if not data:
+        raise GrammarError("an empty string terminal (\"\") matches the empty string")
+    n = len(data) + 2
+    table = np.zeros((n, 256), dtype=np.int32)
+    for i, b in enumerate(data):
+        choices = {b}
+        if icase and 65 <= (b | 32) - 32 <= 90:
+            choices = {b | 32, (b | 32) - 32}
+        ok = [c for c in choices if alphabet[c]]
+        if not ok:
+            return False
+        for c in ok:
+            table[i + 1, c] = i + 2
+    accepting = np.zeros(n, dtype=np.bool_)
+    accepting[n - 1] = True
+    return ByteDFA(table, accepting)
+
+
+class TerminalAutomata:
+    """The byte DFAs of a grammar's terminals, stacked into one table (terminal
+    ``t`` owns rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1 start).
+    ``usable[t]`` is false for a terminal the vocabulary cannot spell."""
+
+    def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
+                 deadline: float | None):
+        tables, accs = [], []
+        self.usable = np.zeros(ir.n_terminals, dtype=np.bool_)
+        dead = ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
+        total = 0
+        for t, term in enumerate(ir.terminals):
+            dfa = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline)
+            if dfa is None:
+                dfa = dead
+            else:
+                self.usable[t] = True
+            tables.append(dfa.transitions)
+            accs.append(dfa.accepting)
+            total += dfa.transitions.shape[0]
+            if total > 4 * max_states:
+                raise GrammarTooComplexError(
+                    f"the grammar's terminals need more than {4 * max_states} automaton states "
+                    f"(pass max_states= to raise the limit)")
+        self.offsets = np.zeros(len(tables) + 1, dtype=np.int64)
+        self.offsets[1:] = np.cumsum([t.shape[0] for t in tables])
+        self.table = np.ascontiguousarray(np.concatenate(tables)) if tables else np.zeros((0, 256), np.int32)
+        self.accepting = np.concatenate(accs) if accs else np.zeros(0, np.bool_)
+
+
+class LexerTables:
+    """All lexer automata of one compiled grammar, in one growing global table.
+
+    Attributes:
+        trans: ``[n, 256]`` int32, global lexer states (0 dead).
+        acc: ``[n, W]`` uint64 bitsets of the terminals accepting in each state.
+        has_acc: ``[n]`` whether some terminal accepts.
+    """
+
+    def __init__(self, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
+                 words32: int, max_states: int, max_rows_bytes: int):
+        self.terms = terms
+        self.n_terminals = n_terminals
+        self.trie = trie
+        self.words64 = max(1, (n_terminals + 63) // 64)
+        self.max_states = max_states
+        cap = 1024
+        self.trans = np.zeros((cap, 256), dtype=np.int32)
+        self.acc = np.zeros((cap, self.words64), dtype=np.uint64)
+        self.has_acc = np.zeros(cap, dtype=np.bool_)
+        self.n = 1
+        self._starts: dict[frozenset, int] = {}
+        self._acc_lists: dict[int, tuple[int, ...]] = {}
+        self._rows: OrderedDict = OrderedDict()
+        self.words32 = words32
+        self._max_rows = max(64, max_rows_bytes // (4 * words32))
+
+    def start_state(self, expected: frozenset) -> int:
+        """The lexer state that starts any of the terminals ``expected`` (a
+        frozenset of terminal ids); 0 when none of them is usable."""
+        s = self._starts.get(expected)
+        if s is None:
+            s = self._starts[expected] = self._build(expected)
+        return s
+
+    def _build(self, expected: frozenset) -> int:
+        terms = self.terms
+        ids = sorted(t for t in expected if terms.usable[t])
+        if not ids:
+            return 0
+        offsets = terms.offsets
+        rows = np.concatenate([terms.table[offsets[t]:offsets[t + 1]] for t in ids])
+        sub_off = np.zeros(len(ids) + 1, dtype=np.int64)
+        sub_off[1:] = np.cumsum([offsets[t + 1] - offsets[t] for t in ids])
+        # bytes that every expected terminal treats alike form one class
+        _, first, cls = np.unique(rows.T, axis=0, return_index=True, return_inverse=True)
+        reps = first.astype(np.int64)
+        cls = cls.reshape(-1)
+        starts = np.ones(len(ids), dtype=np.int32)
+        budget = self.max_states - self.n
+        table, vecs, count = gk.product_dfa(rows, sub_off, starts, reps, max(budget, 2))
+        if count < 0:
+            raise GrammarTooComplexError(
+                f"the lexer automata need more than {self.max_states} states "
+                f"(pass max_states= to raise the limit)")
+        base = self.n - 1  # product state p (>= 1) becomes global base + p
+        full = table[:, cls]
+        glob = np.where(full > 0, full + base, 0).astype(np.int32)
+        acc = np.zeros((count, self.words64), dtype=np.uint64)
+        for j, t in enumerate(ids):
+            on = terms.accepting[offsets[t] + vecs[:, j]] & (vecs[:, j] > 0)
+            acc[on, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+        self._grow(self.n + count - 1)
+        self.trans[self.n:self.n + count - 1] = glob[1:]
+        self.acc[self.n:self.n + count - 1] = acc[1:]
+        self.has_acc[self.n:self.n + count - 1] = acc[1:].any(axis=1)
+        start = self.n  # product state 1
+        self.n += count - 1
+        return start
+
+    def _grow(self, need: int) -> None:
+        cap = self.trans.shape[0]
+        if need <= cap:
+            return
+        while cap < need:
+            cap *= 2
+        for name in ("trans", "acc", "has_acc"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[:old.shape[0]] = old
+            setattr(self, name, new)
+
+    def accepting_terminals(self, s: int) -> tuple[int, ...]:
+        """The terminals that may end in lexer state ``s``."""
+        hit = self._acc_lists.get(s)
+        if hit is None:
+            out = []
+            for w in range(self.words64):
+                x = int(self.acc[s, w])
+                while x:
+                    low = x & -x
+                    out.append(w * 64 + low.bit_length() - 1)
+                    x ^= low
+            hit = self._acc_lists[s] = tuple(out)
+        return hit
+
+    def walk(self, s: int):
+        """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
+        inside the current terminals (uint32 words) and the trie nodes where a
+        terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
+        Computed on first use, kept in an LRU."""
+        hit = self._rows.get(s)
+        if hit is not None:
+            self._rows.move_to_end(s)
+            return hit
+        t = self.trie
+        row = np.zeros(self.words32, dtype=np.uint32)
+        nodes, states = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
+                                      t.tok_start, t.tok_end, t.order, t.max_depth, row)
+        hit = self._rows[s] = (row, nodes, states)
+        if len(self._rows) > self._max_rows:
+            self._rows.popitem(last=False)
+        return hit
+
+
+def compile_terminals(ir: GrammarIR, trie: TokenTrie, *, max_states: int,
+                      deadline: float | None) -> TerminalAutomata:
+    """The terminal automata of ``ir`` over the bytes the vocabulary can spell."""
+    return TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline)
+
+
+__all__ = ["LexerTables", "TerminalAutomata", "compile_terminals", "terminal_dfa"]
