@@ -268,10 +268,18 @@ class GrammarConstraint(Constraint):
     def _boundaries(self, c: int, nodes, states, row) -> None:
         t = self.trie
         lex = self.lexer
-        for _ in range(1_000_000):
-            status, a, b = gk.boundary_walk(
+        # the first boundary of every node, resolved up front: most kernel calls
+        # then run to the end
+        for s in set(states.tolist()):
+            for term in lex.accepting_terminals(s):
+                c2 = self._next(c, term)
+                if c2 >= 0:
+                    self._start(c2)
+        j = 0
+        while True:
+            status, a, b, j = gk.boundary_walk(
                 lex.trans, lex.acc, self._ctx_next, self._ctx_start, self._ignore_bits,
-                nodes, states, c, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
+                nodes, states, c, j, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
                 t.max_depth, self.max_width, row)
             if status == gk.NEED_NONE:
                 return

@@ -168,7 +168,7 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, 
 
 
 @njit(cache=True, nogil=True)
-def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx,
+def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0,
                   tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth, width, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
@@ -179,16 +179,18 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
     terminals may end again. Every node keeps the set of ``(lexer state, context)``
     pairs alive along its path, at most ``width``.
 
-    Returns ``(status, a, b)``: ``status`` 0 when done (bits set in ``row``),
+    Returns ``(status, a, b, j)``: ``status`` 0 when done (bits set in ``row``),
     ``NEED_NEXT`` with ``(a, b) = (context, terminal)`` or ``NEED_START`` with
     ``a`` the context whose start state is missing, ``OVERFLOW`` when a node had
-    more than ``width`` pairs.
+    more than ``width`` pairs; ``j`` is the start node being walked, where a call
+    after the missing entry is filled in may resume (bits only ever get set, so
+    walking node ``j`` again is harmless).
     """
     W = acc.shape[1]
     ls = np.zeros((max_depth + 2, width), np.int32)
     lc = np.zeros((max_depth + 2, width), np.int32)
     cnt = np.zeros(max_depth + 2, np.int32)
-    for j in range(starts_node.shape[0]):
+    for j in range(j0, starts_node.shape[0]):
         root = starts_node[j]
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
@@ -209,12 +211,12 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 else:
                     c2 = ctx_next[ctx, t]
                     if c2 == -2:
-                        return NEED_NEXT, ctx, t
+                        return NEED_NEXT, ctx, t, j
                     if c2 < 0:
                         continue
                 l0 = ctx_start[c2]
                 if l0 == -2:
-                    return NEED_START, c2, 0
+                    return NEED_START, c2, 0, j
                 dup = False
                 for q in range(m):
                     if ls[d0, q] == l0 and lc[d0, q] == c2:
@@ -223,7 +225,7 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 if dup:
                     continue
                 if m == width:
-                    return OVERFLOW, 0, 0
+                    return OVERFLOW, 0, 0, j
                 ls[d0, m] = l0
                 lc[d0, m] = c2
                 m += 1
@@ -249,7 +251,7 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                             break
                     if not dup:
                         if m == width:
-                            return OVERFLOW, 0, 0
+                            return OVERFLOW, 0, 0, j
                         ls[d, m] = s2
                         lc[d, m] = c
                         m += 1
@@ -269,12 +271,12 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                         else:
                             c2 = ctx_next[c, t]
                             if c2 == -2:
-                                return NEED_NEXT, c, t
+                                return NEED_NEXT, c, t, j
                             if c2 < 0:
                                 continue
                         l0 = ctx_start[c2]
                         if l0 == -2:
-                            return NEED_START, c2, 0
+                            return NEED_START, c2, 0, j
                         s3 = trans[l0, b]
                         if s3 == 0:
                             continue
@@ -286,7 +288,7 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                         if dup:
                             continue
                         if m == width:
-                            return OVERFLOW, 0, 0
+                            return OVERFLOW, 0, 0, j
                         ls[d, m] = s3
                         lc[d, m] = c2
                         m += 1
@@ -298,4 +300,4 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 t = order[k]
                 row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
             i += 1
-    return NEED_NONE, 0, 0
+    return NEED_NONE, 0, 0, 0

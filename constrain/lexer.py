@@ -31,6 +31,17 @@ from .token_trie import TokenTrie
 
 _DFA_CACHE: OrderedDict = OrderedDict()
 _DFA_CACHE_SIZE = 4096
+_TERMINAL_UIDS: dict = {}
+
+
+def terminal_uid(term: Terminal, alphabet: np.ndarray) -> int:
+    """A process-wide id of a terminal's automaton (same pattern, flags and
+    alphabet → same id), so that lexer states can be recognised across grammars."""
+    key = (term.pattern, term.flags, term.literal, alphabet.tobytes())
+    uid = _TERMINAL_UIDS.get(key)
+    if uid is None:
+        uid = _TERMINAL_UIDS[key] = len(_TERMINAL_UIDS)
+    return uid
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
@@ -101,6 +112,7 @@ class TerminalAutomata:
                  deadline: float | None):
         tables, accs = [], []
         self.usable = np.zeros(ir.n_terminals, dtype=np.bool_)
+        self.uids = [terminal_uid(term, alphabet) for term in ir.terminals]
         dead = ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
         total = 0
         for t, term in enumerate(ir.terminals):
@@ -144,10 +156,19 @@ class LexerTables:
         self.has_acc = np.zeros(cap, dtype=np.bool_)
         self.n = 1
         self._starts: dict[frozenset, int] = {}
+        self._ids: dict[tuple, int] = {}
+        #: per lexer state, its (terminal uid, local state) pairs: the same key in
+        #: two grammars means the same automaton state, hence the same walk
+        self.keys: list[tuple] = [()]
+        # two terminals with one pattern would make keys ambiguous: keep walks private
+        self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
+                        else _RowCache(max_rows_bytes))
         self._acc_lists: dict[int, tuple[int, ...]] = {}
         self._rows: OrderedDict = OrderedDict()
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
+        self._uid_index: dict = {}
+        self._uid_index_n = -1
 
     def start_state(self, expected: frozenset) -> int:
         """The lexer state that starts any of the terminals ``expected`` (a
@@ -177,20 +198,33 @@ class LexerTables:
             raise GrammarTooComplexError(
                 f"the lexer automata need more than {self.max_states} states "
                 f"(pass max_states= to raise the limit)")
-        base = self.n - 1  # product state p (>= 1) becomes global base + p
-        full = table[:, cls]
-        glob = np.where(full > 0, full + base, 0).astype(np.int32)
-        acc = np.zeros((count, self.words64), dtype=np.uint64)
-        for j, t in enumerate(ids):
-            on = terms.accepting[offsets[t] + vecs[:, j]] & (vecs[:, j] > 0)
-            acc[on, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
-        self._grow(self.n + count - 1)
-        self.trans[self.n:self.n + count - 1] = glob[1:]
-        self.acc[self.n:self.n + count - 1] = acc[1:]
-        self.has_acc[self.n:self.n + count - 1] = acc[1:].any(axis=1)
-        start = self.n  # product state 1
-        self.n += count - 1
-        return start
+        # A lexer state is the set of (terminal, local state) pairs alive: product
+        # states of different expected sets that agree on it are one state.
+        keys = [tuple((ids[j], int(v)) for j, v in enumerate(vec) if v) for vec in vecs.tolist()]
+        gid = np.zeros(count, dtype=np.int32)
+        new = []
+        for p in range(1, count):
+            g = self._ids.get(keys[p])
+            if g is None:
+                g = self._ids[keys[p]] = self.n + len(new)
+                new.append(p)
+            gid[p] = g
+        full = gid[table[:, cls]]
+        if new:
+            self._grow(self.n + len(new))
+            sl = slice(self.n, self.n + len(new))
+            self.trans[sl] = full[new]
+            acc = np.zeros((len(new), self.words64), dtype=np.uint64)
+            nv = vecs[new]
+            for j, t in enumerate(ids):
+                on = terms.accepting[offsets[t] + nv[:, j]] & (nv[:, j] > 0)
+                acc[on, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            self.acc[sl] = acc
+            self.has_acc[sl] = acc.any(axis=1)
+            uids = terms.uids
+            self.keys.extend(tuple((uids[t], v) for t, v in keys[p]) for p in new)
+            self.n += len(new)
+        return int(gid[1])
 
     def _grow(self, need: int) -> None:
         cap = self.trans.shape[0]
@@ -222,19 +256,70 @@ class LexerTables:
         """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
         inside the current terminals (uint32 words) and the trie nodes where a
         terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
-        Computed on first use, kept in an LRU."""
+        Computed on first use and kept in an LRU; the walk itself is shared by
+        every grammar over the same vocabulary that has this lexer state."""
         hit = self._rows.get(s)
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        t = self.trie
-        row = np.zeros(self.words32, dtype=np.uint32)
-        nodes, states = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
-                                      t.tok_start, t.tok_end, t.order, t.max_depth, row)
+        key = self.keys[s]
+        shared = self._shared.get(key)
+        if shared is not None:
+            row, nodes, state_keys = shared
+            ids = self._ids_by_uid()
+            states = np.fromiter((ids[k] for k in state_keys), dtype=np.int32, count=len(state_keys))
+        else:
+            t = self.trie
+            row = np.zeros(self.words32, dtype=np.uint32)
+            nodes, states = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
+                                          t.tok_start, t.tok_end, t.order, t.max_depth, row)
+            self._shared.put(key, (row, nodes, tuple(self.keys[x] for x in states.tolist())))
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
         return hit
+
+    def _ids_by_uid(self) -> dict:
+        if self._uid_index_n != self.n:
+            self._uid_index = {k: i for i, k in enumerate(self.keys) if i}
+            self._uid_index_n = self.n
+        return self._uid_index
+
+
+class _RowCache:
+    """An LRU of lexer-state walks bounded in bytes, shared by the grammars of one
+    vocabulary."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        hit = self.items.get(key)
+        if hit is not None:
+            self.items.move_to_end(key)
+        return hit
+
+    def put(self, key, value) -> None:
+        if key in self.items:
+            return
+        self.items[key] = value
+        self.bytes += value[0].nbytes + value[1].nbytes
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            _, old = self.items.popitem(last=False)
+            self.bytes -= old[0].nbytes + old[1].nbytes
+
+
+SHARED_ROWS_BYTES = 512 * 1024 * 1024
+
+
+def trie_cache(trie: TokenTrie) -> _RowCache:
+    """The shared walk cache of a vocabulary's trie."""
+    cache = getattr(trie, "_lexer_rows", None)
+    if cache is None:
+        cache = trie._lexer_rows = _RowCache(SHARED_ROWS_BYTES)
+    return cache
 
 
 def compile_terminals(ir: GrammarIR, trie: TokenTrie, *, max_states: int,

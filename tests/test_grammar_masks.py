@@ -1,0 +1,98 @@
+"""Masks agree with ``advance`` token by token (brute force over the whole
+vocabulary) on grammars where terminals overlap, split inside tokens, nest and
+recurse; and the grammar constraint follows the protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from constrain import InvalidStateError, allocate_bitmask, compile_grammar
+from constrain.grammar import TERMINATED
+
+GRAMMARS = {
+    "keywords": 'start: "select"i _WS NAME (_C NAME)* _WS "from"i _WS NAME\n'
+                'NAME: /[a-z_][a-z0-9_]*/i\n_WS: /[ ]+/\n_C: /, ?/\n',
+    "adjacent": "start: A A B\nA: /a+/\nB: /a?b/\n",
+    "ignore": 'start: expr\n?expr: expr "+" term | term\n?term: term "*" atom | atom\n'
+              '?atom: NUMBER | "(" expr ")"\nNUMBER: /[0-9]+(\\.[0-9]+)?/\n%ignore / +/\n',
+    "nullable": 'start: a b c\na: "x"*\nb: "y"?\nc: "x" | "z" |\n',
+    "ambiguous": 'start: s\ns: s s | "a" | "ab" | "b"\n',
+    "json": None,
+}
+
+
+def _grammar(name, vocab):
+    from constrain import grammar_path
+
+    src = GRAMMARS[name]
+    return compile_grammar(grammar_path("json.lark") if src is None else src, vocab)
+
+
+def _brute_mask(g, state):
+    vocab = g.vocab
+    return np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+
+
+def _mask_ids(g, state):
+    bm = allocate_bitmask(1, len(g.vocab), backend="numpy")
+    g.fill_bitmask(state, bm, 0)
+    bits = np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)]
+    return bits.astype(bool)
+
+
+@pytest.mark.parametrize("name", list(GRAMMARS))
+def test_mask_equals_advance(name, smollm2_vocab):
+    g = _grammar(name, smollm2_vocab)
+    rng = np.random.default_rng(len(name))
+    state = g.initial_state()
+    checked = 0
+    for _ in range(6):
+        want = _brute_mask(g, state)
+        got = _mask_ids(g, state)
+        diff = np.flatnonzero(want != got)
+        assert not len(diff), [(int(t), smollm2_vocab.token_bytes(int(t)), bool(want[t])) for t in diff[:5]]
+        checked += 1
+        grammar_ids = np.flatnonzero(want & smollm2_vocab.grammar_token_mask)
+        if not len(grammar_ids):
+            break
+        state = g.advance(state, int(rng.choice(grammar_ids)))
+    assert checked >= 2
+
+
+def test_protocol(smollm2_vocab, smollm2_tokenizer):
+    g = _grammar("ignore", smollm2_vocab)
+    s0 = g.initial_state()
+    assert hash(s0) == hash(g.initial_state()) and not g.is_accepting(s0)
+    ids = smollm2_tokenizer.encode("(1 + 2.5)*3", add_special_tokens=False)
+    s = g.advance_many(s0, ids)
+    assert s is not None and g.is_accepting(s)
+    eos = smollm2_vocab.eos_token_ids[0]
+    end = g.advance(s, eos)
+    assert end == TERMINATED and g.is_terminated(end) and not g.is_accepting(end)
+    assert g.advance(end, ids[0]) is None
+    assert len(g.allowed_token_ids(end)) == 0
+    assert eos in g.allowed_token_ids(s) and eos not in g.allowed_token_ids(s0)
+    with pytest.raises(InvalidStateError):
+        g.advance("nonsense", ids[0])
+    with pytest.raises(InvalidStateError):
+        g.advance(s0, len(smollm2_vocab) + 10)
+    # torch bitmasks work too, and rows beyond the vocabulary stay zero
+    torch = pytest.importorskip("torch")
+    bm = torch.full((2, (len(smollm2_vocab) + 31) // 32 + 2), -1, dtype=torch.int32)
+    g.fill_bitmask(s, bm, 1)
+    assert int(bm[1, -1]) == 0 and int(bm[0, 0]) == -1
+    np_bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+    g.fill_bitmask(s, np_bm, 1)
+    assert np.array_equal(bm[1, :np_bm.shape[1]].numpy(), np_bm[1])
+
+
+def test_matches_and_overlaps(smollm2_vocab):
+    g = _grammar("keywords", smollm2_vocab)
+    assert g.matches("SELECT a, b FROM t")
+    assert g.matches("select selection from fromage")  # keywords are valid names here
+    assert not g.matches("SELECTa FROM t")
+    assert not g.matches("select a from")
+    g = _grammar("adjacent", smollm2_vocab)
+    assert g.matches("aab") and g.matches("aaaab") and g.matches("aaab")
+    assert not g.matches("ab") and not g.matches("aa")
