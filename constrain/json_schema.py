@@ -1,0 +1,1427 @@
+"""JSON Schema → Lark grammar text, and :func:`compile_json_schema`.
+
+The grammar's language (Earley, scannerless: what ``lark.Lark(text,
+parser="earley", lexer="dynamic_complete")`` accepts) is a set of JSON texts every
+one of which ``jsonschema`` validates against the schema (format checking off).
+It is *sound* by construction and close to *complete* for the usual serialisation
+(``json.dumps(x, separators=(",", ":"), ensure_ascii=False)`` with object members
+in schema order, see :func:`order_instance`).
+
+Design:
+
+* Schemas are normalised to a disjunction of conjunctions of schema nodes
+  (``anyOf``/``oneOf`` distribute, ``allOf`` and ``$ref`` siblings conjoin); each
+  conjunction is compiled per JSON type with the keywords merged (intersected).
+* Scalars are single terminals (a whole string with its pattern, format and
+  length; a whole number with its bounds; a whole enum), structure is rules.
+  Recursive ``$ref`` become recursive rules.
+* A keyword that cannot be enforced exactly raises :class:`UnsupportedSchemaError`
+  naming its JSON pointer; with ``strict=False`` it is ignored, and one warning
+  lists everything ignored.
+* Everything emitted errs on the strict side where exactness would be costly:
+  integers never carry a fraction or exponent, bounded numbers no exponent,
+  patterns accept canonical escapes only, ``maxLength``/``maxItems`` above the
+  caps are lowered to the caps (documented in ``docs/json_schema.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from decimal import Decimal
+from fractions import Fraction
+
+from .errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from .json_schema_formats import (
+    CANON_ANY,
+    FORMATS,
+    JSON_CHAR_ANY,
+    JSON_CODEPOINT,
+    PatternUnsupported,
+    encoded_class,
+    escape_lark_regex,
+    iv_complement,
+    translate_pattern,
+)
+from .number_ranges import (
+    _trie_alt,
+    decimal_range_regex,
+    int_range_regex,
+    integer_bounds,
+    nat_multiple_regex,
+)
+
+__all__ = ["json_schema_to_lark", "compile_json_schema", "order_instance",
+           "DEFAULT_MAX_WHITESPACE", "MAX_STRING_LENGTH", "MAX_ARRAY_LENGTH"]
+
+#: default cap on consecutive whitespace characters in "flexible" style
+DEFAULT_MAX_WHITESPACE = 4
+#: ``maxLength`` above this is lowered to it (a counted repetition that large
+#: would not fit one terminal automaton); unbounded strings stay unbounded
+MAX_STRING_LENGTH = 2048
+#: ``maxItems`` above this is lowered to it (one rule per possible index)
+MAX_ARRAY_LENGTH = 1024
+#: limits of the produced grammar
+MAX_RULES = 50_000
+MAX_GRAMMAR_CHARS = 8_000_000
+MAX_CONJUNCTIONS = 256
+
+_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+_NUMBER_KW = {"multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"}
+_STRING_KW = {"maxLength", "minLength", "pattern", "format"}
+_ARRAY_KW = {"items", "prefixItems", "additionalItems", "maxItems", "minItems", "uniqueItems",
+             "contains", "maxContains", "minContains", "unevaluatedItems"}
+_OBJECT_KW = {"properties", "patternProperties", "additionalProperties", "required",
+              "maxProperties", "minProperties", "dependentRequired", "dependentSchemas",
+              "dependencies", "propertyNames", "unevaluatedProperties"}
+# keywords the per-type compilers handle; any other *validation* keyword is refused
+_HANDLED = (_NUMBER_KW | _STRING_KW | _OBJECT_KW
+            | {"items", "prefixItems", "additionalItems", "maxItems", "minItems",
+               "uniqueItems", "unevaluatedItems", "type", "enum", "const", "allOf",
+               "anyOf", "oneOf", "$ref", "not"})
+_REFUSED = {"contains", "maxContains", "minContains", "if", "then", "else",
+            "$dynamicRef", "$recursiveRef", "dependentSchemas"}
+_ANY_KEY = '"' + JSON_CHAR_ANY + '*"'
+_INTEGER = r"-?(?:0|[1-9]\d*)"
+_NUMBER = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+\-]?\d+)?"
+_STRING_ANY = '"' + JSON_CHAR_ANY + '*"'
+
+
+def _escape_token(tok: str) -> str:
+    return tok.replace("~", "~0").replace("/", "~1")
+
+
+def _unescape_token(tok: str) -> str:
+    return tok.replace("~1", "/").replace("~0", "~")
+
+
+def _json_equal(a, b) -> bool:
+    """Equality as JSON Schema's ``enum``/``const`` see it (``1 == 1.0``, but
+    ``True != 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _type_set(t) -> set:
+    if isinstance(t, str):
+        t = [t]
+    out = set(t)
+    if "number" in out:
+        out.add("integer")
+    return out
+
+
+def _node_types(node) -> set | None:
+    if isinstance(node, dict) and "type" in node:
+        return _type_set(node["type"])
+    return None
+
+
+def _number_text(v) -> list[str]:
+    """JSON spellings of a number for enum literals."""
+    if isinstance(v, float):
+        if v != v or v in (math.inf, -math.inf):
+            return []
+        out = [json.dumps(v)]
+        if v.is_integer():
+            out.append(str(int(v)))
+        return out
+    out = [str(v)]
+    return out
+
+
+class _Alt(list):
+    """One alternative of a rule: a list of items ``(kind, payload)``, kind
+    ``"sym"`` (a symbol), ``"opt"`` (an optional symbol) or ``"star"`` (a tuple of
+    symbols repeated zero or more times)."""
+
+
+class _Compiler:
+    """Builds the rules and terminals for one schema document."""
+
+    def __init__(self, root, *, strict: bool, whitespace: str, max_whitespace: int,
+                 max_string_length: int, max_array_length: int):
+        import jsonschema
+
+        self.root = root
+        self.strict = strict
+        self.max_string_length = max_string_length
+        self.max_array_length = max_array_length
+        if whitespace == "compact":
+            ws = ""
+        elif whitespace == "flexible":
+            if max_whitespace < 1:
+                raise ValueError("max_whitespace must be >= 1")
+            ws = r"[ \t\n\r]{0,%d}" % max_whitespace
+        else:
+            raise ValueError(f"whitespace must be 'compact' or 'flexible', not {whitespace!r}")
+        self.ws = ws
+        self.ignored: list[str] = []
+        self.rules: dict[str, list[_Alt]] = {}
+        self.terminals: dict[str, str] = {}  # regex -> name
+        self.terminal_defs: dict[str, str] = {}  # name -> regex
+        self.memo: dict[tuple, str] = {}
+        self.counter = 0
+        self.node_cache: dict[str, object] = {}
+        # DNF per pointer; a second cache while proving oneOf disjointness, where
+        # nested oneOf are not checked
+        self.flat_cache: dict[bool, dict[str, list]] = {False: {}, True: {}}
+        self.checking = False  # inside a oneOf disjointness proof
+        self.ids = self._index_ids()
+        cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
+                                                  default=jsonschema.Draft202012Validator)
+        try:
+            self.validator = cls(root)
+        except Exception as e:  # pragma: no cover - defensive
+            raise SchemaError(f"jsonschema cannot load the schema: {e}", "") from e
+        self.punct = {
+            "LBRACE": self.terminal(r"\{" + ws, "LBRACE"),
+            "RBRACE": self.terminal(ws + r"\}", "RBRACE"),
+            "LBRACK": self.terminal(r"\[" + ws, "LBRACK"),
+            "RBRACK": self.terminal(ws + r"\]", "RBRACK"),
+            "COMMA": self.terminal(ws + "," + ws, "COMMA"),
+            "EMPTY_OBJ": self.terminal(r"\{" + ws + r"\}", "EMPTY_OBJ"),
+            "EMPTY_ARR": self.terminal(r"\[" + ws + r"\]", "EMPTY_ARR"),
+        }
+        self._any_value = None
+
+    # -- bookkeeping ---------------------------------------------------------------
+
+    def unsupported(self, pointer: str, message: str):
+        """Refuse (strict) or record an ignored keyword."""
+        if self.strict:
+            raise UnsupportedSchemaError(message, pointer)
+        if pointer not in self.ignored:
+            self.ignored.append(pointer)
+
+    def terminal(self, regex: str, kind: str) -> str:
+        """The name of the terminal for ``regex`` (one per distinct regex)."""
+        name = self.terminals.get(regex)
+        if name is None:
+            if kind in ("LBRACE", "RBRACE", "LBRACK", "RBRACK", "COMMA", "EMPTY_OBJ",
+                        "EMPTY_ARR"):
+                name = kind
+            else:
+                name = f"{kind}_{len(self.terminal_defs)}"
+            self.terminals[regex] = name
+            self.terminal_defs[name] = regex
+        return name
+
+    def new_rule(self, hint: str) -> str:
+        self.counter += 1
+        if self.counter > MAX_RULES:
+            raise GrammarTooComplexError(
+                f"the grammar for this schema needs more than {MAX_RULES} rules")
+        return f"{hint}_{self.counter}"
+
+    # -- documents -----------------------------------------------------------------
+
+    def _index_ids(self) -> dict[str, str]:
+        """``$id``/``$anchor`` values → JSON pointers, for non-pointer ``$ref``."""
+        ids: dict[str, str] = {}
+
+        def walk(node, ptr):
+            if isinstance(node, dict):
+                for key in ("$id", "id"):
+                    v = node.get(key)
+                    if isinstance(v, str) and ptr:
+                        ids.setdefault(v, ptr)
+                        ids.setdefault(v.rstrip("#"), ptr)
+                v = node.get("$anchor")
+                if isinstance(v, str):
+                    ids.setdefault("#" + v, ptr)
+                for k, v in node.items():
+                    if k in ("enum", "const", "default", "examples", "example"):
+                        continue
+                    walk(v, ptr + "/" + _escape_token(k))
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, f"{ptr}/{i}")
+
+        walk(self.root, "")
+        return ids
+
+    def node(self, ptr: str):
+        """The schema at a JSON pointer of the document."""
+        if ptr == "<true>":
+            return True
+        if ptr == "<false>":
+            return False
+        hit = self.node_cache.get(ptr, self)
+        if hit is not self:
+            return hit
+        cur = self.root
+        for tok in ptr.split("/")[1:]:
+            tok = _unescape_token(tok)
+            if isinstance(cur, list):
+                try:
+                    cur = cur[int(tok)]
+                except (ValueError, IndexError):
+                    raise SchemaError("no such schema", ptr) from None
+            elif isinstance(cur, dict) and tok in cur:
+                cur = cur[tok]
+            else:
+                raise SchemaError("no such schema", ptr)
+        if not isinstance(cur, (dict, bool)):
+            raise SchemaError(f"a schema must be an object or a boolean, not {type(cur).__name__}",
+                              ptr)
+        self.node_cache[ptr] = cur
+        return cur
+
+    def resolve_ref(self, ref: str, at: str) -> str:
+        """The JSON pointer a ``$ref`` points to."""
+        from urllib.parse import unquote
+
+        if not isinstance(ref, str):
+            raise SchemaError("$ref must be a string", at)
+        target = None
+        if ref.startswith("#"):
+            frag = unquote(ref[1:])
+            if frag == "" or frag.startswith("/"):
+                target = frag
+            elif ref in self.ids:
+                target = self.ids[ref]
+        else:
+            base, _, frag = ref.partition("#")
+            root_id = self.root.get("$id", self.root.get("id")) if isinstance(self.root, dict) else None
+            if isinstance(root_id, str) and base and root_id.rstrip("#").endswith(base):
+                target = unquote(frag)
+            elif base in self.ids and (frag == "" or frag.startswith("/")):
+                target = self.ids[base] + unquote(frag)
+            elif ref in self.ids:
+                target = self.ids[ref]
+        if target is None:
+            raise SchemaError(f"cannot resolve $ref {ref!r}", at)
+        self.node(target)  # raises SchemaError when dangling
+        return target
+
+    def valid(self, value, ptr: str) -> bool:
+        """Whether ``jsonschema`` accepts ``value`` against the schema at ``ptr``
+        (refs resolved in the whole document)."""
+        node = self.node(ptr)
+        if isinstance(node, bool):
+            return node
+        try:
+            return self.validator.evolve(schema=node).is_valid(value)
+        except Exception:
+            return False
+
+    # -- normalisation -------------------------------------------------------------
+
+    def flatten(self, ptr: str, stack: tuple = ()) -> list[tuple]:
+        """The schema at ``ptr`` as a disjunction of conjunctions of node pointers
+        (combinators and ``$ref`` expanded)."""
+        cache = self.flat_cache[self.checking]
+        hit = cache.get(ptr)
+        if hit is not None:
+            return hit
+        node = self.node(ptr)
+        if node is True:
+            return [()]
+        if node is False:
+            return []
+        if ptr in stack:
+            raise UnsupportedSchemaError(
+                "a schema that refers to itself without an object or array in between", ptr)
+        stack = stack + (ptr,)
+        dnf = [(ptr,)]
+        if "$ref" in node:
+            target = self.resolve_ref(node["$ref"], ptr + "/$ref")
+            dnf = self._product(dnf, self.flatten(target, stack), ptr)
+        for i, _ in enumerate(self._list(node, "allOf", ptr)):
+            dnf = self._product(dnf, self.flatten(f"{ptr}/allOf/{i}", stack), ptr)
+        for key in ("anyOf", "oneOf"):
+            branches = self._list(node, key, ptr)
+            if not branches and key in node:
+                return []
+            if not branches:
+                continue
+            flat = [self.flatten(f"{ptr}/{key}/{i}", stack) for i in range(len(branches))]
+            if key == "oneOf" and len(flat) > 1 and not self.checking:
+                self._check_disjoint(flat, (ptr,), f"{ptr}/oneOf")
+            union = [c for f in flat for c in f]
+            dnf = self._product(dnf, union, ptr)
+        cache[ptr] = dnf
+        return dnf
+
+    def _list(self, node, key, ptr):
+        v = node.get(key, [])
+        if not isinstance(v, list):
+            raise SchemaError(f"{key} must be an array", f"{ptr}/{key}")
+        return v
+
+    def _product(self, a, b, ptr):
+        out = []
+        for x in a:
+            for y in b:
+                merged = x + tuple(p for p in y if p not in x)
+                out.append(merged)
+                if len(out) > MAX_CONJUNCTIONS:
+                    raise GrammarTooComplexError(
+                        f"more than {MAX_CONJUNCTIONS} alternatives after distributing "
+                        f"anyOf/oneOf over allOf at {ptr or '/'}")
+        return out
+
+    # -- oneOf disjointness --------------------------------------------------------
+
+    def _check_disjoint(self, flat, context, pointer):
+        """Refuse (strict) a ``oneOf`` whose branches cannot be proven disjoint: a
+        value matching two branches would be accepted though invalid."""
+        self.checking = True
+        try:
+            for i in range(len(flat)):
+                for j in range(i + 1, len(flat)):
+                    for ci in flat[i]:
+                        for cj in flat[j]:
+                            if not self.disjoint(context + ci, context + cj, 3):
+                                break
+                        else:
+                            continue
+                        break
+                    else:
+                        continue
+                    self.checking = False
+                    self.unsupported(
+                        pointer, f"oneOf branches {i} and {j} may overlap (a value "
+                        "matching both is invalid, and no grammar rule can exclude it)")
+                    return
+        finally:
+            self.checking = False
+
+    def conj_types(self, conj) -> set:
+        types = set(_TYPES)
+        for p in conj:
+            t = _node_types(self.node(p))
+            if t is not None:
+                types &= t
+        return types
+
+    def enum_values(self, conj):
+        """The values an ``enum``/``const`` in the conjunction allows (each
+        validated against every node), or ``None`` when there is none."""
+        cands = None
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            if "const" in n:
+                vals = [n["const"]]
+            elif "enum" in n and isinstance(n["enum"], list):
+                vals = list(n["enum"])
+            else:
+                continue
+            if cands is None:
+                cands = vals
+            else:
+                cands = [v for v in cands if any(_json_equal(v, w) for w in vals)]
+        if cands is None:
+            return None
+        return [v for v in cands if all(self.valid(v, p) for p in conj)]
+
+    def disjoint(self, c1, c2, depth) -> bool:
+        """Whether no JSON value satisfies both conjunctions (a sufficient test)."""
+        e1, e2 = self.enum_values(c1), self.enum_values(c2)
+        if e1 is not None and not any(all(self.valid(v, p) for p in c2) for v in e1):
+            return True
+        if e2 is not None and not any(all(self.valid(v, p) for p in c1) for v in e2):
+            return True
+        shared = self.conj_types(c1) & self.conj_types(c2)
+        if e1 is not None or e2 is not None:
+            return False
+        for t in ("null", "boolean", "string", "array", "object"):
+            if t in shared and not self._disjoint_in(t, c1, c2, depth):
+                return False
+        if "integer" in shared and not self._disjoint_in("number", c1, c2, depth):
+            return False
+        return True
+
+    def _disjoint_in(self, t, c1, c2, depth) -> bool:
+        if t == "number":
+            a, b = self._num_bounds(c1, quiet=True), self._num_bounds(c2, quiet=True)
+            return _ranges_disjoint(a, b)
+        if t == "string":
+            a, b = self._len_bounds(c1, "minLength", "maxLength"), self._len_bounds(c2, "minLength", "maxLength")
+            return a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]
+        if t == "array":
+            a, b = self._len_bounds(c1, "minItems", "maxItems"), self._len_bounds(c2, "minItems", "maxItems")
+            return a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]
+        if t == "object" and depth > 0:
+            o1, o2 = self._object_view(c1, quiet=True), self._object_view(c2, quiet=True)
+            if o1 is None or o2 is None:
+                return True
+            for x, y in ((o1, o2), (o2, o1)):
+                for name in x.required:
+                    if name not in y.pieces and not y.extra_allowed_for(name):
+                        return True
+                    if name in y.pieces:
+                        px, py = x.pieces.get(name), y.pieces[name]
+                        if px is None:
+                            continue
+                        if self._pieces_disjoint(px, py, depth - 1):
+                            return True
+            return False
+        return False
+
+    def _pieces_disjoint(self, p1, p2, depth) -> bool:
+        try:
+            f1 = self._flatten_pieces(p1)
+            f2 = self._flatten_pieces(p2)
+        except (UnsupportedSchemaError, SchemaError, GrammarTooComplexError):
+            return False
+        return all(self.disjoint(a, b, depth) for a in f1 for b in f2)
+
+    def _flatten_pieces(self, pieces) -> list[tuple]:
+        dnf = [()]
+        for p in pieces:
+            dnf = self._product(dnf, self.flatten(p), p)
+        return dnf
+
+    # -- values ----------------------------------------------------------------------
+
+    def value_symbol(self, pieces: tuple) -> str:
+        """A rule for the values satisfying every schema in ``pieces``."""
+        pieces = tuple(dict.fromkeys(p for p in pieces if p != "<true>"))
+        if not pieces:
+            return self.any_value()
+        name = self.memo.get(pieces)
+        if name is not None:
+            return name
+        name = self.new_rule("value")
+        self.memo[pieces] = name
+        alts: list[_Alt] = []
+        for conj in self._flatten_pieces(pieces):
+            for sym in self.compile_conjunction(conj):
+                alts.append(_Alt([("sym", sym)]))
+        self.rules[name] = alts
+        return name
+
+    def any_value(self) -> str:
+        """Rules for any JSON value."""
+        if self._any_value is not None:
+            return self._any_value
+        P = self.punct
+        self._any_value = "any_value"
+        scalar = self.terminal(f"(?:{_STRING_ANY}|{_NUMBER}|true|false|null)", "SCALAR")
+        key = self.terminal(_ANY_KEY + self.ws + ":" + self.ws, "KEY")
+        self.rules["any_value"] = [_Alt([("sym", scalar)]), _Alt([("sym", "any_object")]),
+                                   _Alt([("sym", "any_array")])]
+        self.rules["any_object"] = [
+            _Alt([("sym", P["LBRACE"]), ("sym", key), ("sym", "any_value"),
+                  ("star", (P["COMMA"], key, "any_value")), ("sym", P["RBRACE"])]),
+            _Alt([("sym", P["EMPTY_OBJ"])])]
+        self.rules["any_array"] = [
+            _Alt([("sym", P["LBRACK"]), ("sym", "any_value"),
+                  ("star", (P["COMMA"], "any_value")), ("sym", P["RBRACK"])]),
+            _Alt([("sym", P["EMPTY_ARR"])])]
+        return self._any_value
+
+    def check_keywords(self, conj, types):
+        """Refuse validation keywords that no per-type compiler enforces."""
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            for k, v in n.items():
+                if k in _REFUSED:
+                    if k in ("contains", "maxContains", "minContains") and "array" not in types:
+                        continue
+                    if k == "dependentSchemas" and "object" not in types:
+                        continue
+                    if k in ("then", "else"):
+                        continue  # refused with "if"; without it they do nothing
+                    self.unsupported(f"{p}/{k}", f"the keyword {k!r} is not supported")
+
+    def compile_conjunction(self, conj) -> list[str]:
+        """Symbols (one per JSON type allowed) for the values satisfying all nodes of
+        the conjunction."""
+        types = self.conj_types(conj)
+        values = self.enum_values(conj)
+        if values is not None:
+            # every candidate was validated against the full nodes: exact
+            return [self.literal_symbol(values)] if values else []
+        self.check_keywords(conj, types)
+        types = self.apply_not(conj, types)
+        out = []
+        if "null" in types:
+            out.append(self.terminal("null", "NULL"))
+        if "boolean" in types:
+            out.append(self.terminal("true|false", "BOOL"))
+        if "integer" in types:
+            sym = self.number_symbol(conj, integer="number" not in types)
+            if sym:
+                out.append(sym)
+        if "string" in types:
+            sym = self.string_symbol(conj)
+            if sym:
+                out.append(sym)
+        if "array" in types:
+            sym = self.array_symbol(conj)
+            if sym:
+                out.append(sym)
+        if "object" in types:
+            sym = self.object_symbol(conj)
+            if sym:
+                out.append(sym)
+        return out
+
+    def apply_not(self, conj, types):
+        """``not``: exact for ``not: {}``/``true`` and ``not: {"type": ...}``."""
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict) or "not" not in n:
+                continue
+            neg = n["not"]
+            if neg is True or neg == {}:
+                return set()
+            if neg is False:
+                continue
+            if isinstance(neg, dict) and set(neg) - _IGNORABLE == {"type"}:
+                nt = _type_set(neg["type"])
+                if "integer" in nt and "number" not in nt and "number" in types:
+                    self.unsupported(f"{p}/not", "not: {type: integer} of a number")
+                    continue
+                types = types - nt
+                continue
+            self.unsupported(f"{p}/not", "the keyword 'not' is not supported here")
+        return types
+
+    def literal_symbol(self, values) -> str:
+        """One terminal for a finite set of JSON values."""
+        texts = []
+        for v in values:
+            if isinstance(v, bool) or v is None:
+                texts.append(json.dumps(v))
+            elif isinstance(v, (int, float)):
+                texts.extend(_number_text(v))
+            else:
+                texts.append(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+        texts = list(dict.fromkeys(texts))
+        regex = "|".join(_lit(t) for t in texts)
+        return self.terminal(regex, "CONST")
+
+    # -- numbers ---------------------------------------------------------------------
+
+    def _num_bounds(self, conj, quiet=False):
+        """(lo, lo_exclusive, hi, hi_exclusive) from every node (tightest)."""
+        lo = hi = None
+        lo_x = hi_x = False
+
+        def tighter_lo(v, x):
+            nonlocal lo, lo_x
+            if lo is None or Fraction(v) > Fraction(lo) or (Fraction(v) == Fraction(lo) and x):
+                lo, lo_x = v, x
+
+        def tighter_hi(v, x):
+            nonlocal hi, hi_x
+            if hi is None or Fraction(v) < Fraction(hi) or (Fraction(v) == Fraction(hi) and x):
+                hi, hi_x = v, x
+
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                v = n.get(key)
+                if v is None or isinstance(v, bool):
+                    continue
+                if not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+                    if not quiet:
+                        raise SchemaError(f"{key} must be a number", f"{p}/{key}")
+                    continue
+                if key == "minimum":
+                    tighter_lo(v, n.get("exclusiveMinimum") is True)
+                elif key == "maximum":
+                    tighter_hi(v, n.get("exclusiveMaximum") is True)
+                elif key == "exclusiveMinimum":
+                    tighter_lo(v, True)
+                else:
+                    tighter_hi(v, True)
+        return lo, lo_x, hi, hi_x
+
+    def number_symbol(self, conj, integer: bool) -> str | None:
+        """One terminal for the numbers (``integer``: integers) within the bounds
+        and ``multipleOf`` of the conjunction."""
+        lo, lo_x, hi, hi_x = self._num_bounds(conj)
+        mult = 1
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict) or "multipleOf" not in n:
+                continue
+            m = n["multipleOf"]
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or m <= 0:
+                raise SchemaError("multipleOf must be a positive number", f"{p}/multipleOf")
+            if isinstance(m, float) and not m.is_integer():
+                self.unsupported(f"{p}/multipleOf",
+                                 "a non-integer multipleOf (jsonschema decides it in floating point)")
+                continue
+            mult = mult * int(m) // math.gcd(mult, int(m))
+        ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
+        parts = []
+        if mult > 1:
+            rx = self._multiples(ilo, ihi, mult, conj)
+            if rx is None:
+                return None
+            return self.terminal(rx, "INT")
+        if integer or lo is not None or hi is not None:
+            rx = int_range_regex(ilo, ihi) if (lo is not None or hi is not None) else _INTEGER
+            if rx is not None:
+                parts.append(rx)
+        if integer:
+            return self.terminal(parts[0], "INT") if parts else None
+        if lo is None and hi is None:
+            return self.terminal(_NUMBER, "NUMBER")
+        if any(isinstance(v, int) and abs(v) > 2 ** 53 for v in (lo, hi) if v is not None):
+            # an integer bound a float cannot hold: only integer texts compare exactly
+            return self.terminal("|".join(parts), "NUMBER") if parts else None
+        dlo, dlo_x = _decimal_bound(lo, lo_x, +1)
+        dhi, dhi_x = _decimal_bound(hi, hi_x, -1)
+        frac = decimal_range_regex(dlo, dlo_x, dhi, dhi_x, fraction_required=True)
+        if frac is not None:
+            parts.append(frac)
+        if not parts:
+            return None
+        return self.terminal("|".join(parts) if len(parts) > 1 else parts[0], "NUMBER")
+
+    def _multiples(self, ilo, ihi, m, conj) -> str | None:
+        if ilo is not None and ihi is not None and (ihi - ilo) // m <= 2000:
+            first = -(-ilo // m) * m
+            vals = list(range(first, ihi + 1, m))
+            if not vals:
+                return None
+            pos = [str(v) for v in vals if v >= 0]
+            neg = [str(-v) for v in vals if v < 0]
+            parts = []
+            if pos:
+                parts.append(_trie_alt(pos))
+            if neg:
+                parts.append("-" + _trie_alt(neg) if len(neg) == 1 else "-(?:" + _trie_alt(neg) + ")")
+            return "|".join(parts)
+        nat = nat_multiple_regex(m)
+        if nat is not None and ihi is None and (ilo is None or ilo <= m):
+            parts = [nat]
+            if ilo is None or ilo <= 0:
+                parts.append("0")
+            if ilo is None:
+                parts.append("-" + f"(?:{nat})")
+            return "|".join(parts)
+        where = next((f"{p}/multipleOf" for p in conj
+                      if isinstance(self.node(p), dict) and "multipleOf" in self.node(p)), "")
+        self.unsupported(where, f"multipleOf {m} with these bounds")
+        return int_range_regex(ilo, ihi) if (ilo is not None or ihi is not None) else _INTEGER
+
+    # -- strings ---------------------------------------------------------------------
+
+    def _len_bounds(self, conj, kmin, kmax):
+        lo, hi = 0, None
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            v = n.get(kmin)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                lo = max(lo, math.ceil(v))
+            v = n.get(kmax)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                hi = math.floor(v) if hi is None else min(hi, math.floor(v))
+        return lo, hi
+
+    def string_symbol(self, conj) -> str | None:
+        """One terminal for the strings of the conjunction."""
+        lo, hi = self._len_bounds(conj, "minLength", "maxLength")
+        if hi is not None and hi > self.max_string_length:
+            hi = max(self.max_string_length, lo)
+        if lo > self.max_string_length:
+            raise GrammarTooComplexError(
+                f"minLength {lo} exceeds the supported {self.max_string_length}")
+        if hi is not None and lo > hi:
+            return None
+        patterns, formats = [], []
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            if isinstance(n.get("pattern"), str) and n["pattern"] not in [x for x, _ in patterns]:
+                patterns.append((n["pattern"], f"{p}/pattern"))
+            if isinstance(n.get("format"), str):
+                formats.append(n["format"])
+        content = None
+        if patterns:
+            for pat, where in patterns[1:]:
+                self.unsupported(where, "two different patterns on one string")
+            pat, where = patterns[0]
+            try:
+                content = translate_pattern(pat, lo, hi)
+            except PatternUnsupported as e:
+                self.unsupported(where, f"pattern {pat!r}: {e}")
+            except re.error as e:
+                self.unsupported(where, f"pattern {pat!r} is not a Python regex: {e}")
+            else:
+                if content is None:
+                    return None
+        if content is None and lo == 0 and hi is None:
+            for f in formats:
+                if f in FORMATS:
+                    content = FORMATS[f]
+                    break
+        if content is None:
+            if lo == 0 and hi is None:
+                content = JSON_CHAR_ANY + "*"
+            else:
+                rng = "{%d,}" % lo if hi is None else ("{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
+                content = JSON_CODEPOINT + rng
+        return self.terminal('"' + content + '"', "STRING")
+
+    # -- arrays ------------------------------------------------------------------------
+
+    def array_symbol(self, conj) -> str | None:
+        """A rule for the arrays of the conjunction."""
+        P = self.punct
+        prefixes, rests = [], []
+        max_len = None
+        unique = False
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            items = n.get("items")
+            if isinstance(items, list):
+                prefix = [f"{p}/items/{i}" for i in range(len(items))]
+                rest = f"{p}/additionalItems" if "additionalItems" in n else None
+            else:
+                prefix = [f"{p}/prefixItems/{i}" for i in range(len(n.get("prefixItems", [])))]
+                rest = f"{p}/items" if "items" in n else None
+            if rest is None and n.get("unevaluatedItems") is False:
+                rest = "<false>"
+            elif rest is None and "unevaluatedItems" in n and n["unevaluatedItems"] is not True:
+                rest = f"{p}/unevaluatedItems"
+            if rest is not None and self.node(rest) is False:
+                max_len = len(prefix) if max_len is None else min(max_len, len(prefix))
+            prefixes.append(prefix)
+            rests.append(rest)
+            if n.get("uniqueItems") is True:
+                unique = f"{p}/uniqueItems"
+        lo, hi = self._len_bounds(conj, "minItems", "maxItems")
+        if max_len is not None:
+            hi = max_len if hi is None else min(hi, max_len)
+        if hi is not None and hi > self.max_array_length:
+            hi = max(self.max_array_length, lo)
+        if hi is not None and lo > hi:
+            return None
+        if unique and (hi is None or hi > 1):
+            self.unsupported(unique, "uniqueItems: true")
+        if lo > self.max_array_length:
+            raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {self.max_array_length}")
+        k = max((len(x) for x in prefixes), default=0)
+
+        def elem(i):
+            pcs = []
+            for prefix, rest in zip(prefixes, rests):
+                if i < len(prefix):
+                    pcs.append(prefix[i])
+                elif rest is not None:
+                    pcs.append(rest)
+            return self.value_symbol(tuple(pcs))
+
+        name = self.new_rule("array")
+        # tails[i]: the elements from index i on, each after a comma; past
+        # ``steady`` (unbounded arrays) every element has the same schema
+        steady = max(k, lo, 1)
+        tails: dict[int, str] = {}
+
+        def tail_item(i):
+            if hi is not None and i >= hi:
+                return []
+            if hi is None and i >= steady:
+                return [("star", (P["COMMA"], elem(i)))]
+            return [("sym" if i < lo else "opt", tails[i])]
+
+        top = (steady if hi is None else hi) - 1
+        for i in range(top, 0, -1):
+            t = self.new_rule(f"{name}_t{i}")
+            self.rules[t] = [_Alt([("sym", P["COMMA"]), ("sym", elem(i))] + tail_item(i + 1))]
+            tails[i] = t
+        limit = hi
+        alts = []
+        if limit is None or limit > 0:
+            body = [("sym", P["LBRACK"]), ("sym", elem(0))] + tail_item(1)
+            body.append(("sym", P["RBRACK"]))
+            alts.append(_Alt(body))
+        if lo == 0:
+            alts.append(_Alt([("sym", P["EMPTY_ARR"])]))
+        self.rules[name] = alts
+        return name
+
+    # -- objects -----------------------------------------------------------------------
+
+    def _object_view(self, conj, quiet=False):
+        """The merged object constraints of a conjunction, or ``None`` when no object
+        satisfies them."""
+        view = _ObjectView()
+        nodes = [(p, self.node(p)) for p in conj if isinstance(self.node(p), dict)]
+        names: dict[str, None] = {}
+        for p, n in nodes:
+            for k in n.get("properties", {}) or {}:
+                names.setdefault(k, None)
+        for p, n in nodes:
+            req = n.get("required", [])
+            if isinstance(req, list):
+                for k in req:
+                    if isinstance(k, str):
+                        names.setdefault(k, None)
+                        view.required.add(k)
+        for name in names:
+            pcs = []
+            for p, n in nodes:
+                props = n.get("properties", {}) or {}
+                pats = n.get("patternProperties", {}) or {}
+                matched = []
+                for pat in pats:
+                    try:
+                        if re.search(pat, name):
+                            matched.append(f"{p}/patternProperties/{_escape_token(pat)}")
+                    except re.error:
+                        continue
+                if name in props:
+                    pcs.append(f"{p}/properties/{_escape_token(name)}")
+                    pcs.extend(matched)
+                elif matched:
+                    pcs.extend(matched)
+                elif "additionalProperties" in n:
+                    pcs.append(f"{p}/additionalProperties")
+                elif "unevaluatedProperties" in n:
+                    pcs.append(f"{p}/unevaluatedProperties")
+            if any(self.node(x) is False for x in pcs):
+                if name in view.required:
+                    return None
+                continue
+            view.pieces[name] = tuple(pcs)
+        view.order = list(view.pieces)
+        # extra members
+        pat_nodes = [(p, n) for p, n in nodes if n.get("patternProperties")]
+        view.extra_pieces = []
+        closed = False
+        for p, n in nodes:
+            for key in ("additionalProperties", "unevaluatedProperties"):
+                if key in n:
+                    if self.node(f"{p}/{key}") is False:
+                        if not n.get("patternProperties"):
+                            closed = True
+                    elif key == "additionalProperties" or "additionalProperties" not in n:
+                        view.extra_pieces.append(f"{p}/{key}")
+                    break
+        if closed:
+            view.extra = None
+        elif not pat_nodes:
+            view.extra = "any"
+        elif len(pat_nodes) == 1:
+            p, n = pat_nodes[0]
+            view.extra = "patterns"
+            view.patterns = [(pat, f"{p}/patternProperties/{_escape_token(pat)}")
+                             for pat in n["patternProperties"]]
+            view.pattern_pieces = [x for _, x in view.patterns]
+            view.extra_pieces = [x for x in view.extra_pieces
+                                 if not x.startswith(p + "/")]
+        else:
+            if not quiet:
+                self.unsupported(f"{pat_nodes[1][0]}/patternProperties",
+                                 "patternProperties in two merged schemas")
+            view.extra = None
+        return view
+
+    def object_symbol(self, conj) -> str | None:
+        """A rule for the objects of the conjunction."""
+        P = self.punct
+        view = self._object_view(conj)
+        if view is None:
+            return None
+        # keywords over the member set
+        for p in conj:
+            n = self.node(p)
+            if not isinstance(n, dict):
+                continue
+            if "propertyNames" in n and n["propertyNames"] not in (True, {}):
+                for name in list(view.pieces):
+                    if not self.valid(name, f"{p}/propertyNames"):
+                        if name in view.required:
+                            return None
+                        del view.pieces[name]
+                view.order = [x for x in view.order if x in view.pieces]
+                if view.extra is not None:
+                    self.unsupported(f"{p}/propertyNames",
+                                     "propertyNames with additional properties allowed")
+            for key in ("dependentRequired", "dependencies"):
+                deps = n.get(key)
+                if not isinstance(deps, dict):
+                    continue
+                for trig, need in deps.items():
+                    if trig not in view.pieces and view.extra is None:
+                        continue
+                    if trig in view.required and isinstance(need, list):
+                        for x in need:
+                            if x not in view.pieces:
+                                if view.extra is None:
+                                    return None
+                                view.pieces[x] = tuple(view.extra_pieces)
+                                view.order.append(x)
+                            view.required.add(x)
+                        continue
+                    self.unsupported(f"{p}/{key}/{_escape_token(trig)}",
+                                     f"{key} on a property that may be absent")
+        order = view.order
+        n_req = sum(1 for x in order if x in view.required)
+        min_p, max_p = self._len_bounds(conj, "minProperties", "maxProperties")
+        allow_empty = n_req == 0
+        if min_p > n_req:
+            if min_p == 1:
+                allow_empty = False
+            else:
+                where = next(f"{p}/minProperties" for p in conj
+                             if isinstance(self.node(p), dict) and "minProperties" in self.node(p))
+                self.unsupported(where, f"minProperties {min_p} above the required count")
+        if max_p is not None:
+            if max_p < n_req:
+                return None
+            if view.extra is not None or max_p < len(order):
+                where = next(f"{p}/maxProperties" for p in conj
+                             if isinstance(self.node(p), dict) and "maxProperties" in self.node(p))
+                self.unsupported(where, f"maxProperties {max_p} with optional members")
+        members = [(self.key_terminal(name), self.value_symbol(view.pieces[name])) for name in order]
+        extra = self.extra_member(view, order)
+        name = self.new_rule("object")
+        n = len(order)
+        can_empty = [False] * (n + 1)
+        can_empty[n] = True
+        for i in range(n - 1, -1, -1):
+            can_empty[i] = can_empty[i + 1] and order[i] not in view.required
+        rest: dict[int, str | None] = {}
+        first: dict[int, str | None] = {}
+        if extra is not None:
+            r = self.new_rule(f"{name}_r")
+            self.rules[r] = [_Alt([("sym", P["COMMA"]), ("sym", extra),
+                                   ("star", (P["COMMA"], extra))])]
+            f = self.new_rule(f"{name}_f")
+            self.rules[f] = [_Alt([("sym", extra), ("star", (P["COMMA"], extra))])]
+            rest[n], first[n] = r, f
+        else:
+            rest[n] = first[n] = None
+
+        def tail(i):
+            if rest[i] is None:
+                return []
+            return [("opt" if can_empty[i] else "sym", rest[i])]
+
+        for i in range(n - 1, -1, -1):
+            key, val = members[i]
+            req = order[i] in view.required
+            r = self.new_rule(f"{name}_r")
+            alts = [_Alt([("sym", P["COMMA"]), ("sym", key), ("sym", val)] + tail(i + 1))]
+            if not req and rest[i + 1] is not None:
+                alts.append(_Alt([("sym", rest[i + 1])]))
+            self.rules[r] = alts
+            rest[i] = r
+            f = self.new_rule(f"{name}_f")
+            alts = [_Alt([("sym", key), ("sym", val)] + tail(i + 1))]
+            if not req and first[i + 1] is not None:
+                alts.append(_Alt([("sym", first[i + 1])]))
+            self.rules[f] = alts
+            first[i] = f
+        alts = []
+        if first[0] is not None:
+            alts.append(_Alt([("sym", P["LBRACE"]), ("sym", first[0]), ("sym", P["RBRACE"])]))
+        if can_empty[0] and allow_empty:
+            alts.append(_Alt([("sym", P["EMPTY_OBJ"])]))
+        self.rules[name] = alts
+        return name
+
+    def key_terminal(self, name: str) -> str:
+        """The terminal for one member name with its colon."""
+        text = json.dumps(name, ensure_ascii=False)
+        return self.terminal(_lit(text) + self.ws + ":" + self.ws, "KEY")
+
+    def extra_member(self, view, declared) -> str | None:
+        """A rule for one additional member (key and value), or ``None``."""
+        if view.extra is None:
+            return None
+        if view.extra == "any":
+            content = _not_in_set(declared)
+            if content is None:
+                return None
+            key = self.terminal('"' + content + '"' + self.ws + ":" + self.ws, "KEY")
+            val = self.value_symbol(tuple(view.extra_pieces))
+            r = self.new_rule("member")
+            self.rules[r] = [_Alt([("sym", key), ("sym", val)])]
+            return r
+        alts = []
+        # every pattern schema applies to a key matching several patterns, so each
+        # member value must satisfy them all (sound, and exact for disjoint patterns)
+        val = self.value_symbol(tuple(view.pattern_pieces) + tuple(view.extra_pieces))
+        for pat, where in view.patterns:
+            bad = [d for d in declared if _search(pat, d)]
+            if bad:
+                self.unsupported(where, f"patternProperties {pat!r} also matches the "
+                                 f"declared property {bad[0]!r}")
+                continue
+            try:
+                content = translate_pattern(pat)
+            except PatternUnsupported as e:
+                self.unsupported(where, f"pattern {pat!r}: {e}")
+                continue
+            except re.error as e:
+                self.unsupported(where, f"pattern {pat!r} is not a Python regex: {e}")
+                continue
+            if content is None:
+                continue
+            key = self.terminal('"' + content + '"' + self.ws + ":" + self.ws, "KEY")
+            alts.append(_Alt([("sym", key), ("sym", val)]))
+        if not alts:
+            return None
+        r = self.new_rule("member")
+        self.rules[r] = alts
+        return r
+
+    # -- output --------------------------------------------------------------------------
+
+    def render(self, start: str) -> str:
+        """The grammar text, unproductive and unreachable rules removed."""
+        rules = self.rules
+        productive: set[str] = set(self.terminal_defs)
+        changed = True
+        while changed:
+            changed = False
+            for name, alts in rules.items():
+                if name in productive:
+                    continue
+                for alt in alts:
+                    if all(kind != "sym" or sym in productive for kind, sym in alt):
+                        productive.add(name)
+                        changed = True
+                        break
+        if start not in productive:
+            raise UnsupportedSchemaError("the schema admits no JSON value", "")
+        cleaned: dict[str, list] = {}
+        for name, alts in rules.items():
+            if name not in productive:
+                continue
+            out = []
+            for alt in alts:
+                if any(kind == "sym" and sym not in productive for kind, sym in alt):
+                    continue
+                new = []
+                for kind, sym in alt:
+                    if kind == "opt" and sym not in productive:
+                        continue
+                    if kind == "star" and any(s not in productive for s in sym):
+                        continue
+                    new.append((kind, sym))
+                out.append(new)
+            cleaned[name] = out
+        # reachability from start
+        reach, todo, used_terms = set(), [start], set()
+        while todo:
+            x = todo.pop()
+            if x in reach:
+                continue
+            reach.add(x)
+            for alt in cleaned.get(x, []):
+                for kind, sym in alt:
+                    for s in (sym if kind == "star" else (sym,)):
+                        if s in cleaned:
+                            todo.append(s)
+                        else:
+                            used_terms.add(s)
+        lines = [f"start: {start}" if start != "start" else ""]
+        for name, alts in cleaned.items():
+            if name not in reach:
+                continue
+            texts = []
+            for alt in alts:
+                parts = []
+                for kind, sym in alt:
+                    if kind == "sym":
+                        parts.append(sym)
+                    elif kind == "opt":
+                        parts.append(sym + "?")
+                    else:
+                        parts.append("(" + " ".join(sym) + ")*")
+                texts.append(" ".join(parts))
+            lines.append(f"{name}: " + "\n    | ".join(texts))
+        for tname, rx in self.terminal_defs.items():
+            if tname in used_terms:
+                lines.append(f"{tname}: /{escape_lark_regex(rx)}/")
+        text = "\n".join(x for x in lines if x) + "\n"
+        if len(text) > MAX_GRAMMAR_CHARS:
+            raise GrammarTooComplexError(
+                f"the grammar text would be {len(text)} characters (limit {MAX_GRAMMAR_CHARS})")
+        return text
+
+
+class _ObjectView:
+    """Merged object keywords of a conjunction: declared members in order, their
+    schemas, required names, and what additional members may be."""
+
+    def __init__(self):
+        self.pieces: dict[str, tuple] = {}
+        self.order: list[str] = []
+        self.required: set[str] = set()
+        self.extra = "any"  # "any" | "patterns" | None
+        self.extra_pieces: list[str] = []
+        self.patterns: list = []
+        self.pattern_pieces: list[str] = []
+
+    def extra_allowed_for(self, name: str) -> bool:
+        if self.extra == "any":
+            return True
+        if self.extra == "patterns":
+            return any(_search(p, name) for p, _ in self.patterns)
+        return False
+
+
+_IGNORABLE = {"title", "description", "examples", "example", "default", "$schema", "$id",
+              "id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
+              "definitions", "$anchor", "contentEncoding", "contentMediaType", "nullable"}
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return True
+
+
+def _lit(text: str) -> str:
+    """A literal string as a regex that survives Lark's escaping."""
+    out = []
+    for c in text:
+        if c.isascii() and c.isalnum():
+            out.append(c)
+        elif c == " ":
+            out.append("\\x20")
+        elif 0x20 < ord(c) < 0x7F:
+            out.append("\\" + c)
+        elif ord(c) < 0x100:
+            out.append("\\x%02x" % ord(c))
+        elif ord(c) < 0x10000:
+            out.append("\\u%04x" % ord(c))
+        else:
+            out.append("\\U%08x" % ord(c))
+    return "".join(out)
+
+
+_MAX_TRIE = 2000
+
+
+def _not_in_set(names) -> str | None:
+    """A regex for the canonical encodings of every string not in ``names``;
+    ``None`` when the set is too large to exclude (then no extra key is
+    allowed, which is sound)."""
+    trie: dict = {}
+    count = 0
+    for name in names:
+        node = trie
+        for c in name:
+            if c not in node:
+                node[c] = {}
+                count += 1
+            node = node[c]
+        node[None] = {}
+    if count > _MAX_TRIE:
+        return None
+
+    def rx(node) -> str:
+        alts = []
+        if None not in node:
+            alts.append("")
+        children = [c for c in node if c is not None]
+        for c in children:
+            alts.append(encoded_class([(ord(c), ord(c))]) + rx(node[c]))
+        other = encoded_class(iv_complement([(ord(c), ord(c)) for c in children]))
+        alts.append(other + CANON_ANY + "*")
+        if "" in alts:
+            rest = [a for a in alts if a]
+            return "(?:" + "|".join(rest) + ")?"
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    if not trie:
+        return CANON_ANY + "*"
+    return rx(trie)
+
+
+def _ranges_disjoint(a, b) -> bool:
+    lo1, lx1, hi1, hx1 = a
+    lo2, lx2, hi2, hx2 = b
+
+    def below(hi, hx, lo, lx):
+        if hi is None or lo is None:
+            return False
+        return Fraction(hi) < Fraction(lo) or (Fraction(hi) == Fraction(lo) and (hx or lx))
+
+    return below(hi1, hx1, lo2, lx2) or below(hi2, hx2, lo1, lx1)
+
+
+def _decimal_bound(v, exclusive: bool, direction: int):
+    """A decimal bound for texts with a fraction (parsed by Python as floats): an
+    inclusive bound ``d`` such that every decimal on the allowed side of ``d``
+    parses to a float on the allowed side of ``v`` (rounding is monotone).
+    ``direction`` is +1 for a lower bound, -1 for an upper one."""
+    if v is None:
+        return None, False
+    if not exclusive:
+        if isinstance(v, int):
+            return Decimal(v), False
+        return Decimal(repr(float(v))), False
+    if v == 0:
+        # below 1e-30 nothing is lost in practice, and no underflow to 0.0 occurs
+        return Decimal("1e-30") * direction, False
+    return Decimal(repr(math.nextafter(float(v), math.inf * direction))), False
+
+
+def _load_schema(schema):
+    if isinstance(schema, (str, bytes)):
+        try:
+            return json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"the schema is not valid JSON: {e}", "") from e
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        return schema.model_json_schema()
+    if isinstance(schema, (dict, bool)):
+        return schema
+    raise SchemaError(f"a schema must be a dict, a bool, a JSON string or a Pydantic model "
+                      f"class, not {type(schema).__name__}", "")
+
+
+def json_schema_to_lark(schema, *, whitespace: str = "compact",
+                        max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
+                        max_string_length: int = MAX_STRING_LENGTH,
+                        max_array_length: int = MAX_ARRAY_LENGTH) -> str:
+    """Translate a JSON Schema (draft 2020-12, 2019-09, 7, 6 or 4) into Lark grammar
+    text whose start rule is ``start``.
+
+    Every string the grammar accepts (Earley, scannerless) is a JSON text that
+    ``jsonschema`` validates against ``schema`` (format checking off).
+
+    Args:
+        schema: a dict (or ``True``/``False``), a JSON string, or a Pydantic model
+            class.
+        whitespace: ``"compact"`` (no whitespace at all) or ``"flexible"``
+            (whitespace around ``{ } [ ] , :``, at most ``max_whitespace``
+            characters in a row).
+        max_whitespace: the cap for ``"flexible"``.
+        strict: refuse keywords that cannot be enforced exactly; with ``False`` they
+            are ignored and one warning lists their JSON pointers.
+        max_string_length, max_array_length: ``maxLength``/``maxItems`` above these
+            are lowered to them (stricter, hence still sound).
+
+    Raises:
+        UnsupportedSchemaError: a keyword cannot be enforced (strict).
+        SchemaError: the schema is malformed or a ``$ref`` dangles.
+        GrammarTooComplexError: the grammar would exceed a size limit.
+    """
+    root = _load_schema(schema)
+    comp = _Compiler(root, strict=strict, whitespace=whitespace, max_whitespace=max_whitespace,
+                     max_string_length=max_string_length, max_array_length=max_array_length)
+    if root is False:
+        raise UnsupportedSchemaError("the schema admits no JSON value", "")
+    top = comp.value_symbol(("",))
+    comp.rules.setdefault("start", [_Alt([("sym", top)])])
+    text = comp.render("start")
+    if comp.ignored:
+        warnings.warn("json_schema_to_lark ignored keywords it cannot enforce at: "
+                      + ", ".join(p or "/" for p in comp.ignored), stacklevel=2)
+    return text
+
+
+_SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
+                   "max_array_length")
+
+
+def compile_json_schema(schema, vocab, **options):
+    """Compile a JSON Schema into a token-level constraint over ``vocab``.
+
+    ``options`` may hold ``whitespace``, ``max_whitespace``, ``strict``,
+    ``max_string_length`` and ``max_array_length`` (see
+    :func:`json_schema_to_lark`); the rest are budgets passed on to
+    :func:`constrain.grammar.compile_grammar`.
+    """
+    from .grammar import compile_grammar  # the grammar engine imports lazily
+
+    schema_opts = {k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options}
+    text = json_schema_to_lark(schema, **schema_opts)
+    return compile_grammar(text, vocab, start="start", **options)
+
+
+def order_instance(schema, instance):
+    """``instance`` with object members reordered the way the grammar of
+    ``schema`` emits them: declared properties in schema order, then the others
+    in their original order. Useful to serialise reference outputs (tests,
+    benchmarks) in the grammar's order."""
+    root = _load_schema(schema)
+    comp = _Compiler(root, strict=False, whitespace="compact", max_whitespace=1,
+                     max_string_length=MAX_STRING_LENGTH, max_array_length=MAX_ARRAY_LENGTH)
+
+    def reorder(pieces, value, depth=0):
+        if depth > 200 or not isinstance(value, (dict, list)):
+            return value
+        try:
+            conjs = comp._flatten_pieces(tuple(p for p in pieces if p != "<true>"))
+        except Exception:
+            return value
+        conj = None
+        for c in conjs:
+            if all(comp.valid(value, p) for p in c):
+                conj = c
+                break
+        if conj is None:
+            conj = conjs[0] if conjs else ()
+        if isinstance(value, dict):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                view = comp._object_view(conj, quiet=True)
+            if view is None:
+                return value
+            out = {}
+            for name in view.order:
+                if name in value:
+                    out[name] = reorder(view.pieces[name], value[name], depth + 1)
+            for k, v in value.items():
+                if k not in out:
+                    pcs = []
+                    if view.extra == "patterns":
+                        pcs = view.pattern_pieces + view.extra_pieces
+                    elif view.extra == "any":
+                        pcs = view.extra_pieces
+                    out[k] = reorder(tuple(pcs), v, depth + 1)
+            return out
+        # arrays
+        out = []
+        for i, v in enumerate(value):
+            pcs = []
+            for p in conj:
+                n = comp.node(p)
+                if not isinstance(n, dict):
+                    continue
+                items = n.get("items")
+                if isinstance(items, list):
+                    if i < len(items):
+                        pcs.append(f"{p}/items/{i}")
+                    elif "additionalItems" in n:
+                        pcs.append(f"{p}/additionalItems")
+                else:
+                    pre = n.get("prefixItems", [])
+                    if i < len(pre):
+                        pcs.append(f"{p}/prefixItems/{i}")
+                    elif "items" in n:
+                        pcs.append(f"{p}/items")
+            out.append(reorder(tuple(pcs), v, depth + 1))
+        return out
+
+    comp.strict = False
+    return reorder(("",), instance)

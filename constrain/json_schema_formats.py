@@ -1,0 +1,509 @@
+"""JSON string contents as regexes: character sets over the JSON encoding, the
+``format`` regexes, and the translation of ``pattern`` regexes.
+
+All regexes here describe the text *between* the quotes of a JSON string, in
+Python ``re`` syntax, written so that they survive Lark's literal escaping (no
+``\\x``-style escape ever stands for a regex metacharacter).
+
+Soundness rule: ``jsonschema`` checks ``pattern`` with Python's ``re.search`` on the
+decoded string, so every translation here accepts only encodings of strings that
+Python's ``re.search`` accepts. Translations stay on the safe side where Python
+and ECMA-262 differ (``\\d`` is ``[0-9]`` here, a subset of Python's Unicode
+``\\d``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+try:  # Python >= 3.11
+    import re._constants as _sre_c
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_c
+    import sre_parse as _sre_parse
+import re
+
+MAX_CP = 0x10FFFF
+
+# intervals of code points: sorted, disjoint, non-adjacent [(lo, hi), ...]
+Intervals = list
+
+
+def iv_norm(ivs) -> Intervals:
+    """Sort and merge intervals."""
+    out: list[list[int]] = []
+    for lo, hi in sorted(ivs):
+        if out and lo <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(a, b) for a, b in out]
+
+
+def iv_complement(ivs) -> Intervals:
+    """All code points not in ``ivs``."""
+    out, prev = [], 0
+    for lo, hi in iv_norm(ivs):
+        if lo > prev:
+            out.append((prev, lo - 1))
+        prev = hi + 1
+    if prev <= MAX_CP:
+        out.append((prev, MAX_CP))
+    return out
+
+
+def iv_intersect(a, b) -> Intervals:
+    """Code points in both."""
+    return iv_complement(iv_complement(a) + iv_complement(b))
+
+
+def iv_minus(a, b) -> Intervals:
+    """Code points in ``a`` and not in ``b``."""
+    return iv_intersect(a, iv_complement(b))
+
+
+_SHORT_ESCAPES = {0x22: r'\\"', 0x5C: r"\\\\", 0x08: r"\\b", 0x0C: r"\\f", 0x0A: r"\\n",
+                  0x0D: r"\\r", 0x09: r"\\t"}
+# characters JSON must escape, and surrogates (which UTF-8 output cannot carry)
+_NEEDS_ESCAPE = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
+_RAW_OK = iv_complement(_NEEDS_ESCAPE + [(0xD800, 0xDFFF)])
+
+
+def char_re(cp: int) -> str:
+    """One code point as a regex atom that Lark's escaping leaves intact."""
+    c = chr(cp)
+    if c.isascii() and c.isalnum():
+        return c
+    if 0x20 < cp < 0x7F:
+        return "\\" + c
+    if cp == 0x20:
+        return "\\x20"
+    if cp < 0x100:
+        return "\\x%02x" % cp
+    if cp < 0x10000:
+        return "\\u%04x" % cp
+    return "\\U%08x" % cp
+
+
+def class_re(ivs) -> str:
+    """A character class for the intervals (which must not be empty)."""
+    ivs = iv_norm(ivs)
+    if len(ivs) == 1 and ivs[0][0] == ivs[0][1]:
+        return char_re(ivs[0][0])
+    body = []
+    for lo, hi in ivs:
+        if lo == hi:
+            body.append(char_re(lo))
+        elif hi == lo + 1:
+            body.append(char_re(lo) + char_re(hi))
+        else:
+            body.append(char_re(lo) + "-" + char_re(hi))
+    return "[" + "".join(body) + "]"
+
+
+def encoded_class(ivs) -> str | None:
+    """A regex for the canonical JSON encodings (as ``json.dumps(...,
+    ensure_ascii=False)`` writes them) of one character from ``ivs``; ``None`` if
+    no such character can be written."""
+    ivs = iv_norm(ivs)
+    alts = []
+    raw = iv_intersect(ivs, _RAW_OK)
+    if raw:
+        alts.append(class_re(raw))
+    controls = []
+    for lo, hi in iv_intersect(ivs, _NEEDS_ESCAPE):
+        for cp in range(lo, hi + 1):
+            if cp in _SHORT_ESCAPES:
+                alts.append(_SHORT_ESCAPES[cp])
+            else:
+                controls.append(cp)
+    if controls:
+        if len(controls) == 32 - 5:
+            alts.append(r"\\u00(?:0[0-7bBeEfF]|1[0-9a-f])".replace("bBeEfF", "bef"))
+        else:
+            alts.append(r"\\u00(?:" + "|".join("%02x" % c for c in controls) + ")")
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+#: one character of a JSON string in any legal encoding (unbounded strings)
+JSON_CHAR_ANY = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+#: one code point of a JSON string: \u escapes of surrogates are refused, so that
+#: a length counted in these units is the length Python's ``json`` decodes
+JSON_CODEPOINT = (r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]'
+                  r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
+#: any character, canonically encoded
+CANON_ANY = encoded_class([(0, MAX_CP)])
+
+# -- formats ------------------------------------------------------------------------
+
+_DATE = (r"\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])"
+         r"|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2\d))")
+_TIME = (r"(?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+)?"
+         r"(?:[zZ]|[+\-](?:[01]\d|2[0-3]):[0-5]\d)")
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_H16 = r"[0-9a-fA-F]{1,4}"
+_LS32 = rf"(?:{_H16}:{_H16}|{_IPV4})"
+_IPV6 = "(?:" + "|".join([
+    rf"(?:{_H16}:){{6}}{_LS32}",
+    rf"::(?:{_H16}:){{5}}{_LS32}",
+    rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
+    rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
+    rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
+    rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
+    rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
+]) + ")"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = rf"{_LABEL}(?:\.{_LABEL})*"
+_EMAIL = r"[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~]+(?:\.[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~]+)*@" + _HOSTNAME
+# RFC 3986 characters only (unreserved, reserved, percent-escapes): nothing that
+# JSON would escape
+_URI = r"[A-Za-z][A-Za-z0-9+\-.]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*"
+
+#: content regexes of the formats enforced; every one uses only characters that
+#: need no JSON escaping. Formats not listed are annotations and are not enforced.
+FORMATS = {
+    "date-time": rf"{_DATE}[Tt ]{_TIME}",
+    "date": _DATE,
+    "time": _TIME,
+    "email": _EMAIL,
+    "uri": _URI,
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "ipv4": _IPV4,
+    "ipv6": _IPV6,
+    "hostname": _HOSTNAME,
+}
+
+
+def escape_lark_regex(rx: str) -> str:
+    """``rx`` as the body of a Lark ``/.../`` literal.
+
+    Lark evaluates the literal like a Python string and then turns every
+    backslash-quote into a bare quote, so the regex ``\\\\"`` (an escaped backslash,
+    then a quote) would lose a backslash; quotes are written ``\\x22`` instead,
+    and slashes ``\\/``."""
+    out, i = [], 0
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\" and i + 1 < len(rx):
+            out.append("\\x22" if rx[i + 1] == '"' else rx[i:i + 2])
+            i += 2
+            continue
+        out.append("\\/" if c == "/" else "\\x22" if c == '"' else c)
+        i += 1
+    return "".join(out)
+
+
+# -- pattern translation -----------------------------------------------------------
+
+class PatternUnsupported(Exception):
+    """The pattern uses a construct that cannot be translated soundly."""
+
+
+@lru_cache(maxsize=None)
+def _python_category(name: str) -> tuple:
+    """Every code point Python's ``re`` puts in a category (Unicode mode)."""
+    rx = re.compile({"d": r"\d", "w": r"\w", "s": r"\s"}[name])
+    ivs, start = [], None
+    for cp in range(MAX_CP + 2):
+        hit = cp <= MAX_CP and rx.match(chr(cp)) is not None
+        if hit and start is None:
+            start = cp
+        elif not hit and start is not None:
+            ivs.append((start, cp - 1))
+            start = None
+    return tuple(ivs)
+
+
+_SMALL_CATS = {
+    "d": [(0x30, 0x39)],
+    "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+    "s": [(0x09, 0x0D), (0x20, 0x20)],
+}
+_CATS = {
+    _sre_c.CATEGORY_DIGIT: ("d", False), _sre_c.CATEGORY_NOT_DIGIT: ("d", True),
+    _sre_c.CATEGORY_WORD: ("w", False), _sre_c.CATEGORY_NOT_WORD: ("w", True),
+    _sre_c.CATEGORY_SPACE: ("s", False), _sre_c.CATEGORY_NOT_SPACE: ("s", True),
+}
+
+
+def _category(cat, over: bool):
+    """A category as intervals: a subset of Python's set (``over=False``) or a
+    superset of it (``over=True``)."""
+    name, negated = _CATS[cat]
+    if not negated:
+        return list(_python_category(name)) if over else _SMALL_CATS[name]
+    return iv_complement(_SMALL_CATS[name] if over else list(_python_category(name)))
+
+
+def _ascii_case(ivs):
+    """Add the other ASCII case of every ASCII letter in ``ivs``."""
+    extra = []
+    for lo, hi in ivs:
+        for a, b, delta in ((0x41, 0x5A, 32), (0x61, 0x7A, -32)):
+            x, y = max(lo, a), min(hi, b)
+            if x <= y:
+                extra.append((x + delta, y + delta))
+    return iv_norm(list(ivs) + extra)
+
+
+def _has_non_ascii_cased(ivs) -> bool:
+    for lo, hi in ivs:
+        if hi >= 0x80:
+            for cp in range(max(lo, 0x80), min(hi, 0x2FFFF) + 1):
+                c = chr(cp)
+                if c.lower() != c or c.upper() != c:
+                    return True
+    return False
+
+
+class _Piece:
+    """A translated regex fragment: text, length bounds in code points (``hi=None``:
+    unbounded), and, for a repetition of one character class, its unit and
+    bounds (so that a length limit can be folded into it)."""
+
+    __slots__ = ("text", "lo", "hi", "unit", "rlo", "rhi")
+
+    def __init__(self, text, lo, hi, unit=None, rlo=0, rhi=None):
+        self.text, self.lo, self.hi = text, lo, hi
+        self.unit, self.rlo, self.rhi = unit, rlo, rhi
+
+    def render(self) -> str:
+        if self.unit is None:
+            return self.text
+        return _repeat(self.unit, self.rlo, self.rhi)
+
+
+def _repeat(unit: str, lo: int, hi: int | None) -> str:
+    if (lo, hi) == (0, None):
+        return unit + "*"
+    if (lo, hi) == (1, None):
+        return unit + "+"
+    if (lo, hi) == (0, 1):
+        return unit + "?"
+    if hi is None:
+        return unit + "{%d,}" % lo
+    if lo == hi:
+        return unit + "{%d}" % lo if lo != 1 else unit
+    return unit + "{%d,%d}" % (lo, hi)
+
+
+def _group(text: str) -> str:
+    return text if _is_atom(text) else "(?:" + text + ")"
+
+
+def _is_atom(text: str) -> bool:
+    if len(text) == 1 or (len(text) == 2 and text[0] == "\\"):
+        return True
+    if text.startswith("[") and text.endswith("]") and text.count("]") == 1 + text.count("\\]"):
+        return True
+    if text.startswith("(?:") and text.endswith(")"):
+        depth = 0
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "[":
+                j = i + 1
+                while j < len(text) and text[j] != "]":
+                    j += 2 if text[j] == "\\" else 1
+                i = j + 1
+                continue
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0 and i != len(text) - 1:
+                    return False
+            i += 1
+        return True
+    return False
+
+
+class _Translator:
+    """Python ``re`` syntax tree → regex over canonical JSON string content."""
+
+    def __init__(self, flags: int):
+        self.flags = flags
+
+    def charset(self, ivs, flags) -> _Piece:
+        if flags & re.IGNORECASE:
+            if _has_non_ascii_cased(ivs):
+                raise PatternUnsupported("case-insensitive matching of non-ASCII letters")
+            ivs = _ascii_case(ivs)
+        text = encoded_class(ivs)
+        if text is None:
+            raise PatternUnsupported("a character class that matches nothing writable")
+        return _Piece(text, 1, 1)
+
+    def in_set(self, items, flags, over: bool):
+        """The intervals of an ``IN`` node: a subset of what Python matches, or a
+        superset (``over``)."""
+        negate = False
+        ivs = []
+        for op, av in items:
+            if op is _sre_c.NEGATE:
+                negate = True
+            elif op is _sre_c.LITERAL:
+                ivs.append((av, av))
+            elif op is _sre_c.RANGE:
+                ivs.append(av)
+            elif op is _sre_c.CATEGORY:
+                ivs.extend(_category(av, over != negate))
+            else:
+                raise PatternUnsupported(f"class item {op}")
+        if negate:
+            if flags & re.IGNORECASE:
+                raise PatternUnsupported("case-insensitive negated class")
+            return iv_complement(ivs)
+        return iv_norm(ivs)
+
+    def seq(self, items, flags) -> list[_Piece]:
+        return [self.node(op, av, flags) for op, av in items]
+
+    def node(self, op, av, flags) -> _Piece:
+        c = _sre_c
+        if op is c.LITERAL:
+            return self.charset([(av, av)], flags)
+        if op is c.NOT_LITERAL:
+            if flags & re.IGNORECASE:
+                raise PatternUnsupported("case-insensitive negated literal")
+            return self.charset(iv_complement([(av, av)]), flags)
+        if op is c.ANY:
+            ivs = [(0, MAX_CP)] if flags & re.DOTALL else iv_complement([(10, 10)])
+            return self.charset(ivs, 0)
+        if op is c.IN:
+            return self.charset(self.in_set(av, flags, over=False), flags & ~re.IGNORECASE
+                                if not (flags & re.IGNORECASE) else flags)
+        if op is c.BRANCH:
+            alts = [self.concat(self.seq(b, flags)) for b in av[1]]
+            los = [a.lo for a in alts]
+            his = [a.hi for a in alts]
+            hi = None if None in his else max(his)
+            return _Piece("(?:" + "|".join(a.render() for a in alts) + ")", min(los), hi)
+        if op is c.SUBPATTERN:
+            _group_id, add, delete, sub = av
+            if (add | delete) & ~(re.IGNORECASE | re.DOTALL | re.UNICODE):
+                raise PatternUnsupported("inline flags other than i and s")
+            inner = self.concat(self.seq(sub, (flags | add) & ~delete))
+            return inner
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            lo, hi, sub = av
+            hi = None if hi is _sre_c.MAXREPEAT else hi
+            inner = self.concat(self.seq(sub, flags))
+            if inner.hi == 0:
+                return _Piece("", 0, 0)
+            ilo = inner.lo * lo
+            ihi = None if (hi is None or inner.hi is None) else inner.hi * hi
+            text = _group(inner.render())
+            unit = text if (inner.lo, inner.hi, inner.unit) == (1, 1, None) else None
+            if unit is not None:
+                return _Piece(_repeat(text, lo, hi), ilo, ihi, unit, lo, hi)
+            return _Piece(_repeat(text, lo, hi), ilo, ihi)
+        if op is c.AT:
+            raise PatternUnsupported("an anchor or word boundary inside the pattern")
+        raise PatternUnsupported(f"the regex construct {op}")
+
+    @staticmethod
+    def concat(pieces: list[_Piece]) -> _Piece:
+        if len(pieces) == 1:
+            return pieces[0]
+        lo = sum(p.lo for p in pieces)
+        his = [p.hi for p in pieces]
+        hi = None if None in his else sum(his)
+        return _Piece("".join(_group(p.render()) if p.unit is None and "|" in p.render()
+                              and not _is_atom(p.render()) else p.render() for p in pieces),
+                      lo, hi)
+
+
+def _split_branches(items):
+    """Top-level alternatives of a parsed pattern (unwrapping plain groups)."""
+    while len(items) == 1 and items[0][0] is _sre_c.SUBPATTERN and not (items[0][1][1] | items[0][1][2]):
+        items = list(items[0][1][3])
+    if len(items) == 1 and items[0][0] is _sre_c.BRANCH:
+        out = []
+        for b in items[0][1][1]:
+            out.extend(_split_branches(list(b)))
+        return out
+    return [list(items)]
+
+
+_STARTS = {_sre_c.AT_BEGINNING, _sre_c.AT_BEGINNING_STRING}
+_ENDS = {_sre_c.AT_END, _sre_c.AT_END_STRING}
+
+
+def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None) -> str | None:
+    """A regex over canonical JSON string content accepting only (encodings of)
+    strings ``s`` with ``re.search(pattern, s)`` and ``min_len <= len(s) <=
+    max_len``. ``None`` when no string qualifies.
+
+    Raises:
+        PatternUnsupported: lookaround, backreferences, anchors inside the pattern,
+            or a length bound that cannot be folded into the pattern.
+        re.error: the pattern is not a Python regex.
+    """
+    parsed = _sre_parse.parse(pattern)
+    flags = parsed.state.flags
+    if flags & ~(re.IGNORECASE | re.DOTALL | re.UNICODE | re.MULTILINE):
+        raise PatternUnsupported("regex flags")
+    alts = []
+    for branch in _split_branches(list(parsed)):
+        anchored_start = anchored_end = False
+        while branch and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS:
+            branch = branch[1:]
+            anchored_start = True
+        while branch and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS:
+            branch = branch[:-1]
+            anchored_end = True
+        tr = _Translator(flags)
+        pieces = tr.seq(branch, flags)
+        if not anchored_start:
+            pieces.insert(0, _Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
+        if not anchored_end:
+            pieces.append(_Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
+        text = _fit_length(pieces, min_len, max_len)
+        if text is not None:
+            alts.append(text)
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str | None:
+    """The concatenation restricted to lengths in ``[min_len, max_len]``."""
+    lo = sum(p.lo for p in pieces)
+    his = [p.hi for p in pieces]
+    hi = None if None in his else sum(his)
+    if lo >= min_len and (max_len is None or (hi is not None and hi <= max_len)):
+        return "".join(p.render() for p in pieces)
+    if max_len is not None and lo > max_len:
+        return None
+    if hi is not None and hi < min_len:
+        return None
+    variable = [i for i, p in enumerate(pieces) if p.lo != p.hi]
+    # fold the bound into the one variable piece; with two unbounded wrappers
+    # (an unanchored pattern) fold into the trailing one and pin the first to empty
+    if len(variable) == 2 and all(pieces[i].unit == CANON_ANY and pieces[i].rhi is None
+                                  for i in variable) and variable == [0, len(pieces) - 1]:
+        # search semantics: ".*X.*" with a length bound; keeping only "X.*"
+        # (matches at the start) stays sound, and is exact for length-free X
+        pieces = pieces[1:]
+        variable = [len(pieces) - 1]
+    if len(variable) != 1 or pieces[variable[0]].unit is None:
+        raise PatternUnsupported("a length bound together with this pattern")
+    v = pieces[variable[0]]
+    fixed = sum(p.lo for i, p in enumerate(pieces) if i != variable[0])
+    # v repeats a one-character unit: its length is its repetition count
+    new_lo = max(v.rlo, min_len - fixed)
+    new_hi = v.rhi if max_len is None else (max_len - fixed if v.rhi is None else min(v.rhi, max_len - fixed))
+    if new_hi is not None and new_lo > new_hi:
+        return None
+    pieces[variable[0]] = _Piece("", new_lo, new_hi, v.unit, new_lo, new_hi)
+    return "".join(p.render() for p in pieces)
