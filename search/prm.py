@@ -336,8 +336,11 @@ def _equal(value: float, written: tuple[float, int]) -> bool:
     r, dec = written
     if abs(value - r) <= 1e-6 * max(1.0, abs(value)):
         return True
+    if dec == 0:
+        return False
     # a result written rounded or truncated to its decimals (10/3 = 3.33) is right
-    return dec > 0 and abs(value - r) < 10.0 ** (-dec)
+    scale = 10.0 ** dec
+    return abs(round(value, dec) - r) < 0.5 / scale or abs(math.trunc(value * scale) / scale - r) < 0.5 / scale
 
 
 def check_arithmetic(text: str) -> tuple[int, int]:
