@@ -238,13 +238,20 @@ def _literal_set(cp: int, flags: int) -> CharSet:
     if flags & _I:
         iscased = _sre.ascii_iscased if flags & _A else _sre.unicode_iscased
         if iscased(cp):
-            return oracle_charset(re.escape(chr(cp)), flags & (_I | _A))
+            # only cased characters can match a cased literal case-insensitively
+            rx = re.compile(re.escape(chr(cp)), flags & (_I | _A))
+            cased, _ = _cased(bool(flags & _A))
+            return CharSet((c, c) for c in cased if rx.fullmatch(chr(c)))
     return CharSet.of(cp)
 
 
 def _class_set(items, flags: int) -> CharSet:
-    simple = not flags & _I and all(op is not sre_c.CATEGORY for op, _ in items)
-    if simple:
+    return _class_set_cached(tuple(items), flags)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _class_set_cached(items: tuple, flags: int) -> CharSet:
+    if all(op is not sre_c.CATEGORY for op, _ in items):
         intervals = []
         negate = False
         for op, av in items:
@@ -255,7 +262,17 @@ def _class_set(items, flags: int) -> CharSet:
             elif op is sre_c.RANGE:
                 intervals.append(av)
         cs = CharSet(intervals)
-        return cs.complement() if negate else cs
+        if negate:
+            cs = cs.complement()
+        if flags & _I:
+            # case-insensitivity changes the answer only for cased characters: an
+            # uncased one matches iff it is in the class as written. The cased ones
+            # (a few thousand) are asked of re itself, so the result stays exact.
+            cased, cased_set = _cased(bool(flags & _A))
+            rx = re.compile(_class_text(items), flags & (_I | _A))
+            hits = [c for c in cased if rx.fullmatch(chr(c))]
+            cs = cs.difference(cased_set).union(CharSet((c, c) for c in hits))
+        return cs
     parts = []
     for op, av in items:
         if op is sre_c.NEGATE:
@@ -269,6 +286,27 @@ def _class_set(items, flags: int) -> CharSet:
         else:  # pragma: no cover - the parser emits nothing else in a class
             raise UnsupportedRegexError(f"class item {op} is not supported", "")
     return oracle_charset("[" + "".join(parts) + "]", flags & (_I | _A))
+
+
+def _class_text(items) -> str:
+    parts = []
+    for op, av in items:
+        if op is sre_c.NEGATE:
+            parts.append("^")
+        elif op is sre_c.LITERAL:
+            parts.append(_u(av))
+        elif op is sre_c.RANGE:
+            parts.append(f"{_u(av[0])}-{_u(av[1])}")
+    return "[" + "".join(parts) + "]"
+
+
+@functools.lru_cache(maxsize=2)
+def _cased(ascii_only: bool) -> tuple[list[int], CharSet]:
+    """The scalar values that have case (per ``re``'s own test), as a list and a set."""
+    iscased = _sre.ascii_iscased if ascii_only else _sre.unicode_iscased
+    limit = 128 if ascii_only else 0x110000
+    cps = [c for c in range(limit) if not 0xD800 <= c <= 0xDFFF and iscased(c)]
+    return cps, CharSet((c, c) for c in cps)
 
 
 # -- size ---------------------------------------------------------------------------
