@@ -89,7 +89,8 @@ def load_split(data_dir: Path, split: str, limit: int = 0, seed: int = 0) -> lis
 
 
 def make_validator(schema):
-    """A jsonschema validator for ``schema`` with format checking: the draft its
+    """A jsonschema validator for ``schema``, checking every format jsonschema knows
+    (``FormatChecker()``, whatever the draft): the draft its
     ``$schema`` names; without one, Draft 7 when some ``items`` is an array (the
     pre-2020 tuple form), Draft 2020-12 otherwise."""
     import jsonschema
@@ -101,7 +102,7 @@ def make_validator(schema):
         cls = jsonschema.Draft7Validator
     else:
         cls = jsonschema.Draft202012Validator
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema, format_checker=jsonschema.FormatChecker())
 
 
 def _has_items_array(node, depth=0) -> bool:
@@ -139,10 +140,21 @@ def _resolve(schema, root, limit: int = 64):
     return schema
 
 
-def _object_props(schema, root, data: dict, depth=0) -> tuple[dict, list]:
+def _branch_valid(validator, branch, data) -> bool:
+    if validator is None:
+        return False
+    try:
+        return bool(validator.evolve(schema=branch).is_valid(data))
+    except Exception:
+        return False
+
+
+def _object_props(schema, root, data: dict, depth=0, validator=None) -> tuple[dict, list]:
     """(property name -> subschema in schema order, [(pattern, subschema)]) for an
     object: ``properties`` of the schema, then of its ``allOf`` members, then of
-    the ``anyOf``/``oneOf`` branch whose properties cover most of ``data``'s keys."""
+    the first ``anyOf``/``oneOf`` branch that ``data`` validates against (with the
+    root schema's validator), else the branch whose properties cover most of
+    ``data``'s keys."""
     schema = _resolve(schema, root)
     props: dict = {}
     patterns: list = []
@@ -153,7 +165,7 @@ def _object_props(schema, root, data: dict, depth=0) -> tuple[dict, list]:
     if isinstance(schema.get("patternProperties"), dict):
         patterns.extend(schema["patternProperties"].items())
     for sub in schema.get("allOf") or () if isinstance(schema.get("allOf"), list) else ():
-        p2, pat2 = _object_props(sub, root, data, depth + 1)
+        p2, pat2 = _object_props(sub, root, data, depth + 1, validator)
         for k, v in p2.items():
             props.setdefault(k, v)
         patterns.extend(pat2)
@@ -161,10 +173,10 @@ def _object_props(schema, root, data: dict, depth=0) -> tuple[dict, list]:
         branches = schema.get(key)
         if not isinstance(branches, list) or not branches:
             continue
-        best, best_score = None, -1
+        best, best_score = None, (-1, -1)
         for b in branches:
-            p2, pat2 = _object_props(b, root, data, depth + 1)
-            score = sum(1 for k in data if k in p2)
+            p2, pat2 = _object_props(b, root, data, depth + 1, validator)
+            score = (_branch_valid(validator, b, data), sum(1 for k in data if k in p2))
             if score > best_score:
                 best, best_score = (p2, pat2), score
         if best:
@@ -174,15 +186,16 @@ def _object_props(schema, root, data: dict, depth=0) -> tuple[dict, list]:
     return props, patterns
 
 
-def order_value(data, schema, root, depth: int = 0):
+def order_value(data, schema, root, depth: int = 0, validator=None):
     """``data`` with object keys reordered: the schema's ``properties`` order first
     (recursively, where the schema gives the property's subschema), then the other
-    keys in their original order."""
+    keys in their original order. ``validator`` (the root schema's) picks the
+    ``anyOf``/``oneOf`` branch an object belongs to."""
     if depth > 200:
         return data
     schema = _resolve(schema, root)
     if isinstance(data, dict):
-        props, patterns = _object_props(schema, root, data)
+        props, patterns = _object_props(schema, root, data, 0, validator)
         keys = [k for k in props if k in data] + [k for k in data if k not in props]
         out = {}
         addl = schema.get("additionalProperties") if isinstance(schema, dict) else None
@@ -198,7 +211,7 @@ def order_value(data, schema, root, depth: int = 0):
                         pass
             if sub is None and isinstance(addl, dict):
                 sub = addl
-            out[k] = order_value(data[k], sub, root, depth + 1) if sub is not None else data[k]
+            out[k] = order_value(data[k], sub, root, depth + 1, validator) if sub is not None else data[k]
         return out
     if isinstance(data, list):
         s = schema if isinstance(schema, dict) else {}
@@ -218,15 +231,31 @@ def order_value(data, schema, root, depth: int = 0):
         out = []
         for i, x in enumerate(data):
             sub = prefix[i] if i < len(prefix) else rest
-            out.append(order_value(x, sub, root, depth + 1) if isinstance(sub, dict) else x)
+            out.append(order_value(x, sub, root, depth + 1, validator) if isinstance(sub, dict) else x)
         return out
     return data
 
 
-def serialize(data, schema) -> str:
+def serialize(data, schema, validator=None) -> str:
     """Compact JSON (``separators=(",", ":")``, ``ensure_ascii=False``), object
     properties in schema order."""
-    return json.dumps(order_value(data, schema, schema), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(order_value(data, schema, schema, 0, validator), separators=(",", ":"), ensure_ascii=False)
+
+
+def formats_used(node, depth=0, out=None) -> set:
+    """Every string value of a ``format`` keyword in the schema."""
+    out = set() if out is None else out
+    if depth > 200:
+        return out
+    if isinstance(node, dict):
+        if isinstance(node.get("format"), str):
+            out.add(node["format"])
+        for v in node.values():
+            formats_used(v, depth + 1, out)
+    elif isinstance(node, list):
+        for v in node:
+            formats_used(v, depth + 1, out)
+    return out
 
 
 @dataclass
@@ -248,12 +277,15 @@ class SchemaCase:
     label_disagree: int = 0  # dataset label != jsonschema
     untokenizable: int = 0  # the tokenizer's ids do not spell the text back
     validator_error: str = ""
+    unchecked_formats: list = field(default_factory=list)  # formats the schema uses that jsonschema does not check
 
 
 def prepare_case(rec: dict, spec) -> SchemaCase:
     case = SchemaCase(rec["id"], rec["split"], rec["schema"])
     try:
         validator = make_validator(rec["schema"])
+        checked = set(validator.format_checker.checkers)
+        case.unchecked_formats = sorted(formats_used(rec["schema"]) - checked)
     except Exception as e:
         case.validator_error = f"{type(e).__name__}: {str(e)[:200]}"
         validator = None
@@ -271,7 +303,7 @@ def prepare_case(rec: dict, spec) -> SchemaCase:
         if ok != bool(t.get("valid")):
             case.label_disagree += 1
         try:
-            text = serialize(data, rec["schema"])
+            text = serialize(data, rec["schema"], validator)
         except (TypeError, ValueError, RecursionError):
             case.unknown += 1
             continue
@@ -470,13 +502,13 @@ def bench_job(eng, payload, send) -> None:
     gc.disable()
     try:
         with _CAPTURE:
-            g, ns = eng.compile_timed(schema)
+            g, ns, cpu = eng.compile_timed(schema)
     except Exception as e:
         gc.enable()
         send(("compile_error", f"{type(e).__name__}: {e}"))
         return
     gc.enable()
-    send(("compiled", ns, compile_warnings(eng, g, _CAPTURE.text)))
+    send(("compiled", ns, cpu, compile_warnings(eng, g, _CAPTURE.text)))
     mask = eng.new_mask()
     out = []
     gc.collect()
@@ -484,11 +516,12 @@ def bench_job(eng, payload, send) -> None:
     try:
         for ids in seqs:
             mns: list = []
+            mcpu: list = []
             try:
-                refused, eos_ok, bad = eng.walk(g, ids, mask, mns)
-                out.append((refused, bool(eos_ok), bad, mns, None))
+                refused, eos_ok, bad = eng.walk(g, ids, mask, mns, mcpu)
+                out.append((refused, bool(eos_ok), bad, mns, mcpu, None))
             except Exception as e:
-                out.append((None, False, 0, mns, f"{type(e).__name__}: {e}"))
+                out.append((None, False, 0, mns, mcpu, f"{type(e).__name__}: {e}"))
     finally:
         gc.enable()
     send(("walked", out))
@@ -499,11 +532,11 @@ def bench_job(eng, payload, send) -> None:
 # ----------------------------------------------------------------------------------
 
 
-def run_case(case: SchemaCase, workers: dict, args, overhead: int) -> dict:
+def run_case(case: SchemaCase, workers: dict, args, overhead: int, cpu_overhead: int, spec) -> dict:
     res = {
         "id": case.id, "split": case.split, "valid": len(case.valid), "invalid": len(case.invalid),
         "unknown": case.unknown, "label_disagree": case.label_disagree, "untokenizable": case.untokenizable,
-        "validator_error": case.validator_error, "engines": {},
+        "validator_error": case.validator_error, "unchecked_formats": case.unchecked_formats, "engines": {},
     }
     seqs = [inst.ids for inst in case.valid]
     for name, w in workers.items():
@@ -513,8 +546,9 @@ def run_case(case: SchemaCase, workers: dict, args, overhead: int) -> dict:
         if kind == "compiled":
             r["status"] = "ok"
             r["compile_ms"] = msgs[0][1] / 1e6
-            if msgs[0][2]:
-                r["warnings"] = sorted(set(msgs[0][2]))
+            r["compile_cpu_ms"] = msgs[0][2] / 1e6
+            if msgs[0][3]:
+                r["warnings"] = sorted(set(msgs[0][3]))
         elif kind == "compile_error":
             r["status"] = "error"
             r["error"] = msgs[0][1]
@@ -529,13 +563,20 @@ def run_case(case: SchemaCase, workers: dict, args, overhead: int) -> dict:
                 r["walk_error"] = "no walk result"
             elif msgs[1][0] == "walked":
                 insts = []
-                for inst, (refused, eos_ok, bad, mns, err) in zip(case.valid, msgs[1][1]):
+                for inst, (refused, eos_ok, bad, mns, mcpu, err) in zip(case.valid, msgs[1][1]):
                     us = np.maximum(np.asarray(mns, dtype=np.float64) - overhead, 0.0) / 1e3
-                    insts.append({
+                    cus = np.maximum(np.asarray(mcpu, dtype=np.float64) - cpu_overhead, 0.0) / 1e3
+                    d = {
                         "index": inst.index, "tokens": len(inst.ids), "accepted": refused is None and eos_ok and not err,
                         "refused_at": refused, "eos_ok": eos_ok, "inconsistent": bad, "error": err,
                         "mask_us": [round(float(x), 3) for x in us],
-                    })
+                        "mask_cpu_us": [round(float(x), 3) for x in cus],
+                    }
+                    if refused is not None:
+                        before = b"".join(spec.tokens[t] for t in inst.ids[:refused])
+                        d["refused_after"] = before[-80:].decode("utf-8", "replace")
+                        d["refused_token"] = repr(spec.tokens[inst.ids[refused]])
+                    insts.append(d)
                 r["instances"] = insts
             else:
                 r["walk_error"] = f"{msgs[1][0]}: {msgs[1][1]}"
@@ -548,12 +589,23 @@ def pct(a, q):
     return float(np.percentile(a, q)) if len(a) else None
 
 
+#: which clock the tables use ("wall" or "cpu"), set from --clock
+CLOCK = "wall"
+#: a fill whose wall time exceeds its CPU time by this much was preempted
+PREEMPT_US = 1000.0
+
+
+def _keys():
+    return ("compile_ms", "mask_us") if CLOCK == "wall" else ("compile_cpu_ms", "mask_cpu_us")
+
+
 def split_stats(results: list, engine: str) -> dict:
     n = len(results)
     statuses = Counter()
     comp = []
     mask = []
-    acc = valid = refused = inconsistent = walk_err = warned = 0
+    acc = valid = refused = inconsistent = walk_err = warned = preempted = 0
+    ck, mk = _keys()
     for r in results:
         e = r["engines"].get(engine)
         if e is None:
@@ -561,13 +613,17 @@ def split_stats(results: list, engine: str) -> dict:
         statuses[e["status"]] += 1
         if e["status"] != "ok":
             continue
-        comp.append(e["compile_ms"])
+        comp.append(e[ck])
         warned += bool(e.get("warnings"))
         valid += r["valid"]
         if e.get("walk_error"):
             walk_err += 1
         for inst in e.get("instances", ()):
-            mask.extend(inst["mask_us"])
+            mask.extend(inst[mk])
+            if inst.get("mask_cpu_us"):
+                w = np.asarray(inst["mask_us"])
+                c = np.asarray(inst["mask_cpu_us"])
+                preempted += int(np.count_nonzero(w - c > PREEMPT_US))
             acc += inst["accepted"]
             refused += inst["refused_at"] is not None
             inconsistent += inst["inconsistent"]
@@ -576,7 +632,7 @@ def split_stats(results: list, engine: str) -> dict:
         "compile_ms": {"p50": pct(comp, 50), "p99": pct(comp, 99), "max": max(comp) if comp else None},
         "mask_us": {"p50": pct(mask, 50), "p99": pct(mask, 99), "max": max(mask) if mask else None, "n": len(mask)},
         "accepted": acc, "valid": valid, "refused": refused, "inconsistent": inconsistent, "walk_errors": walk_err,
-        "compiled_with_warnings": warned,
+        "compiled_with_warnings": warned, "preempted_fills": preempted,
     }
 
 
@@ -584,16 +640,17 @@ def common_ratios(results: list, a: str, b: str) -> dict:
     """Trellis (a) vs a peer (b) on the same work: compile p50 over the schemas both
     compiled; mask p50 / p99 over the fills of the instances both accepted."""
     ca, cb, ma, mb = [], [], [], []
+    ck, mk = _keys()
     for r in results:
         ea, eb = r["engines"].get(a), r["engines"].get(b)
         if not ea or not eb or ea["status"] != "ok" or eb["status"] != "ok":
             continue
-        ca.append(ea["compile_ms"])
-        cb.append(eb["compile_ms"])
+        ca.append(ea[ck])
+        cb.append(eb[ck])
         for ia, ib in zip(ea.get("instances", ()), eb.get("instances", ())):
             if ia["accepted"] and ib["accepted"]:
-                ma.extend(ia["mask_us"])
-                mb.extend(ib["mask_us"])
+                ma.extend(ia[mk])
+                mb.extend(ib[mk])
 
     def ratio(x, y):
         return x / y if x is not None and y else None
@@ -679,7 +736,7 @@ def _all(by_split: dict) -> list:
 
 def format_status(by_split: dict, engines: list, markdown: bool) -> str:
     header = ["engine", "compiled", "with warnings", "error", "timeout", "oom", "crash", "valid refused", "mask/advance disagree",
-              "walk errors"]
+              "walk errors", "preempted fills"]
     rows = []
     allr = _all(by_split)
     for e in engines:
@@ -687,7 +744,8 @@ def format_status(by_split: dict, engines: list, markdown: bool) -> str:
         st = s["statuses"]
         rows.append([e, str(st.get("ok", 0)), str(s["compiled_with_warnings"]), str(st.get("error", 0) + st.get("harness_error", 0)),
                      str(st.get("timeout", 0)), str(st.get("oom", 0)), str(st.get("crash", 0)),
-                     str(s["valid"] - s["accepted"]), str(s["inconsistent"]), str(s["walk_errors"])])
+                     str(s["valid"] - s["accepted"]), str(s["inconsistent"]), str(s["walk_errors"]),
+                     f"{s['preempted_fills']}/{s['mask_us']['n']}"])
     return _table(header, rows, markdown)
 
 
@@ -730,9 +788,12 @@ def format_findings(by_split: dict, engines: list, show: int) -> str:
                     if inst["error"]:
                         why = f"error {inst['error']}"
                     elif inst["refused_at"] is not None:
-                        why = f"refused token {inst['refused_at']} of {inst['tokens']}"
+                        why = (f"refused token {inst['refused_at']} of {inst['tokens']}, "
+                               f"{inst.get('refused_token')} after ...{inst.get('refused_after')!r}")
                     else:
                         why = "EOS not allowed at the end"
+                    if r.get("unchecked_formats"):
+                        why += f" (formats jsonschema does not check here: {', '.join(r['unchecked_formats'])})"
                     out.append(f"{e}: valid instance {r['id']}#{inst['index']} not accepted: {why}")
                 n += 1
         if n > show:
@@ -748,7 +809,9 @@ def data_summary(by_split: dict) -> str:
             tot[k] += r[k]
     return (f"{len(allr)} schemas; instances by jsonschema: {tot['valid']} valid (walked), {tot['invalid']} invalid, "
             f"{tot['unknown']} undecided; {tot['label_disagree']} where the dataset's label differs from jsonschema; "
-            f"{tot['untokenizable']} whose tokens do not spell the text back (skipped)")
+            f"{tot['untokenizable']} whose tokens do not spell the text back (skipped); "
+            f"{sum(1 for r in allr if r.get('unchecked_formats'))} schemas use a format jsonschema does not check "
+            f"here (valid/invalid may be wrong for them)")
 
 
 # ----------------------------------------------------------------------------------
@@ -780,18 +843,80 @@ def selected_splits(args) -> list[str]:
     return want
 
 
+def cpu_timer_overhead_ns(n: int = 20000) -> int:
+    """Median process-CPU time of an empty timed fill (two CPU clock reads around
+    two wall clock reads, as in the adapters' loops)."""
+    cpu, perf = maskbench_peers.cpu_ns, time.perf_counter_ns
+    samples = []
+    for _ in range(n):
+        c0 = cpu()
+        perf()
+        perf()
+        c1 = cpu()
+        samples.append(c1 - c0)
+    return int(np.median(samples))
+
+
+def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) -> None:
+    by_split: dict = {}
+    for r in vres["results"]:
+        by_split.setdefault(r["split"], []).append(r)
+    by_split_t = dict(by_split)
+    if len(by_split) > 1:
+        by_split_t["total"] = [r for rs in by_split.values() for r in rs]
+    md = args.markdown
+    h = "### " if md else "=== "
+    print(f"\n{h}{vname}: {vres['size']} ids; engines {', '.join(f'{SHORT[e]} = {e}' for e in live)}"
+          + (f"; trellis n/a ({skipped['trellis']})" if "trellis" in skipped else "")
+          + f"; times: {'wall clock' if CLOCK == 'wall' else 'process CPU'}" + (" ===" if not md else ""))
+    print(data_summary(by_split))
+    print("vocabulary build ms (not in compile time): "
+          + ", ".join(f"{n} {ms:.1f}" for n, ms in vres["prepare_ms"].items()))
+    for n, notes in vres.get("notes", {}).items():
+        print(f"  {n}: " + ", ".join(f"{k} {v:.1f}" for k, v in notes.items()))
+    print()
+    print(format_main(by_split_t, live, md))
+    print()
+    print(format_status(by_split_t, live, md))
+    if "trellis" in live and len(live) > 1:
+        print("\nTrellis vs peers on common work (the bar: each ratio <= 1): compile p50 over the schemas both "
+              "compiled; mask p50/p99 over the fills of the valid instances both accepted")
+        print(format_ratios(by_split_t, md))
+    print("\nfindings:")
+    print(format_findings(by_split_t, live, args.show))
+
+
 def main(argv=None) -> int:
+    global CLOCK
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap)
     ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of " + ",".join(ENGINES))
     ap.add_argument("--walk-timeout", type=float, default=120.0, help="seconds for all walks of one schema")
     ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     ap.add_argument("--show", type=int, default=10, help="findings listed per engine")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="times in the tables: wall clock (default) or process CPU time (immune to preemption "
+                         "on a loaded machine); --json keeps both")
+    ap.add_argument("--from-json", default="", help="print the tables of an earlier --json run, run nothing")
     ap.add_argument("--xgrammar-strict", action="store_true",
                     help="xgrammar strict_mode=True (its default: no properties beyond those listed); "
                          "off by default, for JSON Schema semantics")
     ap.add_argument("--no-gc-flush", action="store_true", help="no gc.collect() right before each timed compile")
+    ap.add_argument("--trellis-keep-shared", action="store_true",
+                    help="keep Trellis's vocabulary-wide cache of lexer-state walks between schemas (by default "
+                         "it is dropped before each compile, so every schema starts cold as for the peers)")
     args = ap.parse_args(argv)
+    CLOCK = args.clock
+    maskbench_peers.TrellisJSON.clear_shared = not args.trellis_keep_shared
+    if args.from_json:
+        with open(args.from_json) as f:
+            report = json.load(f)
+        for vname, vres in report["vocabs"].items():
+            live = [n for n in ENGINES if n in vres["prepare_ms"]]
+            print_vocab_report(vname, vres, live, report.get("skipped", {}), args)
+        print("\nenvironment: " + json.dumps(report.get("environment")))
+        print("engine options: " + json.dumps(report.get("options")))
+        return 0
     bench_regex.GC_FLUSH = not args.no_gc_flush
     maskbench_peers.XGrammarJSON.strict_mode = args.xgrammar_strict
 
@@ -808,10 +933,13 @@ def main(argv=None) -> int:
     if "trellis" in wanted and "trellis" in skipped:
         log("trellis: n/a (" + skipped["trellis"] + ")")
     overhead = bench_regex.timer_overhead_ns()
+    cpu_overhead = cpu_timer_overhead_ns()
     env = bench_regex.environment(engines)
-    report = {"environment": env, "timer_overhead_ns": overhead, "args": vars(args), "skipped": skipped,
+    report = {"environment": env, "timer_overhead_ns": overhead, "cpu_timer_overhead_ns": cpu_overhead,
+              "args": vars(args), "skipped": skipped,
               "options": {n: e.options() for n, e in engines.items()}, "vocabs": {}}
-    log(f"timer overhead {overhead} ns (subtracted); engines: {', '.join(engines) or 'none'}; splits: {len(splits)}")
+    log(f"timer overhead {overhead} ns wall, {cpu_overhead} ns CPU (subtracted); engines: "
+        f"{', '.join(engines) or 'none'}; splits: {len(splits)}")
 
     vocab_names = ["smollm2", "o200k"] if args.vocab == "all" else [args.vocab]
     for vname in vocab_names:
@@ -836,55 +964,25 @@ def main(argv=None) -> int:
                 log(f"  {n}: vocabulary failed: {type(e).__name__}: {e}")
                 traceback.print_exc()
         live = [n for n in ENGINES if n in workers]
-        by_split: dict = {}
+        results = []
         t_start = time.monotonic()
         try:
             for split in splits:
                 recs = load_split(Path(args.data), split, args.limit, args.seed)
                 log(f"  {split}: {len(recs)} schemas")
-                results = []
                 for k, rec in enumerate(recs):
                     case = prepare_case(rec, spec)
-                    r = run_case(case, workers, args, overhead)
-                    results.append(r)
+                    results.append(run_case(case, workers, args, overhead, cpu_overhead, spec))
                     if (k + 1) % 25 == 0:
                         log(f"    {k + 1}/{len(recs)} ({time.monotonic() - t_start:.0f} s)")
-                by_split[split] = results
         finally:
             for w in workers.values():
                 w.close()
-        if len(by_split) > 1:
-            by_split_t = dict(by_split)
-            by_split_t["total"] = [r for rs in by_split.values() for r in rs]
-        else:
-            by_split_t = by_split
-        vres["results"] = [r for rs in by_split.values() for r in rs]
-        vres["summary"] = {s: {e: split_stats(rs, e) for e in live} for s, rs in by_split_t.items()}
-        vres["ratios"] = {s: {"T/L": common_ratios(rs, "trellis", "llguidance"),
-                              "T/X": common_ratios(rs, "trellis", "xgrammar")} for s, rs in by_split_t.items()}
+        vres["results"] = results
         vres["worker_restarts"] = {n: w.restarts for n, w in workers.items()}
         vres["worker_peak_rss_mib"] = {n: w.peak_rss / 2**20 for n, w in workers.items()}
         report["vocabs"][vname] = vres
-
-        md = args.markdown
-        h = "### " if md else "=== "
-        print(f"\n{h}{vname}: {spec.size} ids; engines {', '.join(f'{SHORT[e]} = {e}' for e in live)}"
-              + (f"; trellis n/a ({skipped['trellis']})" if "trellis" in skipped else "") + (" ===" if not md else ""))
-        print(data_summary(by_split))
-        print("vocabulary build ms (not in compile time): "
-              + ", ".join(f"{n} {ms:.1f}" for n, ms in vres["prepare_ms"].items()))
-        for n, notes in vres["notes"].items():
-            print(f"  {n}: " + ", ".join(f"{k} {v:.1f}" for k, v in notes.items()))
-        print()
-        print(format_main(by_split_t, live, md))
-        print()
-        print(format_status(by_split_t, live, md))
-        if "trellis" in live and len(live) > 1:
-            print("\nTrellis vs peers on common work (the bar: each ratio <= 1): compile p50 over the schemas both "
-                  "compiled; mask p50/p99 over the fills of the valid instances both accepted")
-            print(format_ratios(by_split_t, md))
-        print("\nfindings:")
-        print(format_findings(by_split_t, live, args.show))
+        print_vocab_report(vname, vres, live, skipped, args)
         del spec
         gc.collect()
 

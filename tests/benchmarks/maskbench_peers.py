@@ -14,11 +14,12 @@ Each adapter exposes:
 ``warm_up()``
     untimed compilations and walks of a few small schemas (JIT, lazy tables), run
     once in each freshly started worker;
-``compile_timed(schema) -> (handle, ns)``
+``compile_timed(schema) -> (handle, wall_ns, cpu_ns)``
     one compilation from fresh compiler state; raises on an unsupported schema;
-``walk(handle, ids, mask, mask_ns) -> (refused_at, eos_ok, inconsistent)``
+``walk(handle, ids, mask, mask_ns, mask_cpu) -> (refused_at, eos_ok, inconsistent)``
     a fresh walk over ``ids``: before every token and once after the last, the
-    mask fill is timed (nanoseconds appended to ``mask_ns``); then the token is
+    mask fill is timed (wall-clock nanoseconds appended to ``mask_ns``, process
+    CPU nanoseconds, measured just outside, to ``mask_cpu``); then the token is
     checked against the mask (untimed) and the engine advances with it.
     ``refused_at`` is the index of the first token the engine refused (None if
     none); ``eos_ok`` whether EOS is allowed after the last token; ``inconsistent``
@@ -50,6 +51,9 @@ from bench_regex import VocabSpec, XGrammarEngine, _compare_vocab, _git_rev, _tr
 import numpy as np  # noqa: E402
 
 perf_ns = time.perf_counter_ns
+#: CPU time of the whole process (every thread): immune to the preemption that
+#: inflates wall-clock tails on a shared machine
+cpu_ns = time.process_time_ns
 
 ENGINES = ("trellis", "xgrammar", "llguidance")
 SHORT = {"trellis": "T", "xgrammar": "X", "llguidance": "L"}
@@ -121,37 +125,45 @@ class XGrammarJSON:
         compiler = self.xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)  # untimed
         if bench_regex.GC_FLUSH:
             gc.collect()
+        c0 = cpu_ns()
         t0 = perf_ns()
         g = compiler.compile_json_schema(
             text, any_whitespace=self.any_whitespace, separators=(",", ":"), strict_mode=self.strict_mode
         )
         t1 = perf_ns()
-        return g, t1 - t0
+        c1 = cpu_ns()
+        return g, t1 - t0, c1 - c0
 
     def new_mask(self):
         return self.xgr.allocate_token_bitmask(1, self.spec.size)
 
-    def walk(self, g, ids, mask, mask_ns):
+    def walk(self, g, ids, mask, mask_ns, mask_cpu):
         m = self.xgr.GrammarMatcher(g)
         fill = m.fill_next_token_bitmask
         accept = m.accept_token
         row = _bits(mask[0])
         bad = 0
         for j, tok in enumerate(ids):
+            c0 = cpu_ns()
             t0 = perf_ns()
             fill(mask, 0)
             t1 = perf_ns()
+            c1 = cpu_ns()
             mask_ns.append(t1 - t0)
+            mask_cpu.append(c1 - c0)
             in_mask = _allowed(row, tok)
             ok = accept(tok)
             if ok != in_mask:
                 bad += 1
             if not ok:
                 return j, False, bad
+        c0 = cpu_ns()
         t0 = perf_ns()
         fill(mask, 0)
         t1 = perf_ns()
+        c1 = cpu_ns()
         mask_ns.append(t1 - t0)
+        mask_cpu.append(c1 - c0)
         eos = self.spec.eos_id
         in_mask = _allowed(row, eos)
         ok = bool(m.accept_token(eos)) and m.is_terminated()
@@ -218,13 +230,15 @@ class LLGuidanceJSON:
         M = self.llg.LLMatcher
         if bench_regex.GC_FLUSH:
             gc.collect()
+        c0 = cpu_ns()
         t0 = perf_ns()
         grammar = M.grammar_from_json_schema(schema, overrides=self.options())
         m = M(self.tok, grammar, log_level=0)
         t1 = perf_ns()
+        c1 = cpu_ns()
         if m.is_error():
             raise ValueError(m.get_error())
-        return (grammar, m), t1 - t0
+        return (grammar, m), t1 - t0, c1 - c0
 
     def grammar_warnings(self, handle) -> list:
         return list(handle[1].get_grammar_warnings())
@@ -232,7 +246,7 @@ class LLGuidanceJSON:
     def new_mask(self):
         return np.full((1, (self.spec.size + 31) // 32), -1, dtype=np.int32)
 
-    def walk(self, handle, ids, mask, mask_ns):
+    def walk(self, handle, ids, mask, mask_ns, mask_cpu):
         grammar, m0 = handle
         # the compiled matcher walks the first instance; later ones get a copy
         # (deep_copy of a fresh matcher: no grammar rebuild)
@@ -245,20 +259,26 @@ class LLGuidanceJSON:
         brow = row.view(np.uint8)
         bad = 0
         for j, tok in enumerate(ids):
+            c0 = cpu_ns()
             t0 = perf_ns()
             fill(ptr, nbytes)
             t1 = perf_ns()
+            c1 = cpu_ns()
             mask_ns.append(t1 - t0)
+            mask_cpu.append(c1 - c0)
             in_mask = _allowed(brow, tok)
             ok = consume(tok)
             if ok != in_mask:
                 bad += 1
             if not ok:
                 return j, False, bad
+        c0 = cpu_ns()
         t0 = perf_ns()
         fill(ptr, nbytes)
         t1 = perf_ns()
+        c1 = cpu_ns()
         mask_ns.append(t1 - t0)
+        mask_cpu.append(c1 - c0)
         in_mask = _allowed(brow, self.spec.eos_id)
         ok = bool(m.is_accepting()) and not m.is_error()
         if ok != in_mask:
@@ -283,17 +303,39 @@ class TrellisJSON(bench_regex.TrellisEngine):
     bitmask, 0)`` into ``constrain.allocate_bitmask(1, V)``."""
 
     name = "trellis"
+    #: drop the vocabulary-wide cache of lexer-state walks (``trie._lexer_rows``,
+    #: shared by every grammar of a vocabulary) before each compile: each schema
+    #: then starts cold, like the peers; False keeps it (a server's steady state,
+    #: where the result depends on the schemas seen before)
+    clear_shared = True
 
     def __init__(self):
         import constrain
 
-        if not hasattr(constrain, "compile_json_schema"):
-            raise ImportError("constrain.compile_json_schema does not exist yet")
+        fn = getattr(constrain, "compile_json_schema", None)
+        self.source = "constrain.compile_json_schema"
+        if fn is None:
+            try:
+                from constrain.json_schema import compile_json_schema as fn
+            except ImportError:
+                raise ImportError("constrain.compile_json_schema does not exist yet") from None
+            self.source = "constrain.json_schema.compile_json_schema (not exported by constrain yet)"
         super().__init__()
-        self.compile_json_schema = constrain.compile_json_schema
+        self.compile_json_schema = fn
+        self.version += f" ({self.source})"
 
     def options(self) -> dict:
-        return {"strict": True}
+        return {"strict": True, "function": self.source, "clear_shared_walk_cache": self.clear_shared}
+
+    def _clear(self):
+        super()._clear()
+        if self.clear_shared:
+            for v in list(getattr(self.vocab, "_cache", {}).values()):
+                if hasattr(v, "_lexer_rows"):
+                    try:
+                        delattr(v, "_lexer_rows")
+                    except AttributeError:
+                        pass
 
     def prepare(self, spec: VocabSpec) -> None:
         V = self.c.Vocabulary
@@ -325,22 +367,27 @@ class TrellisJSON(bench_regex.TrellisEngine):
         self._clear()
         if bench_regex.GC_FLUSH:
             gc.collect()
+        c0 = cpu_ns()
         t0 = perf_ns()
         g = self.compile_json_schema(schema, self.vocab)
         t1 = perf_ns()
-        return g, t1 - t0
+        c1 = cpu_ns()
+        return g, t1 - t0, c1 - c0
 
-    def walk(self, g, ids, mask, mask_ns):
+    def walk(self, g, ids, mask, mask_ns, mask_cpu):
         fill = g.fill_bitmask
         advance = g.advance
         state = g.initial_state()
         row = _bits(mask[0])
         bad = 0
         for j, tok in enumerate(ids):
+            c0 = cpu_ns()
             t0 = perf_ns()
             fill(state, mask, 0)
             t1 = perf_ns()
+            c1 = cpu_ns()
             mask_ns.append(t1 - t0)
+            mask_cpu.append(c1 - c0)
             in_mask = _allowed(row, tok)
             state = advance(state, tok)
             ok = state is not None
@@ -348,10 +395,13 @@ class TrellisJSON(bench_regex.TrellisEngine):
                 bad += 1
             if not ok:
                 return j, False, bad
+        c0 = cpu_ns()
         t0 = perf_ns()
         fill(state, mask, 0)
         t1 = perf_ns()
+        c1 = cpu_ns()
         mask_ns.append(t1 - t0)
+        mask_cpu.append(c1 - c0)
         in_mask = _allowed(row, self.spec.eos_id)
         ok = bool(g.is_accepting(state))
         if ok != in_mask:
@@ -367,12 +417,12 @@ def _warm(eng) -> None:
     mask = eng.new_mask()
     for schema, data in WARMUP:
         try:
-            g, _ = eng.compile_timed(schema)
+            g = eng.compile_timed(schema)[0]
         except Exception:
             continue
         ids = [int(i) for i in eng.spec.encode(json.dumps(data, separators=(",", ":")))]
         try:
-            eng.walk(g, ids, mask, [])
+            eng.walk(g, ids, mask, [], [])
         except Exception:
             pass
 
