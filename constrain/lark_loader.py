@@ -85,6 +85,10 @@ def load_lark_grammar(source, start: str = "start") -> GrammarIR:
     from lark.load_grammar import load_grammar
 
     text, directory = read_grammar_source(source)
+    fast = _load_plain(text, start)
+    if fast is not None:
+        fast.source = text
+        return fast
     import_paths = [directory] if directory else []
     try:
         grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
@@ -138,6 +142,202 @@ def load_lark_grammar(source, start: str = "start") -> GrammarIR:
         raise GrammarError(f"the start symbol {start!r} has no rule")
     ignore_ids = [term_index[name] for name in ignore if name in term_index]
     return GrammarIR(terminals, nonterminals, out_rules, 0, ignore_ids, text)
+
+
+# -- a fast path for plain grammars ------------------------------------------------
+#
+# lark's loader parses the grammar file with a LALR parser and a dozen tree
+# transformers: about 20 ms for a JSON Schema's grammar, more than the rest of the
+# compilation. Grammars that use only plain rules and literal terminals (what
+# compile_json_schema and most hand-written grammars produce) are read here
+# instead; lark's own function turns each literal into its pattern, so escapes
+# mean the same. Anything else — %import, templates, priorities, aliases, terminals
+# built from terminals — goes to lark.
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<STRING>"(?:\\"|\\\\|[^"\n])*?"i?)
+  | (?P<REGEXP>/(?!/)(?:\\/|\\\\|[^/])*?/[imslux]*)
+  | (?P<NAME>[?!]?[_a-zA-Z][_a-zA-Z0-9]*)
+  | (?P<op>[|()\[\]*+?])
+""", re.VERBOSE)
+_DEF = re.compile(r"([?!]?[_a-zA-Z][_a-zA-Z0-9]*)\s*:(.*)$", re.DOTALL)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _tokens(body: str) -> list[tuple[str, str]]:
+    out, pos = [], 0
+    while pos < len(body):
+        m = _TOKEN.match(body, pos)
+        if m is None:
+            raise _NotPlain
+        pos = m.end()
+        if m.lastgroup != "ws":
+            out.append((m.lastgroup, m.group()))
+    return out
+
+
+def _load_plain(text: str, start: str) -> GrammarIR | None:
+    """Read a grammar of plain rules and literal terminals, or return ``None``."""
+    try:
+        return _PlainLoader(text, start).result()
+    except _NotPlain:
+        return None
+
+
+class _PlainLoader:
+    def __init__(self, text: str, start: str):
+        defs: list[list] = []
+        ignore_items: list[tuple[str, str]] = []
+        for raw in text.split("\n"):
+            line = raw.strip()
+            if not line or line.startswith("//"):
+                continue
+            if raw[0] in " \t":
+                if not defs or not line.startswith("|"):
+                    raise _NotPlain
+                defs[-1][1] += " " + line
+                continue
+            if line.startswith("%ignore"):
+                toks = _tokens(line[len("%ignore"):])
+                if len(toks) != 1 or toks[0][0] == "op":
+                    raise _NotPlain
+                ignore_items.append(toks[0])
+                continue
+            m = _DEF.match(line)
+            if m is None or "//" in m.group(2) or "->" in m.group(2):
+                raise _NotPlain
+            defs.append([m.group(1), m.group(2)])
+        self.terminals: list[Terminal] = []
+        self.term_index: dict[str, int] = {}
+        self.anon: dict[tuple, int] = {}
+        self.nonterminals: list[str] = [start]
+        self.nt_index: dict[str, int] = {start: 0}
+        self.rules: list[tuple[int, tuple]] = []
+        self.n_aux = 0
+        rule_defs = []
+        for name, body in defs:
+            if name.lstrip("?!").isupper():
+                toks = _tokens(body)
+                if len(toks) != 1 or toks[0][0] not in ("STRING", "REGEXP") or name in self.term_index:
+                    raise _NotPlain
+                self._add_terminal(name, toks[0])
+            else:
+                rule_defs.append((name.lstrip("?!"), _tokens(body)))
+        names = {n for n, _ in rule_defs}
+        if len(names) != len(rule_defs) or start not in names:
+            raise _NotPlain
+        for n, _ in rule_defs:
+            self._nt(n)
+        self.defined = names
+        # symbols are terminals and nonterminals in one space only at the end
+        self.pending: list[tuple[int, list]] = []
+        for n, toks in rule_defs:
+            alts, pos = self._alts(toks, 0)
+            if pos != len(toks):
+                raise _NotPlain
+            for seq in alts:
+                self.pending.append((self.nt_index[n], seq))
+        self.ignore = [self._symbol(kind, val)[1] for kind, val in ignore_items]
+
+    def _add_terminal(self, name: str, tok: tuple[str, str]) -> int:
+        from lark.exceptions import GrammarError as LarkGrammarError
+        from lark.lexer import Token
+        from lark.load_grammar import _literal_to_pattern
+
+        try:
+            pat = _literal_to_pattern(Token(tok[0], tok[1]))
+        except (LarkGrammarError, AssertionError, ValueError, SyntaxError):
+            raise _NotPlain from None
+        flags = 0
+        for f in pat.flags:
+            flags |= _FLAG_BITS.get(f, 0)
+        literal = pat.value if tok[0] == "STRING" else None
+        self.term_index[name] = len(self.terminals)
+        self.terminals.append(Terminal(name, pat.to_regexp(), flags, literal))
+        return self.term_index[name]
+
+    def _nt(self, name: str) -> int:
+        if name not in self.nt_index:
+            self.nt_index[name] = len(self.nonterminals)
+            self.nonterminals.append(name)
+        return self.nt_index[name]
+
+    def _aux(self, kind: str) -> int:
+        self.n_aux += 1
+        return self._nt(f"__{kind}_{self.n_aux}")
+
+    def _symbol(self, kind: str, val: str) -> tuple[str, int]:
+        if kind == "NAME":
+            if val.isupper():
+                if val not in self.term_index:
+                    raise _NotPlain
+                return ("t", self.term_index[val])
+            if val not in self.defined:
+                raise _NotPlain
+            return ("n", self.nt_index[val])
+        key = (kind, val)
+        if key not in self.anon:
+            self.anon[key] = self._add_terminal(f"__ANON_{len(self.anon)}", (kind, val))
+        return ("t", self.anon[key])
+
+    def _alts(self, toks, pos):
+        alts = [[]]
+        while pos < len(toks):
+            kind, val = toks[pos]
+            if kind == "op" and val == "|":
+                alts.append([])
+                pos += 1
+                continue
+            if kind == "op" and val in ")]":
+                break
+            item, pos = self._item(toks, pos)
+            alts[-1].append(item)
+        return alts, pos
+
+    def _item(self, toks, pos):
+        kind, val = toks[pos]
+        if kind == "op" and val in "([":
+            inner, pos = self._alts(toks, pos + 1)
+            close = ")" if val == "(" else "]"
+            if pos >= len(toks) or toks[pos] != ("op", close):
+                raise _NotPlain
+            pos += 1
+            nt = self._aux("group" if val == "(" else "opt")
+            for seq in inner:
+                self.pending.append((nt, seq))
+            if val == "[":
+                self.pending.append((nt, []))
+            sym = ("n", nt)
+        elif kind in ("NAME", "STRING", "REGEXP"):
+            if kind == "NAME" and val[0] in "?!":
+                raise _NotPlain
+            sym = self._symbol(kind, val)
+            pos += 1
+        else:
+            raise _NotPlain
+        while pos < len(toks) and toks[pos][0] == "op" and toks[pos][1] in "*+?":
+            op = toks[pos][1]
+            pos += 1
+            if op == "?":
+                nt = self._aux("opt")
+                self.pending += [(nt, [sym]), (nt, [])]
+            elif op == "*":
+                nt = self._aux("star")
+                self.pending += [(nt, []), (nt, [("n", nt), sym])]
+            else:
+                nt = self._aux("plus")
+                self.pending += [(nt, [sym]), (nt, [("n", nt), sym])]
+            sym = ("n", nt)
+        return sym, pos
+
+    def result(self) -> GrammarIR:
+        n_t = len(self.terminals)
+        rules = [(lhs, tuple(v if k == "t" else n_t + v for k, v in seq)) for lhs, seq in self.pending]
+        return GrammarIR(self.terminals, self.nonterminals, rules, 0, self.ignore, "")
 
 
 def _first_line(e: Exception) -> str:
