@@ -124,7 +124,7 @@ class DiffusionResult:
 
     Attributes:
         tokens: the ``gen_length`` generated ids (EOS padding included).
-        text: their bytes (EOS and special ids dropped).
+        text: the bytes of the tokens before the first EOS (special ids dropped).
         valid: whether ``text`` is a complete string of the constraint's language
             (``None`` without a constraint).
         score: sum, over positions, of the model's log-probability of the token
@@ -254,11 +254,13 @@ def _state_after(grammar, tokens) -> int | None:
 # -- grammar (infilling) helpers ----------------------------------------------------------
 
 
-def _segments(gen, mask_id, eos_set, trailing_unbounded: bool):
+def _segments(gen, mask_id, eos_set, trailing_exact: int | None):
     """The partial output of a canvas as infilling segments, or ``None`` when a
     decided token follows a decided EOS. Masks between decided tokens are holes of
     exactly their length; the masks after the last decided token may also be EOS
-    padding, so they are a hole of up to their length (or unbounded)."""
+    padding, so they are a hole of up to their length; past ``trailing_exact``
+    masks (``None``: never) the hole is unbounded instead, which ignores the
+    length budget but keeps the automaton small."""
     from .infill import Hole
 
     first_eos = next((i for i, t in enumerate(gen) if t in eos_set), None)
@@ -276,7 +278,8 @@ def _segments(gen, mask_id, eos_set, trailing_unbounded: bool):
                 segs.append(run)
                 run = []
             if j == n:
-                segs.append(Hole(0, None) if trailing_unbounded else Hole(0, j - i))
+                exact = trailing_exact is None or j - i <= trailing_exact
+                segs.append(Hole(0, j - i) if exact else Hole(0, None))
             else:
                 segs.append(Hole(j - i, j - i))
             i = j
@@ -295,7 +298,7 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                        block_length: int | None = None, steps: int | None = None,
                        remasking: str = "low_confidence", method: str | None = None,
                        temperature: float = 0.0, seed: int = 0, vocab=None,
-                       max_tries: int = 8, trailing_unbounded: bool = False,
+                       max_tries: int = 8, trailing_exact: int | None = 8,
                        infill_kwargs: dict | None = None) -> DiffusionResult:
     """Generate ``gen_length`` tokens after ``prompt`` with a masked-diffusion LM.
 
@@ -303,9 +306,12 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     step keeps the canvas completable within ``gen_length`` tokens, so the output is
     always a complete string of the language (``valid`` is True) unless the model
     gives every completion probability 0; with ``method="infill"`` (default for a
-    grammar) every kept token passes the exact infilling check, so likewise (with
-    ``trailing_unbounded=True`` the check ignores the length budget and the output
-    may end unfinished). References: LLaDA's sampler (Nie et al. 2025), DINGO
+    grammar) every kept token passes the infilling check, exact while at most
+    ``trailing_exact`` positions remain masked after the last decided token (so
+    throughout the last block when ``block_length <= trailing_exact``); before
+    that the remaining positions are treated as unbounded, which can let an
+    earlier block commit to text too long to finish in time (then ``valid`` is
+    False and ``stuck_step`` says when). References: LLaDA's sampler (Nie et al. 2025), DINGO
     (Suresh et al. 2025), constrained diffusion decoding (Mündler et al. 2025).
 
     Args:
@@ -325,6 +331,8 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
         max_tries: infill: tokens tried at a position before moving to the next
             position (a position whose tries all fail is scanned exhaustively if
             no other position can be kept).
+        trailing_exact: infill: see above (``None``: always exact, slow for long
+            outputs: the check's automaton grows with the masked positions).
         infill_kwargs: budgets passed to :func:`search.infill.can_complete`.
     """
     from constrain import DFAConstraint
@@ -369,19 +377,23 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     def completable_grammar(gen):
         from .infill import can_complete
 
-        segs = _segments(list(gen), mask_id, eos_set, trailing_unbounded)
+        segs = _segments(list(gen), mask_id, eos_set, trailing_exact)
         return segs is not None and can_complete(constraint, segs, vocab=vocab, **ikw)
 
     for b in range(n_blocks):
         s, e = b * block_length, (b + 1) * block_length
         n_mask = block_length
         ks = [n_mask // spb + (1 if i < n_mask % spb else 0) for i in range(spb)]
-        for k in ks:
+        turn = 0
+        while True:
             gen = canvas[P0:]
             masked = [i for i in range(s, e) if gen[i] == mask_id]
             if not masked:
                 break
-            k = min(k, len(masked))
+            # the infilling method may keep fewer than its share: extra steps then
+            # finish the block, so no position is left masked
+            k = min(ks[turn] if turn < len(ks) else len(masked), len(masked))
+            turn += 1
             lp = np.asarray(model.logprobs(canvas[None, :]), dtype=np.float64)[0, P0:]
             lp[:, mask_id] = -np.inf
             if temperature > 0:
@@ -430,18 +442,20 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     out = [int(t) for t in canvas[P0:]]
     text = b""
     if vocab is not None:
-        text = b"".join(vocab.tokens[t] for t in out if vocab.grammar_token_list[t])
+        # the output ends at its first EOS
+        end = next((i for i, t in enumerate(out) if t in eos_set), len(out))
+        text = b"".join(vocab.tokens[t] for t in out[:end] if vocab.grammar_token_list[t])
     valid = None
     if constraint is not None:
         if is_dfa:
-            valid = _state_after(constraint, out) is not None and (
-                _state_after(constraint, out) == TERMINATED
-                or constraint.is_accepting(_state_after(constraint, out)))
+            end = _state_after(constraint, out)
+            valid = end is not None and (end == TERMINATED or constraint.is_accepting(end))
         else:
             from .infill import can_complete
 
-            segs = _segments(out, mask_id, eos_set, False)
-            valid = segs is not None and can_complete(constraint, segs, vocab=vocab, **ikw)
+            segs = _segments(out, mask_id, eos_set, None)
+            valid = (segs is not None and mask_id not in out
+                     and can_complete(constraint, segs, vocab=vocab, **ikw))
     return DiffusionResult(out, text, valid, score, step_no,
                            getattr(model, "calls", 0) - calls0, stuck, resamples, history)
 

@@ -199,9 +199,11 @@ def _one_token(nb: _NFABuilder, s: int, tokens: list[bytes]) -> int:
 
 
 def partial_output(segments: Sequence, vocab=None, *,
-                   max_states: int = DEFAULT_MAX_STATES) -> PartialOutput:
+                   max_states: int = DEFAULT_MAX_STATES, minimize: bool = False) -> PartialOutput:
     """The byte automaton of ``segments`` (``str``, ``bytes``, lists of token ids,
-    :class:`Hole`); see the module docstring for the units of a hole.
+    :class:`Hole`); see the module docstring for the units of a hole. With
+    ``minimize`` it is the minimal DFA of that language (same language, fewer
+    states).
 
     Raises:
         GrammarTooComplexError: more than ``max_states`` states.
@@ -243,7 +245,57 @@ def partial_output(segments: Sequence, vocab=None, *,
                 raise ValueError("a token run needs vocab=")
             for t in ids:
                 cur = nb.chain(cur, vocab.tokens[int(t)])
-    return nb.finish(start, cur)
+    P = nb.finish(start, cur)
+    return _minimize(P, max_states) if minimize else P
+
+
+def _minimize(P: PartialOutput, max_states: int) -> PartialOutput:
+    """The minimal DFA of ``P``'s language (subset construction, then constrain's
+    Moore minimisation), as a :class:`PartialOutput` (the fixpoint's cost is cubic
+    in the number of states)."""
+    from constrain.byte_automaton import ByteDFA, trim_and_minimize
+    from constrain.errors import GrammarTooComplexError
+
+    if P.n == 1 and not P.accepting[0]:
+        return P
+    index = {frozenset([0]): 1}
+    subsets = [None, frozenset([0])]
+    rows = [None]
+    k = 1
+    while k < len(subsets):
+        sub = subsets[k]
+        moves: dict = {}
+        for p in sub:
+            for b, t in P.out[p]:
+                moves.setdefault(b, set()).add(t)
+        row = {}
+        for b, ts in moves.items():
+            key = frozenset(ts)
+            j = index.get(key)
+            if j is None:
+                if len(subsets) > max_states:
+                    raise GrammarTooComplexError(
+                        f"the partial output's automaton needs more than {max_states} states "
+                        f"(pass max_states= to raise the limit, or use shorter holes)")
+                j = index[key] = len(subsets)
+                subsets.append(key)
+            row[b] = j
+        rows.append(row)
+        k += 1
+    table = np.zeros((len(subsets), 256), dtype=np.int32)
+    acc = np.zeros(len(subsets), dtype=np.bool_)
+    for j in range(1, len(subsets)):
+        for b, t in rows[j].items():
+            table[j, b] = t
+        acc[j] = any(P.accepting[p] for p in subsets[j])
+    dfa = trim_and_minimize(ByteDFA(table, acc))
+    n = dfa.num_states - 1
+    t = dfa.transitions
+    out = []
+    for q in range(1, n + 1):
+        bs = np.flatnonzero(t[q])
+        out.append([(int(b), int(t[q, b]) - 1) for b in bs])
+    return PartialOutput(out, dfa.accepting[1:].copy())
 
 
 # -- grammars ----------------------------------------------------------------------------
@@ -435,12 +487,19 @@ def _fixpoint(comp: _Compiled, P: PartialOutput, budget: _Budget, stop_early: bo
     eye = np.eye(n, dtype=bool)
     finals = P.accepting
     top = ("N", comp.top)
+    # a rule is re-evaluated only when one of its symbols changed since its last turn
+    version = {key: 0 for key in R}
+    seen = [None] * len(comp.rules)
     clock = 1
     changed = True
     while changed:
         changed = False
-        for lhs, rhs in comp.rules:
+        for r, (lhs, rhs) in enumerate(comp.rules):
             key = ("N", lhs)
+            stamp = tuple(version[sym] for sym in rhs)
+            if seen[r] == stamp:
+                continue
+            seen[r] = stamp
             if not rhs:
                 prod = eye
             else:
@@ -454,6 +513,7 @@ def _fixpoint(comp: _Compiled, P: PartialOutput, budget: _Budget, stop_early: bo
                 R[key] |= new
                 F[key] = R[key].astype(np.float32)
                 T[key][new] = clock
+                version[key] += 1
                 clock += 1
                 changed = True
                 if stop_early and key == top and (R[top][0] & finals).any():
