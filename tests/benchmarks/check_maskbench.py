@@ -83,7 +83,12 @@ def check_job(eng, payload, send) -> None:
         except Exception as e:
             return f"error: {type(e).__name__}: {e}"
 
-    out_valid = [(*walk(ids), bytes_verdict(text)) for ids, text in valid]
+    out_valid = []
+    for ids, text, alt in valid:
+        v = walk(ids)
+        # rejected: does Trellis accept the same value in its own member order?
+        alt_v = walk(alt)[0] if v[0] != "accepted" and alt is not None else None
+        out_valid.append((*v, bytes_verdict(text), alt_v))
     out_invalid = [(*walk(ids), bytes_verdict(text)) for ids, text in invalid]
     rng = random.Random(seed)
     out_walks = []
@@ -118,6 +123,23 @@ def check_job(eng, payload, send) -> None:
     send(("checked", out_valid, out_invalid, out_walks))
 
 
+def _alt_ids(case, inst, spec):
+    """The ids of the instance serialized in Trellis's own member order
+    (``constrain.json_schema.order_instance``), when that differs from ours."""
+    try:
+        from constrain.json_schema import order_instance
+    except ImportError:
+        return None
+    try:
+        value = json.loads(inst.text)
+        text = json.dumps(order_instance(case.schema, value), separators=(",", ":"), ensure_ascii=False)
+    except Exception:
+        return None
+    if text == inst.text:
+        return None
+    return [int(x) for x in spec.encode(text)]
+
+
 def _text(spec, toks) -> bytes:
     return b"".join(spec.tokens[t] or b"" for t in toks)
 
@@ -127,7 +149,7 @@ def run_case(case, worker, spec, args) -> dict:
            "unknown": case.unknown, "untokenizable": case.untokenizable, "failures": []}
     payload = (
         case.schema,
-        [(i.ids, i.text) for i in case.valid],
+        [(i.ids, i.text, _alt_ids(case, i, spec)) for i in case.valid],
         [(i.ids, i.text) for i in case.invalid],
         args.walks,
         f"{args.seed}:{case.id}",
@@ -149,25 +171,47 @@ def run_case(case, worker, spec, args) -> dict:
     # (c) completeness
     acc = 0
     bytes_disagree = 0
-    for inst, (verdict, step, bv) in zip(case.valid, out_valid):
+    order_only = 0
+    for inst, (verdict, step, bv, alt_v) in zip(case.valid, out_valid):
         ok = verdict == "accepted"
         acc += ok
+        if alt_v == "accepted":
+            order_only += 1
         if bv is not None and bv is not True:
             bytes_disagree += 1
             fails.append({"kind": "matches() rejects a valid instance", "instance": inst.index, "text": inst.text,
                           "detail": str(bv)})
         if not ok:
-            fails.append({"kind": "valid instance rejected", "instance": inst.index, "text": inst.text,
-                          "detail": f"{verdict} at token {step} of {len(inst.ids)}"
+            kind = ("valid instance rejected (accepted in order_instance's member order)" if alt_v == "accepted"
+                    else "valid instance rejected")
+            fmt = (f"; formats jsonschema does not check here: {', '.join(case.unchecked_formats)}"
+                   if case.unchecked_formats else "")
+            fails.append({"kind": kind, "instance": inst.index, "text": inst.text,
+                          "detail": f"{verdict} at token {step} of {len(inst.ids)}{fmt}"
                           + (f" (prefix {_text(spec, inst.ids[:step])[-60:]!r}, token {spec.tokens[inst.ids[step]]!r})"
                              if verdict == "refused" else "")})
     res["accepted"] = acc
+    res["accepted_in_trellis_order"] = order_only
     # (a) soundness on invalid instances
     unsound = 0
+    nofmt = None
     for inst, (verdict, step, bv) in zip(case.invalid, out_invalid):
         if verdict == "accepted":
             unsound += 1
-            fails.append({"kind": "UNSOUND: invalid instance accepted", "instance": inst.index, "text": inst.text})
+            if nofmt is None:
+                nofmt = bm.make_validator(case.schema, formats=False)
+            try:
+                only_format = nofmt.is_valid(json.loads(inst.text))
+            except Exception:
+                only_format = False
+            kind = ("UNSOUND (format only): invalid instance accepted" if only_format
+                    else "UNSOUND: invalid instance accepted")
+            err = ""
+            try:
+                err = next(iter(bm.make_validator(case.schema).iter_errors(json.loads(inst.text)))).message[:200]
+            except Exception:
+                pass
+            fails.append({"kind": kind, "instance": inst.index, "text": inst.text, "detail": err})
         elif verdict.startswith("error"):
             fails.append({"kind": "walk error", "instance": inst.index, "text": inst.text, "detail": verdict})
         if bv is True:
@@ -187,20 +231,20 @@ def run_case(case, worker, spec, args) -> dict:
                 value = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError) as e:
                 wc["invalid"] += 1
-                fails.append({"kind": "UNSOUND: walk output is not JSON", "text": raw.decode("utf-8", "replace")[:2000],
+                fails.append({"kind": "UNSOUND: walk output is not JSON", "text": raw.decode("utf-8", "replace"),
                               "detail": f"{type(e).__name__}: {e}"})
                 continue
             try:
                 errs = list(validator.iter_errors(value))
             except Exception as e:
                 wc["undecided"] += 1
-                fails.append({"kind": "walk output: jsonschema error", "text": raw.decode("utf-8", "replace")[:2000],
+                fails.append({"kind": "walk output: jsonschema error", "text": raw.decode("utf-8", "replace"),
                               "detail": f"{type(e).__name__}: {e}"})
                 continue
             if errs:
                 wc["invalid"] += 1
                 fails.append({"kind": "UNSOUND: walk output fails jsonschema",
-                              "text": raw.decode("utf-8", "replace")[:2000], "detail": errs[0].message[:300]})
+                              "text": raw.decode("utf-8", "replace"), "detail": errs[0].message[:300]})
             else:
                 wc["valid"] += 1
         elif status in ("stuck", "inconsistent", "error"):
@@ -221,6 +265,7 @@ def summarize(results: list) -> dict:
         s["valid"] += r["valid"]
         s["invalid"] += r["invalid"]
         s["accepted"] += r.get("accepted", 0)
+        s["accepted_in_trellis_order"] += r.get("accepted_in_trellis_order", 0)
         s["invalid_accepted"] += r.get("invalid_accepted", 0)
         s["matches_disagree"] += r.get("matches_disagree", 0)
         s["check_errors"] += bool(r.get("check_error"))
@@ -231,7 +276,7 @@ def summarize(results: list) -> dict:
 
 def format_summary(by_split: dict, markdown: bool) -> str:
     header = ["split", "compiled/schemas", "(a) invalid rejected", "(b) walks: completed", "valid", "invalid",
-              "truncated", "stuck", "inconsistent", "(c) valid accepted", "%"]
+              "truncated", "stuck", "inconsistent", "(c) valid accepted", "%", "+ in Trellis order"]
     rows = []
     for split, results in by_split.items():
         s = summarize(results)
@@ -243,6 +288,7 @@ def format_summary(by_split: dict, markdown: bool) -> str:
             str(g("walks_stuck")), str(g("walks_inconsistent") + g("walks_error")),
             f"{g('accepted')}/{g('valid')}",
             f"{100 * g('accepted') / g('valid'):.1f}" if g("valid") else "-",
+            str(g("accepted_in_trellis_order")),
         ])
     return bm._table(header, rows, markdown)
 
