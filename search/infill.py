@@ -41,6 +41,7 @@ __all__ = [
     "can_complete_regex",
     "PartialOutput",
     "partial_output",
+    "fim_allowed",
 ]
 
 #: Default largest partial-output automaton (states) before GrammarTooComplexError.
@@ -707,3 +708,47 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
                     new.add(q)
             cur = new
     return any(grammar.is_accepting(q) for q in cur)
+
+
+def fim_allowed(grammar, prefix: Sequence[int], suffix: Sequence, *, vocab,
+                candidates: Sequence[int] | None = None,
+                max_middle_tokens: int | None = None, **budgets) -> list[int]:
+    """For fill-in-the-middle with an autoregressive model: the candidate next
+    tokens after ``prefix`` (token ids) for which ``prefix + token + middle +
+    suffix`` can still be a string of the language, for some middle of at most
+    ``max_middle_tokens - 1`` further tokens (unbounded by default). EOS ids are
+    allowed when ``prefix + suffix`` is itself complete.
+
+    Guarantee: exact (one :func:`can_complete` per candidate, so cost grows with
+    the number of candidates: pass the model's top few). Reference: Mündler et al.
+    2025, applied left to right; the same check as the diffusion driver.
+
+    Args:
+        grammar: as for :func:`can_complete` (Lark text, InfillGrammar) or a
+            :class:`constrain.DFAConstraint` (then token-level reachability).
+        suffix: segments after the middle (``str``, ``bytes``, token-id lists).
+        vocab: the vocabulary; candidates default to all its grammar tokens.
+    """
+    from constrain import DFAConstraint
+
+    if candidates is None:
+        candidates = [i for i in range(len(vocab)) if vocab.grammar_token_list[i]]
+    rest = None if max_middle_tokens is None else max(0, max_middle_tokens - 1)
+    middle = Hole(0, rest)
+    regular = isinstance(grammar, DFAConstraint)
+    out = []
+    for t in candidates:
+        t = int(t)
+        if t in vocab.eos_token_set:
+            segs = [list(prefix), *suffix]
+        elif not vocab.grammar_token_list[t]:
+            continue
+        else:
+            segs = [list(prefix) + [t], middle, *suffix]
+        if regular:
+            ok = can_complete_regex(grammar, segs)
+        else:
+            ok = can_complete(grammar, segs, vocab=vocab, **budgets)
+        if ok:
+            out.append(t)
+    return out

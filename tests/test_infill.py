@@ -26,6 +26,7 @@ from search.infill import (
     can_complete,
     can_complete_regex,
     find_completion,
+    fim_allowed,
     load_grammar,
     partial_output,
 )
@@ -276,3 +277,26 @@ def test_regex_reachability_matches_brute_force():
     assert not can_complete_regex(g, ["b", Hole(0, None)])
     assert can_complete_regex(g, [Hole(3, 3)])
     assert np.all([can_complete_regex(g, [[0], Hole(k, k)]) for k in (1, 2, 3)])
+
+
+def test_fim_allowed():
+    """Fill-in-the-middle for an autoregressive model: the next tokens after the
+    prefix that keep ``prefix + token + middle + suffix`` completable, checked
+    against the definition on a small vocabulary, with a grammar and a regex."""
+    pieces = ["(", ")", "[", "]", "()", " "]
+    vocab = make_vocab(pieces)
+    oracle = Oracle(BRACKETS)
+    prefix = [0, 2]          # "(["
+    suffix = [")"]
+    got = fim_allowed(BRACKETS, prefix, suffix, vocab=vocab, max_middle_tokens=3)
+    want = []
+    for t in range(len(pieces)):
+        middles = [""] + ["".join(c) for k in (1, 2) for c in itertools.product(pieces, repeat=k)]
+        if any(oracle("([" + pieces[t] + m + ")") for m in middles):
+            want.append(t)
+    assert got == want and got
+    # EOS: allowed only when prefix + suffix is already complete
+    assert 6 in fim_allowed(BRACKETS, [4], [], vocab=vocab, candidates=[6])
+    assert 6 not in fim_allowed(BRACKETS, [0], [], vocab=vocab, candidates=[6])
+    g = compile_regex(r"\(\[\]\)|\(\)", vocab)
+    assert fim_allowed(g, [0], [")"], vocab=vocab) == [2]   # "(" "[" … ")": only "([])"
