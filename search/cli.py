@@ -2,21 +2,21 @@
 
 Subcommands:
 
-``trellis generate [--regex PATTERN] [options] PROMPT``
+``trellis generate [--regex PATTERN | --schema FILE.json | --grammar FILE.lark] [options] PROMPT``
     Generate text with the default model (SmolLM2-135M-Instruct), optionally
-    constrained. The generated text goes to stdout, one line; model load, compile
+    constrained by a regex, a JSON Schema or a Lark grammar. The generated text goes to stdout, one line; model load, compile
     time and tokens/s go to stderr.
 
-``trellis search beam|best-first|lattice [--regex PATTERN] [options] PROMPT``
+``trellis search beam|best-first|lattice [--regex/--schema/--grammar ...] [options] PROMPT``
     Search for high-probability (constrained) outputs: the n-best list of a
     beam search, the answer of a best-first beam search, or a best-first lattice
     summarised (nodes, edges, complete paths, its best texts). Results go to
-    stdout, timing and model calls to stderr. ``--grammar``/``--schema`` are
-    reserved for the grammar compiler (issue 3) and exit 2 for now.
+    stdout, timing and model calls to stderr.
 
 Exit status: 0 on success; 1 when generation was cut off by ``--max-new-tokens``
 before the output matched the constraint (the partial text is still printed); 2 for
-usage errors (a bad option, an invalid regex, a missing model package).
+usage errors (a bad option, an invalid regex, schema or grammar, a missing model
+package).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     subcommand."""
     parser = argparse.ArgumentParser(
         prog="trellis",
-        description="Trellis: constrained decoding with regexes (JSON Schemas and "
-        "grammars to come) over a real tokenizer's vocabulary.",
+        description="Trellis: constrained decoding with regexes, JSON Schemas and "
+        "Lark grammars over a real tokenizer's vocabulary.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(Python re syntax, no lookaround or backreferences); \\d, \\w, \\s and \\b are "
         "ASCII-only unless --unicode is given",
     )
+    _add_file_constraints(cons)
     cgroup.add_argument(
         "--unicode",
         action="store_true",
@@ -107,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_file_constraints(cons) -> None:
+    cons.add_argument("--schema", metavar="FILE",
+                      help="constrain the output to JSON valid under this JSON Schema (a .json "
+                      "file; compact style, properties in schema order)")
+    cons.add_argument("--grammar", metavar="FILE",
+                      help="constrain the output to the language of this Lark grammar (a .lark "
+                      "file; start rule 'start')")
+
+
 def _positive_int(s: str) -> int:
     v = int(s)
     if v < 1:
@@ -135,10 +145,7 @@ def _add_search_parser(sub) -> None:
     cons.add_argument("--regex", metavar="PATTERN",
                       help="constrain every output to a full match of this regular expression (as for "
                       "'trellis generate': \\d, \\w, \\s and \\b are ASCII-only unless --unicode)")
-    cons.add_argument("--grammar", metavar="FILE",
-                      help="a Lark grammar: not available yet (needs issue 3, the grammar compiler); exits 2")
-    cons.add_argument("--schema", metavar="FILE",
-                      help="a JSON Schema: not available yet (needs issue 3, the grammar compiler); exits 2")
+    _add_file_constraints(cons)
     cgroup.add_argument("--unicode", action="store_true",
                         help="give \\d, \\w, \\s and \\b their full Unicode meaning in --regex")
     opts = srch.add_argument_group("search")
@@ -228,6 +235,65 @@ def _early_regex_error(pattern: str):
     return None
 
 
+def _read_schema(path: str):
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read the schema {path!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the schema {path!r} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+
+
+def _early_constraint_error(args) -> str | None:
+    """A problem with the constraint options that can be seen without the model."""
+    import constrain
+
+    if args.regex is not None:
+        err = _early_regex_error(args.regex)
+        return None if err is None else f"invalid regex: {err}"
+    try:
+        if args.schema is not None:
+            from constrain.json_schema import json_schema_to_lark
+
+            json_schema_to_lark(_read_schema(args.schema))
+        elif args.grammar is not None:
+            from constrain.lark_loader import load_lark_grammar
+
+            if not args.grammar.endswith(".lark"):
+                return f"--grammar takes a .lark file, not {args.grammar!r}"
+            load_lark_grammar(args.grammar)
+    except ValueError as e:  # ConstraintError is a ValueError
+        kind = "schema" if args.schema is not None else "grammar"
+        return f"invalid {kind}: {e}" if isinstance(e, constrain.ConstraintError) else str(e)
+    return None
+
+
+def _compile_constraint(args, vocab, info):
+    """``(constraint or None, failed)`` for the --regex/--schema/--grammar options."""
+    import constrain
+
+    t = time.perf_counter()
+    try:
+        if args.regex is not None:
+            grammar, kind = compile_cli_regex(args.regex, vocab, unicode=args.unicode), "regex"
+        elif args.schema is not None:
+            from constrain.json_schema import compile_json_schema
+
+            grammar, kind = compile_json_schema(_read_schema(args.schema), vocab), "schema"
+        elif args.grammar is not None:
+            grammar, kind = constrain.compile_grammar(args.grammar, vocab), "grammar"
+        else:
+            return None, False
+    except ValueError as e:
+        _err(f"error: invalid constraint: {e}")
+        return None, True
+    info(f"compiled the {kind} in {time.perf_counter() - t:.2f} s")
+    return grammar, False
+
+
 def _load_model(args, info):
     """The default model for ``args`` (device, dtype), timing on stderr; ``None``
     (after saying why) when it is not installed."""
@@ -260,28 +326,18 @@ def _cmd_generate(args) -> int:
 
     from .generate import generate
 
-    if args.regex is not None:
-        err = _early_regex_error(args.regex)
-        if err is not None:  # a syntax error: say so before spending seconds on the model
-            _err(f"error: invalid regex: {err}")
-            return EXIT_USAGE
+    early = _early_constraint_error(args)
+    if early is not None:  # say so before spending seconds on the model
+        _err(f"error: {early}")
+        return EXIT_USAGE
 
     lm = _load_model(args, info)
     if lm is None:
         return EXIT_USAGE
 
-    grammar = None
-    if args.regex is not None:
-        t = time.perf_counter()
-        vocab = lm.vocab
-        tv = time.perf_counter() - t
-        t = time.perf_counter()
-        try:
-            grammar = compile_cli_regex(args.regex, vocab, unicode=args.unicode)
-        except constrain.ConstraintError as e:
-            _err(f"error: invalid regex: {e}")
-            return EXIT_USAGE
-        info(f"compiled the regex in {time.perf_counter() - t:.2f} s (vocabulary {tv:.2f} s)")
+    grammar, failed = _compile_constraint(args, lm.vocab, info)
+    if failed:
+        return EXIT_USAGE
 
     try:
         result = generate(
@@ -306,7 +362,7 @@ def _cmd_generate(args) -> int:
     if grammar is not None and not result.accepted:
         _err(
             f"warning: stopped after {args.max_new_tokens} tokens before the output "
-            "matched the regex; raise --max-new-tokens"
+            "matched the constraint; raise --max-new-tokens"
         )
         return EXIT_INCOMPLETE
     return EXIT_OK
@@ -317,7 +373,6 @@ def _search_usage(parser) -> int:
     return EXIT_USAGE
 
 
-NOT_AVAILABLE = "not available yet: needs issue 3 (grammar compiler)"
 
 
 def _show(text: str) -> str:
@@ -332,15 +387,10 @@ def _cmd_search(args) -> int:
         if not args.quiet:
             _err(msg)
 
-    for flag, value in (("--grammar", args.grammar), ("--schema", args.schema)):
-        if value is not None:
-            _err(f"error: {flag} is {NOT_AVAILABLE}; use --regex")
-            return EXIT_USAGE
-    if args.regex is not None:
-        err = _early_regex_error(args.regex)
-        if err is not None:
-            _err(f"error: invalid regex: {err}")
-            return EXIT_USAGE
+    early = _early_constraint_error(args)
+    if early is not None:
+        _err(f"error: {early}")
+        return EXIT_USAGE
     prompt = args.prompt
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -357,15 +407,9 @@ def _cmd_search(args) -> int:
         _err(f"error: {e}")
         return EXIT_USAGE
 
-    grammar = None
-    if args.regex is not None:
-        t = time.perf_counter()
-        try:
-            grammar = compile_cli_regex(args.regex, lm.vocab, unicode=args.unicode)
-        except constrain.ConstraintError as e:
-            _err(f"error: invalid regex: {e}")
-            return EXIT_USAGE
-        info(f"compiled the regex in {time.perf_counter() - t:.2f} s")
+    grammar, failed = _compile_constraint(args, lm.vocab, info)
+    if failed:
+        return EXIT_USAGE
 
     eos = set(grammar.vocab.eos_token_ids if grammar is not None else lm.eos_token_ids)
 

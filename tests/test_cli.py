@@ -116,14 +116,39 @@ def test_search_help_lists_every_option(capsys):
 
 
 @pytest.mark.parametrize("flag", ["--grammar", "--schema"])
-def test_search_grammar_and_schema_are_not_available_yet(flag, capsys):
-    # refused before the model is loaded
-    assert cli.main(["search", "lattice", flag, "x.json", "hi"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "not available yet: needs issue 3 (grammar compiler)" in err
+def test_bad_schema_or_grammar_files_exit_2_before_loading(flag, tmp_path, capsys):
+    missing = str(tmp_path / ("x.lark" if flag == "--grammar" else "x.json"))
+    assert cli.main(["search", "lattice", flag, missing, "hi"]) == 2
+    assert "error" in capsys.readouterr().err
+    bad = tmp_path / ("bad.lark" if flag == "--grammar" else "bad.json")
+    bad.write_text('start: "a" ))\n' if flag == "--grammar" else '{"type": "object", "minProperties": "x"')
+    assert cli.main(["generate", flag, str(bad), "hi"]) == 2
+    err = capsys.readouterr().err
+    assert ("line" in err) and ("invalid grammar" in err or "not JSON" in err)
     with pytest.raises(SystemExit) as exc:  # at most one constraint
         cli.main(["search", "beam", "--regex", "a", flag, "x", "hi"])
     assert exc.value.code == 2
+
+
+def test_generate_with_schema_and_grammar(lm, tmp_path, capsys):
+    import json
+
+    schema = tmp_path / "person.json"
+    schema.write_text(json.dumps({
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12},
+                       "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "required": ["name", "age"], "additionalProperties": False}))
+    code = cli.main(["generate", "--schema", str(schema), "--max-new-tokens", "40", "-q",
+                     "Describe a person as JSON."])
+    out = capsys.readouterr().out.strip()
+    assert code == 0, out
+    value = json.loads(out)
+    assert set(value) == {"name", "age"} and 0 <= value["age"] <= 120
+    grammar = tmp_path / "yn.lark"
+    grammar.write_text('start: ANSWER "."\nANSWER: "yes" | "no"\n')
+    assert cli.main(["generate", "--grammar", str(grammar), "-q", "Is fire hot?"]) == 0
+    assert capsys.readouterr().out.strip() in ("yes.", "no.")
 
 
 def test_search_bad_regex_exits_2(capsys):
