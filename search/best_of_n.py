@@ -35,7 +35,8 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
               constraint=None, token_budget: int | None = None, prm_budget: int | None = None,
               aggregate: str = "last", max_steps: int = 16, max_step_tokens: int = 64,
               temperature: float = 0.7, seed=None, vocab=None, prm_prompt: str | None = None,
-              answer_fn: Callable[[str], str | None] = extract_answer) -> ReasoningResult:
+              answer_fn: Callable[[str], str | None] = extract_answer,
+              close_cutoff: bool = True) -> ReasoningResult:
     """Sample ``n`` solutions and pick one by PRM argmax or PRM-weighted majority vote.
 
     Args:
@@ -49,7 +50,8 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
             dropped (``budget_exhausted`` is then set).
         max_steps: with ``max_step_tokens``, bounds a sample's length
             (``max_steps * max_step_tokens`` tokens); a sample that has not ended
-            by then is dropped.
+            by then is dropped, unless ``close_cutoff`` (the default) and a
+            constraint: it is then closed with an answer line under the constraint.
 
     Returns:
         a :class:`search.reasoning_steps.ReasoningResult`; ``candidates`` lists
@@ -70,7 +72,7 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
     budget = Budget(token_budget, prm_budget)
     sampler = LMStepSampler(lm_p, ids, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
                             temperature=temperature, max_step_tokens=max_step_tokens,
-                            rng=np.random.default_rng(seed))
+                            rng=np.random.default_rng(seed), close_cutoff=close_cutoff)
     calls0 = lm_p.calls
     cands: list[tuple[Solution, float, str | None]] = []
     # the n samples share the prompt: drawn together, the prompt is scored once

@@ -65,7 +65,8 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
                      max_rollout_steps: int = 16, max_step_tokens: int = 64, temperature: float = 0.7,
                      joint_rollouts: bool = False,
                      seed=None, vocab=None, prm_prompt: str | None = None,
-                     answer_fn: Callable[[str], str | None] = extract_answer) -> ReasoningResult:
+                     answer_fn: Callable[[str], str | None] = extract_answer,
+                     close_cutoff: bool = True) -> ReasoningResult:
     """φ-decoding (foresight sampling with width and depth pruning); see the module docstring.
 
     Args:
@@ -83,6 +84,8 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
             answer cluster needs to stop (``> 1`` disables it).
         tau: softmax temperature of the advantages.
         select: ``"sample"`` or ``"top"``.
+        close_cutoff: with a constraint, close a roll-out cut off by its token
+            limit with an answer line instead of dropping it.
         joint_rollouts: draw each candidate together with its roll-out (``k``
             roll-outs per kept solution, sampled in lock-step; the candidate is a
             roll-out's first new step). The same distribution as sampling the step
@@ -112,7 +115,8 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
     rng = np.random.default_rng(seed)
     budget = Budget(token_budget, prm_budget)
     sampler = LMStepSampler(lm_p, ids, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
-                            temperature=temperature, max_step_tokens=max_step_tokens, rng=rng)
+                            temperature=temperature, max_step_tokens=max_step_tokens, rng=rng,
+                            close_cutoff=close_cutoff)
     calls0 = lm_p.calls
 
     beams: list[tuple[Solution, float]] = [(Solution(), 0.0)]

@@ -384,15 +384,20 @@ class LMStepSampler:
         prompt_ids: the prompt's token ids.
         delimiter: the text that ends a step; a step ends with the first token
             whose addition makes the step's bytes contain it (so a delimiter split
-            over tokens is found too).
+            over tokens is found too), provided the step has some non-whitespace
+            text by then (blank lines join the next step).
         vocab: the :class:`constrain.Vocabulary` giving each token's bytes
             (default ``lm.vocab``).
         constraint: the answer-line constraint (module docstring), compiled
             against ``vocab``; ``None`` for none.
         temperature: sampling temperature (0: greedy).
         max_step_tokens: the most tokens of one step (a step cut there ends
-            without the delimiter and is not final); the answer line gets as many.
+            without the delimiter and is not final); the answer line gets as many,
+            plus its EOS.
         rng: a ``numpy.random.Generator`` (or a seed).
+        close_cutoff: with a constraint, a roll-out cut off by its token limit is
+            closed with an answer line (as if it had ended there) instead of
+            being dropped.
 
     Samples that share a prefix are drawn together: the prefix is scored once and
     the streams advance in lock-step, so ``lm.calls`` counts one row for the shared
@@ -400,9 +405,10 @@ class LMStepSampler:
     """
 
     def __init__(self, lm, prompt_ids: Sequence[int], *, delimiter: str = "\n", vocab=None, constraint=None,
-                 temperature: float = 0.7, max_step_tokens: int = 64, rng=None):
+                 temperature: float = 0.7, max_step_tokens: int = 64, rng=None, close_cutoff: bool = False):
         from .lm import TransformersLMAdapter, as_lm
 
+        self.close_cutoff = bool(close_cutoff)
         self.lm = as_lm(lm)
         inner = self.lm.model if isinstance(self.lm, TransformersLMAdapter) else None
         if inner is not None and type(inner).__name__ == "TransformersLM":
@@ -447,6 +453,10 @@ class LMStepSampler:
             self._bytes[t] = b
         return b
 
+    def _has_text(self, toks: list[int], ends: list[int]) -> bool:
+        start = ends[-1] if ends else 0
+        return bool(b"".join(self._tok_bytes(t) for t in toks[start:]).strip())
+
     def _streams(self, head: tuple[int, ...], n: int, budget: Budget, *, until_delim: bool,
                  max_tokens: int) -> list[_Stream]:
         """``n`` token streams after ``head``, in lock-step, each until EOS, the
@@ -484,7 +494,8 @@ class LMStepSampler:
                 tb = self._tok_bytes(t)
                 tail = s.buf[-(dl - 1):] if dl > 1 else b""
                 s.buf = (tail + tb)[-dl:]
-                if self.delim_bytes in tail + tb:
+                # a step needs some text: blank lines stay in the step that follows
+                if self.delim_bytes in tail + tb and self._has_text(s.toks, s.ends):
                     s.ends.append(len(s.toks))
                     s.buf = b""
                     if until_delim:
@@ -532,12 +543,13 @@ class LMStepSampler:
         """``n`` continuations of ``prefix`` to the end (EOS), sampled together in
         one stream each and split into steps at the delimiters; the final step
         gets its answer line under the constraint. ``None`` for a roll-out that
-        did not end within ``max_tokens`` or the budget."""
+        did not end within ``max_tokens`` (unless ``close_cutoff``) or the budget."""
         streams = self._streams(self.prompt + prefix.token_ids, n, budget, until_delim=False,
                                 max_tokens=max_tokens)
         out: list[Solution | None] = []
         for s in streams:
-            if s.done != "eos":
+            closing = s.done == "max" and self.close_cutoff and self.constraint is not None and s.toks
+            if s.done != "eos" and not closing:
                 out.append(None)
                 continue
             cuts = [0] + [e for e in s.ends if e < len(s.toks)] + [len(s.toks)]
@@ -548,7 +560,7 @@ class LMStepSampler:
                     continue
                 toks = tuple(s.toks[a:b])
                 lp = float(sum(s.lps[a:b])) + (s.eos_lp if last else 0.0)
-                spent = len(toks) + (1 if last else 0)
+                spent = len(toks) + (1 if last and s.done == "eos" else 0)
                 sol = sol.extend(Step(self.decode(toks), toks, lp, last, spent))
             if self.constraint is not None:
                 fixed = self._answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, s.eos_lp)
@@ -580,7 +592,7 @@ class LMStepSampler:
         state = c.initial_state()
         V = self.lm.vocab_size
         handle = None
-        for _ in range(self.max_step_tokens):
+        for _ in range(self.max_step_tokens + 1):  # the answer line's tokens and its EOS
             if not budget.take_token():
                 return None
             if handle is None:

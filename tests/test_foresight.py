@@ -20,9 +20,9 @@ from search.best_of_n import _choose, best_of_n
 from search.foresight import foresight_search
 from search.lm import CallableLM
 from search.prm import ArithmeticCheckerPRM, CallablePRM
-from search.reasoning_steps import Budget, Solution, Step
+from search.reasoning_steps import Budget, LMStepSampler, Solution, Step
 
-TOKENS = [b"Q", b"2+2=4\n", b"2+2=5\n", b"#### 4", b"#### 5", b"hmm\n", b"<eos>"]
+TOKENS = [b"Q", b"2+2=4\n", b"2+2=5\n", b"#### 4", b"#### 5", b"hmm\n", b"\n", b"<eos>"]
 EOS = len(TOKENS) - 1
 T = {t: i for i, t in enumerate(TOKENS)}
 VOCAB = Vocabulary.from_tokens(TOKENS, eos_token_ids=[EOS])
@@ -155,3 +155,31 @@ def test_budgets_never_exceeded():
         prm2 = CallablePRM(lambda p, s: 0.5)
         r2 = best_of_n(two_paths(), [0], prm2, n=int(rng.integers(1, 6)), token_budget=tb, prm_budget=pb, **kw)
         assert r2.tokens <= tb and r2.prm_calls <= pb and prm2.calls == r2.prm_calls
+
+
+def test_a_cut_off_sample_is_closed_with_an_answer_line():
+    """A model that never ends: with a constraint, best-of-N closes each sample at its
+    token limit with an answer line; without ``close_cutoff`` the samples are dropped."""
+
+    def table(gen):
+        if len(gen) >= 2 and gen[-1] in (T[b"#### 4"], T[b"#### 5"]):
+            return {b"<eos>": 1.0}
+        return {b"hmm\n": 0.98, b"#### 4": 0.01, b"#### 5": 0.01}
+
+    c = compile_regex(r"#### [0-9]", VOCAB)
+    kw = dict(n=2, vocab=VOCAB, constraint=c, seed=0, temperature=0.0, max_steps=3, max_step_tokens=1)
+    res = best_of_n(lm_of(table), [0], ArithmeticCheckerPRM(), **kw)
+    assert res.complete and res.answer == "4"
+    assert res.solution.text == "hmm\nhmm\nhmm\n#### 4"
+    assert best_of_n(lm_of(table), [0], ArithmeticCheckerPRM(), close_cutoff=False, **kw).solution is None
+
+
+def test_blank_lines_join_the_next_step():
+    def table(gen):
+        return {b"hmm\n": 1.0} if len(gen) < 1 else ({b"\n": 1.0} if len(gen) < 3 else {b"2+2=4\n": 1.0})
+
+    sampler = LMStepSampler(lm_of(table), [0], vocab=VOCAB, temperature=0.0)
+    budget = Budget()
+    first = sampler.sample([Solution()], budget)[0]
+    second = sampler.sample([Solution((first,))], budget)[0]
+    assert (first.text, second.text) == ("hmm\n", "\n\n2+2=4\n") and budget.tokens == 4
