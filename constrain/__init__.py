@@ -27,6 +27,8 @@ from .matcher import Matcher
 from .protocol import Constraint
 from .regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .grammar import GrammarConstraint, compile_grammar
+from .json_schema import compile_json_schema, json_schema_to_lark
+from .sql import sql_grammar
 from .resources import grammar_path
 from .vocabulary import Vocabulary
 
@@ -36,6 +38,9 @@ __all__ = [
     "bitmask_to_ids",
     "compile_regex",
     "compile_grammar",
+    "compile_json_schema",
+    "json_schema_to_lark",
+    "sql_grammar",
     "GrammarConstraint",
     "grammar_path",
     "Constraint",
