@@ -26,7 +26,10 @@ their own, accepted by the constraint, the step's text is kept, the delimiter is
 appended, and an answer line is generated under the constraint (the model's
 next-token distribution restricted to the allowed tokens and renormalised, EOS
 only once the constraint accepts: the same masking as :func:`search.generate`).
-That answer line is part of the final step. A candidate whose answer line is cut
+Once the constraint accepts, a token containing the delimiter also ends the
+answer line (and is not kept): an answer line is a line, and without this the
+model, refused the newline it wants after ``#### 12``, is pushed into appending
+digits. That answer line is part of the final step. A candidate whose answer line is cut
 off (``max_step_tokens`` or the token budget) is dropped.
 """
 
@@ -605,17 +608,32 @@ class LMStepSampler:
             ids = ids[ids < V]
             masked = np.full(V, -np.inf)
             masked[ids] = row[ids]
+            accepting = bool(c.is_accepting(state))
+            if accepting:
+                # the answer is a line: once it is complete, ending the line ends it too
+                ends = self._line_end_ids()
+                masked[ends] = row[ends]
             t = _sample_index(masked, self.temperature, self.rng)
             if t < 0:
                 return None
             lp += float(row[t])
-            if t in self.c_eos:
+            if t in self.c_eos or (accepting and t in self._line_end_set):
                 return Step(self.decode(keep + ans), tuple(keep + ans), lp, True, spent)
             state = c.advance(state, t)
             if state is None:  # the mask allowed it: a constraint bug
                 raise RuntimeError(f"constraint refused token {t} that it allowed")
             ans.append(t)
         return None
+
+    def _line_end_ids(self) -> np.ndarray:
+        """Ids of the tokens whose bytes contain the delimiter (cached)."""
+        if not hasattr(self, "_line_ends"):
+            d = self.delim_bytes
+            V = min(self.lm.vocab_size, len(self.vocab))
+            self._line_ends = np.array([i for i in range(V) if self.vocab.tokens[i] and d in self.vocab.tokens[i]
+                                        and i not in self.c_eos], dtype=np.int64)
+            self._line_end_set = frozenset(self._line_ends.tolist())
+        return self._line_ends
 
     def rollout(self, prefix: Solution, budget: Budget, max_steps: int) -> Solution | None:
         """``prefix`` continued to a final step in one stream of at most

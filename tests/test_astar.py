@@ -232,3 +232,31 @@ def test_smoke_default_model(default_lm):
     assert res.tokens <= 24 and res.prm_calls <= 6
     assert res.lm_calls == default_lm.calls - calls0 <= res.tokens
     assert res.solution is not None
+
+
+def test_the_answer_line_ends_at_the_end_of_its_line():
+    """Refused the newline it wants after ``#### 2``, the model would append digits; an
+    answer line that the constraint accepts ends at a token holding the delimiter."""
+    from search.reasoning_steps import Budget, LMStepSampler, Solution
+
+    def row(prefix):
+        gen = prefix[1:]
+        p = np.full(len(TOKENS), 1e-6)
+        if not gen:
+            p[T[b"So it is 2"]] = 1.0
+        elif gen[-1] == T[b"So it is 2"]:
+            p[EOS] = 1.0
+        elif gen[-1] in (T[b"\n"],):
+            p[T[b"#### "]] = 1.0
+        elif gen[-1] == T[b"#### "]:
+            p[T[b"2"]] = 1.0
+        else:  # after a digit: a newline, hardly ever EOS or another digit
+            p[T[b"\n"]], p[T[b"3"]], p[EOS] = 0.9, 0.09, 0.01
+        return np.log(p / p.sum())
+
+    vocab = toy_vocab()
+    c = compile_regex(r"#### [0-9]+", vocab)
+    sampler = LMStepSampler(CallableLM(row, len(TOKENS), EOS), [0], vocab=vocab, constraint=c,
+                            temperature=0.0)
+    step = sampler.sample([Solution()], Budget())[0]
+    assert step.final and step.text == "So it is 2\n#### 2"
