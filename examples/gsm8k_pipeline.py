@@ -218,20 +218,25 @@ def main(argv=None):
         print(f"[{i + 1}/{len(rows)}] gold={gold} {line}", flush=True)
         if log:
             log.write(json.dumps({"id": row.get("id_orig"), "gold": gold, **{m: out[m] for m in METHODS}}) + "\n")
+            log.flush()
+        # the table so far after every question, so a run cut short still reports
+        print_table(totals, i + 1, args, time.perf_counter() - t0)
     if log:
         log.close()
 
-    n = max(1, len(rows))
-    print(f"\n{len(rows)} questions, n={args.n}, k={args.k}, max_tokens={args.max_tokens}, "
+
+def print_table(totals, n_done: int, args, seconds: float) -> None:
+    """The Markdown table of means per question over the ``n_done`` questions so far."""
+    n = max(1, n_done)
+    print(f"\n{n_done} questions, n={args.n}, k={args.k}, max_tokens={args.max_tokens}, "
           f"T={args.temperature}, seed={args.seed}; means per question\n")
     print("| method | accuracy | complete | tokens | model calls | PRM calls | seconds |")
     print("|---|---|---|---|---|---|---|")
     for m in METHODS:
         c, comp, tok, calls, prmc, dt = totals[m]
-        print(f"| {m} | {c / n:.0%} ({int(c)}/{len(rows)}) | {comp / n:.0%} | {tok / n:.0f} | {calls / n:.0f} | "
+        print(f"| {m} | {c / n:.0%} ({int(c)}/{n_done}) | {comp / n:.0%} | {tok / n:.0f} | {calls / n:.0f} | "
               f"{prmc / n:.1f} | {dt / n:.1f} |")
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
-
+    print(f"\ntotal {seconds:.0f} s\n", flush=True)
 
 if __name__ == "__main__":
     main()
