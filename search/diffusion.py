@@ -94,6 +94,8 @@ class TransformersDiffusionLM:
         self.calls = 0
 
     def logprobs(self, canvases) -> np.ndarray:
+        """``(B, L, vocab_size)`` log-probabilities of every position (see the class
+        guarantee; the interface of LLaDA, Nie et al. 2025, and Dream, Ye et al. 2025)."""
         import torch
 
         ids = torch.as_tensor(np.atleast_2d(np.asarray(canvases, dtype=np.int64)))

@@ -79,7 +79,8 @@ class PartialOutput:
         self.n = len(out)
 
     def accepts(self, data: bytes) -> bool:
-        """Whether ``data`` is one of the strings of the partial output."""
+        """Whether ``data`` is one of the strings of the partial output (exact:
+        the subset simulation of the NFA, Thompson 1968)."""
         cur = {0}
         for b in data:
             cur = {p2 for p in cur for bb, p2 in self.out[p] if bb == b}
@@ -202,7 +203,11 @@ def _one_token(nb: _NFABuilder, s: int, tokens: list[bytes]) -> int:
 def partial_output(segments: Sequence, vocab=None, *,
                    max_states: int = DEFAULT_MAX_STATES, minimize: bool = False) -> PartialOutput:
     """The byte automaton of ``segments`` (``str``, ``bytes``, lists of token ids,
-    :class:`Hole`); see the module docstring for the units of a hole. With
+    :class:`Hole`); see the module docstring for the units of a hole.
+
+    Guarantee: it accepts exactly the byte strings obtained by filling the holes
+    (Thompson-style construction, epsilon-eliminated; Hopcroft & Ullman 1979,
+    ch. 2). With
     ``minimize`` it is the minimal DFA of that language (same language, fewer
     states).
 
@@ -657,7 +662,9 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
 
     cur = {grammar.initial_state() if state is None else int(state)}
     if -1 in cur:
-        return False
+        # after EOS only the empty continuation remains
+        return all((isinstance(s, Hole) and s.min_tokens == 0)
+                   or (not isinstance(s, Hole) and len(s) == 0) for s in segments)
     trans = grammar.dfa.transitions
 
     def step(states):

@@ -55,8 +55,9 @@ _NAMES = ["Al", "Bo", "Ann", "Eve", "Ivan", "Mia", "Noah", "Liam", "Emma", "Oliv
 
 def tiny_vocab():
     """The vocabulary of :func:`tiny_json_model` as a :class:`constrain.Vocabulary`:
-    id 0 is the mask (a special token), id 1 EOS, then the 95 printable ASCII
-    characters, then the multi-character tokens."""
+    id 0 is the mask (a special token, like LLaDA's ``<|mdm_mask|>``), id 1 EOS,
+    then the 95 printable ASCII characters, then the multi-character tokens (the
+    same list every call)."""
     from constrain import Vocabulary
 
     tokens = [b"<mask>", b"<eos>"] + [bytes([c]) for c in range(0x20, 0x7F)] + _MULTI
@@ -66,8 +67,8 @@ def tiny_vocab():
 
 def tokenize_greedy(text: bytes, vocab) -> list[int]:
     """Longest-match tokenization of ``text`` over the grammar tokens of ``vocab``
-    (a deterministic tokenizer for support data; raises ``ValueError`` when some
-    byte has no token)."""
+    (maximal munch, as in classic lexers; deterministic: the spelled tokens
+    concatenate to ``text``). Raises ``ValueError`` when some byte has no token."""
     index = {}
     for i, t in enumerate(vocab.tokens):
         if vocab.grammar_token_list[i]:
@@ -156,7 +157,8 @@ class SyntheticDiffusionLM:
             return np.log(probs)
 
     def sequence_logprob(self, tokens) -> float:
-        """``log p(x)`` of a complete sequence (no mask ids)."""
+        """``log p(x)`` of a complete sequence (no mask ids), exactly: the
+        log-sum-exp over components of the mixture in the module docstring."""
         x = np.asarray(tokens, dtype=np.int64)[None, :]
         f = self._component_loglik(x)[0].sum(axis=1) + self.log_w
         m = f.max()
@@ -169,7 +171,9 @@ def tiny_json_model(*, n_support: int = 400, length: int = 24, eps: float = 0.02
     :func:`tiny_vocab` whose support is ``n_support`` generated JSON objects
     ``{"name": NAME, "age": AGE}`` (names from a fixed list, about 1 in 8 longer
     than 8 characters; ages 0..150, about 1 in 5 above 120), tokenized by longest
-    match and EOS-padded to ``length`` tokens. Deterministic given ``seed``."""
+    match and EOS-padded to ``length`` tokens. Deterministic given ``seed``; its
+    marginals are exact (see :class:`SyntheticDiffusionLM`; the masked-diffusion
+    objective of Sahoo et al. 2024)."""
     vocab = tiny_vocab()
     rng = random.Random(seed)
     rows = []

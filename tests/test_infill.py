@@ -164,6 +164,8 @@ def test_agrees_with_brute_force(name):
             assert oracle(text), (segs, text)
             assert partial_output(segs, vocab).accepts(got)
         counts[want] += 1
+    print(f"{name}: {N_PER_GRAMMAR} partial outputs, completable {counts[True]}, "
+          f"not {counts[False]}")
     # both answers are well represented
     assert counts[True] >= N_PER_GRAMMAR // 5 and counts[False] >= N_PER_GRAMMAR // 5, counts
 
