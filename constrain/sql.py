@@ -207,8 +207,10 @@ def load_schema(schema) -> dict[str, list[str]]:
         tables = _read_database(schema, "the given connection")
     elif isinstance(schema, (str, os.PathLike)):
         path = os.fspath(schema)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise SqlSchemaError(f"no SQLite database at {path!r}: the file does not exist")
+        if not os.path.isfile(path):
+            raise SqlSchemaError(f"no SQLite database at {path!r}: not a file")
         try:
             # read-only: reading a schema must never create or modify a database
             con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True)

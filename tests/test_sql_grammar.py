@@ -112,7 +112,8 @@ NAME_CONTEXTS = [
     "WITH {k} AS (SELECT 1) SELECT * FROM {k}", "WITH c({k}) AS (SELECT 1) SELECT * FROM c",
     "SELECT a FROM t ORDER BY {k} DESC", "SELECT a COLLATE {k} FROM t",
     "SELECT CAST(a AS {k}) FROM t", "SELECT a FROM t WHERE a IN {k}",
-    "SELECT count({k}) FROM t GROUP BY {k} HAVING {k} > 1",
+    "SELECT count({k}) FROM t GROUP BY {k} HAVING {k} > 1", "SELECT max(a) {k} FROM t",
+    "SELECT CASE WHEN a THEN b END {k} FROM t", "SELECT (a) {k}, b FROM t",
 ]
 
 
@@ -384,6 +385,7 @@ def test_bad_schemas(tmp_path):
     sqlite3.connect(empty_db).close()
     cases = [
         (tmp_path / "missing.sqlite", "does not exist"),
+        (tmp_path, "not a file"),
         (not_a_db, "cannot"),
         (empty_db, "no tables"),
         ({}, "no tables"),

@@ -15,7 +15,8 @@ Everything goes through Lark's Earley parser with ``lexer="dynamic_complete"``
   how many SQLite reports a syntax error for (should be 0);
 * ``--mutants`` one-edit mutants of gold queries: how many Lark accepts, and of
   those how many SQLite calls a syntax error (should be 0; the ANSI forms
-  DATE/INTERVAL/EXTRACT are counted apart);
+  DATE/INTERVAL/EXTRACT are counted apart); then as many under the grammar of
+  the query's database, where SQLite should also find every table;
 * ``--ambiguity``: how many gold queries have more than one parse.
 """
 
@@ -150,6 +151,36 @@ def mutants(gold, n: int, seed: int) -> dict:
             "sqlite_syntax_errors": len(errors), "errors": errors[:20]}
 
 
+def schema_mutants(gold, n: int, seed: int) -> dict:
+    """Mutants judged by the grammar of their own database: an accepted one must
+    be SQLite syntax and name no missing table (columns may still be wrong: the
+    grammar does not check which table a column belongs to)."""
+    schemas = load_schemas()
+    rng = random.Random(seed)
+    parsers, databases, seen = {}, {}, set()
+    accepted = 0
+    errors = []
+    for _ in range(n):
+        example = rng.choice(gold)
+        mutant = mutate(example["query"], rng)
+        if mutant == example["query"] or mutant in seen:
+            continue
+        seen.add(mutant)
+        db = example["db_id"]
+        if db not in parsers:
+            parsers[db] = lark_parser(sql_grammar(schemas[db]))
+            databases[db] = memory_database(schemas[db])
+        tree = accepts(parsers[db], mutant)
+        if tree is None or uses_ansi(tree):
+            continue
+        accepted += 1
+        verdict = sqlite_verdict(databases[db], mutant)
+        if is_syntax_error(verdict) or "no such table" in (verdict or ""):
+            errors.append((mutant, verdict))
+    return {"mutants": len(seen), "accepted": accepted, "errors_count": len(errors),
+            "errors": errors[:20]}
+
+
 def ambiguity(gold) -> dict:
     """How many gold queries have more than one parse."""
     explicit = lark_parser(ambiguity="explicit")
@@ -196,6 +227,12 @@ def main() -> None:
           f"({m['ansi']} ANSI); SQLite syntax errors among them: "
           f"{m['sqlite_syntax_errors']}")
     for query, verdict in m["errors"]:
+        print("  ", repr(query), "->", verdict)
+    results["schema_mutants"] = sm = schema_mutants(gold, args.mutants, args.seed + 1)
+    print(f"mutants under sql_grammar(own database): {sm['mutants']} distinct, "
+          f"accepted {sm['accepted']}; SQLite syntax errors or missing tables among "
+          f"them: {sm['errors_count']}")
+    for query, verdict in sm["errors"]:
         print("  ", repr(query), "->", verdict)
     if args.ambiguity:
         results["ambiguity"] = a = ambiguity(gold)
