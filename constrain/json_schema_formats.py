@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_c
     import sre_parse as _sre_parse
 import re
+import warnings
 
 MAX_CP = 0x10FFFF
 
@@ -141,8 +142,10 @@ CANON_ANY = encoded_class([(0, MAX_CP)])
 
 _DATE = (r"\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])"
          r"|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|02-(?:0[1-9]|1\d|2\d))")
+# the offset is optional: RFC 3339 requires it, but formats are annotations to
+# jsonschema and models often omit it (accepting more stays sound)
 _TIME = (r"(?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+)?"
-         r"(?:[zZ]|[+\-](?:[01]\d|2[0-3]):[0-5]\d)")
+         r"(?:[zZ]|[+\-](?:[01]\d|2[0-3]):[0-5]\d)?")
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _H16 = r"[0-9a-fA-F]{1,4}"
@@ -449,7 +452,9 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
             or a length bound that cannot be folded into the pattern.
         re.error: the pattern is not a Python regex.
     """
-    parsed = _sre_parse.parse(pattern)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Python's FutureWarning about [[ and --
+        parsed = _sre_parse.parse(pattern)
     flags = parsed.state.flags
     if flags & ~(re.IGNORECASE | re.DOTALL | re.UNICODE | re.MULTILINE):
         raise PatternUnsupported("regex flags")
@@ -487,23 +492,34 @@ def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str 
         return None
     if hi is not None and hi < min_len:
         return None
-    variable = [i for i, p in enumerate(pieces) if p.lo != p.hi]
-    # fold the bound into the one variable piece; with two unbounded wrappers
-    # (an unanchored pattern) fold into the trailing one and pin the first to empty
-    if len(variable) == 2 and all(pieces[i].unit == CANON_ANY and pieces[i].rhi is None
-                                  for i in variable) and variable == [0, len(pieces) - 1]:
-        # search semantics: ".*X.*" with a length bound; keeping only "X.*"
-        # (matches at the start) stays sound, and is exact for length-free X
-        pieces = pieces[1:]
-        variable = [len(pieces) - 1]
-    if len(variable) != 1 or pieces[variable[0]].unit is None:
+    # share the bounds out over the repetitions of one character class: each may
+    # take a part of the slack, so the total stays within the bounds (sound; a
+    # string that puts all its slack in one place may be refused)
+    units = [i for i, p in enumerate(pieces) if p.lo != p.hi and p.unit is not None]
+    others = [p for i, p in enumerate(pieces) if i not in units]
+    if not units or any(p.hi is None for p in others):
         raise PatternUnsupported("a length bound together with this pattern")
-    v = pieces[variable[0]]
-    fixed = sum(p.lo for i, p in enumerate(pieces) if i != variable[0])
-    # v repeats a one-character unit: its length is its repetition count
-    new_lo = max(v.rlo, min_len - fixed)
-    new_hi = v.rhi if max_len is None else (max_len - fixed if v.rhi is None else min(v.rhi, max_len - fixed))
-    if new_hi is not None and new_lo > new_hi:
+    reserved_max = sum(p.hi for p in others)
+    reserved_min = sum(p.lo for p in others)
+    los = {i: pieces[i].rlo for i in units}
+    his = {i: pieces[i].rhi for i in units}
+    if max_len is not None:
+        slack = max_len - reserved_max - sum(los.values())
+        if slack < 0:
+            raise PatternUnsupported("a length bound together with this pattern")
+        share, extra = divmod(slack, len(units))
+        for k, i in enumerate(units):
+            cap = los[i] + share + (extra if k == len(units) - 1 else 0)
+            his[i] = cap if his[i] is None else min(his[i], cap)
+    deficit = min_len - reserved_min - sum(los.values())
+    for i in reversed(units):
+        if deficit <= 0:
+            break
+        room = deficit if his[i] is None else min(deficit, his[i] - los[i])
+        los[i] += room
+        deficit -= room
+    if deficit > 0:
         return None
-    pieces[variable[0]] = _Piece("", new_lo, new_hi, v.unit, new_lo, new_hi)
+    for i in units:
+        pieces[i] = _Piece("", los[i], his[i], pieces[i].unit, los[i], his[i])
     return "".join(p.render() for p in pieces)

@@ -1,0 +1,519 @@
+"""Tests of :mod:`constrain.json_schema`: JSON Schema → Lark grammar text.
+
+Lark (Earley, scannerless, POSIX terminal matching; see
+``tests/json_schema_oracle.py``) parses the grammars, so these tests do not
+depend on the grammar engine. Ground truth is ``jsonschema``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import warnings
+from decimal import Decimal
+
+import jsonschema
+import pytest
+
+from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from constrain.json_schema import compile_json_schema, json_schema_to_lark, order_instance
+from constrain.json_schema_formats import FORMATS, translate_pattern
+from constrain.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
+
+from json_schema_oracle import accepts, lark_parser
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "maskbench", "subset.jsonl.gz")
+
+
+def compact(x) -> str:
+    return json.dumps(x, separators=(",", ":"), ensure_ascii=False)
+
+
+def parser_for(schema, **kw):
+    return lark_parser(json_schema_to_lark(schema, **kw))
+
+
+def check(schema, good=(), bad=(), **kw):
+    """Every text in ``good`` is accepted, every one in ``bad`` rejected; the
+    texts' jsonschema verdicts agree (so the test data itself is right)."""
+    p = parser_for(schema, **kw)
+    v = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    for text in good:
+        assert v.is_valid(json.loads(text)), f"test data: {text} is invalid"
+        assert accepts(p, text), f"rejected valid {text}"
+    for text in bad:
+        try:
+            valid = v.is_valid(json.loads(text))
+        except json.JSONDecodeError:
+            valid = False
+        assert not accepts(p, text), f"accepted {'valid' if valid else 'invalid'} {text}"
+
+
+# -- number ranges ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("lo", [None, -120, -9, -1, 0, 1, 7, 10, 99, 100, 101, 999])
+@pytest.mark.parametrize("hi", [None, -100, -10, -1, 0, 9, 10, 55, 100, 1000, 1234])
+def test_int_range_brute_force(lo, hi):
+    rx = int_range_regex(lo, hi)
+    for n in range(-1500, 1500):
+        want = (lo is None or n >= lo) and (hi is None or n <= hi)
+        got = rx is not None and re.fullmatch(rx, str(n)) is not None
+        assert got == want, (lo, hi, n, rx)
+    if rx is not None:
+        for t in ("-0", "00", "01", "+1", "1.0", ""):
+            assert re.fullmatch(rx, t) is None
+
+
+_DECIMALS = [Decimal(x) for x in ("-2.5", "-1", "-0.05", "0", "0.001", "0.5", "1", "1.25", "10")]
+
+
+def _decimal_texts():
+    out = set()
+    for n in range(-1100, 1100, 3):
+        out.add(str(n // 10))
+        out.add(f"{n / 100:.2f}")
+        out.add(f"{n / 1000:.3f}")
+        out.add(f"{n / 10:.1f}")
+    return sorted(t for t in out if not re.fullmatch(r"-0(\.0*)?", t))
+
+
+_TEXTS = _decimal_texts()
+
+
+@pytest.mark.parametrize("lo", _DECIMALS + [None])
+@pytest.mark.parametrize("hi", _DECIMALS + [None])
+def test_decimal_range_brute_force(lo, hi):
+    for lo_x in (False, True):
+        for hi_x in (False, True):
+            for req in (False, True):
+                rx = decimal_range_regex(lo, lo_x, hi, hi_x, fraction_required=req)
+                for t in _TEXTS:
+                    v = Decimal(t)
+                    want = ((lo is None or (v > lo if lo_x else v >= lo))
+                            and (hi is None or (v < hi if hi_x else v <= hi))
+                            and (not req or "." in t))
+                    got = rx is not None and re.fullmatch(rx, t) is not None
+                    assert got == want, (lo, lo_x, hi, hi_x, req, t, rx)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 8, 10, 16, 20, 25, 50, 100, 125, 1000])
+def test_multiple_regex_brute_force(m):
+    rx = nat_multiple_regex(m)
+    for n in range(1, 5000):
+        assert (re.fullmatch(rx, str(n)) is not None) == (n % m == 0)
+    assert nat_multiple_regex(3) is None and nat_multiple_regex(7) is None
+
+
+def test_number_bounds_against_jsonschema():
+    rng = random.Random(5)
+    texts = ["0", "1", "-1", "0.5", "-0.5", "10", "9.99", "10.0", "10.000001", "2.5", "3",
+             "-3", "0.1", "0.30000000000000004", "1e2", "100", "-100.5", "7", "0.0001"]
+    texts += [str(rng.randint(-200, 200)) for _ in range(50)]
+    texts += [f"{rng.uniform(-200, 200):.{rng.randint(1, 4)}f}" for _ in range(100)]
+    texts = [t for t in texts if not re.fullmatch(r"-0(\.0*)?", t)]
+    schemas = [
+        {"type": "number", "minimum": 0, "exclusiveMaximum": 10},
+        {"type": "number", "exclusiveMinimum": 0.1, "maximum": 100},
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "integer", "minimum": -5.5, "maximum": 150},
+        {"type": "integer", "exclusiveMinimum": 2, "exclusiveMaximum": 7.5},
+        {"type": "number", "minimum": -100.25, "maximum": -0.5},
+        {"type": "integer", "multipleOf": 5, "minimum": 0},
+        {"type": "integer", "multipleOf": 3, "minimum": -30, "maximum": 30},
+        {"type": "number", "multipleOf": 2},
+        {"type": "number", "maximum": 10, "exclusiveMaximum": True, "minimum": 0,
+         "$schema": "http://json-schema.org/draft-04/schema#"},
+    ]
+    for schema in schemas:
+        p = parser_for(schema)
+        v = jsonschema.validators.validator_for(schema)(schema)
+        for t in texts:
+            if accepts(p, t):
+                assert v.is_valid(json.loads(t)), (schema, t)
+            elif v.is_valid(json.loads(t)) and "e" not in t:
+                # only integers-with-fraction are left out on purpose
+                assert schema["type"] == "integer" or "multipleOf" in schema, (schema, t)
+
+
+# -- strings ---------------------------------------------------------------------------
+
+def test_string_escapes_and_controls():
+    check({"type": "string"},
+          good=[r'"a\"b"', r'"\\"', r'"\n\t\u00e9\/"', '"é😀"', r'"\ud83d\ude00"'],
+          bad=['"a\nb"', '"\\x"', '"abc', 'abc"', '"\\u12"'])
+
+
+def test_length_counts_code_points():
+    schema = {"type": "string", "minLength": 2, "maxLength": 3}
+    check(schema, good=['"ab"', '"abc"', r'"a\n"', '"😀😀"', r'"\u00e9x"'],
+          bad=['"a"', '"abcd"', '"😀"', r'"\ud83d\ude00"'])
+    # a surrogate pair written as escapes is one code point: refused in bounded
+    # strings (jsonschema would count 1 where the terminal counts 2)
+    check({"type": "string", "minLength": 2}, bad=[r'"\ud83d\ude00"'])
+
+
+@pytest.mark.parametrize("pattern,good,bad", [
+    ("^[a-z]+$", ["abc", "z"], ["", "aB", "a1", "abc\n"]),
+    ("^\\d{3}-\\d{4}$", ["555-1234"], ["5551234", "55-1234", "٣٣٣-1234"]),
+    ("ab", ["ab", "xaby", "\"ab\""], ["a", "ba"]),
+    ("^a|b$", ["ax", "xb", "ab"], ["xa", "bx"]),
+    ("^\\w+@\\w+\\.com$", ["a_b@c.com"], ["a@b.org", "@b.com"]),
+    ('^"[^"]*"$', ['"q"', '""'], ['"a"b"', "q"]),
+    ("^\\\\[a-z]$", ["\\x"], ["x", "\\\\x"]),
+    ("(?i)^abc$", ["ABC", "aBc"], ["abd"]),
+    ("^[^\\s]+$", ["abc", "a-b"], ["a b", "a\tb", ""]),
+    ("^.{2}$", ["ab", "a\"", "a\\"], ["a", "abc", "a\n"]),
+    ("^(\\+|-)?[0-9]+(\\.[0-9]*)?$", ["+1.5", "-3", "7."], ["1.2.3", "a"]),
+])
+def test_pattern_translation(pattern, good, bad):
+    schema = {"type": "string", "pattern": pattern}
+    p = parser_for(schema)
+    for s in good:
+        assert re.search(pattern, s)
+        assert accepts(p, compact(s)), s
+    for s in bad:
+        # all invalid, except "abc\n": Python's $ matches before a final newline,
+        # and the translation is stricter there
+        assert not accepts(p, compact(s)), s
+
+
+def test_pattern_random_strings_sound():
+    rng = random.Random(1)
+    alphabet = 'ab1 _-."\\\n\té'
+    patterns = ["^[a-z0-9_-]{2,5}$", "a.b", "^(ab|1)*$", "[^a]", "^\\S+$", "^a?b+$", "\\d$",
+                "^[\\w.]+$", "^(?:a|b\\.)+1?$"]
+    for pat in patterns:
+        for schema in ({"type": "string", "pattern": pat},
+                       {"type": "string", "pattern": pat, "maxLength": 4}):
+            try:
+                p = parser_for(schema)
+            except UnsupportedSchemaError:
+                continue
+            v = jsonschema.Draft202012Validator(schema)
+            for _ in range(300):
+                s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+                if accepts(p, compact(s)):
+                    assert v.is_valid(s), (pat, s)
+
+
+def test_pattern_with_length_bound_folds_into_repetition():
+    check({"type": "string", "pattern": "^[a-z]+$", "minLength": 2, "maxLength": 3},
+          good=['"ab"', '"abc"'], bad=['"a"', '"abcd"', '"A1"'])
+    # two repetitions share the length budget (sound; "aab" is refused)
+    check({"type": "string", "pattern": "^a+b+$", "maxLength": 3},
+          good=['"ab"', '"abb"'], bad=['"aabb"', '"aab"'])
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"type": "string", "pattern": "^(ab)+$", "maxLength": 3})
+    assert e.value.pointer == "/pattern"
+
+
+@pytest.mark.parametrize("pattern", ["^(?=a)a$", "(a)\\1", "(?<!a)b", "\\bfoo\\b"])
+def test_pattern_unsupported(pattern):
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"properties": {"x": {"type": "string", "pattern": pattern}}})
+    assert e.value.pointer == "/properties/x/pattern"
+
+
+def test_translate_pattern_direct():
+    rx = translate_pattern("^a\"b$")
+    assert re.fullmatch(rx, 'a\\"b') and not re.fullmatch(rx, 'a"b')
+
+
+@pytest.mark.parametrize("fmt,good,bad", [
+    ("date-time", ["2024-02-29T23:59:60Z", "2024-01-01T00:00:00.5+05:30", "2024-01-01t10:00:00"],
+     ["2024-13-01T00:00:00Z", "2024-01-01", "2024-04-31T00:00:00Z"]),
+    ("date", ["2024-12-31"], ["2024-1-1", "24-01-01", "2024-12-32"]),
+    ("time", ["10:20:30Z", "23:59:59.999-01:00"], ["24:00:00Z", "10:20"]),
+    ("email", ["a.b+c@example.com"], ["a@", "@b.com", "a b@c.d"]),
+    ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123"], ["example.com", "http://a b"]),
+    ("uuid", ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
+    ("ipv4", ["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "1.2.3", "01.2.3.4x"]),
+    ("ipv6", ["::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1"], ["1:::2", "12345::"]),
+    ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b"]),
+])
+def test_formats(fmt, good, bad):
+    p = parser_for({"type": "string", "format": fmt})
+    for s in good:
+        assert re.fullmatch(FORMATS[fmt], s), s
+        assert accepts(p, compact(s)), s
+    for s in bad:
+        assert not accepts(p, compact(s)), s
+
+
+def test_unknown_format_is_an_annotation():
+    check({"type": "string", "format": "color"}, good=['"anything"'])
+
+
+# -- structure ---------------------------------------------------------------------------
+
+def test_object_order_required_and_additional():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+              "required": ["b"]}
+    check(schema, good=['{"b":"x"}', '{"a":1,"b":"x"}', '{"a":1,"b":"x","c":[1,{"d":null}]}',
+                        '{"b":"x","":0}'],
+          bad=['{}', '{"a":1}', '{"b":"x","a":1}', '{"b":"x","b":"y"}', '{"a":1.5,"b":""}'])
+    check({**schema, "additionalProperties": False}, good=['{"b":""}'], bad=['{"b":"","c":1}'])
+    check({**schema, "additionalProperties": {"type": "boolean"}},
+          good=['{"b":"","c":true,"d":false}'], bad=['{"b":"","c":1}'])
+
+
+def test_pattern_properties():
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}},
+              "patternProperties": {"^x-": {"type": "string"}}, "additionalProperties": False}
+    check(schema, good=['{"id":1,"x-a":"v"}', '{"x-":""}'],
+          bad=['{"id":1,"y":"v"}', '{"x-a":1}', '{"x-a":"v","id":1}'])
+
+
+def test_arrays_prefix_items_and_counts():
+    check({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3},
+          good=["[true,false]", "[true,true,true]"], bad=["[]", "[true]", "[true,true,true,true]"])
+    check({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
+           "items": False}, good=["[]", "[1]", '[1,"a"]'], bad=['[1,"a",2]', '["a"]'])
+    check({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+           "items": [{"type": "integer"}], "additionalItems": {"type": "string"}},
+          good=['[1,"a","b"]', "[1]"], bad=["[1,2]"])
+    check({"type": "array", "minItems": 1}, good=["[1]", '[{"a":[]}]'], bad=["[]"])
+
+
+def test_big_counts_stay_linear():
+    g = json_schema_to_lark({"type": "array", "items": {"type": "integer"}, "maxItems": 500})
+    assert len(g) < 100_000 and g.count("\n") < 1100
+    # Earley on a 500-rule chain is slow in Lark; check the bound on a smaller one
+    p = parser_for({"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 40})
+    assert accepts(p, compact(list(range(40)))) and accepts(p, "[1,2,3]")
+    assert not accepts(p, compact(list(range(41)))) and not accepts(p, "[1,2]")
+
+
+def test_whitespace_flexible_is_capped():
+    schema = {"type": "object", "properties": {"a": {"type": "array"}}}
+    p = parser_for(schema, whitespace="flexible", max_whitespace=2)
+    assert accepts(p, '{ "a" : [ 1 , 2 ] }')
+    assert accepts(p, '{\n "a":[]}')
+    assert not accepts(p, '{\n  "a":[]}')
+    assert accepts(p, '{  }')
+    assert not accepts(p, '{   "a":[]}')
+    assert not accepts(p, ' {"a":[]}')
+    c = parser_for(schema)
+    assert not accepts(c, '{ "a":[]}')
+
+
+def test_enum_const_are_exact():
+    check({"enum": ["a", 1, None, {"x": [1]}, 2.5]},
+          good=['"a"', "1", "null", '{"x":[1]}', "2.5"], bad=["2", '"b"', "true"])
+    check({"type": "string", "enum": ["a", 1, "bb"], "maxLength": 1},
+          good=['"a"'], bad=['"bb"', "1"])
+    check({"const": "x\"y"}, good=['"x\\"y"'], bad=['"xy"'])
+
+
+def test_any_of_one_of_all_of():
+    check({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 5}]},
+          good=['"s"', "5"], bad=["4", "null"])
+    check({"oneOf": [{"type": "string"}, {"type": "integer"}]}, good=['"x"', "3"], bad=["3.5"])
+    check({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                     {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
+          good=['{"a":1,"b":""}'], bad=['{"a":1}', '{"a":"1","b":""}'])
+    check({"allOf": [{"type": "number", "minimum": 0}, {"type": "integer", "maximum": 3}]},
+          good=["0", "3"], bad=["4", "-1", "1.5"])
+    check({"allOf": [{"properties": {"a": {}}, "additionalProperties": False},
+                     {"properties": {"b": {}}}]},
+          good=['{"a":1}'], bad=['{"b":1}'])
+
+
+def test_one_of_overlapping_required_sets_made_exclusive():
+    schema = {"type": "object", "properties": {"r": {"type": "number"}, "l": {"type": "number"},
+                                               "w": {"type": "number"}},
+              "oneOf": [{"required": ["r"]}, {"required": ["l", "w"]}]}
+    check(schema, good=['{"r":1}', '{"l":1,"w":2}', '{"r":1,"l":2}'],
+          bad=['{"r":1,"l":1,"w":2}', "{}", '{"l":1}'])
+
+
+def test_one_of_untyped_branches_and_discriminator():
+    # strings match both branches (invalid): dropped; objects are told apart by yesNo
+    check({"oneOf": [{"properties": {"e": {"type": "null"}, "yesNo": {"enum": [False]}}},
+                     {"properties": {"yesNo": {"enum": [True]}}, "required": ["yesNo", "e"]}]},
+          good=["{}", '{"yesNo":false}', '{"yesNo":true,"e":3}'], bad=['"s"', '{"yesNo":true}', "3"])
+    # no required sets: the member whose schemas differ is forced present
+    check({"type": "object", "oneOf": [
+        {"properties": {"type": {"enum": ["callback"]}, "value": {"type": "string"}}},
+        {"properties": {"type": {"enum": ["field", "value"]}}}]},
+        good=['{"type":"callback"}', '{"type":"field","value":3}'], bad=["{}", '{"type":"x"}'])
+
+
+def test_one_of_overlap_refused_under_strict():
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark(schema)
+    assert e.value.pointer == "/oneOf"
+    with pytest.warns(UserWarning, match="/oneOf"):
+        json_schema_to_lark(schema, strict=False)
+
+
+def test_dependencies_and_not_required():
+    check({"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+          good=['{"b":1}', '{"a":1,"b":2}', "{}"], bad=['{"a":1}'])
+    check({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+          good=['{"a":1}', "{}"], bad=['{"a":1,"b":2}', "3"])
+    check({"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+           "not": {"anyOf": [{"required": ["a", "b"]}, {"required": ["a", "c"]}]}},
+          good=["{}", '{"a":1}', '{"b":1,"c":1}'], bad=['{"a":1,"b":1}', '{"a":1,"c":2}'])
+    check({"type": "object", "properties": {"a": {"type": "integer"}, "b": {}},
+           "dependencies": {"a": {"required": ["b"]}}},
+          good=["{}", '{"b":1}', '{"a":1,"b":2}'], bad=['{"a":1}'])
+    check({"not": {"type": ["string", "null"]}}, good=["1", "[]"], bad=['"s"', "null"])
+
+
+def test_recursion_and_refs():
+    schema = {"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"}
+    g = json_schema_to_lark(schema)
+    check(schema, good=['{"v":1}', '{"v":1,"kids":[{"v":2,"kids":[{"v":3}]},{"v":4}]}'],
+          bad=['{"v":1,"kids":[{}]}', '{"v":1,"kids":[{"v":"x"}]}'])
+    # the recursion is a rule cycle, not an unrolling
+    assert g.count("KEY") < 20
+    check({"type": "object", "properties": {"next": {"$ref": "#"}}, "additionalProperties": False},
+          good=['{"next":{"next":{}}}'], bad=['{"next":1}'])
+    check({"definitions": {"a/b": {"type": "integer"}, "c~d": {"type": "string"}},
+           "properties": {"x": {"$ref": "#/definitions/a~1b"}, "y": {"$ref": "#/definitions/c~0d"}}},
+          good=['{"x":1,"y":"s"}'], bad=['{"x":"s"}', '{"y":1}'])
+
+
+def test_errors_name_pointers():
+    with pytest.raises(SchemaError) as e:
+        json_schema_to_lark({"properties": {"a": {"$ref": "#/$defs/missing"}}})
+    assert e.value.pointer.startswith("/properties/a")
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"type": "array", "items": {"type": "object", "if": {}, "then": {}}})
+    assert e.value.pointer == "/items/if"
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"type": "array", "uniqueItems": True})
+    assert e.value.pointer == "/uniqueItems"
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"type": "number", "multipleOf": 0.01})
+    assert e.value.pointer == "/multipleOf"
+    with pytest.raises(SchemaError):
+        json_schema_to_lark("{not json")
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_lark(False)
+
+
+def test_non_strict_warns_once_listing_pointers():
+    schema = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True},
+                                               "b": {"if": {"type": "string"}}}}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        g = json_schema_to_lark(schema, strict=False)
+    assert len(w) == 1
+    assert "/properties/a/uniqueItems" in str(w[0].message)
+    assert "/properties/b/if" in str(w[0].message)
+    assert accepts(lark_parser(g), '{"a":[1,1]}')
+
+
+def test_annotations_ignored_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        json_schema_to_lark({"title": "t", "description": "d", "examples": [1], "default": 2,
+                             "$comment": "c", "deprecated": True, "readOnly": True,
+                             "x-custom": {"if": 1}, "type": "integer"})
+
+
+def test_size_limit():
+    schema = {"anyOf": [{"anyOf": [{"type": "integer", "minimum": i}, {"type": "string"}]}
+                        for i in range(3)]}
+    json_schema_to_lark(schema)
+    deep = {"allOf": [{"anyOf": [{"minimum": j}, {"maximum": j}]} for j in range(12)]}
+    with pytest.raises(GrammarTooComplexError):
+        json_schema_to_lark(deep)
+
+
+def test_pydantic_model_and_json_string():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Item(pydantic.BaseModel):
+        name: str
+        price: float
+        tags: list[str] = []
+
+    g = json_schema_to_lark(Item)
+    p = lark_parser(g)
+    assert accepts(p, '{"name":"x","price":1.5,"tags":["a"]}')
+    assert not accepts(p, '{"name":"x"}')
+    assert json_schema_to_lark(json.dumps(Item.model_json_schema())) == g
+
+
+def test_terminals_never_empty_and_names_deterministic():
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 0},
+                                               "b": {"type": "array", "maxItems": 0}}}
+    g1, g2 = json_schema_to_lark(schema), json_schema_to_lark(schema)
+    assert g1 == g2
+    p = lark_parser(g1)
+    assert accepts(p, '{"a":"","b":[]}')
+
+
+def test_compile_json_schema_passes_options(monkeypatch):
+    import sys
+    import types
+
+    seen = {}
+    fake = types.ModuleType("constrain.grammar")
+
+    def compile_grammar(source, vocab, start="start", **budget):
+        seen.update(source=source, vocab=vocab, start=start, budget=budget)
+        return "compiled"
+
+    fake.compile_grammar = compile_grammar
+    monkeypatch.setitem(sys.modules, "constrain.grammar", fake)
+    out = compile_json_schema({"type": "integer"}, "VOCAB", whitespace="flexible",
+                              time_budget=3.0)
+    assert out == "compiled" and seen["vocab"] == "VOCAB" and seen["start"] == "start"
+    assert seen["budget"] == {"time_budget": 3.0}
+    assert "INT" in seen["source"]
+
+
+def test_order_instance():
+    schema = {"type": "object", "properties": {"b": {"type": "object", "properties": {
+        "y": {}, "x": {}}}, "a": {}}}
+    inst = {"z": 1, "a": 2, "b": {"x": 1, "y": 2}}
+    assert list(order_instance(schema, inst)) == ["b", "a", "z"]
+    assert list(order_instance(schema, inst)["b"]) == ["y", "x"]
+
+
+# -- MaskBench subset ----------------------------------------------------------------------
+
+def _maskbench_rows():
+    with gzip.open(DATA, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def _format_checker():
+    checker = jsonschema.FormatChecker()
+    for name, rx in FORMATS.items():
+        c = re.compile(rx)
+        checker.checks(name)(lambda s, c=c: not isinstance(s, str) or c.fullmatch(s) is not None)
+    return checker
+
+
+@pytest.mark.parametrize("row", _maskbench_rows() if os.path.exists(DATA) else [],
+                         ids=lambda r: r["id"])
+def test_maskbench_subset(row):
+    schema = row["schema"]
+    grammar = json_schema_to_lark(schema)
+    p = lark_parser(grammar)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    plain, fmt = cls(schema), cls(schema, format_checker=_format_checker())
+    for test in row["tests"]:
+        data = test["data"]
+        if plain.is_valid(data):
+            if fmt.is_valid(data):
+                assert accepts(p, compact(order_instance(schema, data))), compact(data)[:200]
+        else:
+            assert not accepts(p, compact(data)), compact(data)[:200]
+
+
+def test_maskbench_subset_present():
+    rows = _maskbench_rows()
+    assert len(rows) >= 100
+    assert len({r["split"] for r in rows}) >= 10
