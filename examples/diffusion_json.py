@@ -31,7 +31,7 @@ import statistics
 import numpy as np
 
 import constrain
-from search.diffusion import _dingo_block, diffusion_generate, position_masks
+from search.diffusion import dingo_proposal, diffusion_generate, position_masks
 from search.tiny_diffusion import JSON_NAME_AGE_REGEX, tiny_json_model
 
 
@@ -55,7 +55,7 @@ def per_step_comparison(model, grammar, result, temperature, seed, block_length)
         _, masks = position_masks(grammar, gen, model.mask_token_id, masked)
         naive = {i: int(masks[i][np.argmax(scores[i, masks[i]])]) if len(masks[i])
                  else int(np.argmax(scores[i])) for i in masked}
-        din = _dingo_block(grammar, gen, scores, s, e, model.mask_token_id, eos,
+        din = dingo_proposal(grammar, gen, scores, s, e, model.mask_token_id, eos,
                            model.vocab_size)
         if din is None:
             break  # the naive canvas can no longer be completed: nothing to compare

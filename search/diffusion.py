@@ -38,7 +38,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 __all__ = ["MaskedDiffusionLM", "TransformersDiffusionLM", "DiffusionResult",
-           "diffusion_generate", "position_masks"]
+           "diffusion_generate", "position_masks", "dingo_proposal"]
 
 TERMINATED = -1
 
@@ -413,7 +413,7 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                     m = masks[i]
                     x0[i] = int(m[np.argmax(scores[i, m])]) if len(m) else int(np.argmax(scores[i]))
             elif method == "dingo":
-                x0 = _dingo_block(constraint, gen, scores, s, e, mask_id, eos_ids, V)
+                x0 = dingo_proposal(constraint, gen, scores, s, e, mask_id, eos_ids, V)
                 if x0 is None:
                     for i in masked:
                         x0[i] = int(np.argmax(scores[i]))
@@ -462,11 +462,16 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                            getattr(model, "calls", 0) - calls0, stuck, resamples, history)
 
 
-def _dingo_block(grammar, gen, scores, s, e, mask_id, eos_ids, V):
-    """DINGO over the block ``[s, e)``, followed by the remaining positions (any
-    token, score 0) and one EOS-only row, so the block is the most probable one
-    that can still be completed within the output length. Returns ``{position:
-    token}`` for the masked positions of the block, or ``None``."""
+def dingo_proposal(grammar, gen, scores, s, e, mask_id, eos_ids, V):
+    """The most probable assignment of the masked positions of block ``[s, e)`` of
+    the canvas ``gen`` under ``scores`` (``len(gen) × V``) such that the canvas can
+    still be completed within its length.
+
+    Guarantee: exact: :func:`search.dingo` over the block's rows (decided
+    positions fixed), then one row per later position (score 0 for every token)
+    and one EOS-only row (DINGO, Suresh et al. 2025). Positions before ``s`` must
+    be decided. Returns ``{position: token}`` for the masked positions of the
+    block, or ``None`` when no completion exists (or all have score ``-inf``)."""
     from .dingo import dingo
 
     q0 = _state_after(grammar, gen[:s])

@@ -17,7 +17,7 @@ from search.diffusion import (
     DiffusionResult,
     MaskedDiffusionLM,
     TransformersDiffusionLM,
-    _dingo_block,
+    dingo_proposal,
     diffusion_generate,
     position_masks,
 )
@@ -147,7 +147,7 @@ def test_dingo_step_is_the_best_completable_block(json_model, json_regex):
             masked = [i for i in range(s, s + 8) if gen[i] == mask]
             _, masks = position_masks(json_regex, gen, mask, masked)
             naive = {i: int(masks[i][np.argmax(scores[i, masks[i]])]) for i in masked}
-            din = _dingo_block(json_regex, gen, scores, s, s + 8, mask,
+            din = dingo_proposal(json_regex, gen, scores, s, s + 8, mask,
                                np.array(json_regex.vocab.eos_token_ids), json_model.vocab_size)
             full_d, full_n = list(gen), list(gen)
             for i in masked:

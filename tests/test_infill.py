@@ -302,3 +302,16 @@ def test_fim_allowed():
     assert 6 not in fim_allowed(BRACKETS, [0], [], vocab=vocab, candidates=[6])
     g = compile_regex(r"\(\[\]\)|\(\)", vocab)
     assert fim_allowed(g, [0], [")"], vocab=vocab) == [2]   # "(" "[" … ")": only "([])"
+
+
+def test_grammar_errors():
+    """Lark's rejections become constrain.GrammarError; a terminal no automaton
+    can match is refused, not approximated."""
+    from constrain import GrammarError, UnsupportedRegexError
+
+    with pytest.raises(GrammarError, match="foo"):
+        can_complete("start: foo", ["a"])
+    with pytest.raises(GrammarError):
+        can_complete('start: "a" "', ["a"])
+    with pytest.raises(UnsupportedRegexError):
+        can_complete("start: A\nA: /a(?=b)/", ["a"])
