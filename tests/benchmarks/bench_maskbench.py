@@ -874,6 +874,10 @@ def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) 
           + ", ".join(f"{n} {ms:.1f}" for n, ms in vres["prepare_ms"].items()))
     for n, notes in vres.get("notes", {}).items():
         print(f"  {n}: " + ", ".join(f"{k} {v:.1f}" for k, v in notes.items()))
+    if vres.get("worker_peak_rss_mib"):
+        print("worker peak resident MiB (sampled every 0.25 s): "
+              + ", ".join(f"{n} {m:.0f}" for n, m in vres["worker_peak_rss_mib"].items())
+              + "; workers killed: " + ", ".join(f"{n} {k}" for n, k in vres.get("worker_restarts", {}).items()))
     print()
     print(format_main(by_split_t, live, md))
     print()
