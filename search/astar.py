@@ -108,6 +108,10 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
         cut the search. Guarantees: ``tokens <= token_budget``, ``prm_calls <=
         prm_budget``; with a consistent heuristic, a returned popped solution
         minimises ``g + 1 - r`` over the complete solutions of the sampled tree.
+
+    References: Hart, Nilsson & Raphael, "A Formal Basis for the Heuristic
+    Determination of Minimum Cost Paths" (1968); Chatziveroglou, "A*-Decoding:
+    Token-Efficient Inference Scaling" (2025).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")

@@ -58,6 +58,10 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
         ``(solution, score, answer)`` for every scored sample. Guarantee: the
         argmax choice has the largest score among the candidates, the majority
         choice the answer of largest total score.
+
+    References: Lightman et al., "Let's Verify Step by Step" (2023), best-of-N
+    with a PRM; Uesato et al., "Solving math word problems with process- and
+    outcome-based feedback" (2022), verifier-weighted voting.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")

@@ -1,6 +1,6 @@
 """φ-decoding: foresight sampling over reasoning steps (Xu et al., 2025).
 
-Xu, Liu, et al., "φ-Decoding: Adaptive Foresight Sampling for Balanced
+Xu et al., "φ-Decoding: Adaptive Foresight Sampling for Balanced
 Inference-Time Exploration and Exploitation" (ACL 2025). Each round, from each of
 the ``beam_width`` kept partial solutions:
 
@@ -99,6 +99,9 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
         a :class:`search.reasoning_steps.ReasoningResult` with
         ``info["rounds"]``, ``info["rollouts"]``, ``info["pruned_width"]``.
         Guarantee: ``tokens <= token_budget`` and ``prm_calls <= prm_budget``.
+
+    Reference: Xu et al., "φ-Decoding: Adaptive Foresight Sampling for Balanced
+    Inference-Time Exploration and Exploitation" (ACL 2025).
     """
     if k < 1 or beam_width < 1:
         raise ValueError("k and beam_width must be >= 1")

@@ -247,7 +247,9 @@ class CallablePRM(PRM):
     default), or ``fn`` returns the full list itself (``per_prefix=False``).
 
     Guarantee: values are clipped to [0, 1]; a NaN raises ``ValueError``.
-    ``calls`` counts ``score``/``score_last`` invocations."""
+    ``calls`` counts ``score``/``score_last`` invocations. Reference: the PRM
+    interface of Lightman et al., "Let's Verify Step by Step" (2023): one score
+    per step prefix."""
 
     def __init__(self, fn: Callable, *, per_prefix: bool = True):
         self.fn = fn
@@ -349,7 +351,8 @@ def check_arithmetic(text: str) -> tuple[int, int]:
     the prose (annotations removed), ``a op b [op c ...] = result`` with numbers,
     ``+ - * / × x ÷``, parentheses, ``$``, thousands commas and ``%``. A result
     rounded or truncated to the decimals it is written with counts as correct.
-    Claims that do not parse are ignored."""
+    Claims that do not parse are ignored. Reference: the ``<<expr=result>>``
+    calculator annotations of GSM8K (Cobbe et al., 2021)."""
     correct = wrong = 0
     for lhs, rhs in _CALC_RE.findall(text):
         v, w = _eval_expr(lhs), _parse_number(rhs)

@@ -244,7 +244,8 @@ def prm_score_last(prm, prompt: str, steps: Sequence[str], how: str = "last") ->
     """The aggregated PRM score of a partial solution, in [0, 1]. Uses
     ``prm.score_last`` when the PRM has it and ``how == "last"`` (cheaper for the
     LM judge), else aggregates ``prm.score(prompt, steps)``. Raises ``ValueError``
-    on a score outside [0, 1] or a list of the wrong length."""
+    on a score outside [0, 1] or a list of the wrong length. Reference: see
+    :func:`aggregate_scores`."""
     steps = list(steps)
     if how == "last" and hasattr(prm, "score_last"):
         v = float(prm.score_last(prompt, steps))
@@ -305,10 +306,12 @@ class _ProtocolBackend:
         self.lm = lm
 
     def open(self, head: tuple[int, ...], n: int):
+        """Start ``n`` streams after ``head``: ``(handle, rows)``, ``head`` scored once."""
         row = np.asarray(self.lm.logprobs([head])[0], dtype=np.float64)
         return {"prefixes": [head] * n}, np.tile(row, (n, 1))
 
     def advance(self, handle, idx: list[int], toks: list[int]) -> np.ndarray:
+        """Extend streams ``idx`` by ``toks``; their next rows, one call each."""
         pre = handle["prefixes"]
         for i, t in zip(idx, toks):
             pre[i] = pre[i] + (t,)
@@ -348,6 +351,7 @@ class _HFBackend:
         return rows, new
 
     def open(self, head: tuple[int, ...], n: int):
+        """Start ``n`` streams after ``head``: one forward pass, cache repeated ``n`` times."""
         rows, cache = self._run([list(head)], None)
         self.tlm.calls += 1
         if n > 1:
@@ -355,6 +359,8 @@ class _HFBackend:
         return {"cache": cache, "rows": list(range(n))}, np.tile(rows[0], (n, 1))
 
     def advance(self, handle, idx: list[int], toks: list[int]) -> np.ndarray:
+        """Extend streams ``idx`` (a sub-sequence of the live ones) by ``toks``: the
+        cache keeps only their rows, then one batched forward pass."""
         import torch
 
         if idx != handle["rows"]:

@@ -228,8 +228,8 @@ def test_smoke_default_model(default_lm):
     """The real model, a few dozen tokens: budgets hold, counts are consistent."""
     calls0 = default_lm.calls
     res = astar_search(default_lm, "What is 2 + 3? Answer briefly.", ArithmeticCheckerPRM(), k=2,
-                       token_budget=24, prm_budget=6, max_step_tokens=12, seed=0)
-    assert res.tokens <= 24 and res.prm_calls <= 6
+                       token_budget=12, prm_budget=4, max_step_tokens=6, seed=0)
+    assert res.tokens <= 12 and res.prm_calls <= 4
     assert res.lm_calls == default_lm.calls - calls0 <= res.tokens
     assert res.solution is not None
 

@@ -178,3 +178,27 @@ def test_lm_judge_default_model(default_lm):
     scores = prm.score("What is 2 + 3?", ["2 + 3 = 5", "#### 5"])
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
     assert default_lm.calls - calls0 == 2
+
+
+# -- the batched KV-cache sampling path (a tiny random model, same fixture) ------------------
+
+
+def test_batched_sampling_path_matches_logprobs(tiny_hf):
+    """The step sampler's batched path over a ``TransformersLM`` (cache repeated over
+    the streams, rows selected as streams end) gives the rows ``logprobs`` gives."""
+    from search.models import TransformersLM
+    from search.reasoning_steps import _HFBackend
+
+    tokenizer, causal, _ = tiny_hf
+    tokenizer.eos_token = "####"
+    tlm = TransformersLM(causal, tokenizer, eos_token_ids=[WORDS.index("####")])
+    be = _HFBackend(tlm)
+    head = (5, 6, 7, 2, 8)
+    handle, rows = be.open(head, 3)
+    want = tlm.logprobs([head])
+    np.testing.assert_allclose(rows, np.repeat(want, 3, axis=0), atol=1e-4)
+    got = be.advance(handle, [0, 1, 2], [9, 10, 11])
+    np.testing.assert_allclose(got, tlm.logprobs([head + (t,) for t in (9, 10, 11)]), atol=1e-4)
+    got = be.advance(handle, [0, 2], [4, 12])  # stream 1 ended
+    np.testing.assert_allclose(got, tlm.logprobs([head + (9, 4), head + (11, 12)]), atol=1e-4)
+    assert tlm.calls == 1 + 3 + 2 + (1 + 3 + 2)  # rows scored by the backend, then by logprobs
