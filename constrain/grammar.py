@@ -246,11 +246,13 @@ class GrammarConstraint(Constraint):
         return row
 
     def _config_mask(self, c: int, s: int) -> np.ndarray:
+        lex = self.lexer
+        # states that no token can tell apart share masks (see LexerTables.rep)
+        s = int(lex.rep[s])
         key = (c, s)
         row = self._config_masks.get(key)
         if row is not None:
             return row
-        lex = self.lexer
         cont, nodes, states = lex.walk(s)
         row = cont.copy()
         if lex.has_acc[s]:

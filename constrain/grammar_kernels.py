@@ -125,20 +125,21 @@ def product_dfa(tab, offsets, starts, reps, max_states):
 
 @njit(cache=True, nogil=True)
 def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, order,
-               max_depth, row):
+               max_depth, row, out_node, out_state):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
     Sets in ``row`` (uint32 words) the tokens along which the current terminals
-    stay alive, and returns ``(nodes, states)``: the trie nodes below the root,
-    with children, at which some terminal could end (``has_acc``), and the lexer
-    state there — where a token may cross into the next terminal.
+    stay alive, and writes to ``out_node``/``out_state`` the trie nodes below the
+    root, with children, at which some terminal could end (``has_acc``), and the
+    lexer state there — where a token may cross into the next terminal. Returns
+    their number, or -1 when the output arrays are too small (call again with
+    larger ones; the buffers are preallocated because growing them inside the
+    loop makes it three times slower).
     """
     stack = np.zeros(max_depth + 2, np.int32)
     stack[0] = state
     n_nodes = tbyte.shape[0]
-    cap = 64
-    out_node = np.empty(cap, np.int32)
-    out_state = np.empty(cap, np.int32)
+    cap = out_node.shape[0]
     n = 0
     i = 1
     while i < n_nodes:
@@ -151,20 +152,14 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, 
         for k in range(tok_start[i], tok_end[i]):
             t = order[k]
             row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        if has_acc[s] and tskip[i] > i + 1:
-            if n == cap:
-                cap *= 2
-                a = np.empty(cap, np.int32)
-                a[:n] = out_node[:n]
-                out_node = a
-                b = np.empty(cap, np.int32)
-                b[:n] = out_state[:n]
-                out_state = b
-            out_node[n] = i
-            out_state[n] = s
-            n += 1
+        if has_acc[s]:
+            if tskip[i] > i + 1:
+                if n < cap:
+                    out_node[n] = i
+                    out_state[n] = s
+                n += 1
         i += 1
-    return out_node[:n], out_state[:n]
+    return n if n <= cap else -1
 
 
 @njit(cache=True, nogil=True)

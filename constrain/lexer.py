@@ -110,7 +110,7 @@ class TerminalAutomata:
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None):
-        tables, accs = [], []
+        tables, accs, classes = [], [], []
         self.usable = np.zeros(ir.n_terminals, dtype=np.bool_)
         self.uids = [terminal_uid(term, alphabet) for term in ir.terminals]
         dead = ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
@@ -123,6 +123,7 @@ class TerminalAutomata:
                 self.usable[t] = True
             tables.append(dfa.transitions)
             accs.append(dfa.accepting)
+            classes.append(_byte_classes(dfa))
             total += dfa.transitions.shape[0]
             if total > 4 * max_states:
                 raise GrammarTooComplexError(
@@ -132,6 +133,22 @@ class TerminalAutomata:
         self.offsets[1:] = np.cumsum([t.shape[0] for t in tables])
         self.table = np.ascontiguousarray(np.concatenate(tables)) if tables else np.zeros((0, 256), np.int32)
         self.accepting = np.concatenate(accs) if accs else np.zeros(0, np.bool_)
+        #: per terminal, the class of each byte (bytes its DFA treats alike)
+        self.byte_classes = classes
+
+
+def _byte_classes(dfa: ByteDFA) -> np.ndarray:
+    hit = getattr(dfa, "_byte_classes", None)
+    if hit is None:
+        _, inv = np.unique(dfa.transitions.T, axis=0, return_inverse=True)
+        hit = dfa._byte_classes = inv.reshape(-1).astype(np.int32)
+    return hit
+
+
+_PRODUCTS: OrderedDict = OrderedDict()
+_PRODUCTS_MAX = 2048
+
+
 
 
 class LexerTables:
@@ -154,6 +171,8 @@ class LexerTables:
         self.trans = np.zeros((cap, 256), dtype=np.int32)
         self.acc = np.zeros((cap, self.words64), dtype=np.uint64)
         self.has_acc = np.zeros(cap, dtype=np.bool_)
+        #: per lexer state, a state no token can tell apart from it (same masks)
+        self.rep = np.zeros(cap, dtype=np.int32)
         self.n = 1
         self._starts: dict[frozenset, int] = {}
         self._ids: dict[tuple, int] = {}
@@ -184,20 +203,34 @@ class LexerTables:
         if not ids:
             return 0
         offsets = terms.offsets
-        rows = np.concatenate([terms.table[offsets[t]:offsets[t + 1]] for t in ids])
-        sub_off = np.zeros(len(ids) + 1, dtype=np.int64)
-        sub_off[1:] = np.cumsum([offsets[t + 1] - offsets[t] for t in ids])
-        # bytes that every expected terminal treats alike form one class
-        _, first, cls = np.unique(rows.T, axis=0, return_index=True, return_inverse=True)
-        reps = first.astype(np.int64)
-        cls = cls.reshape(-1)
-        starts = np.ones(len(ids), dtype=np.int32)
-        budget = self.max_states - self.n
-        table, vecs, count = gk.product_dfa(rows, sub_off, starts, reps, max(budget, 2))
-        if count < 0:
-            raise GrammarTooComplexError(
-                f"the lexer automata need more than {self.max_states} states "
-                f"(pass max_states= to raise the limit)")
+        uid_key = tuple(terms.uids[t] for t in ids)
+        hit = _PRODUCTS.get(uid_key)
+        if hit is not None:
+            _PRODUCTS.move_to_end(uid_key)
+            table, vecs, count, cls = hit
+            if self.n + count > self.max_states:
+                raise GrammarTooComplexError(
+                    f"the lexer automata need more than {self.max_states} states "
+                    f"(pass max_states= to raise the limit)")
+        else:
+            rows = np.concatenate([terms.table[offsets[t]:offsets[t + 1]] for t in ids])
+            sub_off = np.zeros(len(ids) + 1, dtype=np.int64)
+            sub_off[1:] = np.cumsum([offsets[t + 1] - offsets[t] for t in ids])
+            # bytes that every expected terminal treats alike form one class
+            joint = np.stack([terms.byte_classes[t] for t in ids], axis=1)
+            _, first, cls = np.unique(joint, axis=0, return_index=True, return_inverse=True)
+            reps = first.astype(np.int64)
+            cls = cls.reshape(-1)
+            starts = np.ones(len(ids), dtype=np.int32)
+            budget = self.max_states - self.n
+            table, vecs, count = gk.product_dfa(rows, sub_off, starts, reps, max(budget, 2))
+            if count < 0:
+                raise GrammarTooComplexError(
+                    f"the lexer automata need more than {self.max_states} states "
+                    f"(pass max_states= to raise the limit)")
+            _PRODUCTS[uid_key] = (table, vecs, count, cls)
+            if len(_PRODUCTS) > _PRODUCTS_MAX:
+                _PRODUCTS.popitem(last=False)
         # A lexer state is the set of (terminal, local state) pairs alive: product
         # states of different expected sets that agree on it are one state.
         keys = [tuple((ids[j], int(v)) for j, v in enumerate(vec) if v) for vec in vecs.tolist()]
@@ -221,6 +254,7 @@ class LexerTables:
                 acc[on, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
             self.acc[sl] = acc
             self.has_acc[sl] = acc.any(axis=1)
+            self.rep[sl] = np.arange(self.n, self.n + len(new), dtype=np.int32)
             uids = terms.uids
             self.keys.extend(tuple((uids[t], v) for t, v in keys[p]) for p in new)
             self.n += len(new)
@@ -232,7 +266,7 @@ class LexerTables:
             return
         while cap < need:
             cap *= 2
-        for name in ("trans", "acc", "has_acc"):
+        for name in ("trans", "acc", "has_acc", "rep"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
             new[:old.shape[0]] = old
@@ -270,9 +304,17 @@ class LexerTables:
             states = np.fromiter((ids[k] for k in state_keys), dtype=np.int32, count=len(state_keys))
         else:
             t = self.trie
-            row = np.zeros(self.words32, dtype=np.uint32)
-            nodes, states = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
-                                          t.tok_start, t.tok_end, t.order, t.max_depth, row)
+            cap = 1024
+            while True:
+                row = np.zeros(self.words32, dtype=np.uint32)
+                nodes = np.empty(cap, dtype=np.int32)
+                states = np.empty(cap, dtype=np.int32)
+                n = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
+                                  t.tok_start, t.tok_end, t.order, t.max_depth, row, nodes, states)
+                if n >= 0:
+                    break
+                cap = t.num_nodes
+            nodes, states = nodes[:n].copy(), states[:n].copy()
             self._shared.put(key, (row, nodes, tuple(self.keys[x] for x in states.tolist())))
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
