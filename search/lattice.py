@@ -9,7 +9,9 @@ best-first, without pruning, within a budget of model calls:
 * popping a candidate starts a **greedy roll-out**: the new node is scored (one
   call), its ``top_k`` best other tokens go to the frontier, and the roll-out
   follows its best token, until it reaches EOS, runs into an existing node
-  (recombination), hits ``max_new_tokens``, a dead end, or the budget;
+  (recombination), hits ``max_new_tokens``, a dead end, or the budget; once the
+  budget is spent, the frontier's candidates that end (EOS) or would merge into an
+  existing node are still added, as neither needs a call;
 * **hypothesis recombination**: a new prefix whose last ``merge_ngram`` tokens
   (the prompt included) *and* constraint state equal those of an existing node is
   merged into that node (an edge to it is added, nothing is scored), so shared
@@ -204,12 +206,23 @@ class Lattice:
         if alive.get(self.start):
             yield from walk(self.start, ())
 
-    def k_best(self, k: int) -> list[tuple[float, Path]]:
+    def k_best(self, k: int, *, rescore: bool = False, lm=None) -> list[tuple[float, Path]]:
         """The ``k`` complete paths of highest lattice score, best first, as
         ``(score, path)`` (ties: the smaller token tuple first), by dynamic
-        programming: each node keeps the ``k`` best partial paths reaching it."""
+        programming: each node keeps the ``k`` best partial paths reaching it.
+
+        With ``rescore=True`` the same ``k`` paths come with their model scores
+        (:meth:`rescore`, on ``lm`` or the searched model: about ``len(path)``
+        calls each) and are ordered by them, so every reported score is the
+        model's even for paths through merged nodes. The selection is still by
+        lattice score: a merged path whose lattice score underrates it can be
+        missing."""
         if k <= 0:
             return []
+        if rescore:
+            out = [(self.rescore(p, lm), p) for _, p in self.k_best(k)]
+            out.sort(key=lambda x: (-x[0], x[1]))
+            return out
         best: dict[int, list[tuple[float, Path]]] = {self.start: [(0.0, ())]}
         for u in self._order():
             if self.graph.nodes[u]["kind"] == "end":
@@ -442,9 +455,10 @@ def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merg
         counter += 1
         heapq.heappush(heap, (-(nodes[u].score + lp), counter, u, t, lp))
 
-    def enter(u, t, lp):
+    def enter(u, t, lp, only_free=False):
         """Add the edge ``u --t--> ?``; return the new node to continue from, or
-        ``None`` when the roll-out stops (EOS, merge)."""
+        ``None`` when the roll-out stops (EOS, merge). With ``only_free``, add it
+        only when it ends or merges (it would create no node to score)."""
         nd = nodes[u]
         if constraint is None:
             state = None
@@ -465,6 +479,8 @@ def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merg
             if v is not None and v != u and not nx.has_path(G, v, u):
                 G.add_edge(u, v, token=t, logprob=lp, merge=True)
                 return None
+        if only_free:
+            return None
         v = new_node(prefix, score, state, "inner")
         G.add_edge(u, v, token=t, logprob=lp, merge=False)
         if n_merge:
@@ -495,10 +511,11 @@ def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merg
         v = enter(u, t, lp)
         if v is not None:
             run_from(v)
-    # EOS edges can still be entered for free once the budget is spent
+    # Once the budget is spent, the frontier's EOS edges and the edges that
+    # merge into an existing node still cost no call: each adds complete paths
+    # (a merge edge, every completion of its target) for free.
     for _, _, u, t, lp in sorted(heap):
-        if t in eos:
-            enter(u, t, lp)
+        enter(u, t, lp, only_free=True)
 
     decode = getattr(model, "decode", None) or getattr(lm, "decode", None)
     if decode is None and hasattr(lm, "model"):

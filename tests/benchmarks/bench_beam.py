@@ -1,0 +1,316 @@
+"""Breadth-first vs best-first beam search on the default model (SmolLM2-135M-Instruct).
+
+    python tests/benchmarks/bench_beam.py [--prompts 20] [--beams 5,10,20]
+        [--max-new-tokens 24] [--markdown] [--json out.json] [--threads 1]
+        [--regex PATTERN | --schema FILE]
+
+For each beam size and each of the first ``--prompts`` fixed prompts (wrapped in the
+model's chat template), ``search.beam_search`` and ``search.best_first_beam_search``
+run with the same arguments (default ``patience=1``, no length penalty or reward,
+``batch_size=1``). Per run it records
+
+* **calls**: the growth of ``lm.calls``, i.e. prefixes scored (the measure the
+  drivers' guarantee is about);
+* **forwards**: ``TransformersLM.forward`` invocations, and **fed**: the tokens they
+  were given. ``TransformersLM`` scores each prefix on its own, continuing the KV
+  cache of the longest cached prefix it extends, so a call costs one forward of
+  ``len(prefix) - len(cached ancestor)`` tokens (all of the prompt when nothing
+  is cached), or no forward at all when the prefix itself is still cached;
+* **wall**: seconds, ``time.perf_counter`` around the call, and **cpu**: the
+  process's CPU seconds (``time.process_time``) over the same span. On a shared
+  machine wall time swings with the load; with one torch thread the CPU time is
+  the steadier measure of the work done.
+
+Fairness: the model's KV cache is emptied before every run (otherwise the second
+driver would find the first one's prefixes cached), the two drivers alternate
+which runs first from prompt to prompt, and one untimed warm-up search runs first.
+Torch runs on ``--threads`` threads (1 by default: the numbers are per core).
+
+**Identical** means the best hypothesis of both (``beam_search(...)[0]`` and the
+single answer of the best-first search) has the same tokens and scores within
+``1e-4``; any difference is listed. The scores are recomputed through different KV
+cache paths in the two runs (a prefix continued from its parent's cache vs from an
+older ancestor's), so they agree to float32 rounding, not bit for bit.
+
+``--regex`` / ``--schema`` run both drivers under a constraint (``--schema`` needs a
+JSON Schema compiler in ``constrain``; until it exists the script says so and
+exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import search  # noqa: E402
+
+# Mostly requests with short answers, so that hypotheses end within the token
+# limit and the stopping rule (and best-first's early exit) matters; a few open
+# ones that run to the limit.
+PROMPTS = [
+    "What is the capital of France? Answer in one word.",
+    "How many legs does a spider have?",
+    "Name a primary color.",
+    "What is 7 times 8?",
+    "Who wrote Romeo and Juliet?",
+    "Translate 'thank you' into Spanish.",
+    "Give me a synonym for 'happy'.",
+    "What is the chemical symbol for gold?",
+    "Write a haiku about the sea.",
+    "Suggest a name for a pet goldfish.",
+    "Is the sun a star? Answer yes or no.",
+    "What color is the sky on a clear day?",
+    "Write one sentence about autumn.",
+    "What is the largest planet in our solar system?",
+    "Say hello in French.",
+    "What is the boiling point of water in Celsius?",
+    "Tell me a fun fact about cats.",
+    "Complete the sentence: The early bird catches the",
+    "What day comes after Monday?",
+    "Describe a sunset in five words.",
+]
+WARMUP_PROMPT = "Say hi."
+SCORE_TOL = 1e-4
+
+
+def load_constraint(args, lm):
+    """The compiled constraint named on the command line, or ``None``."""
+    if args.regex:
+        import constrain
+
+        return constrain.compile_regex(args.regex, lm.vocab)
+    if args.schema:
+        import constrain
+
+        compile_schema = getattr(constrain, "compile_json_schema", None)
+        if compile_schema is None:
+            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")  # exit status 1
+        with open(args.schema, encoding="utf-8") as f:
+            return compile_schema(json.load(f), lm.vocab)
+    return None
+
+
+class ForwardCounter:
+    """Counts ``TransformersLM.forward`` invocations and the tokens fed to them, by
+    wrapping the instance's method (``_next_logits`` calls ``self.forward``)."""
+
+    def __init__(self, lm):
+        self.passes = 0
+        self.tokens = 0
+        inner = lm.forward
+
+        def forward(token_ids, past=None):
+            self.passes += 1
+            self.tokens += len(token_ids)
+            return inner(token_ids, past)
+
+        lm.forward = forward
+
+
+class MemoLM:
+    """The LM protocol over a ``TransformersLM`` that computes each prefix's row
+    once per process and keeps only its ``keep`` best entries (the rest ``-inf``).
+
+    Unconstrained, a driver with ``beam_size <= keep`` keeps only the ``beam_size``
+    best children of a hypothesis, so it sees the same hypotheses and scores as
+    with full rows; both drivers and all beam sizes then share one model
+    computation per distinct prefix (the two drivers score mostly the same
+    prefixes), and both see bit-identical scores. ``calls`` still counts every
+    prefix a driver asks for, as ``TransformersLM.calls`` does; times measured
+    through it mean nothing."""
+
+    def __init__(self, lm, keep: int = 64):
+        from search.lm import TransformersLMAdapter
+
+        self.inner = TransformersLMAdapter(lm, kv_cache_size=64)
+        self.vocab_size = self.inner.vocab_size
+        self.eos_token_ids = self.inner.eos_token_ids
+        self.keep = keep
+        self.calls = 0
+        self.memo: dict = {}
+
+    def logprobs(self, prefixes):
+        out = np.full((len(prefixes), self.vocab_size), -np.inf, dtype=np.float32)
+        for i, p in enumerate(prefixes):
+            p = tuple(int(t) for t in p)
+            hit = self.memo.get(p)
+            if hit is None:
+                row = self.inner.logprobs([p])[0]
+                top = np.argpartition(-row, self.keep)[: self.keep]
+                hit = self.memo[p] = (top, row[top])
+            out[i, hit[0]] = hit[1]
+        self.calls += len(prefixes)
+        return out
+
+    def clear_cache(self):
+        """Nothing to forget: the memo is the point."""
+
+
+def run_one(driver, lm, fc, ids, k, T, constraint):
+    """One search from an empty KV cache: (best hypothesis, calls, forwards, tokens
+    fed, wall seconds, CPU seconds)."""
+    lm.clear_cache()
+    c0, p0, f0 = lm.calls, fc.passes, fc.tokens
+    t0, u0 = time.perf_counter(), time.process_time()
+    out = driver(lm, ids, beam_size=k, max_new_tokens=T, constraint=constraint)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - u0
+    return out[0], lm.calls - c0, fc.passes - p0, fc.tokens - f0, wall, cpu
+
+
+def dump(path, lm, T, args, beams, load0, records, load1=None):
+    """Write the runs so far as JSON."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"model": lm.name, "max_new_tokens": T, "threads": args.threads, "beams": beams,
+                   "regex": args.regex, "schema": args.schema, "load_start": load0, "load_end": load1,
+                   "runs": records}, f, indent=1)
+
+
+def fmt_table(rows, markdown):
+    """Rows of strings as a markdown or aligned plain-text table (first row: header)."""
+    if markdown:
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" ---: " for _ in rows[0]) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return "\n".join(lines)
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
+
+
+def summary(records, beams, markdown):
+    """The table: one row per beam size, totals over the prompts."""
+    rows = [["beam", "calls beam", "calls best-first", "calls ratio", "forwards beam", "forwards best-first",
+             "tokens fed beam", "tokens fed best-first", "wall beam (s)", "wall best-first (s)", "wall ratio",
+             "cpu beam (s)", "cpu best-first (s)", "cpu ratio", "identical"]]
+    for k in beams:
+        rs = [r for r in records if r["beam_size"] == k]
+
+        def tot(name, key):
+            return sum(r[name][key] for r in rs)
+
+        rows.append([str(k), str(tot("beam", "calls")), str(tot("best-first", "calls")),
+                     f"{tot('beam', 'calls') / max(1, tot('best-first', 'calls')):.2f}",
+                     str(tot("beam", "forwards")), str(tot("best-first", "forwards")),
+                     str(tot("beam", "fed")), str(tot("best-first", "fed")),
+                     f"{tot('beam', 'wall_s'):.1f}", f"{tot('best-first', 'wall_s'):.1f}",
+                     f"{tot('beam', 'wall_s') / max(1e-9, tot('best-first', 'wall_s')):.2f}",
+                     f"{tot('beam', 'cpu_s'):.1f}", f"{tot('best-first', 'cpu_s'):.1f}",
+                     f"{tot('beam', 'cpu_s') / max(1e-9, tot('best-first', 'cpu_s')):.2f}",
+                     f"{sum(r['identical'] for r in rs)}/{len(rs)}"])
+        if any(r.get("memo") for r in rs):  # shared computation: forwards and times are not per driver
+            rows[-1][4:14] = ["-"] * 10
+    return fmt_table(rows, markdown)
+
+
+def main() -> None:
+    """Run both drivers on every prompt and beam size, print the summary table."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many of the {len(PROMPTS)} prompts")
+    ap.add_argument("--beams", default="5,10,20", help="comma-separated beam sizes")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
+    ap.add_argument("--json", help="write every run's numbers here")
+    ap.add_argument("--quiet", "-q", action="store_true", help="no per-prompt lines")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--regex", help="constrain both drivers by this regex")
+    g.add_argument("--schema", help="constrain both drivers by this JSON Schema file (needs the schema compiler)")
+    ap.add_argument("--select", help="comma-separated prompt indices (0-based) instead of --prompts")
+    ap.add_argument("--memo", action="store_true",
+                    help="score each distinct prefix once for both drivers and all beam sizes (calls and "
+                         "identity only; no meaningful times; unconstrained, beam sizes <= 64)")
+    ap.add_argument("--summarize", nargs="+", metavar="JSON",
+                    help="print the table of earlier --json outputs (e.g. beam sizes run apart) and exit")
+    args = ap.parse_args()
+    if args.summarize:
+        records = [r for path in args.summarize for r in json.load(open(path, encoding="utf-8"))["runs"]]
+        beams = sorted({r["beam_size"] for r in records})
+        print(summary(records, beams, args.markdown))
+        return
+    if not 1 <= args.prompts <= len(PROMPTS):
+        ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+    beams = [int(b) for b in args.beams.split(",") if b.strip()]
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    lm = search.load_default_model()
+    constraint = load_constraint(args, lm)
+    fc = ForwardCounter(lm)
+    if args.memo:
+        if constraint is not None or max(beams) > 64:
+            ap.error("--memo needs no constraint and beam sizes <= 64")
+        lm_run = MemoLM(lm)
+    else:
+        lm_run = lm
+    drivers = {"beam": search.beam_search, "best-first": search.best_first_beam_search}
+    T = args.max_new_tokens
+    idx = [int(i) for i in args.select.split(",")] if args.select else list(range(args.prompts))
+    prompts = [PROMPTS[i] for i in idx]
+    load0 = os.getloadavg()
+    print(f"# {lm.name}, torch {torch.__version__} ({args.threads} thread(s)), {platform.processor() or platform.machine()}, "
+          f"{len(prompts)} prompts, max_new_tokens={T}, beams {beams}{', memo' if args.memo else ''}"
+          + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else "")
+          + f"; load average at start {load0[0]:.2f}", flush=True)
+
+    wids = lm.apply_chat_template(WARMUP_PROMPT)
+    for d in drivers.values():
+        run_one(d, lm_run, fc, wids, 2, 4, constraint)
+
+    records = []
+    # prompt-major, so that an interrupted run has every beam size for the prompts it did
+    for i, prompt in enumerate(prompts):
+        ids = lm.apply_chat_template(prompt)
+        for k in beams:
+            order = list(drivers) if i % 2 == 0 else list(drivers)[::-1]
+            res = {}
+            for name in order:
+                res[name] = run_one(drivers[name], lm_run, fc, ids, k, T, constraint)
+            hb, hf = res["beam"][0], res["best-first"][0]
+            same_tokens = hb.tokens == hf.tokens
+            dscore = abs(hb.score - hf.score)
+            rec = {"beam_size": k, "prompt": prompt, "prompt_tokens": len(ids), "memo": args.memo,
+                   "identical": same_tokens and dscore <= SCORE_TOL, "same_tokens": same_tokens,
+                   "score_diff": dscore}
+            for name, (h, calls, passes, fed, wall, cpu) in res.items():
+                rec[name] = {"calls": calls, "forwards": passes, "fed": fed, "wall_s": wall, "cpu_s": cpu,
+                             "tokens": list(h.tokens), "score": h.score, "finished": h.finished,
+                             "text": lm.decode(h.tokens)}
+            records.append(rec)
+            if args.json:  # after every prompt, so that an interrupted run keeps what it measured
+                dump(args.json, lm, T, args, beams, load0, records)
+            if not args.quiet:
+                b, f = rec["beam"], rec["best-first"]
+                print(f"k={k:<3} #{idx[i]:<2} calls {b['calls']:5d} / {f['calls']:5d}  wall {b['wall_s']:6.2f} / "
+                      f"{f['wall_s']:6.2f} s  cpu {b['cpu_s']:6.2f} / {f['cpu_s']:6.2f} s  len {len(hb.tokens):2d}{'E' if hb.finished else ' '}  "
+                      f"{'same' if rec['identical'] else 'DIFFERENT'}  {hb.score:9.4f}  {lm.decode(hb.tokens)!r}",
+                      flush=True)
+                if not rec["identical"]:
+                    print(f"      best-first: {hf.score:9.4f} {lm.decode(hf.tokens)!r} (|d score| {dscore:.2e})",
+                          flush=True)
+
+    load1 = os.getloadavg()
+    print()
+    print(summary(records, beams, args.markdown))
+    print(f"\nratios: beam_search / best_first_beam_search (totals over the prompts); "
+          f"load average at end {load1[0]:.2f}")
+    diffs = [r for r in records if not r["identical"]]
+    for r in diffs:
+        print(f"DIFFERENT: k={r['beam_size']} {r['prompt']!r}: beam {r['beam']['score']:.6f} {r['beam']['text']!r} "
+              f"vs best-first {r['best-first']['score']:.6f} {r['best-first']['text']!r}")
+    if args.json:
+        dump(args.json, lm, T, args, beams, load0, records, load1)
+    sys.exit(1 if diffs else 0)
+
+
+if __name__ == "__main__":
+    main()

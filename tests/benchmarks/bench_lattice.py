@@ -1,0 +1,212 @@
+"""How many complete outputs a lattice encodes for the model calls of a 16-beam
+search, and whether the scores of the paths extracted from it are the model's.
+
+    python tests/benchmarks/bench_lattice.py [--prompts 5] [--beam 16] [--max-new-tokens 24]
+        [--merge-ngram 4] [--k 10] [--samples 10] [--markdown] [--json out.json]
+        [--threads 1] [--regex PATTERN | --schema FILE]
+
+Per prompt (the default model's chat template around it):
+
+1. ``search.beam_search`` with ``beam_size=--beam`` runs from an empty KV cache;
+   the growth of ``lm.calls`` is the **budget**.
+2. ``search.lattice_search`` builds a lattice with that budget (same
+   ``max_new_tokens``, ``merge_ngram``, constraint; default ``top_k``). Reported:
+   calls spent, nodes, edges, end nodes and ``count_paths()``, the number of
+   distinct complete paths (a path is a token sequence: from a node each token
+   labels at most one edge, so distinct paths are distinct token sequences).
+3. Paths are extracted: the ``--k`` best by lattice score (``k_best``), ``--samples``
+   uniform draws and ``--samples`` draws in proportion to ``exp(score)``
+   (``sample(..., distinct=True)``, seed 0); each distinct path is then scored
+   three ways:
+
+   * ``lattice``: ``Lattice.score`` (sum of its edges' log-probabilities);
+   * ``rescore``: ``Lattice.rescore`` (the model through ``lm.logprobs``, one
+     prefix per token, continuing the KV cache);
+   * ``teacher-forced`` (the reference): one forward pass of the model over
+     ``prompt + path`` with no cache, log-softmax in float64, the log-probabilities
+     of the path's tokens summed.
+
+   Reported: the largest ``|lattice - reference|`` over the exact paths
+   (``Lattice.is_exact``) and over the merged ones, the largest
+   ``|rescore - reference|`` over all, and how many extracted paths were merged.
+   The score to report for an extracted path is ``rescore`` (``lattice`` is an
+   approximation for merged paths by design; see ``search/lattice.py``).
+
+``--regex`` / ``--schema`` constrain both searches (``--schema`` needs a JSON
+Schema compiler in ``constrain``; until it exists the script says so and exits 1).
+Exit status 1 when a prompt's lattice has fewer than 100 complete paths or a
+rescored path is off the reference by more than ``1e-3``.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import search  # noqa: E402
+
+# Open-ended requests: a beam search on them runs to (or near) the token limit, as
+# the "budget of a 16-beam search" in issue 4 means; one short factual one for
+# contrast (its beam search stops early, so its budget is small).
+PROMPTS = [
+    "Write a haiku about the sea.",
+    "Tell me a fun fact about cats.",
+    "Write one sentence about autumn.",
+    "Suggest a name for a pet goldfish.",
+    "What is the capital of France? Answer in one word.",
+]
+MIN_PATHS = 100
+RESCORE_TOL = 1e-3
+
+
+def load_constraint(args, lm):
+    """The compiled constraint named on the command line, or ``None``."""
+    if args.regex:
+        import constrain
+
+        return constrain.compile_regex(args.regex, lm.vocab)
+    if args.schema:
+        import constrain
+
+        compile_schema = getattr(constrain, "compile_json_schema", None)
+        if compile_schema is None:
+            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")
+        with open(args.schema, encoding="utf-8") as f:
+            return compile_schema(json.load(f), lm.vocab)
+    return None
+
+
+def teacher_forced(lm, prompt_ids, path) -> float:
+    """The model's log-probability of ``path`` after ``prompt_ids``: one uncached
+    forward pass over the whole sequence, log-softmax in float64."""
+    import torch
+
+    ids = torch.tensor([list(prompt_ids) + list(path)], dtype=torch.long, device=lm.device)
+    with torch.inference_mode():
+        logits = lm.model(input_ids=ids, use_cache=False).logits[0].double()
+    n = len(prompt_ids)
+    lp = torch.log_softmax(logits[n - 1: n - 1 + len(path)], dim=-1)
+    tgt = torch.tensor(list(path), dtype=torch.long, device=lp.device)
+    return float(lp.gather(1, tgt[:, None]).sum())
+
+
+def fmt_table(rows, markdown):
+    """Rows of strings as a markdown or aligned plain-text table (first row: header)."""
+    if markdown:
+        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" ---: " for _ in rows[0]) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+        return "\n".join(lines)
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
+
+
+def main() -> None:
+    """Beam budget, lattice, extraction and rescoring per prompt; print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many of the {len(PROMPTS)} prompts")
+    ap.add_argument("--beam", type=int, default=16, help="the beam size whose calls are the budget")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--merge-ngram", type=int, default=4)
+    ap.add_argument("--k", type=int, default=10, help="k-best paths to extract")
+    ap.add_argument("--samples", type=int, default=10, help="paths to draw, uniformly and by score (each)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--json", help="write every prompt's numbers and paths here")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--regex", help="constrain both searches by this regex")
+    g.add_argument("--schema", help="constrain both searches by this JSON Schema file (needs the schema compiler)")
+    args = ap.parse_args()
+    if not 1 <= args.prompts <= len(PROMPTS):
+        ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    lm = search.load_default_model()
+    constraint = load_constraint(args, lm)
+    T = args.max_new_tokens
+    print(f"# {lm.name}, {args.threads} thread(s), beam {args.beam}, max_new_tokens={T}, "
+          f"merge_ngram={args.merge_ngram}, k={args.k}, samples={args.samples}"
+          + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else ""),
+          flush=True)
+
+    records = []
+    for prompt in PROMPTS[: args.prompts]:
+        ids = lm.apply_chat_template(prompt)
+        lm.clear_cache()
+        c0, t0 = lm.calls, time.perf_counter()
+        beam = search.beam_search(lm, ids, beam_size=args.beam, max_new_tokens=T, constraint=constraint)
+        budget, t_beam = lm.calls - c0, time.perf_counter() - t0
+        lm.clear_cache()
+        t0 = time.perf_counter()
+        lat = search.lattice_search(lm, ids, budget=budget, max_new_tokens=T, merge_ngram=args.merge_ngram,
+                                    constraint=constraint)
+        t_lat = time.perf_counter() - t0
+        n_paths = lat.count_paths()
+
+        paths = [p for _, p in lat.k_best(args.k)]
+        paths += lat.sample(args.samples, seed=0, method="uniform")
+        paths += lat.sample(args.samples, seed=0, method="score")
+        paths = list(dict.fromkeys(paths))
+        lm.clear_cache()
+        rows = []
+        for p in paths:
+            ref = teacher_forced(lm, ids, p)
+            rows.append({"path": list(p), "text": lat.text(p), "exact": lat.is_exact(p), "lattice": lat.score(p),
+                         "rescore": lat.rescore(p), "reference": ref})
+        exact = [r for r in rows if r["exact"]]
+        merged = [r for r in rows if not r["exact"]]
+
+        def maxdiff(rs, key):
+            return max((abs(r[key] - r["reference"]) for r in rs), default=float("nan"))
+
+        rec = {"prompt": prompt, "budget": budget, "beam_s": t_beam, "beam_best": lm.decode(beam[0].tokens),
+               "beam_finished": sum(h.finished for h in beam), "lattice_calls": lat.calls, "lattice_s": t_lat,
+               "nodes": lat.num_nodes, "edges": lat.num_edges, "ends": len(lat.ends), "paths": n_paths,
+               "extracted": len(rows), "merged": len(merged),
+               "exact_lattice_vs_ref": maxdiff(exact, "lattice"), "merged_lattice_vs_ref": maxdiff(merged, "lattice"),
+               "rescore_vs_ref": maxdiff(rows, "rescore"), "scored": rows}
+        records.append(rec)
+        print(f"{prompt!r}: budget {budget} ({t_beam:.1f} s), lattice {lat.calls} calls ({t_lat:.1f} s), "
+              f"{lat.num_nodes} nodes, {lat.num_edges} edges, {len(lat.ends)} ends, {n_paths} complete paths; "
+              f"{len(rows)} extracted ({len(merged)} merged): |lattice-ref| exact {rec['exact_lattice_vs_ref']:.2e}, "
+              f"merged {rec['merged_lattice_vs_ref']:.2e}; |rescore-ref| {rec['rescore_vs_ref']:.2e}", flush=True)
+        for r in sorted(rows, key=lambda r: -r["rescore"])[:3]:
+            print(f"    {r['rescore']:9.4f} (lattice {r['lattice']:9.4f}{'' if r['exact'] else ', merged'}) "
+                  f"{r['text']!r}", flush=True)
+
+    table = [["prompt", "budget (16-beam calls)", "lattice calls", "nodes", "edges", "complete paths",
+              "extracted (merged)", "max abs lattice-ref, exact", "max abs lattice-ref, merged",
+              "max abs rescore-ref"]]
+    for r in records:
+        table.append([r["prompt"][:32], str(r["budget"]), str(r["lattice_calls"]), str(r["nodes"]), str(r["edges"]),
+                      f"{r['paths']:,}", f"{r['extracted']} ({r['merged']})", f"{r['exact_lattice_vs_ref']:.1e}",
+                      f"{r['merged_lattice_vs_ref']:.1e}", f"{r['rescore_vs_ref']:.1e}"])
+    print()
+    print(fmt_table(table, args.markdown))
+    few = [r["prompt"] for r in records if r["paths"] < MIN_PATHS]
+    off = [r["prompt"] for r in records if not r["rescore_vs_ref"] <= RESCORE_TOL]
+    if few:
+        print(f"fewer than {MIN_PATHS} complete paths: {few}")
+    if off:
+        print(f"rescored scores off the reference by more than {RESCORE_TOL}: {off}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"model": lm.name, "beam": args.beam, "max_new_tokens": T, "merge_ngram": args.merge_ngram,
+                       "regex": args.regex, "schema": args.schema, "prompts": records}, f, indent=1,
+                      default=lambda x: float(x) if isinstance(x, np.floating) else str(x))
+    sys.exit(1 if few or off else 0)
+
+
+if __name__ == "__main__":
+    main()
