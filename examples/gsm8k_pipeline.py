@@ -136,7 +136,7 @@ def run_question(lm, row, args, answer_c, full_c, prm):
 
     # greedy: one stream at temperature 0, answer line under the constraint
     t, c0 = time.perf_counter(), lm.calls
-    budget = Budget(args.max_tokens)
+    budget = Budget(args.max_tokens + args.max_step_tokens + 2)  # room for the answer line
     sampler = LMStepSampler(lm, ids, delimiter="\n", constraint=answer_c, temperature=0.0,
                             max_step_tokens=args.max_step_tokens, close_cutoff=True)
     sol = sampler.rollouts(Solution(), 1, budget, args.max_tokens)[0]
@@ -153,7 +153,7 @@ def run_question(lm, row, args, answer_c, full_c, prm):
 
     t = time.perf_counter()
     r = astar_search(lm, ids, prm, k=args.k, token_budget=args.n * args.max_tokens, prm_budget=args.prm_budget,
-                     max_steps=args.astar_max_steps, seed=args.seed, **common)
+                     max_steps=args.astar_max_steps, step_cost=args.step_cost, seed=args.seed, **common)
     out["astar"] = (r.answer, r.complete, r.tokens, r.lm_calls, r.prm_calls, time.perf_counter() - t)
 
     t = time.perf_counter()
@@ -165,8 +165,9 @@ def run_question(lm, row, args, answer_c, full_c, prm):
     t, c0 = time.perf_counter(), lm.calls
     fast = LockstepLM(lm)
     critic, counter = step_critic(lm, prm, q)
-    res = search.smc(fast, ids, full_c, n_particles=args.n, max_new_tokens=args.max_tokens, seed=args.seed,
-                     critic=critic)
+    # the others get max_tokens plus an answer line; SMC the same room in one piece
+    res = search.smc(fast, ids, full_c, n_particles=args.n, max_new_tokens=args.max_tokens + args.max_step_tokens,
+                     seed=args.seed, critic=critic)
     best = res.best()
     ans = extract_answer(lm.decode(best)) if best is not None else None
     # SMC samples one token per live particle per step; particles sharing a prefix share
@@ -187,6 +188,8 @@ def main(argv=None):
     ap.add_argument("--max-step-tokens", type=int, default=40)
     ap.add_argument("--prm-budget", type=int, default=64)
     ap.add_argument("--astar-max-steps", type=int, default=12, help="A* does not expand longer solutions")
+    ap.add_argument("--step-cost", type=float, default=0.0,
+                    help="A*'s g per step (0: greedy best-first on the PRM, ties deeper)")
     ap.add_argument("--foresight-rounds", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--seed", type=int, default=0)

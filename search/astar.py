@@ -14,9 +14,13 @@ cost of the path so far:
 (for steps from an ``expand`` hook, the hook's own step cost). With the defaults
 (``step_cost=0.1``, ``logprob_weight=0``) ``g`` is 0.1 per step: a mild preference
 for short solutions, so that the PRM decides and a long detour must earn its
-length. The root (no steps) has ``h = 0`` and is not scored.
+length. The root (no steps) has ``h = 0`` and is not scored. Note that any
+``g`` that grows with depth turns A* into breadth-first search wherever the PRM
+is flat (a rule-based PRM that only checks arithmetic is flat on prose steps);
+``step_cost=0`` then gives greedy best-first search on the PRM score, ties going
+deeper.
 
-The search pops the state of lowest ``f`` (ties: fewer steps, then first
+The search pops the state of lowest ``f`` (ties: more steps, then first
 generated). A popped *complete* solution is returned. Otherwise ``k`` next steps
 are sampled (from the model, or from the hook), each new state is scored by the
 PRM and pushed. A complete solution is only returned when popped, so what is
@@ -65,7 +69,9 @@ class _Node:
         return self.g + self.h
 
     def key(self):
-        return (self.f, len(self.sol.steps), self.order)
+        # ties go to the deeper state: with a flat PRM this finishes a solution
+        # instead of widening every level (A*'s optimality holds for any tie rule)
+        return (self.f, -len(self.sol.steps), self.order)
 
 
 def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, token_budget: int | None,
