@@ -135,6 +135,7 @@ GENERIC_EXAMPLES: dict[str, list[str]] = {
               "selected", "fromage", "order_id", "nullable", "isnt"],
     "DQ_STRING": ['""', '"text"', '"it""s"'],
 }
+GENERIC_EXAMPLES["ALIAS_NOT_OVER"] = [n for n in GENERIC_EXAMPLES["IDENT"] if n != "over"]
 
 
 def terminal_examples(parser: lark.Lark, extra: dict[str, list[str]] | None = None
