@@ -52,6 +52,7 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
             (``max_steps * max_step_tokens`` tokens); a sample that has not ended
             by then is dropped, unless ``close_cutoff`` (the default) and a
             constraint: it is then closed with an answer line under the constraint.
+        (PRM budget: samples beyond it are not scored and not chosen from.)
 
     Returns:
         a :class:`search.reasoning_steps.ReasoningResult`; ``candidates`` lists

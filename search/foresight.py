@@ -186,6 +186,7 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
             if not rolled:
                 break
             F, answers = F[: len(rolled)], answers[: len(rolled)]
+            sizes = Counter(a for a in answers if a is not None)
         # 5. in-depth pruning
         if sizes and len(rolled) >= 2:
             top, cnt = sizes.most_common(1)[0]
