@@ -6,8 +6,8 @@ rules so that only the tables and columns of one database can be named.
 
 The grammar is scannerless (see ``docs/sql.md``): whitespace is a terminal of its
 own, mandatory between two word-like tokens and optional around punctuation, so
-that the language Lark's ``dynamic_complete`` Earley parser accepts is the one
-SQLite accepts rather than a superset that glues keywords to identifiers.
+that what Lark's ``dynamic_complete`` Earley parser accepts is SQL that SQLite
+parses (a subset of it) rather than a superset that glues keywords to names.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ def sql_grammar(schema, *, cte_names: Iterable[str] = ()) -> str:
         SqlSchemaError: ``schema`` cannot be read or has no tables.
     """
     tables = load_schema(schema)
-    ctes = sorted(set(cte_names))
+    ctes = list(cte_names)
     for name in ctes:
         if not isinstance(name, str) or not name:
             raise SqlSchemaError(f"CTE names must be non-empty strings, got {name!r}")

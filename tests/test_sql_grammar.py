@@ -358,6 +358,8 @@ def test_cte_names():
     assert accepts(specialised, "WITH recent AS (SELECT a FROM t) SELECT a FROM recent")
     assert accepts(specialised, "WITH other AS (SELECT a FROM t) SELECT a FROM other") is None
     assert accepts(specialised, "SELECT a FROM recent") is not None  # not tracked
+    with pytest.raises(SqlSchemaError, match="CTE names"):
+        sql_grammar({"t": ["a"]}, cte_names=["ok", 3])
 
 
 def test_specialised_samples_are_sqlite_syntax():
