@@ -300,7 +300,7 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                        block_length: int | None = None, steps: int | None = None,
                        remasking: str = "low_confidence", method: str | None = None,
                        temperature: float = 0.0, seed: int = 0, vocab=None,
-                       max_tries: int = 8, trailing_exact: int | None = 8,
+                       max_tries: int = 8, trailing_exact: int | None = None,
                        infill_kwargs: dict | None = None) -> DiffusionResult:
     """Generate ``gen_length`` tokens after ``prompt`` with a masked-diffusion LM.
 
@@ -308,12 +308,12 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     step keeps the canvas completable within ``gen_length`` tokens, so the output is
     always a complete string of the language (``valid`` is True) unless the model
     gives every completion probability 0; with ``method="infill"`` (default for a
-    grammar) every kept token passes the infilling check, exact while at most
-    ``trailing_exact`` positions remain masked after the last decided token (so
-    throughout the last block when ``block_length <= trailing_exact``); before
-    that the remaining positions are treated as unbounded, which can let an
-    earlier block commit to text too long to finish in time (then ``valid`` is
-    False and ``stuck_step`` says when). References: LLaDA's sampler (Nie et al. 2025), DINGO
+    grammar) every kept token passes the exact infilling check, length budget
+    included, so likewise. With ``trailing_exact=n`` the check is exact only while
+    at most ``n`` positions remain masked after the last decided token; before
+    that they count as an unbounded hole (a smaller automaton, a faster check),
+    which can let an early block commit to text too long to finish in time (then
+    ``valid`` is False and ``stuck_step`` says when). References: LLaDA's sampler (Nie et al. 2025), DINGO
     (Suresh et al. 2025), constrained diffusion decoding (Mündler et al. 2025).
 
     Args:
@@ -333,8 +333,8 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
         max_tries: infill: tokens tried at a position before moving to the next
             position (a position whose tries all fail is scanned exhaustively if
             no other position can be kept).
-        trailing_exact: infill: see above (``None``: always exact, slow for long
-            outputs: the check's automaton grows with the masked positions).
+        trailing_exact: infill: see above (``None``, the default: always exact;
+            the check's automaton grows with the masked positions).
         infill_kwargs: budgets passed to :func:`search.infill.can_complete`.
     """
     from constrain import DFAConstraint

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
+import zlib
 
 import lark
 import numpy as np
@@ -151,7 +152,7 @@ def test_agrees_with_brute_force(name):
     source, pieces, samples = GRAMMARS[name]
     vocab = make_vocab(pieces)
     oracle = Oracle(source)
-    rng = random.Random(hash(name) % 1000 + 7)
+    rng = random.Random(zlib.crc32(name.encode()))
     counts = {True: 0, False: 0}
     for _ in range(N_PER_GRAMMAR):
         segs = random_partial(rng, pieces, samples)
