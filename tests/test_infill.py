@@ -316,3 +316,15 @@ def test_grammar_errors():
         can_complete('start: "a" "', ["a"])
     with pytest.raises(UnsupportedRegexError):
         can_complete("start: A\nA: /a(?=b)/", ["a"])
+
+
+def test_terminals_are_regular_languages():
+    """A terminal is its regex's whole language. Lark's Earley dynamic lexer
+    instead takes ``re.match``'s leftmost-first match and its prefixes, so with
+    ``/12|120/`` Lark never sees ``120``; the infilling check does (the intended
+    semantics; write alternatives longest first to make Lark agree)."""
+    assert can_complete("start: A\nA: /12|120/", ["120"])
+    parser = lark.Lark("start: A\nA: /12|120/", parser="earley", lexer="dynamic_complete")
+    with pytest.raises(lark.exceptions.LarkError):
+        parser.parse("120")
+    assert Oracle("start: A\nA: /120|12/")("120")
