@@ -15,10 +15,15 @@ the score of the whole solution) and two choices are made from the same samples:
 
 ``result.info["argmax"]`` and ``result.info["weighted_majority"]`` hold both
 choices; ``result.solution`` is the one asked for by ``method``.
+
+The module is callable: ``search.best_of_n(...)`` is the function even after
+``import search.best_of_n``.
 """
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Callable
 
 import numpy as np
@@ -120,3 +125,14 @@ def _choose(cands, method: str, budget: Budget, lm_calls: int) -> ReasoningResul
               "weighted_majority": None if majority is None else cands[majority],
               "votes": totals},
     )
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``search.best_of_n(...)`` call the function even where the package's
+    attribute ``best_of_n`` is this submodule (after ``import search.best_of_n``)."""
+
+    def __call__(self, *args, **kwargs):
+        return best_of_n(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
