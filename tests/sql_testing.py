@@ -134,6 +134,12 @@ GENERIC_EXAMPLES: dict[str, list[str]] = {
               "no", "row", "rows", "range", "current", "partition", "action", "temp",
               "selected", "fromage", "order_id", "nullable", "isnt"],
     "DQ_STRING": ['""', '"text"', '"it""s"'],
+    "FRAME_UNIT": ["ROWS", "range", "GROUPS"],
+    "FRAME_START": ["UNBOUNDED PRECEDING", "current row"],
+    "FRAME_END": ["UNBOUNDED FOLLOWING", "CURRENT  ROW"],
+    "FRAME_DIRECTION": ["PRECEDING", "following"],
+    "FRAME_EXCLUDE": ["EXCLUDE NO OTHERS", "exclude current row", "EXCLUDE GROUP",
+                      "EXCLUDE TIES"],
 }
 GENERIC_EXAMPLES["ALIAS_NOT_OVER"] = [n for n in GENERIC_EXAMPLES["IDENT"] if n != "over"]
 
