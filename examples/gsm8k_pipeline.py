@@ -152,13 +152,15 @@ def run_question(lm, row, args, answer_c, full_c, prm):
                      r.prm_calls, dt)
 
     t = time.perf_counter()
-    r = astar_search(lm, ids, prm, k=args.k, token_budget=args.n * args.max_tokens, prm_budget=args.prm_budget,
+    # A* and foresight get the tokens of n samples, answer lines included
+    search_budget = args.n * (args.max_tokens + args.max_step_tokens)
+    r = astar_search(lm, ids, prm, k=args.k, token_budget=search_budget, prm_budget=args.prm_budget,
                      max_steps=args.astar_max_steps, step_cost=args.step_cost, seed=args.seed, **common)
     out["astar"] = (r.answer, r.complete, r.tokens, r.lm_calls, r.prm_calls, time.perf_counter() - t)
 
     t = time.perf_counter()
     r = foresight_search(lm, ids, prm, k=args.k, beam_width=1, max_steps=args.foresight_rounds,
-                         token_budget=args.n * args.max_tokens, prm_budget=args.prm_budget,
+                         token_budget=search_budget, prm_budget=args.prm_budget,
                          joint_rollouts=True, max_rollout_steps=max_steps, seed=args.seed, **common)
     out["foresight"] = (r.answer, r.complete, r.tokens, r.lm_calls, r.prm_calls, time.perf_counter() - t)
 
@@ -181,10 +183,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=5, help="questions (the first N of the file)")
     ap.add_argument("--offset", type=int, default=0, help="skip this many questions first")
-    ap.add_argument("--n", type=int, default=4, help="best-of-N samples and SMC particles; A* and foresight "
-                                                     "get n * max-tokens tokens")
+    ap.add_argument("--n", type=int, default=3, help="best-of-N samples and SMC particles; A* and foresight "
+                                                     "get n * (max-tokens + max-step-tokens) tokens")
     ap.add_argument("--k", type=int, default=3, help="steps sampled per A*/foresight expansion")
-    ap.add_argument("--max-tokens", type=int, default=160, help="tokens of one solution")
+    ap.add_argument("--max-tokens", type=int, default=128, help="tokens of one solution (plus its answer line)")
     ap.add_argument("--max-step-tokens", type=int, default=40)
     ap.add_argument("--prm-budget", type=int, default=64)
     ap.add_argument("--astar-max-steps", type=int, default=12, help="A* does not expand longer solutions")

@@ -79,7 +79,7 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
                  aggregate: str = "last", max_steps: int = 16, max_step_tokens: int = 64,
                  temperature: float = 0.7, seed=None, expand: Callable | None = None, vocab=None,
                  prm_prompt: str | None = None, answer_fn: Callable[[str], str | None] = extract_answer,
-                 dedupe: bool = True) -> ReasoningResult:
+                 dedupe: bool = True, close_on_budget: bool = True) -> ReasoningResult:
     """A* over reasoning steps with priority ``f = g + (1 - PRM score)``.
 
     Args:
@@ -107,6 +107,11 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
             the decoded prompt ids).
         answer_fn: extracts the final answer from a solution's text.
         dedupe: skip (no PRM call) a sampled step whose text equals a sibling's.
+        close_on_budget: with a constraint and a token budget, keep back enough
+            tokens for one answer line (``max_step_tokens + 1`` plus the
+            delimiter); if the search ends without a complete solution, the best
+            partial one is closed with an answer line under the constraint
+            (``info["closed"]``; not scored again by the PRM).
 
     Returns:
         a :class:`search.reasoning_steps.ReasoningResult`; ``complete`` and
@@ -140,6 +145,14 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
                                 rng=np.random.default_rng(seed))
         lm = lm_p
         calls0 = lm.calls
+    reserve = 0
+    if (close_on_budget and constraint is not None and token_budget is not None
+            and isinstance(sampler, LMStepSampler)):
+        reserve = max_step_tokens + 1 + len(sampler.delim_ids or ())
+        if token_budget > reserve:
+            budget.max_tokens = token_budget - reserve
+        else:
+            reserve = 0
 
     counter = itertools.count()
     root = _Node(Solution(), 0.0, 0.0, 1.0, next(counter))
@@ -186,11 +199,18 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
     if budget.exhausted:
         stop = budget.exhausted
 
+    budget.max_tokens = token_budget if token_budget is None else int(token_budget)
+    closed = False
     if answer_node is None and generated:
         done = [n for n in generated if n.sol.complete]
         pool = done or generated
         answer_node = min(pool, key=lambda n: (n.f, -len(n.sol.steps), n.order))
     sol = answer_node.sol if answer_node is not None else None
+    if reserve and sol is not None and not sol.complete:
+        # the reserved tokens close the best partial solution with an answer line
+        last = sampler._answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, 0.0)
+        if last is not None:
+            sol, closed = Solution(sol.steps[:-1] + (last,)), True
     calls = (lm.calls - calls0) if lm is not None and hasattr(lm, "calls") else 0
     return ReasoningResult(
         solution=sol,
@@ -202,7 +222,7 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
         lm_calls=int(calls),
         prm_calls=budget.prm_calls,
         score=answer_node.r if answer_node is not None else None,
-        info={"expansions": expansions, "generated": len(generated),
+        info={"expansions": expansions, "generated": len(generated), "closed": closed,
               "f": answer_node.f if answer_node is not None else None,
               "g": answer_node.g if answer_node is not None else None},
     )

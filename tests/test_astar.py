@@ -260,3 +260,31 @@ def test_the_answer_line_ends_at_the_end_of_its_line():
                             temperature=0.0)
     step = sampler.sample([Solution()], Budget())[0]
     assert step.final and step.text == "So it is 2\n#### 2"
+
+
+def test_a_budget_cut_search_is_closed_with_an_answer_line():
+    """A model that never ends: A* keeps back the tokens of one answer line and closes
+    its best partial solution with it when the budget runs out."""
+    vocab = toy_vocab()
+    c = compile_regex(r"#### [0-9]+", vocab)
+
+    def row(prefix):
+        p = np.full(len(TOKENS), 1e-6)
+        if prefix[-1] == T[b"#### "]:
+            p[T[b"2"]] = 1.0
+        elif prefix[-1] == T[b"2"]:
+            p[T[b"\n"]] = 1.0
+        else:
+            p[T[b"1+1=2\n"]] = 1.0
+        return np.log(p / p.sum())
+
+    for tb in (6, 8, 13):
+        res = astar_search(CallableLM(row, len(TOKENS), EOS), [0], ArithmeticCheckerPRM(), k=1, token_budget=tb,
+                           prm_budget=None, vocab=vocab, constraint=c, seed=0, max_step_tokens=3)
+        assert res.tokens <= tb and res.budget_exhausted
+        assert res.complete and res.info["closed"] and res.answer == "2"
+        assert res.text.endswith("1+1=2\n#### 2")
+    # too small a budget to keep an answer line back: nothing is closed
+    res = astar_search(CallableLM(row, len(TOKENS), EOS), [0], ArithmeticCheckerPRM(), k=1, token_budget=5,
+                       prm_budget=None, vocab=vocab, constraint=c, seed=0, max_step_tokens=3)
+    assert res.tokens <= 5 and not res.complete and not res.info["closed"]
