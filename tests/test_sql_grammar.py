@@ -261,6 +261,17 @@ def test_sampled_derivations_are_sqlite_syntax(parser, scratch_db):
         assert accepts(parser, query) is not None, query
 
 
+def test_sampled_window_specs_are_sqlite_syntax(parser, scratch_db):
+    # whole-query samples rarely reach a window frame within the depth bound
+    sampler = DerivationSampler(parser, terminal_examples(parser), max_depth=3,
+                                start="window_spec")
+    rng = random.Random(5)
+    for _ in range(60):
+        query = f"SELECT sum(a) OVER ({sampler.sample(rng)}) FROM t"
+        verdict = sqlite_verdict(scratch_db, query)
+        assert not is_syntax_error(verdict), (query, verdict)
+
+
 def test_mutants_lark_accepts_are_sqlite_syntax(parser, gold):
     schemas = load_schemas()
     rng = random.Random(7)
