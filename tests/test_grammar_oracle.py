@@ -54,15 +54,16 @@ def _lark_accepts(parser, text: str) -> bool:
         return False
 
 
-def _token_walk(g, tokenizer, text: str) -> bool:
+def _token_walk(g, tokenizer, text: str, masks: bool = True) -> bool:
     """Walk the tokenizer's encoding of ``text``; check mask == advance at each step."""
     ids = tokenizer.encode(text, add_special_tokens=False) if text else []
     state = g.initial_state()
-    for t in ids:
-        row = g.mask_row(state)
-        allowed = bool((int(row[t >> 5]) >> (t & 31)) & 1)
+    for k, t in enumerate(ids):
         nxt = g.advance(state, t)
-        assert allowed == (nxt is not None), (text, t)
+        if masks and k < 60:
+            row = g.mask_row(state)
+            allowed = bool((int(row[t >> 5]) >> (t & 31)) & 1)
+            assert allowed == (nxt is not None), (text, t)
         if nxt is None:
             return False
         state = nxt
@@ -98,25 +99,30 @@ def test_agrees_with_lark(name, grammar, strings, smollm2_vocab, smollm2_tokeniz
             break
     alphabet = "".join(sorted(set("".join(texts)))) or "a"
     texts += [mutate(t, rng, alphabet) for t in texts for _ in range(2)]
-    for text in texts:
+    for k, text in enumerate(texts):
         want = _lark_accepts(parser, text)
         assert g.matches(text) == want, (text, want)
-        assert _token_walk(g, smollm2_tokenizer, text) == want, (text, want)
+        # masks on a fifth of the walks: SQL masks at fresh states are the slow part
+        assert _token_walk(g, smollm2_tokenizer, text, masks=k % 5 == 0) == want, (text, want)
 
 
-@pytest.mark.parametrize("name", ["json.lark"])
-def test_shipped_grammars_agree_with_lark(name, smollm2_vocab, smollm2_tokenizer):
+@pytest.mark.parametrize("name,n,depth,alphabet", [
+    ("json.lark", 40, 8, "{}[],:\"0123456789.eE-+ntrufals \\"),
+    ("sql.lark", 12, 6, "abcxyz_,.()*'\" =<>!+-0123456789\n"),
+])
+def test_shipped_grammars_agree_with_lark(name, n, depth, alphabet, smollm2_vocab, smollm2_tokenizer):
     text = Path(grammar_path(name)).read_text()
     parser = _lark_parser(text)
     g = compile_grammar(grammar_path(name), smollm2_vocab)
     rng = random.Random(7)
     sampler = GrammarSampler(g, seed=7)
-    texts = [sampler.sentence(max_depth=8).decode("utf-8") for _ in range(40)]
-    texts += [mutate(t, rng, "{}[],:\"0123456789.eE-+ntrufals \\") for t in texts for _ in range(3)]
-    for text in texts:
+    texts = [sampler.sentence(max_depth=depth).decode("utf-8") for _ in range(n)]
+    texts += [mutate(t, rng, alphabet) for t in texts for _ in range(2)]
+    for k, text in enumerate(texts):
         want = _lark_accepts(parser, text)
         assert g.matches(text) == want, (text, want)
-        assert _token_walk(g, smollm2_tokenizer, text) == want, (text, want)
+        # masks on a fifth of the walks: SQL masks at fresh states are the slow part
+        assert _token_walk(g, smollm2_tokenizer, text, masks=k % 5 == 0) == want, (text, want)
 
 
 def test_random_walks_are_sentences(smollm2_vocab):
