@@ -23,7 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import grammar_kernels as gk
-from .byte_automaton import ByteDFA, trim_and_minimize
+from .byte_automaton import ByteDFA
 from .errors import GrammarError, GrammarTooComplexError, RegexError
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
