@@ -39,6 +39,17 @@ _LAZY = {
     "SMCParticle": ("search.smc", "SMCParticle"),
     "Lattice": ("search.lattice", "Lattice"),
     "lattice_search": ("search.lattice", "lattice_search"),
+    "diffusion_generate": ("search.diffusion", "diffusion_generate"),
+    "DiffusionResult": ("search.diffusion", "DiffusionResult"),
+    "MaskedDiffusionLM": ("search.diffusion", "MaskedDiffusionLM"),
+    "TransformersDiffusionLM": ("search.diffusion", "TransformersDiffusionLM"),
+    "SyntheticDiffusionLM": ("search.tiny_diffusion", "SyntheticDiffusionLM"),
+    "tiny_json_model": ("search.tiny_diffusion", "tiny_json_model"),
+    "can_complete": ("search.infill", "can_complete"),
+    "find_completion": ("search.infill", "find_completion"),
+    "can_complete_regex": ("search.infill", "can_complete_regex"),
+    "fim_allowed": ("search.infill", "fim_allowed"),
+    "Hole": ("search.infill", "Hole"),
 }
 
 __all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})
