@@ -54,6 +54,8 @@ class _NFA:
         self.edges: list[list] = []  # state -> [(charset id, target)]
         self.charsets: list = []     # id -> CharSet
         self._ids: dict = {}         # CharSet intervals -> id
+        self.has_asserts = False
+        self.start = self.final = -1
 
     def new(self) -> int:
         self.eps.append([])
@@ -106,6 +108,7 @@ class _NFA:
                 cur = self.into(node.item, cur)
             return cur
         if isinstance(node, Assert):
+            self.has_asserts = True
             s = self.new()
             self.eps[s].append((nxt, node))
             return s
@@ -147,14 +150,50 @@ def _partition(charsets: list[CharSet]) -> tuple[list[CharSet], list[int]]:
 _PREV_DEPENDENT = {"begin", "begin_line", "boundary", "non_boundary"}
 
 
+def build_nfa(node) -> _NFA:
+    """The epsilon-NFA of the regex IR ``node`` (``.start``, ``.final``)."""
+    nfa = _NFA()
+    nfa.start, nfa.final = nfa.build(node)
+    return nfa
+
+
+def ascii_nfa_arrays(nfa: _NFA):
+    """The arrays :func:`constrain.kernels.ascii_byte_dfa` takes, or ``None`` when
+    that shortcut does not apply: a character outside ASCII, an assertion, or an
+    NFA too large for the kernel's closure bitsets."""
+    if nfa.has_asserts:
+        return None
+    eps = nfa.eps
+    if len(eps) * (len(eps) // 64 + 1) > _KERNEL_MAX_WORDS:
+        return None
+    ivs = [cs.intervals for cs in nfa.charsets]
+    for iv in ivs:
+        if iv[-1][1] >= 0x80:
+            return None
+    flat = [x for s, lst in enumerate(nfa.edges) for c, t in lst
+            for lo, hi in ivs[c] for x in (s, lo, hi, t)]
+    return (np.array([len(lst) for lst in eps], dtype=np.int64),
+            np.array([t for lst in eps for t, _ in lst], dtype=np.int64),
+            np.array(flat, dtype=np.int64).reshape(-1, 4))
+
+
+def too_many_states(pattern: str, max_states: int) -> GrammarTooComplexError:
+    return GrammarTooComplexError(
+        f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
+        f"states (pass max_states= to raise the limit)")
+
+
 def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
-                   deadline: float | None = None, pattern: str = "") -> CharDFA:
-    """Determinise the regex IR ``node`` into a :class:`CharDFA`.
+                   deadline: float | None = None, pattern: str = "",
+                   nfa: _NFA | None = None) -> CharDFA:
+    """Determinise the regex IR ``node`` into a :class:`CharDFA` (``nfa``: its
+    :func:`build_nfa`, when already built).
 
     Raises :class:`GrammarTooComplexError` past ``max_states`` states or the
     ``deadline`` (a ``time.perf_counter()`` value)."""
-    nfa = _NFA()
-    start, final = nfa.build(node)
+    if nfa is None:
+        nfa = build_nfa(node)
+    start, final = nfa.start, nfa.final
     asserts = {a for lst in nfa.eps for _, a in lst if a is not None}
     kinds = {a.kind for a in asserts}
 
@@ -330,9 +369,7 @@ def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
         np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
         start, final, max_states)
     if count < 0:
-        raise GrammarTooComplexError(
-            f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
-            f"states (pass max_states= to raise the limit)")
+        raise too_many_states(pattern, max_states)
     return CharDFA(atoms, table, accepting)
 
 

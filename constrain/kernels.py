@@ -559,3 +559,55 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
             table[d, a] = found
         d += 1
     return table[:count], acc[:count], count
+
+
+@njit(cache=True, nogil=True)
+def ascii_byte_dfa(eps_cnt, eps_dst, edges, start, final, max_states, alphabet, max_rounds):
+    """An epsilon-NFA over ASCII characters (no assertions) straight to its
+    trimmed, minimal byte DFA: :func:`determinize` with the bytes themselves as
+    atoms, then :func:`trim_minimize`. One call instead of several small Python
+    and numpy steps, which dominate for short patterns. ``eps_cnt[s]``: number of
+    epsilon edges of NFA state ``s`` (their targets are consecutive in
+    ``eps_dst``); ``edges`` rows ``(source, lo, hi, target)``: a character edge on
+    bytes ``lo..hi`` (< 128), grouped by source in increasing order. Returns
+    ``(table, accepting, status)``: status -1 when more than ``max_states``
+    character states are needed, 0 when no string is accepted, 1 otherwise."""
+    n = eps_cnt.shape[0]
+    eps_ptr = np.zeros(n + 1, np.int64)
+    for s in range(n):
+        eps_ptr[s + 1] = eps_ptr[s] + eps_cnt[s]
+    m = 0
+    for k in range(edges.shape[0]):
+        m += edges[k, 2] - edges[k, 1] + 1
+    edge_ptr = np.zeros(n + 1, np.int64)
+    edge_atom = np.empty(m, np.int64)
+    edge_dst = np.empty(m, np.int64)
+    j = 0
+    for k in range(edges.shape[0]):
+        s = edges[k, 0]
+        for b in range(edges[k, 1], edges[k, 2] + 1):
+            edge_atom[j] = b
+            edge_dst[j] = edges[k, 3]
+            j += 1
+        edge_ptr[s + 1] = j
+    for s in range(n):  # states without edges end where the previous one did
+        if edge_ptr[s + 1] < edge_ptr[s]:
+            edge_ptr[s + 1] = edge_ptr[s]
+    table, acc, count = determinize(128, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst,
+                                    start, final, max_states)
+    if count < 0:
+        return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), -1
+    any_acc = False
+    for q in range(count):
+        if acc[q]:
+            any_acc = True
+    if not any_acc:
+        return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), 0
+    full = np.zeros((count + 1, 256), np.int32)
+    accepting = np.zeros(count + 1, np.bool_)
+    for q in range(count):
+        accepting[q + 1] = acc[q]
+        for b in range(128):
+            full[q + 1, b] = table[q, b] + 1  # -1 (none) becomes the dead state 0
+    out, out_acc = trim_minimize(full, accepting, alphabet, max_rounds)
+    return out, out_acc, 1

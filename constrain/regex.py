@@ -17,8 +17,10 @@ import numpy as np
 
 from .bitmask import _last_rows, numpy_view, row_views
 from .byte_automaton import DEAD, START, ByteDFA, char_dfa_to_bytes, trim_and_minimize
-from .char_automaton import DEFAULT_MAX_STATES, build_char_dfa
-from .errors import ConstraintError, InvalidStateError
+from . import kernels
+from .char_automaton import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
+                             too_many_states)
+from .errors import ConstraintError, GrammarTooComplexError, InvalidStateError
 from .protocol import Constraint
 from .regex_parser import MAX_POSITIONS, MAX_REPEAT, parse_regex
 from .token_trie import TokenTrie
@@ -234,7 +236,25 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     reading only the bytes in ``alphabet`` (256 booleans). Raises what
     :func:`compile_regex` raises."""
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
-    char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern)
+    nfa = build_nfa(node)
+    arrays = ascii_nfa_arrays(nfa)
+    if arrays is not None:
+        # ASCII only, no assertions: characters are bytes, so one kernel goes from
+        # the NFA to the minimal byte DFA (short patterns were dominated by the
+        # fixed cost of the general pipeline's Python and numpy steps)
+        table, accepting, status = kernels.ascii_byte_dfa(
+            *arrays, nfa.start, nfa.final, max_states, alphabet, 256)
+        if status < 0:
+            raise too_many_states(pattern, max_states)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise GrammarTooComplexError(
+                f"compiling the regex {pattern[:80]!r} exceeded its time budget "
+                f"(pass time_budget= to raise it)")
+        if status == 0:
+            raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
+        return ByteDFA(table, accepting)
+    char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern,
+                              nfa=nfa)
     if not char_dfa.accepting.any():
         raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
     # a character state expands to a few byte states per UTF-8 length class

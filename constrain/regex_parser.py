@@ -101,6 +101,10 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
     if not isinstance(pattern, str):
         raise RegexSyntaxError(
             f"a regex must be a str, not {type(pattern).__name__}", str(pattern))
+    if not flags:
+        node = _parse_simple(pattern, max_repeat, max_positions)
+        if node is not None:
+            return node
     try:
         # Python's own parser: the same tree and syntax errors as re.compile (the
         # few checks re.compile adds concern lookbehind, refused below anyway)
@@ -118,6 +122,151 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
         # without counted repetition the expansion is at most twice the source
         _positions(node, pattern, constructs, max_positions)
     return node
+
+
+# -- fast path for the common syntax ---------------------------------------------------
+
+_SIMPLE_QUANT = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
+_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
+_NOT_LITERAL = frozenset(".^$[](){}|*+?\\")
+_QUANTIFIERS = frozenset("*+?{")
+_DOUBLED_WARN = frozenset("-&~|")  # doubled in a class, re warns of set operations
+
+
+def _parse_simple(p: str, max_repeat: int, max_positions: int):
+    """The IR of ``p`` (no flags) when it uses only literals, escaped
+    punctuation, ``[...]`` classes of literals and ranges, groups ``(...)`` and
+    ``(?:...)``, ``|`` and the quantifiers ``* + ? {m} {m,} {m,n}`` (lazy or not)
+    within the limits; else ``None`` and :func:`parse_regex` uses ``re``'s parser,
+    which then also reports any error. For short patterns ``re``'s parser and the
+    tree conversion were the largest fixed cost of a compilation.
+
+    Any construct whose meaning in ``re`` is not plain (``.``, anchors, ``\\d`` and
+    other letter escapes, stray ``] } )``, a ``{`` that is not a quantifier,
+    ``[]...]``, nested ``[``, doubled ``-&~|`` in a class) gives ``None``, as does
+    any syntax error, so the result equals the ``re``-parsed IR's language."""
+    n = len(p)
+    i = 0
+    outer = []     # enclosing groups: (branches, seq)
+    branches = []  # finished alternatives of the current group: (node, size)
+    seq = []       # items of the current alternative: [node, size, quantified]
+    while i < n:
+        c = p[i]
+        if c not in _NOT_LITERAL:
+            seq.append([_literal_node(ord(c), 0), 1, False])
+            i += 1
+        elif c == "\\":
+            if i + 1 >= n or p[i + 1] not in _PUNCT:
+                return None
+            seq.append([_literal_node(ord(p[i + 1]), 0), 1, False])
+            i += 2
+        elif c == "[":
+            j = i + 1
+            negate = j < n and p[j] == "^"
+            if negate:
+                j += 1
+            if j >= n or p[j] == "]":
+                return None
+            intervals = []
+            while True:
+                if j >= n:
+                    return None
+                ch = p[j]
+                if ch == "]":
+                    break
+                if ch == "[" or (ch in _DOUBLED_WARN and j + 1 < n and p[j + 1] == ch):
+                    return None
+                if ch == "\\":
+                    if j + 1 >= n or p[j + 1] not in _PUNCT:
+                        return None
+                    lo = ord(p[j + 1])
+                    j += 2
+                else:
+                    lo = ord(ch)
+                    j += 1
+                if j + 1 < n and p[j] == "-" and p[j + 1] != "]":
+                    ch = p[j + 1]
+                    if ch in "[-":
+                        return None
+                    if ch == "\\":
+                        if j + 2 >= n or p[j + 2] not in _PUNCT:
+                            return None
+                        hi = ord(p[j + 2])
+                        j += 3
+                    else:
+                        hi = ord(ch)
+                        j += 2
+                    if hi < lo:
+                        return None
+                    intervals.append((lo, hi))
+                else:
+                    intervals.append((lo, lo))
+            cs = CharSet(intervals)
+            seq.append([Chars(cs.complement() if negate else cs), 1, False])
+            i = j + 1
+        elif c == "(":
+            if p.startswith("?", i + 1):
+                if not p.startswith(":", i + 2):
+                    return None
+                i += 3
+            else:
+                i += 1
+            outer.append((branches, seq))
+            branches, seq = [], []
+        elif c == "|":
+            branches.append(_simple_seq(seq))
+            seq = []
+            i += 1
+        elif c == ")":
+            if not outer:
+                return None
+            branches.append(_simple_seq(seq))
+            node, size = _simple_alt(branches)
+            branches, seq = outer.pop()
+            seq.append([node, size, False])
+            i += 1
+        elif c in _QUANTIFIERS:
+            if not seq or seq[-1][2]:
+                return None  # nothing to repeat, or a repeated repetition
+            if c == "{":
+                m = _SIMPLE_QUANT.match(p, i)
+                if m is None:
+                    return None
+                lo = int(m.group(1))
+                hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+                if lo > max_repeat or (hi is not None and (hi < lo or hi > max_repeat)):
+                    return None
+                i = m.end()
+            else:
+                lo, hi = (0, None) if c == "*" else (1, None) if c == "+" else (0, 1)
+                i += 1
+            if i < n and p[i] == "?":
+                i += 1
+            elif i < n and p[i] == "+":
+                return None
+            last = seq[-1]
+            size = last[1] * (hi if hi is not None else max(lo, 1))
+            if size > max_positions:
+                return None
+            seq[-1] = [Repeat(last[0], lo, hi), size, True]
+        else:
+            return None
+    if outer:
+        return None
+    branches.append(_simple_seq(seq))
+    return _simple_alt(branches)[0]
+
+
+def _simple_seq(seq: list) -> tuple:
+    items = [it[0] for it in seq if not (type(it[0]) is Concat and not it[0].items)]
+    size = sum(it[1] for it in seq)
+    return (items[0] if len(items) == 1 else Concat(tuple(items))), size
+
+
+def _simple_alt(branches: list) -> tuple:
+    if len(branches) == 1:
+        return branches[0]
+    return Alt(tuple(b[0] for b in branches)), sum(b[1] for b in branches)
 
 
 class _LazyScan:
