@@ -358,10 +358,27 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) a process has used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class Worker:
     """A forked process holding one prepared engine, running ``job(engine,
     payload, send)`` for each payload; restarted (with its warm-up) after it was
-    killed."""
+    killed. Deadlines are in CPU seconds of the worker (a loaded machine does not
+    make a job time out), with a wall-clock backstop of ``wall_factor`` times
+    the CPU limit."""
+
+    wall_factor = 10.0
 
     def __init__(self, engine, job, max_mem_bytes: int, ready_timeout: float = 600.0):
         self.engine = engine
@@ -380,7 +397,7 @@ class Worker:
         self.proc.start()
         child.close()
         self.conn = parent
-        msg = self._recv(self.ready_timeout)
+        msg = self._recv(self.ready_timeout, cpu=False)
         if msg[0] != "ready":
             raise RuntimeError(f"{self.engine.name} worker did not start: {msg}")
 
@@ -394,13 +411,22 @@ class Worker:
         self.proc = self.conn = None
         self.restarts += 1
 
-    def _recv(self, timeout: float):
-        deadline = time.monotonic() + timeout
+    def _recv(self, timeout: float, cpu: bool = True):
+        """The next message, or a failure once the worker has used ``timeout`` CPU
+        seconds (``cpu``; else wall seconds) since the call."""
+        wall_limit = timeout * (self.wall_factor if cpu else 1.0)
+        deadline = time.monotonic() + wall_limit
+        cpu0 = _cpu_seconds(self.proc.pid) if cpu else 0.0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._kill()
-                return ("timeout", timeout)
+                return ("timeout", f"{wall_limit:.0f} s wall clock" if cpu else f"{timeout:.0f} s")
+            if cpu:
+                used = _cpu_seconds(self.proc.pid) - cpu0
+                if used > timeout:
+                    self._kill()
+                    return ("timeout", f"{timeout:.0f} s CPU")
             try:
                 if self.conn.poll(min(0.25, left)):
                     return self.conn.recv()
@@ -825,7 +851,8 @@ def add_common_args(ap) -> None:
     ap.add_argument("--splits", default="", help="comma-separated split names (default: all)")
     ap.add_argument("--limit", type=int, default=0, help="schemas per split, a deterministic sample (0: all)")
     ap.add_argument("--seed", type=int, default=0, help="sampling seed")
-    ap.add_argument("--timeout", type=float, default=30.0, help="seconds per schema compile")
+    ap.add_argument("--timeout", type=float, default=30.0,
+                    help="CPU seconds per schema compile (wall-clock backstop: 10x)")
     ap.add_argument("--max-mem", type=float, default=6.0, help="GiB of resident memory per engine worker")
     ap.add_argument("--json", default="", help="write all results here")
 
@@ -895,7 +922,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap)
     ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of " + ",".join(ENGINES))
-    ap.add_argument("--walk-timeout", type=float, default=120.0, help="seconds for all walks of one schema")
+    ap.add_argument("--walk-timeout", type=float, default=120.0, help="CPU seconds for all walks of one schema")
     ap.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     ap.add_argument("--show", type=int, default=10, help="findings listed per engine")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",

@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     bm.add_common_args(ap)
     ap.add_argument("--walks", type=int, default=10, help="random walks per compiled schema")
-    ap.add_argument("--check-timeout", type=float, default=300.0, help="seconds for all checks of one schema")
+    ap.add_argument("--check-timeout", type=float, default=300.0, help="CPU seconds for all checks of one schema")
     ap.add_argument("--show", type=int, default=40, help="failures listed")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
