@@ -28,7 +28,7 @@ from .protocol import Constraint
 from .regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .grammar import GrammarConstraint, compile_grammar
 from .json_schema import compile_json_schema, json_schema_to_lark
-from .sql import sql_grammar
+from .sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
 from .vocabulary import Vocabulary
 
@@ -41,6 +41,8 @@ __all__ = [
     "compile_json_schema",
     "json_schema_to_lark",
     "sql_grammar",
+    "SqlSchemaError",
+    "load_schema",
     "GrammarConstraint",
     "grammar_path",
     "Constraint",
