@@ -41,6 +41,7 @@ from .json_schema_formats import (
     JSON_CODEPOINT,
     PatternUnsupported,
     encoded_class,
+    matches_everything,
     escape_lark_regex,
     iv_complement,
     translate_pattern,
@@ -691,18 +692,24 @@ class _Compiler:
             # every candidate was validated against the full nodes: exact
             return [self.literal_symbol(values)] if values else []
         self.check_keywords(conj, types)
+        self.excluded = []
         types = self.apply_not(conj, types)
+        excluded = self.excluded
         out = []
-        if "null" in types:
+        if "null" in types and not any(v is None for v in excluded):
             out.append(self.terminal("null", "NULL"))
         if "boolean" in types:
-            out.append(self.terminal("true|false", "BOOL"))
+            bools = [b for b in ("true", "false")
+                     if not any(isinstance(v, bool) and json.dumps(v) == b for v in excluded)]
+            if bools:
+                out.append(self.terminal("|".join(bools), "BOOL"))
         if "integer" in types:
-            sym = self.number_symbol(conj, integer="number" not in types)
+            sym = self.number_symbol(conj, integer="number" not in types,
+                                     excluded=[v for v in excluded if _is_number(v)])
             if sym:
                 out.append(sym)
         if "string" in types:
-            sym = self.string_symbol(conj)
+            sym = self.string_symbol(conj, excluded=[v for v in excluded if isinstance(v, str)])
             if sym:
                 out.append(sym)
         if "array" in types:
@@ -728,6 +735,16 @@ class _Compiler:
                 continue
             if _not_required_sets(neg) is not None:
                 continue  # presence constraints, see flatten()
+            keys = set(neg) - _IGNORABLE if isinstance(neg, dict) else set()
+            if keys and keys <= {"enum", "const", "type"} and keys & {"enum", "const"}:
+                # not {enum}: those values are left out of the terminals
+                vals = [neg["const"]] if "const" in neg else neg.get("enum")
+                if isinstance(vals, list):
+                    vals = [v for v in vals if self.valid(v, f"{p}/not")]
+                    if any(isinstance(v, (dict, list)) for v in vals) and types & {"object", "array"}:
+                        self.unsupported(f"{p}/not", "not: {enum} of objects or arrays")
+                    self.excluded.extend(vals)
+                    continue
             if isinstance(neg, dict) and set(neg) - _IGNORABLE == {"type"}:
                 nt = _type_set(neg["type"])
                 if "integer" in nt and "number" not in nt and "number" in types:
@@ -791,10 +808,12 @@ class _Compiler:
                     tighter_hi(v, True)
         return lo, lo_x, hi, hi_x
 
-    def number_symbol(self, conj, integer: bool) -> str | None:
+    def number_symbol(self, conj, integer: bool, excluded=()) -> str | None:
         """One terminal for the numbers (``integer``: integers) within the bounds
         and ``multipleOf`` of the conjunction."""
         lo, lo_x, hi, hi_x = self._num_bounds(conj)
+        if excluded:
+            return self._number_excluding(conj, integer, excluded, (lo, lo_x, hi, hi_x))
         mult = 1
         for p in conj:
             n = self.node(p)
@@ -834,6 +853,51 @@ class _Compiler:
         if not parts:
             return None
         return self.terminal("|".join(parts) if len(parts) > 1 else parts[0], "NUMBER")
+
+    def _number_excluding(self, conj, integer, excluded, bounds) -> str | None:
+        """Numbers within bounds except some values: the range split around them
+        (integers exactly; texts with a fraction stay clear of each point by one
+        float step)."""
+        if any(isinstance(self.node(p), dict) and "multipleOf" in self.node(p) for p in conj):
+            where = next(f"{p}/multipleOf" for p in conj
+                         if isinstance(self.node(p), dict) and "multipleOf" in self.node(p))
+            self.unsupported(where, "multipleOf together with not: {enum}")
+        lo, lo_x, hi, hi_x = bounds
+        points = sorted({Fraction(v) for v in excluded if not (isinstance(v, float) and not math.isfinite(v))})
+        if len(points) > 200:
+            self.unsupported("", "not: {enum} with more than 200 numbers")
+            points = []
+        cuts = [(lo, lo_x)] + [(float(x) if x.denominator != 1 else int(x), True) for x in points]
+        ends = [(float(x) if x.denominator != 1 else int(x), True) for x in points] + [(hi, hi_x)]
+        parts = []
+        for (a, ax), (b, bx) in zip(cuts, ends):
+            if a is not None and b is not None and Fraction(a) > Fraction(b):
+                continue
+            if lo is not None and a is not None and Fraction(a) < Fraction(lo):
+                continue
+            if hi is not None and b is not None and Fraction(b) > Fraction(hi):
+                continue
+            ilo, ihi = integer_bounds(a, ax, b, bx)
+            if a is None and b is None:
+                rx = _INTEGER
+            else:
+                rx = int_range_regex(ilo, ihi)
+            if rx is not None:
+                parts.append(rx)
+            if not integer:
+                if a is None and b is None:
+                    parts.append(_NUMBER)
+                    continue
+                dlo, dlo_x = _decimal_bound(a, ax, +1)
+                dhi, dhi_x = _decimal_bound(b, bx, -1)
+                if dlo is not None and dhi is not None and dlo > dhi:
+                    continue
+                frac = decimal_range_regex(dlo, dlo_x, dhi, dhi_x, fraction_required=True)
+                if frac is not None:
+                    parts.append(frac)
+        if not parts:
+            return None
+        return self.terminal("|".join(parts), "NUMBER")
 
     def _multiples(self, ilo, ihi, m, conj) -> str | None:
         if ilo is not None and ihi is not None and (ihi - ilo) // m <= 2000:
@@ -878,9 +942,18 @@ class _Compiler:
                 hi = math.floor(v) if hi is None else min(hi, math.floor(v))
         return lo, hi
 
-    def string_symbol(self, conj) -> str | None:
-        """One terminal for the strings of the conjunction."""
+    def string_symbol(self, conj, excluded=()) -> str | None:
+        """One terminal for the strings of the conjunction (less the ``excluded``
+        ones)."""
         lo, hi = self._len_bounds(conj, "minLength", "maxLength")
+        if excluded:
+            constrained = any(isinstance(self.node(p), dict) and _STRING_KW & set(self.node(p))
+                              for p in conj)
+            if constrained:
+                self.unsupported("", "not: {enum} together with string constraints")
+            else:
+                content = _not_in_set(excluded)
+                return self.terminal('"' + content + '"', "STRING") if content is not None else None
         if hi is not None and hi > self.max_string_length:
             hi = max(self.max_string_length, lo)
         if lo > self.max_string_length:
@@ -1247,6 +1320,13 @@ class _Compiler:
         val = self.value_symbol(tuple(view.pattern_pieces) + tuple(view.extra_pieces))
         for pat, where in view.patterns:
             bad = [d for d in declared if _search(pat, d)]
+            if bad and matches_everything(pat):
+                # every name is a pattern member: any name but the declared ones
+                content = _not_in_set(declared)
+                if content is not None:
+                    key = self.terminal('"' + content + '"' + self.ws + ":" + self.ws, "KEY")
+                    alts.append(_Alt([("sym", key), ("sym", val)]))
+                continue
             if bad:
                 self.unsupported(where, f"patternProperties {pat!r} also matches the "
                                  f"declared property {bad[0]!r}")
@@ -1372,6 +1452,10 @@ _IGNORABLE = {"title", "description", "examples", "example", "default", "$schema
               "definitions", "$anchor", "contentEncoding", "contentMediaType", "nullable"}
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _not_required_sets(neg):
     """The name sets of ``not: {required: S}`` or ``not: {anyOf: [{required: S},
     ...]}``, else ``None``."""
@@ -1380,6 +1464,14 @@ def _not_required_sets(neg):
     keys = set(neg) - _IGNORABLE
     if keys == {"required"} and isinstance(neg["required"], list) and neg["required"]:
         return [neg["required"]]
+    if keys == {"allOf"} and isinstance(neg["allOf"], list) and neg["allOf"]:
+        names = []
+        for b in neg["allOf"]:
+            sub = _not_required_sets(b)
+            if sub is None or len(sub) != 1:
+                return None
+            names.extend(sub[0])
+        return [names]
     if keys == {"anyOf"} and isinstance(neg["anyOf"], list) and neg["anyOf"]:
         out = []
         for b in neg["anyOf"]:

@@ -405,6 +405,10 @@ class _Translator:
                 return _Piece("", 0, 0)
             ilo = inner.lo * lo
             ihi = None if (hi is None or inner.hi is None) else inner.hi * hi
+            if inner.unit is not None and inner.rhi is None and inner.rlo <= 1 and hi != 0:
+                # (u+)? is u*, (u*){m,n} is u*, (u+){m,n} (m >= 1) is u{m,}
+                rlo = lo * inner.rlo
+                return _Piece(_repeat(inner.unit, rlo, None), rlo, None, inner.unit, rlo, None)
             text = _group(inner.render())
             unit = text if (inner.lo, inner.hi, inner.unit) == (1, 1, None) else None
             if unit is not None:
@@ -434,6 +438,21 @@ def _split_branches(items):
         out = []
         for b in items[0][1][1]:
             out.extend(_split_branches(list(b)))
+        return out
+    # Python factors a common prefix out of alternatives ("^a|^b" is "^(?:a|b)"):
+    # anchors around one alternation are distributed into it
+    inner = [i for i, (op, _) in enumerate(items) if op is not _sre_c.AT]
+    if len(inner) == 1 and len(items) > 1 and items[inner[0]][0] is _sre_c.SUBPATTERN \
+            and not (items[inner[0]][1][1] | items[inner[0]][1][2]):
+        k = inner[0]
+        return _split_branches(list(items[:k]) + list(items[k][1][3]) + list(items[k + 1:]))
+    branches = [i for i, (op, _) in enumerate(items) if op is _sre_c.BRANCH]
+    if len(branches) == 1 and all(op is _sre_c.AT for i, (op, _) in enumerate(items)
+                                  if i != branches[0]):
+        k = branches[0]
+        out = []
+        for b in items[k][1][1]:
+            out.extend(_split_branches(list(items[:k]) + list(b) + list(items[k + 1:])))
         return out
     return [list(items)]
 
@@ -481,6 +500,30 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
+def matches_everything(pattern: str) -> bool:
+    """Whether ``re.search(pattern, s)`` holds for every string ``s`` (decided for
+    patterns with an alternative that can match empty and is not anchored at
+    both ends, e.g. ``.*`` or ``^[a-z]*``); ``False`` when unsure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+        for branch in _split_branches(list(parsed)):
+            start = bool(branch) and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS
+            end = bool(branch) and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS
+            body = [x for x in branch if x[0] is not _sre_c.AT]
+            if len(body) != len(branch) - start - end:
+                continue
+            if start and end:
+                continue
+            tr = _Translator(parsed.state.flags)
+            if tr.concat(tr.seq(body, parsed.state.flags) or [_Piece("", 0, 0)]).lo == 0:
+                return True
+    except (PatternUnsupported, re.error, RecursionError):
+        return False
+    return False
+
+
 def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str | None:
     """The concatenation restricted to lengths in ``[min_len, max_len]``."""
     lo = sum(p.lo for p in pieces)
@@ -492,6 +535,22 @@ def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str 
         return None
     if hi is not None and hi < min_len:
         return None
+    fits_max = max_len is None or (hi is not None and hi <= max_len)
+    if min_len == 1 and lo == 0 and fits_max and all(p.unit is not None or p.hi == 0 for p in pieces):
+        # non-empty: some repetition is the first to take a character (exact)
+        alts = []
+        for i, p in enumerate(pieces):
+            if p.unit is None or p.rhi == 0:
+                continue
+            parts = [_Piece("", 0, 0, q.unit, 0, 0).render() if q.unit is not None else q.render()
+                     for q in pieces[:i]]
+            parts = [x for x in parts if not x.endswith("{0}")]
+            parts.append(_repeat(p.unit, max(1, p.rlo), p.rhi))
+            parts.extend(q.render() for q in pieces[i + 1:])
+            alts.append("".join(parts))
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
     # share the bounds out over the repetitions of one character class: each may
     # take a part of the slack, so the total stays within the bounds (sound; a
     # string that puts all its slack in one place may be refused)
