@@ -54,6 +54,7 @@ class _NFA:
         self.edges: list[list] = []  # state -> [(charset id, target)]
         self.charsets: list = []     # id -> CharSet
         self._ids: dict = {}         # CharSet intervals -> id
+        self._obj_ids: dict = {}     # id() of a CharSet of the IR -> id
         self.has_asserts = False
         self.start = self.final = -1
 
@@ -78,20 +79,33 @@ class _NFA:
     def into(self, node, nxt: int) -> int:
         """Build ``node`` so that it continues into state ``nxt``; return its start.
         Built back to front, a character needs one state and no epsilon edges."""
-        if isinstance(node, Chars):
-            s = self.new()
-            if node.charset:
-                self.edges[s].append((self.charset_id(node.charset), nxt))
+        # exact type tests and inlined state creation: for short patterns this
+        # construction is a visible share of the whole compilation
+        t = type(node)
+        if t is Chars:
+            eps = self.eps
+            s = len(eps)
+            eps.append([])
+            cs = node.charset
+            if cs.intervals:
+                # by object first (IR nodes share their sets): an int hash, where
+                # the interval tuple would be rehashed on every lookup
+                i = self._obj_ids.get(id(cs))
+                if i is None:
+                    i = self._obj_ids[id(cs)] = self.charset_id(cs)
+                self.edges.append([(i, nxt)])
+            else:
+                self.edges.append([])
             return s
-        if isinstance(node, Concat):
+        if t is Concat:
             for item in reversed(node.items):
                 nxt = self.into(item, nxt)
             return nxt
-        if isinstance(node, Alt):
+        if t is Alt:
             s = self.new()
-            self.eps[s].extend((self.into(item, nxt), None) for item in node.items)
+            self.eps[s].extend([(self.into(item, nxt), None) for item in node.items])
             return s
-        if isinstance(node, Repeat):
+        if t is Repeat:
             if node.hi is None:
                 loop = self.new()
                 self.eps[loop].append((self.into(node.item, loop), None))
@@ -107,7 +121,7 @@ class _NFA:
             for _ in range(node.lo):
                 cur = self.into(node.item, cur)
             return cur
-        if isinstance(node, Assert):
+        if t is Assert:
             self.has_asserts = True
             s = self.new()
             self.eps[s].append((nxt, node))
@@ -158,7 +172,7 @@ def build_nfa(node) -> _NFA:
 
 
 def ascii_nfa_arrays(nfa: _NFA):
-    """The arrays :func:`constrain.kernels.ascii_byte_dfa` takes, or ``None`` when
+    """The array :func:`constrain.kernels.ascii_byte_dfa` takes, or ``None`` when
     that shortcut does not apply: a character outside ASCII, an assertion, or an
     NFA too large for the kernel's closure bitsets."""
     if nfa.has_asserts:
@@ -170,11 +184,14 @@ def ascii_nfa_arrays(nfa: _NFA):
     for iv in ivs:
         if iv[-1][1] >= 0x80:
             return None
-    flat = [x for s, lst in enumerate(nfa.edges) for c, t in lst
-            for lo, hi in ivs[c] for x in (s, lo, hi, t)]
-    return (np.array([len(lst) for lst in eps], dtype=np.int64),
-            np.array([t for lst in eps for t, _ in lst], dtype=np.int64),
-            np.array(flat, dtype=np.int64).reshape(-1, 4))
+    eps_dst = [t for lst in eps for t, _ in lst]
+    prog = [len(eps)]
+    prog += [len(lst) for lst in eps]
+    prog.append(len(eps_dst))
+    prog += eps_dst
+    prog += [x for s, lst in enumerate(nfa.edges) for c, t in lst
+             for lo, hi in ivs[c] for x in (s, lo, hi, t)]
+    return np.array(prog, dtype=np.int64)
 
 
 def too_many_states(pattern: str, max_states: int) -> GrammarTooComplexError:

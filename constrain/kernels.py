@@ -562,17 +562,23 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
 
 
 @njit(cache=True, nogil=True)
-def ascii_byte_dfa(eps_cnt, eps_dst, edges, start, final, max_states, alphabet, max_rounds):
+def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
     """An epsilon-NFA over ASCII characters (no assertions) straight to its
     trimmed, minimal byte DFA: :func:`determinize` with the bytes themselves as
     atoms, then :func:`trim_minimize`. One call instead of several small Python
-    and numpy steps, which dominate for short patterns. ``eps_cnt[s]``: number of
-    epsilon edges of NFA state ``s`` (their targets are consecutive in
-    ``eps_dst``); ``edges`` rows ``(source, lo, hi, target)``: a character edge on
-    bytes ``lo..hi`` (< 128), grouped by source in increasing order. Returns
-    ``(table, accepting, status)``: status -1 when more than ``max_states``
-    character states are needed, 0 when no string is accepted, 1 otherwise."""
-    n = eps_cnt.shape[0]
+    and numpy steps, which dominate for short patterns. The NFA comes as one
+    array (one conversion from Python): ``prog = [n, eps_cnt (n), n_eps, eps_dst
+    (n_eps), edges (4 each)]``: ``eps_cnt[s]`` epsilon edges leave NFA state ``s``
+    (their targets consecutive in ``eps_dst``); an edge ``(source, lo, hi,
+    target)`` reads bytes ``lo..hi`` (< 128), edges grouped by source in
+    increasing order. Returns ``(table, accepting, status)``: status -1 when more
+    than ``max_states`` character states are needed, 0 when no string is
+    accepted, 1 otherwise."""
+    n = prog[0]
+    eps_cnt = prog[1:n + 1]
+    n_eps = prog[n + 1]
+    eps_dst = prog[n + 2:n + 2 + n_eps]
+    edges = prog[n + 2 + n_eps:].reshape(-1, 4)
     eps_ptr = np.zeros(n + 1, np.int64)
     for s in range(n):
         eps_ptr[s + 1] = eps_ptr[s] + eps_cnt[s]
@@ -611,3 +617,17 @@ def ascii_byte_dfa(eps_cnt, eps_dst, edges, start, final, max_states, alphabet, 
             full[q + 1, b] = table[q, b] + 1  # -1 (none) becomes the dead state 0
     out, out_acc = trim_minimize(full, accepting, alphabet, max_rounds)
     return out, out_acc, 1
+
+
+@njit(cache=True, nogil=True)
+def token_rows_all(trans, tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth,
+                   words, accepting, eos):
+    """:func:`token_transitions` of every state of ``trans``, allocating the rows
+    here: ``(rows, indptr, tokens, nexts)``. Saves the Python-side allocations
+    and a dispatch argument, a visible share of compiling a short regex."""
+    n = trans.shape[0]
+    states = np.arange(n).astype(np.int32)
+    rows = np.zeros((n, words), np.uint32)
+    indptr, toks, nexts = token_transitions(trans, states, tbyte, tdepth, tskip, tok_start,
+                                            tok_end, order, max_depth, rows, 0, accepting, eos)
+    return rows, indptr, toks, nexts

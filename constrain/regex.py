@@ -49,15 +49,15 @@ class DFAConstraint(Constraint):
         self.vocab = vocab
         self.dfa = dfa
         self.source = source
-        if not dfa.accepting.any():
+        self._accepting = dfa.accepting.tolist()
+        if True not in self._accepting:
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
         self.tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes)
         if not self.tokens.is_live(START):
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
-        self._trans = memoryview(np.ascontiguousarray(dfa.transitions).reshape(-1))
-        self._accepting = dfa.accepting.tolist()
+        self._trans = memoryview(np.ascontiguousarray(dfa.transitions)).cast("B").cast("i")
         self._token_bytes = vocab.tokens
         self._grammar_token = vocab.grammar_token_list
         self._eos = vocab.eos_token_set
@@ -237,16 +237,19 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     :func:`compile_regex` raises."""
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     nfa = build_nfa(node)
-    arrays = ascii_nfa_arrays(nfa)
-    if arrays is not None:
+    prog = ascii_nfa_arrays(nfa)
+    if prog is not None:
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
         # fixed cost of the general pipeline's Python and numpy steps)
+        # its first call also JIT-compiles it (or loads it from numba's cache), which
+        # is not the pattern's cost: the time budget is not applied then
+        jitted = bool(kernels.ascii_byte_dfa.signatures)
         table, accepting, status = kernels.ascii_byte_dfa(
-            *arrays, nfa.start, nfa.final, max_states, alphabet, 256)
+            prog, nfa.start, nfa.final, max_states, alphabet, 256)
         if status < 0:
             raise too_many_states(pattern, max_states)
-        if deadline is not None and time.perf_counter() > deadline:
+        if jitted and deadline is not None and time.perf_counter() > deadline:
             raise GrammarTooComplexError(
                 f"compiling the regex {pattern[:80]!r} exceeded its time budget "
                 f"(pass time_budget= to raise it)")

@@ -147,20 +147,34 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
     any syntax error, so the result equals the ``re``-parsed IR's language."""
     n = len(p)
     i = 0
+    memo = {}      # source text of a literal or class -> its node (repeats are common)
     outer = []     # enclosing groups: (branches, seq)
     branches = []  # finished alternatives of the current group: (node, size)
     seq = []       # items of the current alternative: [node, size, quantified]
     while i < n:
         c = p[i]
         if c not in _NOT_LITERAL:
-            seq.append([_literal_node(ord(c), 0), 1, False])
+            node = memo.get(c)
+            if node is None:
+                node = memo[c] = _literal_node(ord(c), 0)
+            seq.append([node, 1, False])
             i += 1
         elif c == "\\":
             if i + 1 >= n or p[i + 1] not in _PUNCT:
                 return None
-            seq.append([_literal_node(ord(p[i + 1]), 0), 1, False])
+            c = p[i + 1]
+            node = memo.get(c)
+            if node is None:
+                node = memo[c] = _literal_node(ord(c), 0)
+            seq.append([node, 1, False])
             i += 2
         elif c == "[":
+            end = p.find("]", i + 2)
+            node = memo.get(p[i:end + 1]) if end > 0 else None
+            if node is not None:
+                seq.append([node, 1, False])
+                i = end + 1
+                continue
             j = i + 1
             negate = j < n and p[j] == "^"
             if negate:
@@ -202,7 +216,8 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
                 else:
                     intervals.append((lo, lo))
             cs = CharSet(intervals)
-            seq.append([Chars(cs.complement() if negate else cs), 1, False])
+            node = memo[p[i:j + 1]] = Chars(cs.complement() if negate else cs)
+            seq.append([node, 1, False])
             i = j + 1
         elif c == "(":
             if p.startswith("?", i + 1):

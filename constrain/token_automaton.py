@@ -53,11 +53,19 @@ class TokenAutomaton:
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
-        if self.eager:
+        if self.eager and not exact_liveness:
+            t = trie
+            self._pool, indptr, toks, nexts = kernels.token_rows_all(
+                dfa.transitions, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
+                t.max_depth, words, dfa.accepting, self._eos)
+            self._indptr, self._toks, self._nexts = indptr, toks, nexts
+            self._slot = None
+            self.live = None  # a trimmed byte DFA: every state but 0 is live
+        elif self.eager:
             self._pool = np.zeros((n, words), dtype=np.uint32)
             eos = _NO_EOS if exact_liveness else self._eos
             indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool, eos)
-            self.live = None  # a trimmed byte DFA: every state but 0 is live
+            self.live = None
             if exact_liveness:
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
                 for s in np.flatnonzero(dfa.accepting & self.live):
