@@ -42,6 +42,7 @@ from .json_schema_formats import (
     PatternUnsupported,
     encoded_class,
     matches_everything,
+    patterns_disjoint,
     escape_lark_regex,
     iv_complement,
     translate_pattern,
@@ -1315,10 +1316,11 @@ class _Compiler:
             self.rules[r] = [_Alt([("sym", key), ("sym", val)])]
             return r
         alts = []
-        # every pattern schema applies to a key matching several patterns, so each
-        # member value must satisfy them all (sound, and exact for disjoint patterns)
-        val = self.value_symbol(tuple(view.pattern_pieces) + tuple(view.extra_pieces))
+        # a name matching several patterns gets all their schemas: each member value
+        # satisfies every pattern schema not proven disjoint from its own pattern
         for pat, where in view.patterns:
+            pcs = [w for p2, w in view.patterns if w == where or not patterns_disjoint(pat, p2)]
+            val = self.value_symbol(tuple(pcs) + tuple(view.extra_pieces))
             bad = [d for d in declared if _search(pat, d)]
             if bad and matches_everything(pat):
                 # every name is a pattern member: any name but the declared ones

@@ -500,6 +500,35 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
+def anchored_prefix(pattern: str) -> str | None:
+    """The literal text every match of ``re.search(pattern, s)`` puts at the start
+    of ``s`` (``^abc...``), or ``None``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    items = list(parsed)
+    if not items or items[0][0] is not _sre_c.AT or items[0][1] not in _STARTS:
+        return None
+    out = []
+    for op, av in items[1:]:
+        if op is not _sre_c.LITERAL:
+            break
+        out.append(chr(av))
+    return "".join(out) if out else None
+
+
+def patterns_disjoint(a: str, b: str) -> bool:
+    """Whether no string matches both patterns (decided by anchored literal
+    prefixes; ``False`` when unsure)."""
+    pa, pb = anchored_prefix(a), anchored_prefix(b)
+    return pa is not None and pb is not None and not pa.startswith(pb) and not pb.startswith(pa)
+
+
 def matches_everything(pattern: str) -> bool:
     """Whether ``re.search(pattern, s)`` holds for every string ``s`` (decided for
     patterns with an alternative that can match empty and is not anchored at

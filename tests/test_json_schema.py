@@ -267,6 +267,18 @@ def test_pattern_properties():
           bad=['{"id":1,"y":"v"}', '{"x-a":1}', '{"x-a":"v","id":1}'])
 
 
+def test_pattern_properties_with_distinct_prefixes():
+    check({"type": "object", "properties": {"foo": {"type": "string"}},
+           "patternProperties": {"^S_": {"type": "string"}, "^I_": {"type": "integer"}},
+           "additionalProperties": False},
+          good=['{"foo":"bar","S_foo":"string","I_foo":123}'],
+          bad=['{"S_x":1}', '{"I_x":"s"}', '{"x":1}'])
+    # overlapping patterns: a member must satisfy both schemas
+    check({"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 3}},
+           "additionalProperties": False},
+          good=['{"ab":3}', '{"a":5}'], bad=['{"ab":2}', '{"b":"s"}'])
+
+
 def test_arrays_prefix_items_and_counts():
     check({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "maxItems": 3},
           good=["[true,false]", "[true,true,true]"], bad=["[]", "[true]", "[true,true,true,true]"])
@@ -363,6 +375,30 @@ def test_dependencies_and_not_required():
            "dependencies": {"a": {"required": ["b"]}}},
           good=["{}", '{"b":1}', '{"a":1,"b":2}'], bad=['{"a":1}'])
     check({"not": {"type": ["string", "null"]}}, good=["1", "[]"], bad=['"s"', "null"])
+
+
+def test_not_enum_is_cut_out():
+    check({"type": "integer", "minimum": 1024, "maximum": 65535, "not": {"enum": [6379, 6380]}},
+          good=["1024", "6378", "6381", "65535"], bad=["6379", "6380", "1023"])
+    check({"type": "number", "not": {"enum": [1, 2.5]}},
+          good=["0", "1.5", "2.4", "3", "-7"], bad=["1", "2.5", "1.0"])
+    check({"type": "string", "not": {"enum": ["intramural"]}},
+          good=['"a"', '"intramurals"', '""'], bad=['"intramural"'])
+    check({"not": {"type": "string", "enum": ["CAN", "MEX"]}},
+          good=['"USA"', "1", "null"], bad=['"CAN"'])
+
+
+def test_catch_all_pattern_properties_next_to_declared():
+    check({"type": "object", "properties": {"basic": {"type": "string"}},
+           "patternProperties": {"^[a-zA-Z0-9_]*": {"type": ["string", "integer"]}},
+           "additionalProperties": False},
+          good=['{"basic":"x","o":1}', '{"zz":"s"}'],
+          bad=['{"basic":1}', '{"basic":"x","basic":"y"}', '{"o":null}'])
+
+
+def test_min_length_one_with_pattern_is_exact():
+    check({"type": "string", "pattern": "^[a-z]*[-]?[a-z]*$", "minLength": 1},
+          good=['"a-b"', '"-"', '"ab"', '"a-"'], bad=['""', '"a--b"'])
 
 
 def test_recursion_and_refs():
@@ -496,6 +532,46 @@ def _format_checker():
     return checker
 
 
+def _mutations(value, rng, n):
+    """Small random edits of a JSON value: a leaf replaced by another type or
+    value, a member dropped or added, an array element dropped or duplicated."""
+    leaves = [None, True, 0, -1, 2.5, "", "x", "2024-01-01", [], {}]
+
+    def paths(v, prefix=()):
+        yield prefix
+        if isinstance(v, dict):
+            for k, x in v.items():
+                yield from paths(x, prefix + (k,))
+        elif isinstance(v, list):
+            for i, x in enumerate(v):
+                yield from paths(x, prefix + (i,))
+
+    all_paths = list(paths(value))
+    out = []
+    for _ in range(n):
+        v = json.loads(json.dumps(value))
+        path = rng.choice(all_paths)
+        parent, key = None, None
+        cur = v
+        for k in path:
+            parent, key, cur = cur, k, cur[k]
+        op = rng.randrange(4)
+        if op == 0 or parent is None:
+            new = rng.choice(leaves)
+            if parent is None:
+                v = new
+            else:
+                parent[key] = new
+        elif op == 1:
+            del parent[key]
+        elif op == 2 and isinstance(cur, dict):
+            cur[rng.choice(["extra", "id", "name", "type"])] = rng.choice(leaves)
+        elif isinstance(parent, list):
+            parent.insert(key, cur)
+        out.append(v)
+    return out
+
+
 @pytest.mark.parametrize("row", _maskbench_rows() if os.path.exists(DATA) else [],
                          ids=lambda r: r["id"])
 def test_maskbench_subset(row):
@@ -504,11 +580,17 @@ def test_maskbench_subset(row):
     p = lark_parser(grammar)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     plain, fmt = cls(schema), cls(schema, format_checker=_format_checker())
+    rng = random.Random(row["id"])
     for test in row["tests"]:
         data = test["data"]
         if plain.is_valid(data):
             if fmt.is_valid(data):
                 assert accepts(p, compact(order_instance(schema, data))), compact(data)[:200]
+            # soundness on random edits of a valid instance
+            for m in _mutations(data, rng, 2):
+                text = compact(order_instance(schema, m))
+                if accepts(p, text):
+                    assert plain.is_valid(m), text[:200]
         else:
             assert not accepts(p, compact(data)), compact(data)[:200]
 
