@@ -58,7 +58,7 @@ def usable(row) -> bool:
             text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
             if accepts(p, text):
                 return False
-        if time.time() - t0 > 0.5:
+        if time.time() - t0 > 1.5:
             return False
     return True
 
@@ -66,7 +66,7 @@ def usable(row) -> bool:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("maskbench")
-    ap.add_argument("--per-split", type=int, default=10)
+    ap.add_argument("--per-split", type=int, default=12)
     ap.add_argument("--max-tries", type=int, default=80)
     args = ap.parse_args()
     out = []
