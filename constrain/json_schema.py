@@ -86,8 +86,8 @@ _HANDLED = (_NUMBER_KW | _STRING_KW | _OBJECT_KW
 _REFUSED = {"contains", "maxContains", "minContains", "if", "then", "else",
             "$dynamicRef", "$recursiveRef", "dependentSchemas"}
 _ANY_KEY = '"' + JSON_CHAR_ANY + '*"'
-_INTEGER = r"-?(?:0|[1-9]\d*)"
-_NUMBER = r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+\-]?\d+)?"
+_INTEGER = r"-?(?:0|[1-9][0-9]*)"
+_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+\-]?[0-9]+)?"
 _STRING_ANY = '"' + JSON_CHAR_ANY + '*"'
 
 
@@ -231,9 +231,18 @@ class _Compiler:
     def _index_ids(self) -> dict[str, str]:
         """``$id``/``$anchor`` values → JSON pointers, for non-pointer ``$ref``."""
         ids: dict[str, str] = {}
+        # nested resources (a schema with its own base URI): "#/..." inside them is
+        # relative to them
+        self.resources: list[str] = []
+        schema_uri = str(self.root.get("$schema", "")) if isinstance(self.root, dict) else ""
+        id_keys = ("$id", "id") if ("draft-04" in schema_uri or "draft-03" in schema_uri) else ("$id",)
 
         def walk(node, ptr):
             if isinstance(node, dict):
+                for key in id_keys:
+                    v = node.get(key)
+                    if isinstance(v, str) and ptr and not v.startswith("#"):
+                        self.resources.append(ptr)
                 for key in ("$id", "id"):
                     v = node.get(key)
                     if isinstance(v, str) and ptr:
@@ -291,8 +300,10 @@ class _Compiler:
         target = None
         if ref.startswith("#"):
             frag = unquote(ref[1:])
+            base = max((r for r in self.resources if at == r or at.startswith(r + "/")),
+                       key=len, default="")
             if frag == "" or frag.startswith("/"):
-                target = frag
+                target = base + frag
             elif ref in self.ids:
                 target = self.ids[ref]
         else:

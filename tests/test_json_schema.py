@@ -417,6 +417,13 @@ def test_recursion_and_refs():
           good=['{"x":1,"y":"s"}'], bad=['{"x":"s"}', '{"y":1}'])
 
 
+def test_ref_inside_nested_resource_is_relative_to_it():
+    check({"properties": {"a": {"$id": "http://x/a.json", "definitions": {"t": {"type": "integer"}},
+                                "properties": {"b": {"$ref": "#/definitions/t"}}}},
+           "definitions": {"t": {"type": "string"}}},
+          good=['{"a":{"b":1}}'], bad=['{"a":{"b":"s"}}'])
+
+
 def test_errors_name_pointers():
     with pytest.raises(SchemaError) as e:
         json_schema_to_lark({"properties": {"a": {"$ref": "#/$defs/missing"}}})
