@@ -189,8 +189,10 @@ def ascii_nfa_arrays(nfa: _NFA):
     prog += [len(lst) for lst in eps]
     prog.append(len(eps_dst))
     prog += eps_dst
-    prog += [x for s, lst in enumerate(nfa.edges) for c, t in lst
-             for lo, hi in ivs[c] for x in (s, lo, hi, t)]
+    prog.append(len(ivs))
+    prog += [len(iv) for iv in ivs]
+    prog += [x for iv in ivs for lo_hi in iv for x in lo_hi]
+    prog += [x for s, lst in enumerate(nfa.edges) for c, t in lst for x in (s, c, t)]
     return np.array(prog, dtype=np.int64)
 
 
@@ -235,9 +237,11 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     if not asserts:
         atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
         if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
-            # bounded by max_states; the time budget is checked once it returns
+            # bounded by max_states; the time budget is checked once it returns,
+            # unless that call JIT-compiled the kernel (not the pattern's cost)
+            jitted = bool(kernels.determinize.signatures)
             dfa = _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states, pattern)
-            if deadline is not None:
+            if jitted and deadline is not None:
                 _StateIndex(None, max_states, deadline, pattern).done(0)
             return dfa
         plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]

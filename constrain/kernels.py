@@ -564,42 +564,90 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
 @njit(cache=True, nogil=True)
 def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
     """An epsilon-NFA over ASCII characters (no assertions) straight to its
-    trimmed, minimal byte DFA: :func:`determinize` with the bytes themselves as
-    atoms, then :func:`trim_minimize`. One call instead of several small Python
-    and numpy steps, which dominate for short patterns. The NFA comes as one
-    array (one conversion from Python): ``prog = [n, eps_cnt (n), n_eps, eps_dst
-    (n_eps), edges (4 each)]``: ``eps_cnt[s]`` epsilon edges leave NFA state ``s``
-    (their targets consecutive in ``eps_dst``); an edge ``(source, lo, hi,
-    target)`` reads bytes ``lo..hi`` (< 128), edges grouped by source in
-    increasing order. Returns ``(table, accepting, status)``: status -1 when more
-    than ``max_states`` character states are needed, 0 when no string is
-    accepted, 1 otherwise."""
+    trimmed, minimal byte DFA, as :func:`trim_minimize` of the UTF-8 expansion of
+    its :func:`determinize` would give. One call instead of several small Python
+    and numpy steps, which dominate for short patterns. Atoms are the classes of
+    bytes that no character set nor ``alphabet`` tells apart (``[0-9]`` is one or
+    a few atoms, not ten bytes), so the subset construction and the minimisation
+    work on a few columns; the 256-column table is built at the end.
+
+    The NFA comes as one array (one conversion from Python): ``prog = [n,
+    eps_cnt (n), n_eps, eps_dst (n_eps), n_sets, set_cnt (n_sets), intervals (2
+    each), edges (3 each)]``: ``eps_cnt[s]`` epsilon edges leave NFA state ``s``
+    (their targets consecutive in ``eps_dst``); set ``c`` is ``set_cnt[c]``
+    intervals ``(lo, hi)`` of bytes < 128; an edge ``(source, set, target)``,
+    edges grouped by source in increasing order. Returns ``(table, accepting,
+    status)``: status -1 when more than ``max_states`` character states are
+    needed, 0 when no string is accepted, 1 otherwise."""
     n = prog[0]
-    eps_cnt = prog[1:n + 1]
-    n_eps = prog[n + 1]
-    eps_dst = prog[n + 2:n + 2 + n_eps]
-    edges = prog[n + 2 + n_eps:].reshape(-1, 4)
+    p = 1
     eps_ptr = np.zeros(n + 1, np.int64)
     for s in range(n):
-        eps_ptr[s + 1] = eps_ptr[s] + eps_cnt[s]
+        eps_ptr[s + 1] = eps_ptr[s] + prog[p + s]
+    p += n
+    n_eps = prog[p]
+    eps_dst = prog[p + 1:p + 1 + n_eps]
+    p += 1 + n_eps
+    n_sets = prog[p]
+    set_cnt = prog[p + 1:p + 1 + n_sets]
+    p += 1 + n_sets
+    member = np.zeros((n_sets + 1, 128), np.bool_)  # last row: the alphabet
+    for c in range(n_sets):
+        for _ in range(set_cnt[c]):
+            for b in range(prog[p], prog[p + 1] + 1):
+                member[c, b] = True
+            p += 2
+    for b in range(128):
+        member[n_sets, b] = alphabet[b]
+    edges = prog[p:].reshape(-1, 3)
+    # atoms: bytes with equal membership columns (bytes in no set have no atom)
+    atom_of = np.full(128, -1, np.int64)
+    reps = np.empty(128, np.int64)
+    n_atoms = 0
+    for b in range(128):
+        covered = False
+        for c in range(n_sets):
+            if member[c, b]:
+                covered = True
+                break
+        if not covered:
+            continue
+        for j in range(n_atoms):
+            r = reps[j]
+            same = True
+            for c in range(n_sets + 1):
+                if member[c, b] != member[c, r]:
+                    same = False
+                    break
+            if same:
+                atom_of[b] = j
+                break
+        if atom_of[b] < 0:
+            reps[n_atoms] = b
+            atom_of[b] = n_atoms
+            n_atoms += 1
     m = 0
     for k in range(edges.shape[0]):
-        m += edges[k, 2] - edges[k, 1] + 1
+        c = edges[k, 1]
+        for a in range(n_atoms):
+            if member[c, reps[a]]:
+                m += 1
     edge_ptr = np.zeros(n + 1, np.int64)
     edge_atom = np.empty(m, np.int64)
     edge_dst = np.empty(m, np.int64)
     j = 0
     for k in range(edges.shape[0]):
-        s = edges[k, 0]
-        for b in range(edges[k, 1], edges[k, 2] + 1):
-            edge_atom[j] = b
-            edge_dst[j] = edges[k, 3]
-            j += 1
-        edge_ptr[s + 1] = j
+        c = edges[k, 1]
+        for a in range(n_atoms):
+            if member[c, reps[a]]:
+                edge_atom[j] = a
+                edge_dst[j] = edges[k, 2]
+                j += 1
+        edge_ptr[edges[k, 0] + 1] = j
     for s in range(n):  # states without edges end where the previous one did
         if edge_ptr[s + 1] < edge_ptr[s]:
             edge_ptr[s + 1] = edge_ptr[s]
-    table, acc, count = determinize(128, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst,
+    table, acc, count = determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst,
                                     start, final, max_states)
     if count < 0:
         return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), -1
@@ -609,25 +657,93 @@ def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
             any_acc = True
     if not any_acc:
         return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), 0
-    full = np.zeros((count + 1, 256), np.int32)
+    # trim and minimise over the atoms the alphabet allows, plus one dead column
+    # (atoms are uniform in the alphabet: it is part of their signature)
+    cols = np.empty(n_atoms, np.int64)
+    k = 0
+    for a in range(n_atoms):
+        if alphabet[reps[a]]:
+            cols[k] = a
+            k += 1
+    reduced = np.zeros((count + 1, k + 1), np.int32)
     accepting = np.zeros(count + 1, np.bool_)
     for q in range(count):
         accepting[q + 1] = acc[q]
+        for i in range(k):
+            reduced[q + 1, i] = table[q, cols[i]] + 1  # -1 (none) becomes dead 0
+    live = coreachable_dense(reduced, accepting)
+    cls, rounds = moore_classes(reduced, accepting, live, max_rounds)
+    if rounds < 0:
+        for s in range(count + 1):
+            cls[s] = s if live[s] else 0
+    full = np.zeros((count + 1, 256), np.int32)
+    for q in range(count):
         for b in range(128):
-            full[q + 1, b] = table[q, b] + 1  # -1 (none) becomes the dead state 0
-    out, out_acc = trim_minimize(full, accepting, alphabet, max_rounds)
+            a = atom_of[b]
+            if a >= 0 and alphabet[b]:
+                full[q + 1, b] = table[q, a] + 1
+    out, out_acc = quotient_renumber(full, accepting, cls, 1)
     return out, out_acc, 1
 
 
 @njit(cache=True, nogil=True)
-def token_rows_all(trans, tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth,
+def token_rows_all(trans, first, tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth,
                    words, accepting, eos):
     """:func:`token_transitions` of every state of ``trans``, allocating the rows
-    here: ``(rows, indptr, tokens, nexts)``. Saves the Python-side allocations
-    and a dispatch argument, a visible share of compiling a short regex."""
+    here: ``(rows, indptr, tokens, nexts)``, the same arrays. ``first[b]`` is the
+    trie node of byte ``b`` at depth 1 (-1: none): a state's walk reads only the
+    subtrees of the bytes it can take, not every root child scattered over the
+    trie's arrays (cache misses that dominated this step for short patterns)."""
     n = trans.shape[0]
-    states = np.arange(n).astype(np.int32)
+    n_tokens = order.shape[0]
     rows = np.zeros((n, words), np.uint32)
-    indptr, toks, nexts = token_transitions(trans, states, tbyte, tdepth, tskip, tok_start,
-                                            tok_end, order, max_depth, rows, 0, accepting, eos)
-    return rows, indptr, toks, nexts
+    out_tok = np.empty(n_tokens, np.int32)
+    out_next = np.empty(n_tokens, np.int32)
+    indptr = np.zeros(n + 1, np.int64)
+    stack = np.zeros(max_depth + 2, np.int32)
+    k = 0
+    for q in range(n):
+        if out_tok.shape[0] - k < n_tokens:
+            grow = max(out_tok.shape[0] * 2, k + n_tokens)
+            nt = np.empty(grow, np.int32)
+            nn = np.empty(grow, np.int32)
+            nt[:k] = out_tok[:k]
+            nn[:k] = out_next[:k]
+            out_tok = nt
+            out_next = nn
+        row = rows[q]
+        for b in range(256):
+            i = first[b]
+            if i < 0:
+                continue
+            s = trans[q, b]
+            if s == 0:
+                continue
+            stack[1] = s
+            for j in range(tok_start[i], tok_end[i]):
+                t = order[j]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                out_tok[k] = t
+                out_next[k] = s
+                k += 1
+            end = tskip[i]
+            i += 1
+            while i < end:
+                d = tdepth[i]
+                s = trans[stack[d - 1], tbyte[i]]
+                if s == 0:
+                    i = tskip[i]
+                    continue
+                stack[d] = s
+                for j in range(tok_start[i], tok_end[i]):
+                    t = order[j]
+                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                    out_tok[k] = t
+                    out_next[k] = s
+                    k += 1
+                i += 1
+        indptr[q + 1] = k
+        if accepting[q]:
+            for e in eos:
+                row[e >> 5] |= np.uint32(1) << np.uint32(e & 31)
+    return rows, indptr, out_tok[:k], out_next[:k]

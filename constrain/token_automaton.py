@@ -56,7 +56,7 @@ class TokenAutomaton:
         if self.eager and not exact_liveness:
             t = trie
             self._pool, indptr, toks, nexts = kernels.token_rows_all(
-                dfa.transitions, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
+                dfa.transitions, t.first, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
                 t.max_depth, words, dfa.accepting, self._eos)
             self._indptr, self._toks, self._nexts = indptr, toks, nexts
             self._slot = None

@@ -43,6 +43,10 @@ class TokenTrie:
         (self.byte, self.depth, self.skip, self.tok_start, self.tok_end,
          self.num_nodes) = kernels.build_trie(data, offsets, order, n_max)
         self.order = order
+        #: the node of each byte at depth 1 (-1: no token starts with it)
+        self.first = np.full(256, -1, dtype=np.int32)
+        d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
+        self.first[self.byte[d1]] = d1
         self.max_depth = int(lengths.max()) if len(lengths) else 0
         self.num_tokens = len(order)
         present = np.zeros(256, dtype=np.bool_)
