@@ -32,7 +32,7 @@ def _digit_class(lo: int, hi: int) -> str:
     if lo == hi:
         return str(lo)
     if lo == 0 and hi == 9:
-        return r"\d"
+        return r"[0-9]"
     return f"[{lo}-{hi}]"
 
 
@@ -40,8 +40,8 @@ def _rep_digits(n: int) -> str:
     if n == 0:
         return ""
     if n == 1:
-        return r"\d"
-    return r"\d{%d}" % n
+        return r"[0-9]"
+    return r"[0-9]{%d}" % n
 
 
 def _same_length(lo: str, hi: str) -> str:
@@ -86,7 +86,7 @@ def _nat_range(lo: int, hi: int | None) -> str | None:
             parts.append(_same_length(str(lo), str(hi)))
             break
         if hi is None and lo == 10 ** (length - 1):
-            parts.append(r"[1-9]\d{%d,}" % (length - 1) if length > 1 else r"[1-9]\d*")
+            parts.append(r"[1-9][0-9]{%d,}" % (length - 1) if length > 1 else r"[1-9][0-9]*")
             break
         parts.append(_same_length(str(lo), str(top)))
         lo = top + 1
@@ -141,12 +141,12 @@ def _fraction_digits(a: str | None, sa: bool, b: str | None, sb: bool) -> str | 
         if tl and i >= len(a) and not sa:
             tl = False  # a ends here: any continuation is >= a
         if not tl and not tu:
-            return r"\d*"
+            return r"[0-9]*"
         if tu and i >= len(b):
             # b continues with zeros only: so must D, and then D == b
-            return None if (sb or tl) else "0*"
+            return None if (sb or tl) else ("0*" if i > 0 else "0+")  # D is non-empty
         if tl and i >= len(a) and not tu:
-            return r"\d*[1-9]\d*"  # strictly above a, which ends here
+            return r"[0-9]*[1-9][0-9]*"  # strictly above a, which ends here
         parts = []
         lo_d = int(a[i]) if tl and i < len(a) else 0
         hi_d = int(b[i]) if tu and i < len(b) else 9
@@ -161,7 +161,7 @@ def _fraction_digits(a: str | None, sa: bool, b: str | None, sb: bool) -> str | 
                 free.append(d)
         if free:
             # free digits form one contiguous run (the edges are lo_d and hi_d)
-            parts.append(_digit_class(free[0], free[-1]) + r"\d*")
+            parts.append(_digit_class(free[0], free[-1]) + r"[0-9]*")
         # stopping here: the value is the prefix padded with zeros, which is below
         # a tight lower bound (a has a non-zero digit ahead, or equality is strict)
         # and below a tight upper bound (b has a non-zero digit ahead)
@@ -178,7 +178,7 @@ def _fraction_part(a, sa, b, sb, *, required: bool) -> str | None:
     digits = _fraction_digits(a, sa, b, sb)
     parts = []
     if digits is not None:
-        parts.append(r"\." + (digits if digits != r"\d*" else r"\d+"))
+        parts.append(r"\." + (digits if digits != r"[0-9]*" else r"[0-9]+"))
     if not required:
         zero_ok = (a is None or (a == "" and not sa)) and (b is None or b != "" or not sb)
         if zero_ok:
@@ -206,7 +206,7 @@ def _magnitude(lo: Decimal | None, slo: bool, hi: Decimal | None, shi: bool,
 
     if hi is None:
         parts.append(join(str(li), _fraction_part(lf, slo, None, False, required=required)))
-        parts.append(join(_nat_range(li + 1, None), r"\.\d+" if required else r"(?:\.\d+)?"))
+        parts.append(join(_nat_range(li + 1, None), r"\.[0-9]+" if required else r"(?:\.[0-9]+)?"))
     else:
         hi_i, hf = _split(hi)
         if li == hi_i:
@@ -215,14 +215,14 @@ def _magnitude(lo: Decimal | None, slo: bool, hi: Decimal | None, shi: bool,
             parts.append(join(str(li), _fraction_part(lf, slo, None, False, required=required)))
             if hi_i - 1 >= li + 1:
                 parts.append(join(_nat_range(li + 1, hi_i - 1),
-                                  r"\.\d+" if required else r"(?:\.\d+)?"))
+                                  r"\.[0-9]+" if required else r"(?:\.[0-9]+)?"))
             parts.append(join(str(hi_i), _fraction_part("", False, hf, shi, required=required)))
     return _alt(parts)
 
 
 def decimal_range_regex(lo: Decimal | None, lo_strict: bool, hi: Decimal | None,
                         hi_strict: bool, *, fraction_required: bool = False) -> str | None:
-    """Canonical JSON numbers without exponent (``-?(0|[1-9]\\d*)(\\.\\d+)?``) whose
+    """Canonical JSON numbers without exponent (``-?(0|[1-9]\[0-9]*)(\\.\[0-9]+)?``) whose
     exact decimal value lies in the range (``None``: unbounded; ``*_strict``:
     exclusive). ``fraction_required`` keeps only texts with a ``.``. Negative zero
     (``-0``, ``-0.0``) is never matched. ``None`` when nothing matches."""
@@ -268,7 +268,7 @@ def nat_multiple_regex(m: int) -> str | None:
     parts = []
     if small:
         parts.append(_trie_alt(small))
-    parts.append(r"[1-9]\d*" + _trie_alt(suffixes))
+    parts.append(r"[1-9][0-9]*" + _trie_alt(suffixes))
     return _alt(parts)
 
 
