@@ -222,7 +222,7 @@ def _magnitude(lo: Decimal | None, slo: bool, hi: Decimal | None, shi: bool,
 
 def decimal_range_regex(lo: Decimal | None, lo_strict: bool, hi: Decimal | None,
                         hi_strict: bool, *, fraction_required: bool = False) -> str | None:
-    """Canonical JSON numbers without exponent (``-?(0|[1-9]\[0-9]*)(\\.\[0-9]+)?``) whose
+    """Canonical JSON numbers without exponent (``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``) whose
     exact decimal value lies in the range (``None``: unbounded; ``*_strict``:
     exclusive). ``fraction_required`` keeps only texts with a ``.``. Negative zero
     (``-0``, ``-0.0``) is never matched. ``None`` when nothing matches."""

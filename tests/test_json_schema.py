@@ -63,7 +63,7 @@ def test_int_range_brute_force(lo, hi):
         got = rx is not None and re.fullmatch(rx, str(n)) is not None
         assert got == want, (lo, hi, n, rx)
     if rx is not None:
-        for t in ("-0", "00", "01", "+1", "1.0", ""):
+        for t in ("-0", "00", "01", "+1", "1.0", "", "1.", "\u0661", "1\u0663"):
             assert re.fullmatch(rx, t) is None
 
 
@@ -77,7 +77,10 @@ def _decimal_texts():
         out.add(f"{n / 100:.2f}")
         out.add(f"{n / 1000:.3f}")
         out.add(f"{n / 10:.1f}")
-    return sorted(t for t in out if not re.fullmatch(r"-0(\.0*)?", t))
+    out = {t for t in out if not re.fullmatch(r"-0(\.0*)?", t)}
+    # not JSON: a trailing dot, non-ASCII digits
+    out |= {"1.", "0.", "-1.", "10.", "\u0661", "1\u0660", "0.\u0665", "\U0001d7e5"}
+    return sorted(out)
 
 
 _TEXTS = _decimal_texts()
@@ -91,6 +94,9 @@ def test_decimal_range_brute_force(lo, hi):
             for req in (False, True):
                 rx = decimal_range_regex(lo, lo_x, hi, hi_x, fraction_required=req)
                 for t in _TEXTS:
+                    if not re.fullmatch(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?", t, re.ASCII):
+                        assert rx is None or re.fullmatch(rx, t) is None, (rx, t)
+                        continue
                     v = Decimal(t)
                     want = ((lo is None or (v > lo if lo_x else v >= lo))
                             and (hi is None or (v < hi if hi_x else v <= hi))
