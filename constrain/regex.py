@@ -241,9 +241,9 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     if prog is not None:
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
-        # fixed cost of the general pipeline's Python and numpy steps)
-        # its first call also JIT-compiles it (or loads it from numba's cache), which
-        # is not the pattern's cost: the time budget is not applied then
+        # fixed cost of the general pipeline's Python and numpy steps). Its first
+        # call in a process also JIT-compiles it or loads it from numba's cache,
+        # not the pattern's cost: the time budget is not applied to that call.
         jitted = bool(kernels.ascii_byte_dfa.signatures)
         table, accepting, status = kernels.ascii_byte_dfa(
             prog, nfa.start, nfa.final, max_states, alphabet, 256)
