@@ -35,16 +35,17 @@ from fractions import Fraction
 
 from .errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
 from .json_schema_formats import (
-    CANON_ANY,
     FORMATS,
     JSON_CHAR_ANY,
     JSON_CODEPOINT,
     PatternUnsupported,
     encoded_class,
     matches_everything,
+    pattern_class_star,
     patterns_disjoint,
     escape_lark_regex,
     iv_complement,
+    iv_intersect,
     translate_pattern,
 )
 from .number_ranges import (
@@ -476,7 +477,8 @@ class _Compiler:
         finally:
             self.checking = False
         if objects_overlap:
-            flat = self._exclusive_required(flat) or self._forced_discriminator(flat, context)
+            flat = (self._exclusive_required(flat, context)
+                    or self._forced_discriminator(flat, context))
             if flat is None:
                 return None
         out = []
@@ -499,7 +501,8 @@ class _Compiler:
     def _forced_discriminator(self, flat, context):
         """Branches made disjoint by requiring one member whose schemas differ
         pairwise between branches (every output then carries it)."""
-        views = [[self._object_view(context + c, quiet=True) for c in branch] for branch in flat]
+        views = [[self._object_view(context + c, quiet=True) for c in branch
+                  if "object" in self.conj_types(context + c)] for branch in flat]
         if any(v is None for vs in views for v in vs):
             return None
         candidates = None
@@ -524,15 +527,17 @@ class _Compiler:
                 return [[c + (req,) for c in branch] for branch in flat]
         return None
 
-    def _exclusive_required(self, flat):
+    def _exclusive_required(self, flat, context=()):
         """``oneOf`` branches made disjoint through their ``required`` sets: each
         conjunction also demands that, for every conjunction of another branch,
-        some name it requires is missing. ``None`` if a conjunction requires
-        nothing."""
+        some name it requires is missing. ``None`` if a conjunction that admits
+        objects requires nothing."""
         req = []
         for branch in flat:
             sets = []
             for conj in branch:
+                if "object" not in self.conj_types(context + conj):
+                    continue  # no objects to tell apart
                 names = set()
                 for p in conj:
                     n = self.node(p)
@@ -1167,7 +1172,6 @@ class _Compiler:
 
     def object_symbol(self, conj) -> str | None:
         """A rule for the objects of the conjunction."""
-        P = self.punct
         view = self._object_view(conj)
         if view is None:
             return None
@@ -1333,9 +1337,13 @@ class _Compiler:
             pcs = [w for p2, w in view.patterns if w == where or not patterns_disjoint(pat, p2)]
             val = self.value_symbol(tuple(pcs) + tuple(view.extra_pieces))
             bad = [d for d in declared if _search(pat, d)]
-            if bad and matches_everything(pat):
-                # every name is a pattern member: any name but the declared ones
-                content = _not_in_set(declared)
+            star = pattern_class_star(pat) if bad else None
+            if bad and (matches_everything(pat) or star is not None):
+                # the pattern's names but the declared ones: a trie over the alphabet
+                if star is None:
+                    content = _not_in_set(declared)
+                else:
+                    content = _not_in_set(bad, alphabet=star[0], min_len=star[1])
                 if content is not None:
                     key = self.terminal('"' + content + '"' + self.ws + ":" + self.ws, "KEY")
                     alts.append(_Alt([("sym", key), ("sym", val)]))
@@ -1538,10 +1546,16 @@ def _lit(text: str) -> str:
 _MAX_TRIE = 2000
 
 
-def _not_in_set(names) -> str | None:
-    """A regex for the canonical encodings of every string not in ``names``;
-    ``None`` when the set is too large to exclude (then no extra key is
-    allowed, which is sound)."""
+def _not_in_set(names, alphabet=None, min_len: int = 0) -> str | None:
+    """A regex for the canonical encodings of every string not in ``names``
+    (``alphabet``: only strings over these code-point intervals, which must hold
+    every name; at least ``min_len`` (0 or 1) characters); ``None`` when the set
+    is too large to exclude (then no extra key is allowed, which is sound)."""
+    if alphabet is None:
+        alphabet = [(0, 0x10FFFF)]
+    any_char = encoded_class(alphabet)
+    if any_char is None:
+        return None
     trie: dict = {}
     count = 0
     for name in names:
@@ -1555,23 +1569,25 @@ def _not_in_set(names) -> str | None:
     if count > _MAX_TRIE:
         return None
 
-    def rx(node) -> str:
+    def rx(node, root=False) -> str:
         alts = []
-        if None not in node:
+        if None not in node and not (root and min_len > 0):
             alts.append("")
         children = [c for c in node if c is not None]
         for c in children:
             alts.append(encoded_class([(ord(c), ord(c))]) + rx(node[c]))
-        other = encoded_class(iv_complement([(ord(c), ord(c)) for c in children]))
-        alts.append(other + CANON_ANY + "*")
+        other = encoded_class(iv_intersect(alphabet, iv_complement([(ord(c), ord(c))
+                                                                     for c in children])))
+        if other is not None:
+            alts.append(other + any_char + "*")
         if "" in alts:
             rest = [a for a in alts if a]
             return "(?:" + "|".join(rest) + ")?"
         return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
     if not trie:
-        return CANON_ANY + "*"
-    return rx(trie)
+        return any_char + ("+" if min_len else "*")
+    return rx(trie, root=True)
 
 
 def _ranges_disjoint(a, b) -> bool:

@@ -529,6 +529,46 @@ def patterns_disjoint(a: str, b: str) -> bool:
     return pa is not None and pb is not None and not pa.startswith(pb) and not pb.startswith(pa)
 
 
+def pattern_class_star(pattern: str):
+    """``(intervals, min)`` when the pattern is ``^C*$`` or ``^C+$`` for one
+    character class ``C`` (intervals: a subset of what Python matches), else
+    ``None``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+        flags = parsed.state.flags
+        if flags & re.IGNORECASE:
+            return None
+        branches = _split_branches(list(parsed))
+        if len(branches) != 1:
+            return None
+        b = branches[0]
+        if len(b) != 3 or b[0][0] is not _sre_c.AT or b[0][1] not in _STARTS \
+                or b[2][0] is not _sre_c.AT or b[2][1] not in _ENDS:
+            return None
+        op, av = b[1]
+        if op is not _sre_c.MAX_REPEAT and op is not _sre_c.MIN_REPEAT:
+            return None
+        lo, hi, sub = av
+        if hi is not _sre_c.MAXREPEAT or lo > 1:
+            return None
+        sub = list(sub)
+        while len(sub) == 1 and sub[0][0] is _sre_c.SUBPATTERN and not (sub[0][1][1] | sub[0][1][2]):
+            sub = list(sub[0][1][3])
+        if len(sub) != 1:
+            return None
+        op, av = sub[0]
+        tr = _Translator(flags)
+        if op is _sre_c.IN:
+            return tr.in_set(av, flags, over=False), lo
+        if op is _sre_c.LITERAL:
+            return [(av, av)], lo
+        return None
+    except (PatternUnsupported, re.error, RecursionError):
+        return None
+
+
 def matches_everything(pattern: str) -> bool:
     """Whether ``re.search(pattern, s)`` holds for every string ``s`` (decided for
     patterns with an alternative that can match empty and is not anchored at

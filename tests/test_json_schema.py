@@ -273,6 +273,21 @@ def test_pattern_properties():
           bad=['{"id":1,"y":"v"}', '{"x-a":1}', '{"x-a":"v","id":1}'])
 
 
+def test_class_pattern_properties_next_to_declared():
+    check({"type": "object", "properties": {"basic": {"type": "string"}},
+           "patternProperties": {"^[a-zA-Z0-9_]*$": {"type": ["string", "integer"]}},
+           "additionalProperties": False},
+          good=['{"basic":"x","o":1}', '{"zz":"s"}', '{"basics":1,"basi":2}'],
+          bad=['{"basic":1}', '{"basic":"x","basic":"y"}', '{"o":null}', '{"a-b":1}'])
+
+
+def test_one_of_with_a_non_object_branch():
+    check({"oneOf": [{"type": "object", "properties": {"a": {}}, "required": ["a"]},
+                     {"type": "object", "properties": {"b": {}}, "required": ["b"]},
+                     {"type": "null"}]},
+          good=['{"a":1}', '{"b":1}', "null"], bad=['{"a":1,"b":2}', "{}"])
+
+
 def test_pattern_properties_with_distinct_prefixes():
     check({"type": "object", "properties": {"foo": {"type": "string"}},
            "patternProperties": {"^S_": {"type": "string"}, "^I_": {"type": "integer"}},
