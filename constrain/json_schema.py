@@ -832,6 +832,7 @@ class _Compiler:
         if excluded:
             return self._number_excluding(conj, integer, excluded, (lo, lo_x, hi, hi_x))
         mult = 1
+        float_cap = None
         for p in conj:
             n = self.node(p)
             if not isinstance(n, dict) or "multipleOf" not in n:
@@ -840,11 +841,26 @@ class _Compiler:
             if isinstance(m, bool) or not isinstance(m, (int, float)) or m <= 0:
                 raise SchemaError("multipleOf must be a positive number", f"{p}/multipleOf")
             if isinstance(m, float) and not m.is_integer():
+                # jsonschema tests int(x / m) == x / m in floating point. For m
+                # within 2^-54 (relative) of 1/M and an integer x with |x*M| < 2^53,
+                # x / m rounds to x*M exactly: integer texts in that range are valid
+                # (texts with a fraction are not decided by their digits, so left out)
+                big_m = round(1 / m)
+                if big_m >= 1 and abs(Fraction(m) - Fraction(1, big_m)) * big_m < Fraction(1, 2 ** 54):
+                    integer = True
+                    cap = (2 ** 53 - 1) // big_m
+                    float_cap = cap if float_cap is None else min(float_cap, cap)
+                    continue
                 self.unsupported(f"{p}/multipleOf",
                                  "a non-integer multipleOf (jsonschema decides it in floating point)")
                 continue
             mult = mult * int(m) // math.gcd(mult, int(m))
         ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
+        if float_cap is not None:
+            ilo = -float_cap if ilo is None else max(ilo, -float_cap)
+            ihi = float_cap if ihi is None else min(ihi, float_cap)
+            lo = ilo if lo is None else lo
+            hi = ihi if hi is None else hi
         parts = []
         if mult > 1:
             rx = self._multiples(ilo, ihi, mult, conj)

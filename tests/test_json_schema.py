@@ -146,6 +146,14 @@ def test_number_bounds_against_jsonschema():
 
 # -- strings ---------------------------------------------------------------------------
 
+def test_float_multiple_of_integers_only():
+    # 0.01 is within 2^-54 of 1/100: integer texts up to 2^53/100 are exact
+    check({"type": "number", "multipleOf": 0.01}, good=["1", "0", "-2", "90071992547409"],
+          bad=["90071992547410", "null"])
+    with pytest.raises(UnsupportedSchemaError):
+        json_schema_to_lark({"type": "number", "multipleOf": 0.1})  # 0.1 is not close enough
+
+
 def test_string_escapes_and_controls():
     check({"type": "string"},
           good=[r'"a\"b"', r'"\\"', r'"\n\t\u00e9\/"', '"é😀"', r'"\ud83d\ude00"'],
@@ -456,7 +464,7 @@ def test_errors_name_pointers():
         json_schema_to_lark({"type": "array", "uniqueItems": True})
     assert e.value.pointer == "/uniqueItems"
     with pytest.raises(UnsupportedSchemaError) as e:
-        json_schema_to_lark({"type": "number", "multipleOf": 0.01})
+        json_schema_to_lark({"type": "number", "multipleOf": 0.3})
     assert e.value.pointer == "/multipleOf"
     with pytest.raises(SchemaError):
         json_schema_to_lark("{not json")
