@@ -50,6 +50,21 @@ _LAZY = {
     "can_complete_regex": ("search.infill", "can_complete_regex"),
     "fim_allowed": ("search.infill", "fim_allowed"),
     "Hole": ("search.infill", "Hole"),
+    "astar_search": ("search.astar", "astar_search"),
+    "foresight_search": ("search.foresight", "foresight_search"),
+    "best_of_n": ("search.best_of_n", "best_of_n"),
+    "PRM": ("search.prm", "PRM"),
+    "HFStepPRM": ("search.prm", "HFStepPRM"),
+    "LMJudgePRM": ("search.prm", "LMJudgePRM"),
+    "CallablePRM": ("search.prm", "CallablePRM"),
+    "ArithmeticCheckerPRM": ("search.prm", "ArithmeticCheckerPRM"),
+    "check_arithmetic": ("search.prm", "check_arithmetic"),
+    "ReasoningResult": ("search.reasoning_steps", "ReasoningResult"),
+    "Solution": ("search.reasoning_steps", "Solution"),
+    "Step": ("search.reasoning_steps", "Step"),
+    "Budget": ("search.reasoning_steps", "Budget"),
+    "LMStepSampler": ("search.reasoning_steps", "LMStepSampler"),
+    "extract_answer": ("search.reasoning_steps", "extract_answer"),
 }
 
 __all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})
