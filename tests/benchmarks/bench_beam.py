@@ -1,8 +1,9 @@
 """Breadth-first vs best-first beam search on the default model (SmolLM2-135M-Instruct).
 
-    python tests/benchmarks/bench_beam.py [--prompts 20] [--beams 5,10,20]
-        [--max-new-tokens 24] [--markdown] [--json out.json] [--threads 1]
+    python tests/benchmarks/bench_beam.py [--prompts 20 | --select 0,5,...] [--beams 5,10,20]
+        [--max-new-tokens 24] [--memo] [--markdown] [--json out.json] [--threads 1]
         [--regex PATTERN | --schema FILE]
+    python tests/benchmarks/bench_beam.py --summarize a.json b.json ... [--markdown]
 
 For each beam size and each of the first ``--prompts`` fixed prompts (wrapped in the
 model's chat template), ``search.beam_search`` and ``search.best_first_beam_search``
@@ -32,9 +33,16 @@ single answer of the best-first search) has the same tokens and scores within
 cache paths in the two runs (a prefix continued from its parent's cache vs from an
 older ancestor's), so they agree to float32 rounding, not bit for bit.
 
+``--memo`` computes each distinct prefix once (keeping its 64 best entries) and
+shares it between both drivers and all beam sizes (see :class:`MemoLM`): the call
+counts and answers are those of the real runs, at a fraction of the compute, but
+times mean nothing (the table shows ``-``). ``--json`` is rewritten after every
+prompt, so several processes (``--select``) can split the prompts and
+``--summarize`` joins their tables.
+
 ``--regex`` / ``--schema`` run both drivers under a constraint (``--schema`` needs a
 JSON Schema compiler in ``constrain``; until it exists the script says so and
-exits 2).
+exits 1). Exit status 1 also when a result differs.
 """
 
 from __future__ import annotations
@@ -95,7 +103,7 @@ def load_constraint(args, lm):
 
         compile_schema = getattr(constrain, "compile_json_schema", None)
         if compile_schema is None:
-            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")  # exit status 1
+            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")
         with open(args.schema, encoding="utf-8") as f:
             return compile_schema(json.load(f), lm.vocab)
     return None

@@ -1,14 +1,15 @@
 """How many complete outputs a lattice encodes for the model calls of a 16-beam
 search, and whether the scores of the paths extracted from it are the model's.
 
-    python tests/benchmarks/bench_lattice.py [--prompts 5] [--beam 16] [--max-new-tokens 24]
-        [--merge-ngram 4] [--k 10] [--samples 10] [--markdown] [--json out.json]
-        [--threads 1] [--regex PATTERN | --schema FILE]
+    python tests/benchmarks/bench_lattice.py [--prompts 5 | --select 0,3] [--budgets 333,146]
+        [--beam 16] [--max-new-tokens 24] [--merge-ngram 4] [--k 10] [--samples 10]
+        [--markdown] [--json out.json] [--threads 1] [--regex PATTERN | --schema FILE]
 
 Per prompt (the default model's chat template around it):
 
 1. ``search.beam_search`` with ``beam_size=--beam`` runs from an empty KV cache;
-   the growth of ``lm.calls`` is the **budget**.
+   the growth of ``lm.calls`` is the **budget** (``--budgets`` skips it, taking
+   the budgets an earlier run reported: the beam search is deterministic).
 2. ``search.lattice_search`` builds a lattice with that budget (same
    ``max_new_tokens``, ``merge_ngram``, constraint; default ``top_k``). Reported:
    calls spent, nodes, edges, end nodes and ``count_paths()``, the number of
@@ -100,6 +101,14 @@ def teacher_forced(lm, prompt_ids, path) -> float:
     return float(lp.gather(1, tgt[:, None]).sum())
 
 
+def dump(args, T, lm, records):
+    """Write the prompts done so far as JSON."""
+    with open(args.json, "w", encoding="utf-8") as f:
+        json.dump({"model": lm.name, "beam": args.beam, "max_new_tokens": T, "merge_ngram": args.merge_ngram,
+                   "regex": args.regex, "schema": args.schema, "prompts": records}, f, indent=1,
+                  default=lambda x: float(x) if isinstance(x, np.floating) else str(x))
+
+
 def fmt_table(rows, markdown):
     """Rows of strings as a markdown or aligned plain-text table (first row: header)."""
     if markdown:
@@ -119,6 +128,9 @@ def main() -> None:
     ap.add_argument("--merge-ngram", type=int, default=4)
     ap.add_argument("--k", type=int, default=10, help="k-best paths to extract")
     ap.add_argument("--samples", type=int, default=10, help="paths to draw, uniformly and by score (each)")
+    ap.add_argument("--select", help="comma-separated prompt indices (0-based) instead of --prompts")
+    ap.add_argument("--budgets", help="comma-separated budgets, one per prompt, to skip the beam searches "
+                                      "(the calls an earlier run of this script reported for them)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", help="write every prompt's numbers and paths here")
@@ -140,13 +152,19 @@ def main() -> None:
           + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else ""),
           flush=True)
 
+    idx = [int(i) for i in args.select.split(",")] if args.select else list(range(args.prompts))
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [None] * len(idx)
+    if len(budgets) != len(idx):
+        ap.error("--budgets needs one budget per prompt")
     records = []
-    for prompt in PROMPTS[: args.prompts]:
+    for prompt, budget in zip((PROMPTS[i] for i in idx), budgets):
         ids = lm.apply_chat_template(prompt)
-        lm.clear_cache()
-        c0, t0 = lm.calls, time.perf_counter()
-        beam = search.beam_search(lm, ids, beam_size=args.beam, max_new_tokens=T, constraint=constraint)
-        budget, t_beam = lm.calls - c0, time.perf_counter() - t0
+        beam, t_beam = None, 0.0
+        if budget is None:
+            lm.clear_cache()
+            c0, t0 = lm.calls, time.perf_counter()
+            beam = search.beam_search(lm, ids, beam_size=args.beam, max_new_tokens=T, constraint=constraint)
+            budget, t_beam = lm.calls - c0, time.perf_counter() - t0
         lm.clear_cache()
         t0 = time.perf_counter()
         lat = search.lattice_search(lm, ids, budget=budget, max_new_tokens=T, merge_ngram=args.merge_ngram,
@@ -170,13 +188,17 @@ def main() -> None:
         def maxdiff(rs, key):
             return max((abs(r[key] - r["reference"]) for r in rs), default=float("nan"))
 
-        rec = {"prompt": prompt, "budget": budget, "beam_s": t_beam, "beam_best": lm.decode(beam[0].tokens),
-               "beam_finished": sum(h.finished for h in beam), "lattice_calls": lat.calls, "lattice_s": t_lat,
+        rec = {"prompt": prompt, "budget": budget, "beam_s": t_beam,
+               "beam_best": None if beam is None else lm.decode(beam[0].tokens),
+               "beam_finished": None if beam is None else sum(h.finished for h in beam),
+               "lattice_calls": lat.calls, "lattice_s": t_lat,
                "nodes": lat.num_nodes, "edges": lat.num_edges, "ends": len(lat.ends), "paths": n_paths,
                "extracted": len(rows), "merged": len(merged),
                "exact_lattice_vs_ref": maxdiff(exact, "lattice"), "merged_lattice_vs_ref": maxdiff(merged, "lattice"),
                "rescore_vs_ref": maxdiff(rows, "rescore"), "scored": rows}
         records.append(rec)
+        if args.json:  # after every prompt, so that an interrupted run keeps what it measured
+            dump(args, T, lm, records)
         print(f"{prompt!r}: budget {budget} ({t_beam:.1f} s), lattice {lat.calls} calls ({t_lat:.1f} s), "
               f"{lat.num_nodes} nodes, {lat.num_edges} edges, {len(lat.ends)} ends, {n_paths} complete paths; "
               f"{len(rows)} extracted ({len(merged)} merged): |lattice-ref| exact {rec['exact_lattice_vs_ref']:.2e}, "
@@ -201,10 +223,7 @@ def main() -> None:
     if off:
         print(f"rescored scores off the reference by more than {RESCORE_TOL}: {off}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"model": lm.name, "beam": args.beam, "max_new_tokens": T, "merge_ngram": args.merge_ngram,
-                       "regex": args.regex, "schema": args.schema, "prompts": records}, f, indent=1,
-                      default=lambda x: float(x) if isinstance(x, np.floating) else str(x))
+        dump(args, T, lm, records)
     sys.exit(1 if few or off else 0)
 
 
