@@ -152,6 +152,13 @@ def main() -> None:
           + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else ""),
           flush=True)
 
+    validator = None
+    if args.schema:
+        import jsonschema
+
+        with open(args.schema, encoding="utf-8") as f:
+            schema = json.load(f)
+        validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     idx = [int(i) for i in args.select.split(",")] if args.select else list(range(args.prompts))
     budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [None] * len(idx)
     if len(budgets) != len(idx):
@@ -184,6 +191,12 @@ def main() -> None:
                          "rescore": lat.rescore(p), "reference": ref})
         exact = [r for r in rows if r["exact"]]
         merged = [r for r in rows if not r["exact"]]
+        if validator is not None:  # every extracted path must be valid JSON for the schema
+            for r in rows:
+                try:
+                    r["valid"] = bool(validator.is_valid(json.loads(r["text"])))
+                except ValueError:
+                    r["valid"] = False
 
         def maxdiff(rs, key):
             return max((abs(r[key] - r["reference"]) for r in rs), default=float("nan"))
@@ -195,14 +208,16 @@ def main() -> None:
                "nodes": lat.num_nodes, "edges": lat.num_edges, "ends": len(lat.ends), "paths": n_paths,
                "extracted": len(rows), "merged": len(merged),
                "exact_lattice_vs_ref": maxdiff(exact, "lattice"), "merged_lattice_vs_ref": maxdiff(merged, "lattice"),
-               "rescore_vs_ref": maxdiff(rows, "rescore"), "scored": rows}
+               "rescore_vs_ref": maxdiff(rows, "rescore"), "scored": rows,
+               "valid": None if validator is None else sum(r["valid"] for r in rows)}
         records.append(rec)
         if args.json:  # after every prompt, so that an interrupted run keeps what it measured
             dump(args, T, lm, records)
         print(f"{prompt!r}: budget {budget} ({t_beam:.1f} s), lattice {lat.calls} calls ({t_lat:.1f} s), "
               f"{lat.num_nodes} nodes, {lat.num_edges} edges, {len(lat.ends)} ends, {n_paths} complete paths; "
               f"{len(rows)} extracted ({len(merged)} merged): |lattice-ref| exact {rec['exact_lattice_vs_ref']:.2e}, "
-              f"merged {rec['merged_lattice_vs_ref']:.2e}; |rescore-ref| {rec['rescore_vs_ref']:.2e}", flush=True)
+              f"merged {rec['merged_lattice_vs_ref']:.2e}; |rescore-ref| {rec['rescore_vs_ref']:.2e}"
+              + ("" if validator is None else f"; valid for the schema: {rec['valid']}/{len(rows)}"), flush=True)
         for r in sorted(rows, key=lambda r: -r["rescore"])[:3]:
             print(f"    {r['rescore']:9.4f} (lattice {r['lattice']:9.4f}{'' if r['exact'] else ', merged'}) "
                   f"{r['text']!r}", flush=True)
@@ -217,6 +232,9 @@ def main() -> None:
     print()
     print(fmt_table(table, args.markdown))
     few = [r["prompt"] for r in records if r["paths"] < MIN_PATHS]
+    invalid = [r["prompt"] for r in records if r["valid"] is not None and r["valid"] < r["extracted"]]
+    if invalid:
+        print(f"extracted paths that are not valid for the schema: {invalid}")
     off = [r["prompt"] for r in records if not r["rescore_vs_ref"] <= RESCORE_TOL]
     if few:
         print(f"fewer than {MIN_PATHS} complete paths: {few}")
@@ -224,7 +242,7 @@ def main() -> None:
         print(f"rescored scores off the reference by more than {RESCORE_TOL}: {off}")
     if args.json:
         dump(args, T, lm, records)
-    sys.exit(1 if few or off else 0)
+    sys.exit(1 if few or off or invalid else 0)
 
 
 if __name__ == "__main__":
