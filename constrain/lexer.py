@@ -175,10 +175,10 @@ class LexerTables:
         self.rep = np.zeros(cap, dtype=np.int32)
         self.n = 1
         self._starts: dict[frozenset, int] = {}
-        self._ids: dict[tuple, int] = {}
-        #: per lexer state, its (terminal uid, local state) pairs: the same key in
-        #: two grammars means the same automaton state, hence the same walk
-        self.keys: list[tuple] = [()]
+        self._ids: dict[bytes, int] = {}
+        #: per lexer state, the local state of every terminal (0: not alive), as bytes
+        self.keys: list[bytes] = [b""]
+        self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
         self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
                         else _RowCache(max_rows_bytes))
@@ -186,8 +186,6 @@ class LexerTables:
         self._rows: OrderedDict = OrderedDict()
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
-        self._uid_index: dict = {}
-        self._uid_index_n = -1
 
     def start_state(self, expected: frozenset) -> int:
         """The lexer state that starts any of the terminals ``expected`` (a
@@ -232,14 +230,18 @@ class LexerTables:
             if len(_PRODUCTS) > _PRODUCTS_MAX:
                 _PRODUCTS.popitem(last=False)
         # A lexer state is the set of (terminal, local state) pairs alive: product
-        # states of different expected sets that agree on it are one state.
-        keys = [tuple((ids[j], int(v)) for j, v in enumerate(vec) if v) for vec in vecs.tolist()]
+        # states of different expected sets that agree on it are one state. Its key
+        # is the bytes of a vector over all the grammar's terminals (0: not alive).
+        wide = np.zeros((count, self.n_terminals), dtype=np.int32)
+        wide[:, ids] = vecs
+        keys = [row.tobytes() for row in wide]
         gid = np.zeros(count, dtype=np.int32)
         new = []
+        known = self._ids
         for p in range(1, count):
-            g = self._ids.get(keys[p])
+            g = known.get(keys[p])
             if g is None:
-                g = self._ids[keys[p]] = self.n + len(new)
+                g = known[keys[p]] = self.n + len(new)
                 new.append(p)
             gid[p] = g
         full = gid[table[:, cls]]
@@ -255,8 +257,7 @@ class LexerTables:
             self.acc[sl] = acc
             self.has_acc[sl] = acc.any(axis=1)
             self.rep[sl] = np.arange(self.n, self.n + len(new), dtype=np.int32)
-            uids = terms.uids
-            self.keys.extend(tuple((uids[t], v) for t, v in keys[p]) for p in new)
+            self.keys.extend(keys[p] for p in new)
             self.n += len(new)
         return int(gid[1])
 
@@ -296,12 +297,12 @@ class LexerTables:
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        key = self.keys[s]
+        key = self._shared_key(s)
         shared = self._shared.get(key)
         if shared is not None:
             row, nodes, state_keys = shared
-            ids = self._ids_by_uid()
-            states = np.fromiter((ids[k] for k in state_keys), dtype=np.int32, count=len(state_keys))
+            states = np.fromiter((self._ids[self._local_key(k)] for k in state_keys),
+                                 dtype=np.int32, count=len(state_keys))
         else:
             t = self.trie
             cap = 1024
@@ -315,17 +316,25 @@ class LexerTables:
                     break
                 cap = t.num_nodes
             nodes, states = nodes[:n].copy(), states[:n].copy()
-            self._shared.put(key, (row, nodes, tuple(self.keys[x] for x in states.tolist())))
+            self._shared.put(key, (row, nodes, tuple(self._shared_key(x) for x in states.tolist())))
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
         return hit
 
-    def _ids_by_uid(self) -> dict:
-        if self._uid_index_n != self.n:
-            self._uid_index = {k: i for i, k in enumerate(self.keys) if i}
-            self._uid_index_n = self.n
-        return self._uid_index
+    def _shared_key(self, s: int) -> tuple:
+        """The key of lexer state ``s`` across grammars: its (terminal uid, local
+        state) pairs — the same key in two grammars is the same automaton state."""
+        vec = np.frombuffer(self.keys[s], dtype=np.int32)
+        nz = np.flatnonzero(vec)
+        uids = self.terms.uids
+        return tuple((uids[t], int(vec[t])) for t in nz.tolist())
+
+    def _local_key(self, shared_key: tuple) -> bytes:
+        vec = np.zeros(self.n_terminals, dtype=np.int32)
+        for u, v in shared_key:
+            vec[self._term_of_uid[u]] = v
+        return vec.tobytes()
 
 
 class _RowCache:
