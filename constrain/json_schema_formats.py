@@ -140,12 +140,15 @@ CANON_ANY = encoded_class([(0, MAX_CP)])
 
 # -- formats ------------------------------------------------------------------------
 
-_DATE = (r"[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
-         r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-9]))")
-# the offset is optional: RFC 3339 requires it, but formats are annotations to
-# jsonschema and models often omit it (accepting more stays sound)
-_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?"
-         r"(?:[zZ]|[+\-](?:[01][0-9]|2[0-3]):[0-5][0-9])?")
+# February 29 only in leap years (Gregorian rule), as jsonschema's checker decides
+_DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+         r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+         r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)")
+# RFC 3339 full-time: the offset is required (as jsonschema's format checker, with
+# its format extras installed, requires it); no leap second (the checker refuses
+# 60): an enforced format must never let through what the checker rejects
+_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
+         r"(?:[zZ]|[+\-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 _H16 = r"[0-9a-fA-F]{1,4}"
@@ -171,7 +174,7 @@ _URI = r"[A-Za-z][A-Za-z0-9+\-.]*:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*"
 #: content regexes of the formats enforced; every one uses only characters that
 #: need no JSON escaping. Formats not listed are annotations and are not enforced.
 FORMATS = {
-    "date-time": rf"{_DATE}[Tt ]{_TIME}",
+    "date-time": rf"{_DATE}[Tt]{_TIME}",
     "date": _DATE,
     "time": _TIME,
     "email": _EMAIL,
