@@ -27,7 +27,7 @@ from .matcher import Matcher
 from .protocol import Constraint
 from .regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .grammar import GrammarConstraint, compile_grammar
-from .json_schema import compile_json_schema, json_schema_to_lark
+from .json_schema import compile_json_schema, json_schema_to_lark, order_instance
 from .sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
 from .vocabulary import Vocabulary
@@ -40,6 +40,7 @@ __all__ = [
     "compile_grammar",
     "compile_json_schema",
     "json_schema_to_lark",
+    "order_instance",
     "sql_grammar",
     "SqlSchemaError",
     "load_schema",
