@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 import warnings
 from decimal import Decimal
 from fractions import Fraction
@@ -152,10 +153,11 @@ class _Compiler:
     """Builds the rules and terminals for one schema document."""
 
     def __init__(self, root, *, strict: bool, whitespace: str, max_whitespace: int,
-                 max_string_length: int, max_array_length: int):
+                 max_string_length: int, max_array_length: int, deadline: float | None = None):
         import jsonschema
 
         self.root = root
+        self.deadline = deadline
         self.strict = strict
         self.max_string_length = max_string_length
         self.max_array_length = max_array_length
@@ -340,6 +342,7 @@ class _Compiler:
     # -- normalisation -------------------------------------------------------------
 
     def flatten(self, ptr: str, stack: tuple = ()) -> list[tuple]:
+        self.tick(ptr)
         """The schema at ``ptr`` as a disjunction of conjunctions of node pointers
         (combinators and ``$ref`` expanded)."""
         cache = self.flat_cache[self.checking]
@@ -646,8 +649,16 @@ class _Compiler:
 
     # -- values ----------------------------------------------------------------------
 
+    def tick(self, ptr: str) -> None:
+        """Refuse to go on past the time budget (no schema may hang a server)."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise GrammarTooComplexError(
+                f"translating the schema exceeded its time budget at {ptr or '/'} "
+                f"(pass time_budget= to raise it)")
+
     def value_symbol(self, pieces: tuple) -> str:
         """A rule for the values satisfying every schema in ``pieces``."""
+        self.tick(pieces[0] if pieces and isinstance(pieces[0], str) else "")
         pieces = tuple(dict.fromkeys(p for p in pieces if p != "<true>"))
         if not pieces:
             return self.any_value()
@@ -1652,7 +1663,8 @@ def _load_schema(schema):
 def json_schema_to_lark(schema, *, whitespace: str = "compact",
                         max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
                         max_string_length: int = MAX_STRING_LENGTH,
-                        max_array_length: int = MAX_ARRAY_LENGTH) -> str:
+                        max_array_length: int = MAX_ARRAY_LENGTH,
+                        time_budget: float | None = 30.0) -> str:
     """Translate a JSON Schema (draft 2020-12, 2019-09, 7, 6 or 4) into Lark grammar
     text whose start rule is ``start``.
 
@@ -1670,15 +1682,19 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
             are ignored and one warning lists their JSON pointers.
         max_string_length, max_array_length: ``maxLength``/``maxItems`` above these
             are lowered to them (stricter, hence still sound).
+        time_budget: seconds the translation may take (``None``: unbounded).
 
     Raises:
         UnsupportedSchemaError: a keyword cannot be enforced (strict).
         SchemaError: the schema is malformed or a ``$ref`` dangles.
-        GrammarTooComplexError: the grammar would exceed a size limit.
+        GrammarTooComplexError: the grammar would exceed a size limit or the
+            translation its time budget.
     """
     root = _load_schema(schema)
+    deadline = None if time_budget is None else time.perf_counter() + time_budget
     comp = _Compiler(root, strict=strict, whitespace=whitespace, max_whitespace=max_whitespace,
-                     max_string_length=max_string_length, max_array_length=max_array_length)
+                     max_string_length=max_string_length, max_array_length=max_array_length,
+                     deadline=deadline)
     if root is False:
         raise UnsupportedSchemaError("the schema admits no JSON value", "")
     top = comp.value_symbol(("",))
@@ -1700,13 +1716,17 @@ def compile_json_schema(schema, vocab, **options):
     ``options`` may hold ``whitespace``, ``max_whitespace``, ``strict``,
     ``max_string_length`` and ``max_array_length`` (see
     :func:`json_schema_to_lark`); the rest are budgets passed on to
-    :func:`constrain.grammar.compile_grammar`.
+    :func:`constrain.grammar.compile_grammar`. ``time_budget`` (seconds, default
+    30) bounds the translation and the grammar compilation together.
     """
     from .grammar import compile_grammar  # the grammar engine imports lazily
 
     schema_opts = {k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options}
-    text = json_schema_to_lark(schema, **schema_opts)
-    return compile_grammar(text, vocab, start="start", **options)
+    budget = options.pop("time_budget", 30.0)
+    t0 = time.perf_counter()
+    text = json_schema_to_lark(schema, time_budget=budget, **schema_opts)
+    left = max(0.0, budget - (time.perf_counter() - t0))
+    return compile_grammar(text, vocab, start="start", time_budget=left, **options)
 
 
 def order_instance(schema, instance):
