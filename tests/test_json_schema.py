@@ -242,11 +242,13 @@ def test_translate_pattern_direct():
     ("date", ["2024-12-31"], ["2024-1-1", "24-01-01", "2024-12-32"]),
     ("time", ["10:20:30Z", "23:59:59.999-01:00"], ["24:00:00Z", "10:20"]),
     ("email", ["a.b+c@example.com"], ["a@", "@b.com", "a b@c.d"]),
-    ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123"], ["example.com", "http://a b"]),
+    ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123", "http://[::1]:80/x"],
+     ["example.com", "http://a b", "x:%zz", "http://example.com/{", "a:#?[b", "://"]),
+    ("uri-reference", ["relative/path", "#frag", "//host/p", "https://e.com"], ["://", "a b", "%g0"]),
     ("uuid", ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
     ("ipv4", ["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "1.2.3", "01.2.3.4x"]),
     ("ipv6", ["::1", "2001:db8::8a2e:370:7334", "::ffff:192.0.2.1"], ["1:::2", "12345::"]),
-    ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b"]),
+    ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b", "a." * 127 + "a"]),
 ])
 def test_formats(fmt, good, bad):
     p = parser_for({"type": "string", "format": fmt})
