@@ -163,6 +163,57 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, 
 
 
 @njit(cache=True, nogil=True)
+def _push(ls, lc, d, m, width, s, c):
+    """Add the pair ``(s, c)`` at depth ``d`` (``m`` pairs there so far) unless
+    present; the new count, or -1 past ``width``."""
+    for q in range(m):
+        if ls[d, q] == s and lc[d, q] == c:
+            return m
+    if m == width:
+        return -1
+    ls[d, m] = s
+    lc[d, m] = c
+    return m + 1
+
+
+@njit(cache=True, nogil=True)
+def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m, width):
+    """End each terminal accepting in lexer state ``s`` (context ``c``), start the
+    next one and, when ``b >= 0``, read byte ``b`` with it; add the pairs at depth
+    ``d``. Returns ``(status, m, a, t)`` as :func:`boundary_walk` reports a
+    missing table entry or an overflow."""
+    W = acc.shape[1]
+    for w in range(W):
+        x = acc[s, w]
+        while x != np.uint64(0):
+            low = x & (~x + np.uint64(1))
+            t = w * 64
+            y = low
+            while y > np.uint64(1):
+                y >>= np.uint64(1)
+                t += 1
+            x ^= low
+            if (ignore_bits[w] & low) != np.uint64(0):
+                c2 = c
+            else:
+                c2 = ctx_next[c, t]
+                if c2 == -2:
+                    return NEED_NEXT, m, c, t
+                if c2 < 0:
+                    continue
+            l0 = ctx_start[c2]
+            if l0 == -2:
+                return NEED_START, m, c2, 0
+            s3 = l0 if b < 0 else trans[l0, b]
+            if s3 == 0:
+                continue
+            m = _push(ls, lc, d, m, width, s3, c2)
+            if m < 0:
+                return OVERFLOW, m, 0, 0
+    return NEED_NONE, m, 0, 0
+
+
+@njit(cache=True, nogil=True)
 def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0,
                   tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth, width, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
@@ -181,7 +232,6 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
     after the missing entry is filled in may resume (bits only ever get set, so
     walking node ``j`` again is harmless).
     """
-    W = acc.shape[1]
     ls = np.zeros((max_depth + 2, width), np.int32)
     lc = np.zeros((max_depth + 2, width), np.int32)
     cnt = np.zeros(max_depth + 2, np.int32)
@@ -189,41 +239,10 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
         root = starts_node[j]
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
-        s0 = starts_state[j]
-        m = 0
-        for w in range(W):
-            x = acc[s0, w]
-            while x != np.uint64(0):
-                low = x & (~x + np.uint64(1))
-                t = w * 64
-                y = low
-                while y > np.uint64(1):
-                    y >>= np.uint64(1)
-                    t += 1
-                x ^= low
-                if (ignore_bits[w] & low) != np.uint64(0):
-                    c2 = ctx
-                else:
-                    c2 = ctx_next[ctx, t]
-                    if c2 == -2:
-                        return NEED_NEXT, ctx, t, j
-                    if c2 < 0:
-                        continue
-                l0 = ctx_start[c2]
-                if l0 == -2:
-                    return NEED_START, c2, 0, j
-                dup = False
-                for q in range(m):
-                    if ls[d0, q] == l0 and lc[d0, q] == c2:
-                        dup = True
-                        break
-                if dup:
-                    continue
-                if m == width:
-                    return OVERFLOW, 0, 0, j
-                ls[d0, m] = l0
-                lc[d0, m] = c2
-                m += 1
+        status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
+                                         starts_state[j], ctx, -1, ls, lc, d0, 0, width)
+        if status != NEED_NONE:
+            return status, a, t, j
         if m == 0:
             continue
         cnt[d0] = m
@@ -239,54 +258,14 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 # the terminal goes on
                 s2 = trans[s, b]
                 if s2 != 0:
-                    dup = False
-                    for q in range(m):
-                        if ls[d, q] == s2 and lc[d, q] == c:
-                            dup = True
-                            break
-                    if not dup:
-                        if m == width:
-                            return OVERFLOW, 0, 0, j
-                        ls[d, m] = s2
-                        lc[d, m] = c
-                        m += 1
+                    m = _push(ls, lc, d, m, width, s2, c)
+                    if m < 0:
+                        return OVERFLOW, 0, 0, j
                 # or it ends before this byte and the next one begins with it
-                for w in range(W):
-                    x = acc[s, w]
-                    while x != np.uint64(0):
-                        low = x & (~x + np.uint64(1))
-                        t = w * 64
-                        y = low
-                        while y > np.uint64(1):
-                            y >>= np.uint64(1)
-                            t += 1
-                        x ^= low
-                        if (ignore_bits[w] & low) != np.uint64(0):
-                            c2 = c
-                        else:
-                            c2 = ctx_next[c, t]
-                            if c2 == -2:
-                                return NEED_NEXT, c, t, j
-                            if c2 < 0:
-                                continue
-                        l0 = ctx_start[c2]
-                        if l0 == -2:
-                            return NEED_START, c2, 0, j
-                        s3 = trans[l0, b]
-                        if s3 == 0:
-                            continue
-                        dup = False
-                        for q in range(m):
-                            if ls[d, q] == s3 and lc[d, q] == c2:
-                                dup = True
-                                break
-                        if dup:
-                            continue
-                        if m == width:
-                            return OVERFLOW, 0, 0, j
-                        ls[d, m] = s3
-                        lc[d, m] = c2
-                        m += 1
+                status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
+                                                 s, c, b, ls, lc, d, m, width)
+                if status != NEED_NONE:
+                    return status, a, t, j
             if m == 0:
                 i = tskip[i]
                 continue
