@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .kernels import grow_rows, table_probe, table_rehash
+
 NEED_NONE = 0
 NEED_NEXT = 1
 NEED_START = 2
@@ -77,31 +79,14 @@ def product_dfa(tab, offsets, starts, reps, max_states):
             if not alive:
                 continue
             h = _hash_vec(nxt)
-            slot = h & np.uint64(hcap - 1)
-            found = -1
-            while htab[slot] >= 0:
-                e = htab[slot]
-                if hashes[e] == h:
-                    same = True
-                    for i in range(k):
-                        if vecs[e, i] != nxt[i]:
-                            same = False
-                            break
-                    if same:
-                        found = e
-                        break
-                slot = (slot + np.uint64(1)) & np.uint64(hcap - 1)
+            slot, found = table_probe(htab, hashes, vecs, nxt, h)
             if found < 0:
                 if count >= max_states:
                     return table[:0], vecs[:0], -1
                 if count == cap:
                     cap *= 2
-                    nv = np.zeros((cap, k), np.int32)
-                    nv[:count] = vecs[:count]
-                    vecs = nv
-                    nt = np.zeros((cap, nc), np.int32)
-                    nt[:count] = table[:count]
-                    table = nt
+                    vecs = grow_rows(vecs, count, cap, np.int32(0))
+                    table = grow_rows(table, count, cap, np.int32(0))
                     nh = np.zeros(cap, np.uint64)
                     nh[:count] = hashes[:count]
                     hashes = nh
@@ -112,12 +97,7 @@ def product_dfa(tab, offsets, starts, reps, max_states):
                 count += 1
                 if 2 * count > hcap:
                     hcap *= 4
-                    htab = np.full(hcap, -1, np.int64)
-                    for e in range(count):
-                        s2 = hashes[e] & np.uint64(hcap - 1)
-                        while htab[s2] >= 0:
-                            s2 = (s2 + np.uint64(1)) & np.uint64(hcap - 1)
-                        htab[s2] = e
+                    htab = table_rehash(hashes, count, hcap)
             table[d, c] = found
         d += 1
     return table[:count], vecs[:count], count

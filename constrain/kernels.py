@@ -428,6 +428,46 @@ def _hash_words(words):
 
 
 @njit(cache=True, nogil=True)
+def table_probe(htab, hashes, rows, key, h):
+    """Open-addressing lookup of the row ``key`` (hash ``h``) among ``rows``:
+    ``(slot, index)``, index -1 when absent (``slot`` is then where it goes)."""
+    mask = np.uint64(htab.shape[0] - 1)
+    slot = h & mask
+    while htab[slot] >= 0:
+        c = htab[slot]
+        if hashes[c] == h:
+            same = True
+            for j in range(key.shape[0]):
+                if rows[c, j] != key[j]:
+                    same = False
+                    break
+            if same:
+                return slot, c
+        slot = (slot + np.uint64(1)) & mask
+    return slot, -1
+
+
+@njit(cache=True, nogil=True)
+def table_rehash(hashes, count, hcap):
+    """A fresh open-addressing table of size ``hcap`` over the first ``count`` hashes."""
+    htab = np.full(hcap, -1, np.int64)
+    for c in range(count):
+        sl = hashes[c] & np.uint64(hcap - 1)
+        while htab[sl] >= 0:
+            sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
+        htab[sl] = c
+    return htab
+
+
+@njit(cache=True, nogil=True)
+def grow_rows(a, count, cap, fill):
+    """``a`` (2-D) with room for ``cap`` rows, the first ``count`` kept, the rest ``fill``."""
+    out = np.full((cap, a.shape[1]), fill, a.dtype)
+    out[:count] = a[:count]
+    return out
+
+
+@njit(cache=True, nogil=True)
 def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start, final,
                 max_states):
     """Subset construction of an epsilon-NFA without assertions. A DFA state is
@@ -512,31 +552,14 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
             if not used[a]:
                 continue
             h = _hash_words(moves[a])
-            slot = h & np.uint64(hcap - 1)
-            found = -1
-            while htab[slot] >= 0:
-                c = htab[slot]
-                if hashes[c] == h:
-                    same = True
-                    for j in range(W):
-                        if sets[c, j] != moves[a, j]:
-                            same = False
-                            break
-                    if same:
-                        found = c
-                        break
-                slot = (slot + np.uint64(1)) & np.uint64(hcap - 1)
+            slot, found = table_probe(htab, hashes, sets, moves[a], h)
             if found < 0:
                 if count >= max_states:
                     return table[:0], acc[:0], -1
                 if count == cap:
                     cap *= 2
-                    ns = np.zeros((cap, W), np.uint64)
-                    ns[:count] = sets[:count]
-                    sets = ns
-                    nt = np.full((cap, n_atoms), -1, np.int32)
-                    nt[:count] = table[:count]
-                    table = nt
+                    sets = grow_rows(sets, count, cap, np.uint64(0))
+                    table = grow_rows(table, count, cap, np.int32(-1))
                     na = np.zeros(cap, np.bool_)
                     na[:count] = acc[:count]
                     acc = na
@@ -550,12 +573,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
                 count += 1
                 if 2 * count > hcap:  # rehash at half load
                     hcap *= 4
-                    htab = np.full(hcap, -1, np.int64)
-                    for c in range(count):
-                        sl = hashes[c] & np.uint64(hcap - 1)
-                        while htab[sl] >= 0:
-                            sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
-                        htab[sl] = c
+                    htab = table_rehash(hashes, count, hcap)
             table[d, a] = found
         d += 1
     return table[:count], acc[:count], count
