@@ -71,32 +71,42 @@ def build_trie(data, offsets, order, n_nodes_max):
 
 
 @njit(cache=True, nogil=True)
-def _walk(trans, state, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
+def _walk(trans, state, first, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
           row, out_tok, out_next, n):
     """Walk the trie from DFA ``state``; set allowed tokens in ``row`` (uint32
-    words) and append ``(token, next state)`` pairs from position ``n``."""
-    stack[0] = state
-    i = 1
-    n_nodes = tbyte.shape[0]
-    while i < n_nodes:
-        d = tdepth[i]
-        s = trans[stack[d - 1], tbyte[i]]
-        if s == 0:
-            i = tskip[i]
+    words) and append ``(token, next state)`` pairs from position ``n``.
+    ``first[b]`` is the trie node of byte ``b`` at depth 1 (-1: none): the walk
+    enters only the subtrees of the bytes the state can take, not every root child
+    scattered over the trie's arrays (cache misses that dominated short patterns)."""
+    for b in range(256):
+        i = first[b]
+        if i < 0:
             continue
-        stack[d] = s
-        for k in range(tok_start[i], tok_end[i]):
-            t = order[k]
-            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            out_tok[n] = t
-            out_next[n] = s
-            n += 1
-        i += 1
+        s = trans[state, b]
+        if s == 0:
+            continue
+        stack[1] = s
+        end = tskip[i]
+        while i < end:
+            d = tdepth[i]
+            if d > 1:
+                s = trans[stack[d - 1], tbyte[i]]
+                if s == 0:
+                    i = tskip[i]
+                    continue
+                stack[d] = s
+            for k in range(tok_start[i], tok_end[i]):
+                t = order[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                out_tok[n] = t
+                out_next[n] = s
+                n += 1
+            i += 1
     return n
 
 
 @njit(cache=True, nogil=True)
-def token_transitions(trans, states, tbyte, tdepth, tskip, tok_start, tok_end, order,
+def token_transitions(trans, states, first, tbyte, tdepth, tskip, tok_start, tok_end, order,
                       max_depth, rows, capacity, accepting, eos):
     """Allowed-token rows and the sparse token → next-state map of ``states``.
 
@@ -121,8 +131,8 @@ def token_transitions(trans, states, tbyte, tdepth, tskip, tok_start, tok_end, o
             nn[:n] = out_next[:n]
             out_tok = nt
             out_next = nn
-        n = _walk(trans, states[j], tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
-                  rows[j], out_tok, out_next, n)
+        n = _walk(trans, states[j], first, tbyte, tdepth, tskip, tok_start, tok_end, order,
+                  stack, rows[j], out_tok, out_next, n)
         indptr[j + 1] = n
         if accepting[states[j]]:
             for e in eos:
@@ -702,66 +712,3 @@ def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
                 full[q + 1, b] = table[q, a] + 1
     out, out_acc = quotient_renumber(full, accepting, cls, 1)
     return out, out_acc, 1
-
-
-@njit(cache=True, nogil=True)
-def token_rows_all(trans, first, tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth,
-                   words, accepting, eos):
-    """:func:`token_transitions` of every state of ``trans``, allocating the rows
-    here: ``(rows, indptr, tokens, nexts)``, the same arrays. ``first[b]`` is the
-    trie node of byte ``b`` at depth 1 (-1: none): a state's walk reads only the
-    subtrees of the bytes it can take, not every root child scattered over the
-    trie's arrays (cache misses that dominated this step for short patterns)."""
-    n = trans.shape[0]
-    n_tokens = order.shape[0]
-    rows = np.zeros((n, words), np.uint32)
-    out_tok = np.empty(n_tokens, np.int32)
-    out_next = np.empty(n_tokens, np.int32)
-    indptr = np.zeros(n + 1, np.int64)
-    stack = np.zeros(max_depth + 2, np.int32)
-    k = 0
-    for q in range(n):
-        if out_tok.shape[0] - k < n_tokens:
-            grow = max(out_tok.shape[0] * 2, k + n_tokens)
-            nt = np.empty(grow, np.int32)
-            nn = np.empty(grow, np.int32)
-            nt[:k] = out_tok[:k]
-            nn[:k] = out_next[:k]
-            out_tok = nt
-            out_next = nn
-        row = rows[q]
-        for b in range(256):
-            i = first[b]
-            if i < 0:
-                continue
-            s = trans[q, b]
-            if s == 0:
-                continue
-            stack[1] = s
-            for j in range(tok_start[i], tok_end[i]):
-                t = order[j]
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-                out_tok[k] = t
-                out_next[k] = s
-                k += 1
-            end = tskip[i]
-            i += 1
-            while i < end:
-                d = tdepth[i]
-                s = trans[stack[d - 1], tbyte[i]]
-                if s == 0:
-                    i = tskip[i]
-                    continue
-                stack[d] = s
-                for j in range(tok_start[i], tok_end[i]):
-                    t = order[j]
-                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-                    out_tok[k] = t
-                    out_next[k] = s
-                    k += 1
-                i += 1
-        indptr[q + 1] = k
-        if accepting[q]:
-            for e in eos:
-                row[e >> 5] |= np.uint32(1) << np.uint32(e & 31)
-    return rows, indptr, out_tok[:k], out_next[:k]

@@ -53,19 +53,11 @@ class TokenAutomaton:
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
-        if self.eager and not exact_liveness:
-            t = trie
-            self._pool, indptr, toks, nexts = kernels.token_rows_all(
-                dfa.transitions, t.first, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
-                t.max_depth, words, dfa.accepting, self._eos)
-            self._indptr, self._toks, self._nexts = indptr, toks, nexts
-            self._slot = None
-            self.live = None  # a trimmed byte DFA: every state but 0 is live
-        elif self.eager:
+        if self.eager:
             self._pool = np.zeros((n, words), dtype=np.uint32)
             eos = _NO_EOS if exact_liveness else self._eos
             indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool, eos)
-            self.live = None
+            self.live = None  # a trimmed byte DFA: every state but 0 is live
             if exact_liveness:
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
                 for s in np.flatnonzero(dfa.accepting & self.live):
@@ -84,7 +76,7 @@ class TokenAutomaton:
     def _walk(self, states: np.ndarray, rows: np.ndarray, eos: np.ndarray):
         t = self.trie
         return kernels.token_transitions(
-            self.dfa.transitions, states, t.byte, t.depth, t.skip, t.tok_start, t.tok_end,
+            self.dfa.transitions, states, t.first, t.byte, t.depth, t.skip, t.tok_start, t.tok_end,
             t.order, t.max_depth, rows, 0, self.dfa.accepting, eos)
 
     def _set_eos(self, row: np.ndarray) -> None:
