@@ -7,6 +7,7 @@ Layout (the one XGrammar and llguidance use): an int32 array of shape
 
 from __future__ import annotations
 
+import struct
 import weakref
 
 import numpy as np
@@ -156,3 +157,43 @@ def row_views(bitmask):
         _rows_by_id[key] = (weakref.ref(bitmask, lambda _r, key=key, d=_rows_by_id: d.pop(key, None)), rows)
     _last_rows[0], _last_rows[1] = bitmask, rows
     return rows
+
+
+# A row writer copies one precomputed mask row into a bitmask row. Copying a 25 KB
+# o200k row with memoryview assignment reads 25 KB and writes 25 KB (~0.5 us);
+# most grammar states allow few tokens, and for them ``struct.pack_into`` of a
+# format like "460s24544x" zeroes the row (pack_into memsets its whole size
+# first) and copies only the non-zero spans: 0.29-0.38 us on o200k. Below ~14 KB
+# both buffers fit the L1 cache and the plain copy is faster (6 KB SmolLM2 row:
+# copy 0.13 us, pack_into 0.18 us).
+_PACK_MIN_BYTES = 14 * 1024
+_MAX_SPANS = 8  # each span is one argument of the pack_into call
+_SPAN_GAP = 64  # zero bytes between two non-zero spans worth a separate span
+
+
+def row_writer(row: memoryview):
+    """How to write the byte row ``row`` into a bitmask row of the same length:
+    ``(pack_into, spans)`` for a mostly-zero row (call ``pack_into(dst, 0, *spans)``),
+    or ``row`` itself for a dense one (``dst[:] = row``)."""
+    if len(row) < _PACK_MIN_BYTES:
+        return row
+    nz = np.flatnonzero(np.frombuffer(row, dtype=np.uint8))
+    if len(nz) == 0:
+        return struct.Struct(f"{len(row)}x").pack_into, ()
+    breaks = np.flatnonzero(np.diff(nz) > _SPAN_GAP)
+    starts = np.concatenate(([nz[0]], nz[breaks + 1]))
+    ends = np.concatenate((nz[breaks] + 1, [nz[-1] + 1]))
+    if len(starts) > _MAX_SPANS:  # one span from the first non-zero byte to the last
+        starts, ends = starts[:1], ends[-1:]
+    if int((ends - starts).sum()) * 2 > len(row):
+        return row
+    fmt, spans, at = [], [], 0
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        if a > at:
+            fmt.append(f"{a - at}x")
+        fmt.append(f"{b - a}s")
+        spans.append(bytes(row[a:b]))
+        at = b
+    if len(row) > at:
+        fmt.append(f"{len(row) - at}x")
+    return struct.Struct("".join(fmt)).pack_into, tuple(spans)

@@ -104,17 +104,19 @@ def product_dfa(tab, offsets, starts, reps, max_states):
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, order,
-               max_depth, row, out_node, out_state):
+def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, node_tok, max_depth, row,
+               out_node, out_state):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
-    Sets in ``row`` (uint32 words) the tokens along which the current terminals
-    stay alive, and writes to ``out_node``/``out_state`` the trie nodes below the
-    root, with children, at which some terminal could end (``has_acc``), and the
-    lexer state there — where a token may cross into the next terminal. Returns
-    their number, or -1 when the output arrays are too small (call again with
-    larger ones; the buffers are preallocated because growing them inside the
-    loop makes it three times slower).
+    ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
+    (uint32 words, one scratch word past the vocabulary for ``node_tok``'s "no
+    token") the tokens along which the current terminals stay alive, and writes to
+    ``out_node``/``out_state`` the trie nodes below the root, with children, at
+    which some terminal could end (``has_acc``), and the lexer state there --
+    where a token may cross into the next terminal. Returns their number, or -1
+    when the output arrays are too small (call again with larger ones; the
+    buffers are preallocated because growing them inside the loop makes it three
+    times slower).
     """
     stack = np.zeros(max_depth + 2, np.int32)
     stack[0] = state
@@ -124,14 +126,13 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, tok_start, tok_end, 
     i = 1
     while i < n_nodes:
         d = tdepth[i]
-        s = trans[stack[d - 1], tbyte[i]]
+        s = trans[(stack[d - 1] << 8) | tbyte[i]]
         if s == 0:
             i = tskip[i]
             continue
         stack[d] = s
-        for k in range(tok_start[i], tok_end[i]):
-            t = order[k]
-            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        t = node_tok[i]
+        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
         if has_acc[s]:
             if tskip[i] > i + 1:
                 if n < cap:

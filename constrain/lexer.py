@@ -306,15 +306,17 @@ class LexerTables:
         else:
             t = self.trie
             cap = 1024
+            flat = self.trans.reshape(-1)
             while True:
-                row = np.zeros(self.words32, dtype=np.uint32)
+                row = t.walk_row()
                 nodes = np.empty(cap, dtype=np.int32)
                 states = np.empty(cap, dtype=np.int32)
-                n = gk.lexer_walk(self.trans, self.has_acc, s, t.byte, t.depth, t.skip,
-                                  t.tok_start, t.tok_end, t.order, t.max_depth, row, nodes, states)
+                n = gk.lexer_walk(flat, self.has_acc, s, t.byte, t.depth, t.skip, t.node_tok,
+                                  t.max_depth, row, nodes, states)
                 if n >= 0:
                     break
                 cap = t.num_nodes
+            row = t.add_duplicates(row)[:self.words32]
             nodes, states = nodes[:n].copy(), states[:n].copy()
             self._shared.put(key, (row, nodes, tuple(self._shared_key(x) for x in states.tolist())))
         hit = self._rows[s] = (row, nodes, states)

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from .bitmask import _last_rows, numpy_view, row_views
+from .bitmask import _last_rows, numpy_view, row_views, row_writer
 from .byte_automaton import DEAD, START, ByteDFA, char_dfa_to_bytes, trim_and_minimize
 from . import kernels
 from .char_automaton import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
@@ -67,12 +67,16 @@ class DFAConstraint(Constraint):
         self._words = self.tokens.words
         self._pool_i32 = self.tokens.pool.view(np.int32)
         # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros) last
-        self._src_rows = None
+        self._src_rows = self._writers = None
         if self.tokens.eager:
-            nb = 4 * self._words
-            flat = memoryview(self._pool_i32).cast("B")
-            self._src_rows = [flat[i:i + nb] for i in range(0, len(flat), nb)]
-            self._src_rows.append(memoryview(bytes(nb)))
+            self._src_rows = [memoryview(r).cast("B") for r in self._pool_i32]
+            self._src_rows.append(memoryview(bytes(4 * self._words)))
+            # per state, how fill_bitmask writes its row (bitmask.row_writer), made on
+            # first use: scanning every row at compile time would cost more than it
+            # saves for states never visited
+            self._writers = [None] * len(self._src_rows)
+        self._row_bytes = 4 * self._words
+        self._last_fill = (None, None, None)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "
@@ -121,14 +125,33 @@ class DFAConstraint(Constraint):
 
     def fill_bitmask(self, state: int, bitmask, row: int = 0) -> None:
         """Copy the precomputed mask of ``state`` into row ``row`` of ``bitmask``."""
-        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
-        src = self._src_rows
-        if rows is not None and src is not None:
-            try:
-                rows[row][:] = src[state]  # src[-1], TERMINATED's row, is all zeros
+        # the bitmask of the last call, checked for this grammar's width: serving
+        # loops fill the same one every step, and at ~0.3 us per fill each of the
+        # checks below is a noticeable share
+        last = self._last_fill
+        if bitmask is last[0]:
+            w = last[2][state]  # the writers; [-1] is TERMINATED's row, all zeros
+            if w is not None:
+                if w.__class__ is tuple:
+                    w[0](last[1][row], 0, *w[1])
+                else:
+                    last[1][row][:] = w
                 return
-            except ValueError:  # a bitmask wider than the vocabulary
-                pass
+        self._fill_other(state, bitmask, row)
+
+    def _fill_other(self, state: int, bitmask, row: int) -> None:
+        writers = self._writers
+        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        if rows is not None and writers is not None and len(rows[0]) == self._row_bytes:
+            self._last_fill = (bitmask, rows, writers)
+            w = writers[state]
+            if w is None:
+                w = writers[state] = row_writer(self._src_rows[state])
+            if w.__class__ is tuple:
+                w[0](rows[row], 0, *w[1])
+            else:
+                rows[row][:] = w
+            return
         self._fill_slow(state, bitmask, row)
 
     def _fill_slow(self, state: int, bitmask, row: int) -> None:

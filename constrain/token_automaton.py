@@ -28,6 +28,18 @@ from .vocabulary import Vocabulary
 
 DEFAULT_MAX_MASK_BYTES = 256 * 1024 * 1024
 _NO_EOS = np.zeros(0, dtype=np.int64)
+_ROW_ALIGN = 64  # bytes
+
+
+def _aligned_rows(n: int, words: int) -> np.ndarray:
+    """A zeroed ``(n, words)`` uint32 array whose rows each start on a 64-byte
+    boundary: copying a row into a bitmask (which torch aligns to 64 bytes) is then
+    ~7% faster on a 25 KB o200k row than from a misaligned source."""
+    stride = -(-words * 4 // _ROW_ALIGN) * _ROW_ALIGN
+    raw = np.zeros(n * stride + _ROW_ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % _ROW_ALIGN
+    padded = raw[off:off + n * stride].view(np.uint32).reshape(n, stride // 4)
+    return padded[:, :words]
 
 
 class TokenAutomaton:
@@ -54,7 +66,7 @@ class TokenAutomaton:
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
         if self.eager:
-            self._pool = np.zeros((n, words), dtype=np.uint32)
+            self._pool = _aligned_rows(n, words)
             eos = _NO_EOS if exact_liveness else self._eos
             indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool, eos)
             self.live = None  # a trimmed byte DFA: every state but 0 is live
@@ -66,7 +78,7 @@ class TokenAutomaton:
             self._slot = None
         else:
             capacity = max(1, max_mask_bytes // row_bytes)
-            self._pool = np.zeros((capacity, words), dtype=np.uint32)
+            self._pool = _aligned_rows(capacity, words)
             self._slot: OrderedDict = OrderedDict()  # state -> (slot, toks, nexts)
             self._free = list(range(capacity - 1, -1, -1))
             self.live = None
@@ -97,8 +109,9 @@ class TokenAutomaton:
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
         self._pool[:] = 0
-        flat = self._pool.reshape(-1)
-        np.bitwise_or.at(flat, src * self.words + (toks >> 5),
+        stride = self._pool.strides[0] // 4
+        flat = np.lib.stride_tricks.as_strided(self._pool, shape=(len(self._pool) * stride,), strides=(4,))
+        np.bitwise_or.at(flat, src * stride + (toks >> 5),
                          (np.uint32(1) << (toks & 31).astype(np.uint32)))
         return indptr, toks, nexts
 

@@ -43,6 +43,7 @@ class TokenTrie:
         (self.byte, self.depth, self.skip, self.tok_start, self.tok_end,
          self.num_nodes) = kernels.build_trie(data, offsets, order, n_max)
         self.order = order
+        self._node_tokens(len(vocab))
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -58,6 +59,45 @@ class TokenTrie:
         self.alphabet = np.zeros(256, dtype=np.bool_)
         self.alphabet[np.unique(data[_positions(offsets, order, lengths)])] = True
         self._spells = bool(np.all(self.single_bytes[self.alphabet]))
+
+    def _node_tokens(self, vocab_size: int) -> None:
+        # Walk kernels set one bit per reached node: node_tok[i] is the token ending
+        # at node i, or ``no_token`` -- a bit in a scratch word past the row, so
+        # the kernel sets it without a branch (a loop over order[tok_start:tok_end]
+        # mispredicts on about every other node and made the walk 1.3x slower).
+        # Tokens with identical bytes share a node: all but the first are added
+        # afterwards by add_duplicates.
+        n = self.num_nodes
+        #: int32 words of a mask row; walk kernels take rows of ``row_words + 1``
+        self.row_words = (vocab_size + 31) // 32
+        self.no_token = 32 * self.row_words
+        counts = self.tok_end[:n] - self.tok_start[:n]
+        has = np.flatnonzero(counts > 0)
+        self.node_tok = np.full(n, self.no_token, dtype=np.int32)
+        self.node_tok[has] = self.order[self.tok_start[has]]
+        multi = np.flatnonzero(counts > 1)
+        src, dst = [], []
+        for i in multi.tolist():
+            first = int(self.order[self.tok_start[i]])
+            for k in range(int(self.tok_start[i]) + 1, int(self.tok_end[i])):
+                src.append(first)
+                dst.append(int(self.order[k]))
+        self._dup_src = np.array(src, dtype=np.int64)
+        self._dup_dst = np.array(dst, dtype=np.int64)
+
+    def walk_row(self) -> np.ndarray:
+        """A zeroed uint32 row for the walk kernels (``row_words + 1`` words, the
+        last one scratch for ``no_token``)."""
+        return np.zeros(self.row_words + 1, dtype=np.uint32)
+
+    def add_duplicates(self, row: np.ndarray) -> np.ndarray:
+        """Set the bits of tokens that share their bytes with a token set in
+        ``row`` (the walk kernels set one token per node); returns ``row``."""
+        if len(self._dup_src):
+            on = (row[self._dup_src >> 5] >> (self._dup_src & 31).astype(np.uint32)) & 1
+            d = self._dup_dst[on.astype(bool)]
+            np.bitwise_or.at(row, d >> 5, np.left_shift(np.uint32(1), (d & 31).astype(np.uint32)))
+        return row
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> "TokenTrie":

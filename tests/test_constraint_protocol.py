@@ -123,6 +123,54 @@ def test_fill_bitmask_numpy_torch_and_wide(tiny):
         g.fill_bitmask(s, narrow)
 
 
+def test_row_writer_writes_exactly_the_row():
+    from constrain.bitmask import _PACK_MIN_BYTES, row_writer
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 3000)) + (_PACK_MIN_BYTES if trial % 2 else 0)
+        row = np.zeros(n, dtype=np.uint8)
+        density = [0.0, 0.001, 0.01, 0.2, 0.9][trial % 5]
+        hits = rng.random(n) < density
+        row[hits] = rng.integers(1, 256, int(hits.sum()))
+        if trial % 7 == 0:  # a few runs far apart, or many (more than one call can take)
+            for a in rng.integers(0, n, int(rng.integers(1, 20))):
+                row[a:a + int(rng.integers(1, 40))] = 255
+        w = row_writer(memoryview(row.tobytes()))
+        dst = bytearray(rng.integers(0, 256, n, dtype=np.uint8).tobytes())  # stale bits
+        if isinstance(w, tuple):
+            w[0](dst, 0, *w[1])
+        else:
+            memoryview(dst)[:] = w
+        assert bytes(dst) == row.tobytes()
+
+
+def test_fill_bitmask_switching_bitmasks(smollm2_vocab):
+    """Fills alternate between bitmasks of different widths and kinds, rows start
+    with stale bits; every row must be exactly the state's mask."""
+    g = compile_regex(r"[0-9]{4}-(0[1-9]|1[0-2])(T[a-z]+)?", smollm2_vocab)
+    v = len(smollm2_vocab)
+    words = (v + 31) // 32
+    masks = [allocate_bitmask(2, v), allocate_bitmask(1, v, backend="numpy"),
+             np.full((2, words + 3), -1, dtype=np.int32)]
+    state, text = g.initial_state(), "2024-11Tabc"
+    states = [state]
+    for ch in text:
+        (tok,) = [t for t in g.allowed_token_ids(states[-1]) if smollm2_vocab.token_bytes(int(t)) == ch.encode()]
+        states.append(g.advance(states[-1], int(tok)))
+    states.append(g.advance(states[-1], smollm2_vocab.eos_token_ids[0]))
+    for rep in range(2):
+        for s in states:
+            want = g.allowed_token_ids(s).tolist()
+            for bm in masks:
+                row = len(bm) - 1
+                bm[row] = -1  # stale bits everywhere
+                g.fill_bitmask(s, bm, row)
+                got = np.asarray(bm[row])
+                assert bitmask_to_ids(got[:words], v).tolist() == want
+                assert not got[words:].any()
+
+
 def test_terminated_state(tiny):
     g = compile_regex(r"ab", tiny)
     s = g.advance(g.initial_state(), 2)

@@ -96,3 +96,23 @@ def test_matches_and_overlaps(smollm2_vocab):
     g = _grammar("adjacent", smollm2_vocab)
     assert g.matches("aab") and g.matches("aaaab") and g.matches("aaab")
     assert not g.matches("ab") and not g.matches("aa")
+
+
+def test_duplicate_tokens_share_masks():
+    """Two ids with the same bytes (some vocabularies have them) share a trie node;
+    both must be allowed wherever one is, by grammars and regexes alike."""
+    from constrain import Vocabulary, compile_regex
+
+    tokens = [b"a", b"b", b"ab", b"ab", b"ba", b'"', b'"a', b'a"', b"a", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[9])
+    for g in (compile_grammar('start: S ("," S)*\nS: /"[ab]*"/\n', vocab),
+              compile_grammar("start: X+\nX: /ab?/\n", vocab), compile_regex("(ab|a|b)+", vocab)):
+        state = g.initial_state()
+        for _ in range(4):
+            want = _brute_mask(g, state)
+            got = _mask_ids(g, state)
+            assert want.tolist() == got.tolist()
+            allowed = np.flatnonzero(want[:9])
+            if not len(allowed):
+                break
+            state = g.advance(state, int(allowed[-1]))
