@@ -33,6 +33,50 @@ def _hash_vec(v):
 
 
 @njit(cache=True, nogil=True)
+def joint_byte_classes(classes):
+    """Bytes that every row of ``classes`` (``[k, 256]`` class ids, each row
+    numbered from 0) puts in one class form one joint class. Returns ``(cls,
+    reps)``: each byte's joint class, numbered by first byte, and that first byte.
+    (``np.unique(axis=0)`` on the stacked columns did the same in ~80 us.)"""
+    cls = np.zeros(256, np.int32)
+    n = 1
+    for r in range(classes.shape[0]):
+        row = classes[r]
+        width = row.max() + 1
+        relabel = np.full(n * width, -1, np.int32)
+        m = 0
+        for b in range(256):
+            key = cls[b] * width + row[b]
+            c = relabel[key]
+            if c < 0:
+                c = relabel[key] = m
+                m += 1
+            cls[b] = c
+        n = m
+    reps = np.zeros(n, np.int64)
+    seen = np.zeros(n, np.bool_)
+    for b in range(256):
+        if not seen[cls[b]]:
+            seen[cls[b]] = True
+            reps[cls[b]] = b
+    return cls, reps
+
+
+@njit(cache=True, nogil=True)
+def accepting_bits(vecs, ids, offsets, accepting, words64):
+    """Per product state (rows of ``vecs``: the local state of each terminal
+    ``ids[j]``, 0 dead), the bitset over terminal ids of those accepting."""
+    out = np.zeros((vecs.shape[0], words64), np.uint64)
+    for p in range(vecs.shape[0]):
+        for j in range(ids.shape[0]):
+            v = vecs[p, j]
+            t = ids[j]
+            if v > 0 and accepting[offsets[t] + v]:
+                out[p, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+    return out
+
+
+@njit(cache=True, nogil=True)
 def product_dfa(tab, offsets, starts, reps, max_states):
     """Run k terminal DFAs side by side (their product, which is deterministic).
 

@@ -215,10 +215,7 @@ class LexerTables:
             sub_off = np.zeros(len(ids) + 1, dtype=np.int64)
             sub_off[1:] = np.cumsum([offsets[t + 1] - offsets[t] for t in ids])
             # bytes that every expected terminal treats alike form one class
-            joint = np.stack([terms.byte_classes[t] for t in ids], axis=1)
-            _, first, cls = np.unique(joint, axis=0, return_index=True, return_inverse=True)
-            reps = first.astype(np.int64)
-            cls = cls.reshape(-1)
+            cls, reps = gk.joint_byte_classes(np.stack([terms.byte_classes[t] for t in ids]))
             starts = np.ones(len(ids), dtype=np.int32)
             budget = self.max_states - self.n
             table, vecs, count = gk.product_dfa(rows, sub_off, starts, reps, max(budget, 2))
@@ -249,11 +246,8 @@ class LexerTables:
             self._grow(self.n + len(new))
             sl = slice(self.n, self.n + len(new))
             self.trans[sl] = full[new]
-            acc = np.zeros((len(new), self.words64), dtype=np.uint64)
-            nv = vecs[new]
-            for j, t in enumerate(ids):
-                on = terms.accepting[offsets[t] + nv[:, j]] & (nv[:, j] > 0)
-                acc[on, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            acc = gk.accepting_bits(vecs[new], np.asarray(ids, dtype=np.int64), offsets,
+                                    terms.accepting, self.words64)
             self.acc[sl] = acc
             self.has_acc[sl] = acc.any(axis=1)
             self.rep[sl] = np.arange(self.n, self.n + len(new), dtype=np.int32)
