@@ -193,6 +193,23 @@ def _any_multibyte(b: _Builder, state: int, t: int) -> None:
     row[0xF4] = four_hi
 
 
+def minimize_char_dfa(dfa: CharDFA, *, max_rounds: int = 256) -> CharDFA:
+    """The trimmed, minimal equivalent of a :class:`CharDFA` (same atoms; states
+    that cannot accept dropped; start 0). Minimising before the UTF-8 expansion
+    expands each class of equivalent states once."""
+    n, k = dfa.table.shape
+    if n <= 2:
+        return dfa
+    table = np.zeros((n + 1, k), dtype=np.int32)
+    table[1:] = dfa.table + 1  # dead 0, start 1
+    accepting = np.zeros(n + 1, dtype=np.bool_)
+    accepting[1:] = dfa.accepting
+    out, acc = kernels.trim_minimize(table, accepting, np.ones(k, dtype=np.bool_), max_rounds)
+    if out.shape[0] - 1 >= n:
+        return dfa
+    return CharDFA(dfa.atoms, out[1:] - 1, acc[1:])
+
+
 def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
                       alphabet: np.ndarray | None = None) -> ByteDFA:
     """Send states that cannot reach acceptance to the dead state, drop

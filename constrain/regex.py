@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from .bitmask import _last_rows, numpy_view, row_views, row_writer
-from .byte_automaton import DEAD, START, ByteDFA, char_dfa_to_bytes, trim_and_minimize
+from .byte_automaton import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
+                             trim_and_minimize)
 from . import kernels
 from .char_automaton import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
                              too_many_states)
@@ -283,6 +284,9 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
                               nfa=nfa)
     if not char_dfa.accepting.any():
         raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
-    # a character state expands to a few byte states per UTF-8 length class
+    # a character state expands to a few byte states per UTF-8 length class, so
+    # merge equivalent character states first: a key that is none of the declared
+    # names had one "any string" state per trie node, each expanded on its own
+    char_dfa = minimize_char_dfa(char_dfa)
     byte_dfa = char_dfa_to_bytes(char_dfa, max_states=4 * max_states + 1024)
     return trim_and_minimize(byte_dfa, alphabet=alphabet)
