@@ -113,6 +113,33 @@ def test_multiple_regex_brute_force(m):
     assert nat_multiple_regex(3) is None and nat_multiple_regex(7) is None
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_not_in_set_brute_force(seed):
+    """The regex of "any key but these" (additional properties) matches the
+    canonical encoding of exactly the strings over the alphabet, of at least
+    min_len characters, that are not among the names."""
+    from itertools import product
+
+    from constrain.json_schema import _not_in_set
+
+    rng = random.Random(seed)
+    chars = "ab\"\\\n\x01é" if seed % 4 == 0 else "abé"
+    names = sorted({"".join(rng.choice(chars) for _ in range(rng.randint(0, 3)))
+                    for _ in range(rng.randint(0, 5))})
+    min_len = seed % 2 if "" not in names else 0
+    alphabet = None if seed % 3 else [(ord(c), ord(c)) for c in sorted(set(chars + "c"))]
+    rx = _not_in_set(names, alphabet=alphabet, min_len=min_len)
+    pat = re.compile(rx)
+    pool = sorted(set(chars + "cz\"\n"))
+    for n in range(5):
+        for t in product(pool, repeat=n):
+            s = "".join(t)
+            over = alphabet is None or all(any(lo <= ord(c) <= hi for lo, hi in alphabet) for c in s)
+            want = over and len(s) >= min_len and s not in names
+            enc = json.dumps(s, ensure_ascii=False)[1:-1]
+            assert bool(pat.fullmatch(enc)) == want, (names, min_len, s, rx)
+
+
 def test_number_bounds_against_jsonschema():
     rng = random.Random(5)
     texts = ["0", "1", "-1", "0.5", "-0.5", "10", "9.99", "10.0", "10.000001", "2.5", "3",
