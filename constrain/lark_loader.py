@@ -9,6 +9,7 @@ regular expressions. Everything after this module is ours.
 from __future__ import annotations
 
 import re
+from ast import literal_eval
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,6 +165,56 @@ _TOKEN = re.compile(r"""
 _DEF = re.compile(r"([?!]?[_a-zA-Z][_a-zA-Z0-9]*)\s*:(.*)$", re.DOTALL)
 
 
+_ESCAPE_PAIR = re.compile(r"\\(.)", re.S)
+
+
+def _double_escape(m) -> str:
+    c = m.group(1)
+    if c == "\\":
+        return "\\\\\\\\"
+    if c not in "Uuxnftr":
+        return "\\\\" + c
+    return m.group(0)
+
+
+def eval_escaping(text: str) -> str:
+    """lark's ``load_grammar.eval_escaping`` (how a literal's body is read), with
+    its per-character Python loop done by one regex substitution: the long
+    regexes JSON Schemas compile to spent more time here than in lark's loop-free
+    rest of loading."""
+    if text.endswith("\\") and (len(text) - len(text.rstrip("\\"))) % 2:
+        from lark.exceptions import GrammarError as LarkGrammarError
+
+        raise LarkGrammarError("Literal ended unexpectedly (bad escaping): `%r`" % text)
+    w = _ESCAPE_PAIR.sub(_double_escape, text) if "\\" in text else text
+    w = w.replace('\\"', '"').replace("'", "\\'")
+    return literal_eval("u'''%s'''" % w)
+
+
+def _literal_to_pattern(kind: str, value: str):
+    """lark's ``load_grammar._literal_to_pattern`` with the fast
+    :func:`eval_escaping`."""
+    from lark.exceptions import GrammarError as LarkGrammarError
+    from lark.lexer import PatternRE, PatternStr
+
+    flag_start = max(value.rfind("/"), value.rfind('"')) + 1
+    assert flag_start > 0
+    flags = value[flag_start:]
+    assert all(f in "imslux" for f in flags), flags
+    if kind == "STRING" and "\n" in value:
+        raise LarkGrammarError("You cannot put newlines in string literals")
+    if kind == "REGEXP" and "\n" in value and "x" not in flags:
+        raise LarkGrammarError("You can only use newlines in regular expressions with the `x` flag")
+    body = value[:flag_start]
+    assert body[0] == body[-1] and body[0] in '"/'
+    text = eval_escaping(body[1:-1])
+    if text == "":
+        raise LarkGrammarError("Empty terminals are not allowed (%s)" % value)
+    if kind == "STRING":
+        return PatternStr(text.replace("\\\\", "\\"), flags, raw=value)
+    return PatternRE(text, flags, raw=value)
+
+
 class _NotPlain(Exception):
     pass
 
@@ -245,11 +296,9 @@ class _PlainLoader:
 
     def _add_terminal(self, name: str, tok: tuple[str, str]) -> int:
         from lark.exceptions import GrammarError as LarkGrammarError
-        from lark.lexer import Token
-        from lark.load_grammar import _literal_to_pattern
 
         try:
-            pat = _literal_to_pattern(Token(tok[0], tok[1]))
+            pat = _literal_to_pattern(tok[0], tok[1])
         except (LarkGrammarError, AssertionError, ValueError, SyntaxError):
             raise _NotPlain from None
         flags = 0

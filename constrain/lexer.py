@@ -140,8 +140,7 @@ class TerminalAutomata:
 def _byte_classes(dfa: ByteDFA) -> np.ndarray:
     hit = getattr(dfa, "_byte_classes", None)
     if hit is None:
-        _, inv = np.unique(dfa.transitions.T, axis=0, return_inverse=True)
-        hit = dfa._byte_classes = inv.reshape(-1).astype(np.int32)
+        hit = dfa._byte_classes = gk.column_classes(np.ascontiguousarray(dfa.transitions))
     return hit
 
 

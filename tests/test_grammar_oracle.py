@@ -180,3 +180,27 @@ def test_error_positions(smollm2_vocab):
         compile_grammar('start: A\nA: /x*/\n', smollm2_vocab)
     with pytest.raises(GrammarError, match="not found"):
         compile_grammar("no/such/file.lark", smollm2_vocab)
+
+
+def test_eval_escaping_matches_lark():
+    """Our regex-based reading of a literal's body equals lark's loop, errors too."""
+    import random
+
+    from lark.exceptions import GrammarError as LarkGrammarError
+    from lark.load_grammar import eval_escaping as lark_eval
+
+    from constrain.lark_loader import eval_escaping
+
+    rng = random.Random(0)
+    alphabet = ['\\', '\\', '\\', 'n', 't', 'x', '4', '1', 'u', 'U', '0', '"', "'", 'a', '/', 'é', '[', ']']
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        try:
+            want = ("ok", lark_eval(text))
+        except (LarkGrammarError, SyntaxError, ValueError):
+            want = ("error",)
+        try:
+            got = ("ok", eval_escaping(text))
+        except (LarkGrammarError, SyntaxError, ValueError):
+            got = ("error",)
+        assert got == want, text

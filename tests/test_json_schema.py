@@ -685,3 +685,19 @@ def test_compile_json_schema_with_the_grammar_engine(smollm2_tokenizer, smollm2_
         ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
         assert g.accepts_tokens(ids) == ok, text
         assert g.matches(text) == ok, text
+
+
+def test_escape_lark_regex_round_trip():
+    """A regex escaped for a Lark ``/.../`` literal reads back (as lark reads it)
+    to a regex that matches the same strings."""
+    from constrain.json_schema_formats import escape_lark_regex
+    from constrain.lark_loader import eval_escaping
+
+    rng = random.Random(1)
+    pieces = ["a", '"', "/", "\\\\", '\\"', "\\/", "\\d", "[/\"]", "x*", "(?:a|/)", "\\x22", "é", "'"]
+    probes = ["", "a", '"', "/", "\\", "1", "é", "'", 'a"/', "x"]
+    for _ in range(500):
+        rx = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        back = eval_escaping(escape_lark_regex(rx))
+        for p in probes:
+            assert bool(re.fullmatch(rx, p)) == bool(re.fullmatch(back, p)), (rx, back, p)
