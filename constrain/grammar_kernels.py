@@ -182,8 +182,8 @@ def product_dfa(tab, offsets, starts, reps, max_states):
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, node_tok, max_depth, row,
-               out_node, out_state):
+def lexer_walk(trans, has_acc, loops, state, tbyte, tdepth, tskip, node_tok, below, tok_before,
+               order, max_depth, row, out_node, out_state):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
     ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
@@ -195,6 +195,15 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, node_tok, max_depth,
     when the output arrays are too small (call again with larger ones; the
     buffers are preallocated because growing them inside the loop makes it three
     times slower).
+
+    ``loops[s, :4]`` are the bytes on which state ``s`` stays ``s`` (256 bits;
+    ``loops[s, 4]`` nonzero when there is any: the test below costs a counting
+    state, which has none, nothing) and
+    ``below[i]`` the bytes under node ``i``: when every byte under a node loops
+    in a state where no terminal ends (a JSON string's body), the whole subtree
+    is allowed and stays there, and its tokens (``order[tok_before[i + 1]:
+    tok_before[tskip[i]]]``) are set without walking it -- a string state's
+    walk over SmolLM2 went from 380 to ~100 us.
     """
     stack = np.zeros(max_depth + 2, np.int32)
     stack[0] = state
@@ -211,12 +220,21 @@ def lexer_walk(trans, has_acc, state, tbyte, tdepth, tskip, node_tok, max_depth,
         stack[d] = s
         t = node_tok[i]
         row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-        if has_acc[s]:
-            if tskip[i] > i + 1:
+        nxt = tskip[i]
+        if nxt > i + 1:
+            if has_acc[s]:
                 if n < cap:
                     out_node[n] = i
                     out_state[n] = s
                 n += 1
+            elif loops[s, 4] != np.uint64(0) and (
+                    (below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])
+                    | (below[i, 2] & ~loops[s, 2]) | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
+                for k in range(tok_before[i + 1], tok_before[nxt]):
+                    t = order[k]
+                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                i = nxt
+                continue
         i += 1
     return n if n <= cap else -1
 

@@ -159,8 +159,6 @@ class _Compiler:
 
     def __init__(self, root, *, strict: bool, whitespace: str, max_whitespace: int,
                  max_string_length: int, max_array_length: int, deadline: float | None = None):
-        import jsonschema
-
         self.root = root
         self.deadline = deadline
         self.strict = strict
@@ -188,12 +186,9 @@ class _Compiler:
         self.checking = False  # inside a oneOf disjointness proof
         self.synthetic_ptrs: dict[str, str] = {}
         self.ids = self._index_ids()
-        cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
-                                                  default=jsonschema.Draft202012Validator)
-        try:
-            self.validator = cls(root)
-        except Exception as e:  # pragma: no cover - defensive
-            raise SchemaError(f"jsonschema cannot load the schema: {e}", "") from e
+        schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
+        self.ref_ignores_siblings = any(f"draft-0{k}" in schema_uri for k in (3, 4, 6, 7))
+        self._validator = None
         self.punct = {
             "LBRACE": self.terminal(r"\{" + ws, "LBRACE"),
             "RBRACE": self.terminal(ws + r"\}", "RBRACE"),
@@ -331,6 +326,24 @@ class _Compiler:
             raise SchemaError(f"$ref {ref!r} points to no schema", at) from None
         return target
 
+    @property
+    def validator(self):
+        """A ``jsonschema`` validator of the whole document (for refs), made on
+        first use: only enums and consts filtered by sibling keywords need it, and
+        importing jsonschema costs up to seconds (its format extras build lark
+        parsers at import)."""
+        if self._validator is None:
+            import jsonschema
+
+            root = self.root
+            cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
+                                                      default=jsonschema.Draft202012Validator)
+            try:
+                self._validator = cls(root)
+            except Exception as e:  # pragma: no cover - defensive
+                raise SchemaError(f"jsonschema cannot load the schema: {e}", "") from e
+        return self._validator
+
     def valid(self, value, ptr: str) -> bool:
         """Whether ``jsonschema`` accepts ``value`` against the schema at ``ptr``
         (refs resolved in the whole document)."""
@@ -366,6 +379,12 @@ class _Compiler:
         dnf = [(ptr,)]
         if "$ref" in node:
             target = self.resolve_ref(node["$ref"], ptr + "/$ref")
+            if self.ref_ignores_siblings:
+                # drafts 3 to 7: "all other properties in a $ref object MUST be
+                # ignored" (jsonschema does so too)
+                dnf = self.flatten(target, stack)
+                cache[ptr] = dnf
+                return dnf
             dnf = self._product(dnf, self.flatten(target, stack), ptr)
         sets = _not_required_sets(node.get("not"))
         if sets is not None:
@@ -1575,7 +1594,7 @@ def _lit(text: str) -> str:
     return "".join(out)
 
 
-_MAX_TRIE = 2000
+_MAX_TRIE = 20000
 
 
 @functools.lru_cache(maxsize=4096)

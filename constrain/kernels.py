@@ -71,6 +71,33 @@ def build_trie(data, offsets, order, n_nodes_max):
 
 
 @njit(cache=True, nogil=True)
+def subtree_bytes(tbyte, tdepth, tskip, tok_start, tok_end):
+    """Per trie node, the bytes that occur strictly below it (256 bits in four
+    uint64 words), and ``tok_before[i]``: how many tokens end at nodes before
+    ``i`` -- the tokens below node ``i`` are ``order[tok_before[i + 1]:
+    tok_before[tskip[i]]]`` (preorder keeps a subtree's tokens together)."""
+    n = tbyte.shape[0]
+    below = np.zeros((n, 4), np.uint64)
+    # children come after their parent in preorder: fold each node into its
+    # parent, last node first
+    parent = np.zeros(n, np.int32)
+    stack = np.zeros(n + 1, np.int32)
+    for i in range(1, n):
+        parent[i] = stack[tdepth[i] - 1]
+        stack[tdepth[i]] = i
+    for i in range(n - 1, 0, -1):
+        p = parent[i]
+        b = tbyte[i]
+        below[p, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+        for w in range(4):
+            below[p, w] |= below[i, w]
+    tok_before = np.zeros(n + 1, np.int32)
+    for i in range(n):
+        tok_before[i + 1] = tok_before[i] + (tok_end[i] - tok_start[i])
+    return below, tok_before
+
+
+@njit(cache=True, nogil=True)
 def _walk(trans, state, first, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
           row, out_tok, out_next, n):
     """Walk the trie from DFA ``state``; set allowed tokens in ``row`` (uint32

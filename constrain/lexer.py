@@ -170,6 +170,9 @@ class LexerTables:
         self.trans = np.zeros((cap, 256), dtype=np.int32)
         self.acc = np.zeros((cap, self.words64), dtype=np.uint64)
         self.has_acc = np.zeros(cap, dtype=np.bool_)
+        #: ``[n, 5]`` uint64: the bytes on which each state stays itself (256 bits),
+        #: then whether there is any
+        self.loops = np.zeros((cap, 5), dtype=np.uint64)
         #: per lexer state, a state no token can tell apart from it (same masks)
         self.rep = np.zeros(cap, dtype=np.int32)
         self.n = 1
@@ -250,6 +253,10 @@ class LexerTables:
             self.acc[sl] = acc
             self.has_acc[sl] = acc.any(axis=1)
             self.rep[sl] = np.arange(self.n, self.n + len(new), dtype=np.int32)
+            ids_new = np.arange(self.n, self.n + len(new), dtype=np.int32)
+            self_loop = self.trans[sl] == ids_new[:, None]  # [new, 256]
+            self.loops[sl, :4] = np.packbits(self_loop, axis=1, bitorder="little").view(np.uint64)
+            self.loops[sl, 4] = self_loop.any(axis=1)
             self.keys.extend(keys[p] for p in new)
             self.n += len(new)
         return int(gid[1])
@@ -260,7 +267,7 @@ class LexerTables:
             return
         while cap < need:
             cap *= 2
-        for name in ("trans", "acc", "has_acc", "rep"):
+        for name in ("trans", "acc", "has_acc", "rep", "loops"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
             new[:old.shape[0]] = old
@@ -300,12 +307,14 @@ class LexerTables:
             t = self.trie
             cap = 1024
             flat = self.trans.reshape(-1)
+            below, tok_before = t.subtree_bytes()
             while True:
                 row = t.walk_row()
                 nodes = np.empty(cap, dtype=np.int32)
                 states = np.empty(cap, dtype=np.int32)
-                n = gk.lexer_walk(flat, self.has_acc, s, t.byte, t.depth, t.skip, t.node_tok,
-                                  t.max_depth, row, nodes, states)
+                n = gk.lexer_walk(flat, self.has_acc, self.loops, s, t.byte, t.depth, t.skip,
+                                  t.node_tok, below, tok_before, t.order, t.max_depth, row,
+                                  nodes, states)
                 if n >= 0:
                     break
                 cap = t.num_nodes

@@ -44,6 +44,7 @@ class TokenTrie:
          self.num_nodes) = kernels.build_trie(data, offsets, order, n_max)
         self.order = order
         self._node_tokens(len(vocab))
+        self._below = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -84,6 +85,15 @@ class TokenTrie:
                 dst.append(int(self.order[k]))
         self._dup_src = np.array(src, dtype=np.int64)
         self._dup_dst = np.array(dst, dtype=np.int64)
+
+    def subtree_bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(below, tok_before)`` of :func:`kernels.subtree_bytes`, computed on
+        first use (32 bytes per node: 3 MB for SmolLM2) and kept."""
+        if self._below is None:
+            n = self.num_nodes
+            self._below = kernels.subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
+                                                self.tok_start[:n], self.tok_end[:n])
+        return self._below
 
     def walk_row(self) -> np.ndarray:
         """A zeroed uint32 row for the walk kernels (``row_words + 1`` words, the

@@ -701,3 +701,19 @@ def test_escape_lark_regex_round_trip():
         back = eval_escaping(escape_lark_regex(rx))
         for p in probes:
             assert bool(re.fullmatch(rx, p)) == bool(re.fullmatch(back, p)), (rx, back, p)
+
+
+@pytest.mark.parametrize("draft", ["http://json-schema.org/draft-04/schema#",
+                                   "http://json-schema.org/draft-07/schema#",
+                                   "https://json-schema.org/draft/2020-12/schema"])
+def test_ref_siblings_follow_the_draft(draft):
+    """Up to draft 7 the keywords beside a $ref are ignored (jsonschema agrees);
+    from 2019-09 on they apply too."""
+    defs = "definitions" if "draft-0" in draft else "$defs"
+    schema = {"$schema": draft, defs: {"d": {"properties": {"a": {"type": "string"}}}},
+              "type": "object", "properties": {"v": {"$ref": f"#/{defs}/d", "type": "object"}}}
+    parser = lark_parser(json_schema_to_lark(schema))
+    check = jsonschema.validators.validator_for(schema)(schema)
+    for text in ['{"v":"x"}', '{"v":{"a":"y"}}', '{"v":{"a":1}}', '{"v":3}', '{}']:
+        assert accepts(parser, text) == check.is_valid(json.loads(text)), text
+    assert accepts(parser, '{"v":"x"}') == ("draft-0" in draft)
