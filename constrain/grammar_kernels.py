@@ -182,29 +182,27 @@ def product_dfa(tab, offsets, starts, reps, max_states):
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk(ctrans, ncls, bcls, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
                tok_before, order, max_depth, row, out_node, out_state):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
-    ``ctrans`` is the flat transition table over byte classes (state * ncls +
-    bcls[byte]). Sets in ``row``
+    ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
     (uint32 words, one scratch word past the vocabulary for ``node_tok``'s "no
     token") the tokens along which the current terminals stay alive, and writes to
     ``out_node``/``out_state`` the trie nodes below the root, with children, at
-    which some terminal could end (``has_acc``), and the lexer state there --
-    where a token may cross into the next terminal. Returns their number, or -1
-    when the output arrays are too small (call again with larger ones; the
-    buffers are preallocated because growing them inside the loop makes it three
-    times slower).
+    which some terminal could end, and the lexer state there -- where a token may
+    cross into the next terminal. Returns their number, or -1 when the output
+    arrays are too small (call again with larger ones; the buffers are
+    preallocated because growing them inside the loop makes it three times
+    slower).
 
-    ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when not and some
-    byte loops on ``s``, else 0. ``loops[s, :4]`` are the bytes on which state
-    ``s`` stays ``s`` (256 bits) and
-    ``below[i]`` the bytes under node ``i``: when every byte under a node loops
-    in a state where no terminal ends (a JSON string's body), the whole subtree
-    is allowed and stays there, and its tokens (``order[tok_before[i + 1]:
-    tok_before[tskip[i]]]``) are set without walking it -- a string state's
-    walk over SmolLM2 went from 380 to ~100 us.
+    ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
+    some byte loops on ``s``, else 0. ``loops[s]`` are the bytes on which ``s``
+    stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
+    every byte under a node loops in a state where no terminal ends (a JSON
+    string's body), the whole subtree is allowed and stays there, and its tokens
+    (``order[tok_before[i + 1]:tok_before[tskip[i]]]``) are set without walking
+    it -- a string body's walk over SmolLM2 went from 380 to 62 us.
     """
     stack = np.zeros(max_depth + 2, np.int32)
     stack[0] = state
@@ -214,7 +212,7 @@ def lexer_walk(ctrans, ncls, bcls, flags, loops, state, tbyte, tdepth, tskip, no
     i = 1
     while i < n_nodes:
         d = tdepth[i]
-        s = ctrans[stack[d - 1] * ncls + bcls[tbyte[i]]]
+        s = trans[(stack[d - 1] << 8) | tbyte[i]]
         if s == 0:
             i = tskip[i]
             continue

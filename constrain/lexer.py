@@ -174,17 +174,6 @@ class LexerTables:
         self.loops = np.zeros((cap, 4), dtype=np.uint64)
         #: per lexer state, a state no token can tell apart from it (same masks)
         self.rep = np.zeros(cap, dtype=np.int32)
-        # Walks read a copy of trans over byte classes (bytes every terminal treats
-        # alike): rows of ~50 classes instead of 256 bytes keep the states a walk
-        # visits in the L1 cache (a 120-state counting string: 600 -> ~350 us).
-        usable = [t for t in range(n_terminals) if terms.usable[t]]
-        if usable:
-            self.bcls, reps = gk.joint_byte_classes(np.stack([terms.byte_classes[t] for t in usable]))
-        else:
-            self.bcls, reps = np.zeros(256, np.int32), np.zeros(1, np.int64)
-        self._class_reps = reps
-        self.ncls = len(reps)
-        self.ctrans = np.zeros((cap, self.ncls), dtype=np.int32)
         #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
         self.n = 1
@@ -260,7 +249,6 @@ class LexerTables:
             self._grow(self.n + len(new))
             sl = slice(self.n, self.n + len(new))
             self.trans[sl] = full[new]
-            self.ctrans[sl] = full[new][:, self._class_reps]
             acc = gk.accepting_bits(vecs[new], np.asarray(ids, dtype=np.int64), offsets,
                                     terms.accepting, self.words64)
             self.acc[sl] = acc
@@ -280,7 +268,7 @@ class LexerTables:
             return
         while cap < need:
             cap *= 2
-        for name in ("trans", "acc", "has_acc", "rep", "loops", "ctrans", "walk_flags"):
+        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
             new[:old.shape[0]] = old
@@ -319,14 +307,13 @@ class LexerTables:
         else:
             t = self.trie
             cap = 1024
-            flat = self.ctrans.reshape(-1)
+            flat = self.trans.reshape(-1)
             below, tok_before = t.subtree_bytes()
             while True:
                 row = t.walk_row()
                 nodes = np.empty(cap, dtype=np.int32)
                 states = np.empty(cap, dtype=np.int32)
-                n = gk.lexer_walk(flat, self.ncls, self.bcls, self.walk_flags, self.loops, s,
-                                  t.byte, t.depth, t.skip,
+                n = gk.lexer_walk(flat, self.walk_flags, self.loops, s, t.byte, t.depth, t.skip,
                                   t.node_tok, below, tok_before, t.order, t.max_depth, row,
                                   nodes, states)
                 if n >= 0:
