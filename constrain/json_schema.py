@@ -1268,10 +1268,19 @@ class _Compiler:
         # a constrained name that is not declared is kept out of extra keys
         hidden = sorted(x for x in names_in_cons if x not in view.pieces)
         involved = [x for x in order if x in names_in_cons and x not in view.required]
+        min_p, max_p = self._len_bounds(conj, "minProperties", "maxProperties")
+        # min/maxProperties that the required members do not settle, on an object
+        # without additional members: every subset of the optional members is an
+        # alternative with an exact count, kept when the count is within bounds
+        optional = [x for x in order if x not in view.required]
+        counted = (view.extra is None and len(optional) <= 8
+                   and (min_p > len(set(view.required) & set(order))
+                        or (max_p is not None and max_p < len(order))))
+        if counted:
+            involved = optional
         if len(involved) > 8:
             self.unsupported("", "presence constraints over more than 8 optional properties")
             cons, involved = [], []
-        min_p, max_p = self._len_bounds(conj, "minProperties", "maxProperties")
         members = {name: (self.key_terminal(name), self.value_symbol(view.pieces[name]))
                    for name in order}
         extra = self.extra_member(view, list(order) + hidden)
@@ -1292,6 +1301,12 @@ class _Compiler:
             sub_order = [x for x in order if x not in absent]
             required = (set(view.required) | present) & set(sub_order)
             if any(x in view.required for x in absent):
+                continue
+            if counted:
+                if len(sub_order) < min_p or (max_p is not None and len(sub_order) > max_p):
+                    continue
+                alts.extend(self._object_chain(name, sub_order, required, members, extra,
+                                               0, None, conj, view))
                 continue
             alts.extend(self._object_chain(name, sub_order, required, members, extra,
                                            min_p, max_p, conj, view))

@@ -717,3 +717,23 @@ def test_ref_siblings_follow_the_draft(draft):
     for text in ['{"v":"x"}', '{"v":{"a":"y"}}', '{"v":{"a":1}}', '{"v":3}', '{}']:
         assert accepts(parser, text) == check.is_valid(json.loads(text)), text
     assert accepts(parser, '{"v":"x"}') == ("draft-0" in draft)
+
+
+@pytest.mark.parametrize("bounds", [{"minProperties": 2, "maxProperties": 2, "required": ["a"]},
+                                    {"minProperties": 2}, {"maxProperties": 1},
+                                    {"minProperties": 1, "maxProperties": 2, "required": ["c"]}])
+def test_property_count_without_additional_members(bounds):
+    """min/maxProperties beyond the required members, on a closed object: every
+    subset of members (in schema order) is accepted iff jsonschema accepts it."""
+    from itertools import combinations
+
+    schema = {"type": "object", "additionalProperties": False,
+              "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
+                             "c": {"type": "integer"}}, **bounds}
+    parser = lark_parser(json_schema_to_lark(schema))
+    check = jsonschema.Draft202012Validator(schema)
+    for k in range(4):
+        for names in combinations("abc", k):
+            obj = {n: 1 for n in names}
+            text = json.dumps(obj, separators=(",", ":"))
+            assert accepts(parser, text) == check.is_valid(obj), text
