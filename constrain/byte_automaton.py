@@ -172,25 +172,45 @@ def _multibyte(b: _Builder, state: int, spans: list) -> None:
 
 def _any_multibyte(b: _Builder, state: int, t: int) -> None:
     """:func:`_multibyte` for "every non-ASCII character leads to ``t``" (a JSON
-    string's content, ``.``, negated classes): the same transitions, from six
-    continuation states instead of ~50 lead bytes worked out one by one."""
-    # every continuation state first: creating one may reallocate the table
-    two = b.continuation(1, ((0, 63, t),))
-    three_lo = b.continuation(2, ((0x800, 0xFFF, t),))
-    three = b.continuation(2, ((0, 0xFFF, t),))
-    three_ed = b.continuation(2, ((0, 0x7FF, t),))
-    four_lo = b.continuation(3, ((0x10000, 0x3FFFF, t),))
-    four = b.continuation(3, ((0, 0x3FFFF, t),))
-    four_hi = b.continuation(3, ((0, 0xFFFF, t),))
-    row = b.table[state]
-    row[0xC2:0xE0] = two
-    row[0xE0] = three_lo
-    row[0xE1:0xED] = three
-    row[0xED] = three_ed
-    row[0xEE:0xF0] = three
-    row[0xF0] = four_lo
-    row[0xF1:0xF4] = four
-    row[0xF4] = four_hi
+    string's content, ``.``, negated classes): the same transitions, from seven
+    continuation states written directly (through ``continuation`` they cost ~140
+    Python calls per target, and a string with a length bound has one target per
+    count)."""
+    # (key as continuation() memoises it, continuation bytes, child key)
+    two = (1, ((0, 63, t),))
+    three = (2, ((0, 0xFFF, t),))
+    four = (3, ((0, 0x3FFFF, t),))
+    layout = (
+        (two, 0x80, 0xC0, None),
+        (three, 0x80, 0xC0, two),
+        ((2, ((0x800, 0xFFF, t),)), 0xA0, 0xC0, two),     # after E0: no overlongs
+        ((2, ((0, 0x7FF, t),)), 0x80, 0xA0, two),         # after ED: no surrogates
+        (four, 0x80, 0xC0, three),
+        ((3, ((0x10000, 0x3FFFF, t),)), 0x90, 0xC0, three),  # after F0
+        ((3, ((0, 0xFFFF, t),)), 0x80, 0x90, three),         # after F4: up to U+10FFFF
+    )
+    # every state first: creating one may reallocate the table
+    fresh = []
+    ids = {}
+    for key, _lo, _hi, _child in layout:
+        s = b.memo.get(key)
+        if s is None:
+            s = b.memo[key] = b.new_state()
+            fresh.append(key)
+        ids[key] = s
+    table = b.table
+    for key, lo, hi, child in layout:
+        if key in fresh:
+            table[ids[key], lo:hi] = t if child is None else ids[child]
+    row = table[state]
+    row[0xC2:0xE0] = ids[two]
+    row[0xE0] = ids[layout[2][0]]
+    row[0xE1:0xED] = ids[three]
+    row[0xED] = ids[layout[3][0]]
+    row[0xEE:0xF0] = ids[three]
+    row[0xF0] = ids[layout[5][0]]
+    row[0xF1:0xF4] = ids[four]
+    row[0xF4] = ids[layout[6][0]]
 
 
 def minimize_char_dfa(dfa: CharDFA, *, max_rounds: int = 256) -> CharDFA:
