@@ -44,6 +44,14 @@ def terminal_uid(term: Terminal, alphabet: np.ndarray) -> int:
     return uid
 
 
+def clear_caches() -> None:
+    """Drop the process-wide caches of terminal automata and lexer products
+    (compiled grammars keep what they use). Benchmarks call it to time each
+    grammar cold; a server may call it to release memory."""
+    _DFA_CACHE.clear()
+    _PRODUCTS.clear()
+
+
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None) -> ByteDFA | None:
     """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches

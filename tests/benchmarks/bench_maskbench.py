@@ -934,8 +934,9 @@ def main(argv=None) -> int:
                          "off by default, for JSON Schema semantics")
     ap.add_argument("--no-gc-flush", action="store_true", help="no gc.collect() right before each timed compile")
     ap.add_argument("--trellis-keep-shared", action="store_true",
-                    help="keep Trellis's vocabulary-wide cache of lexer-state walks between schemas (by default "
-                         "it is dropped before each compile, so every schema starts cold as for the peers)")
+                    help="keep Trellis's caches shared across grammars (lexer-state walks, terminal automata, "
+                         "lexer products) between schemas (by default they are dropped before each compile, "
+                         "so every schema starts cold as for the peers)")
     args = ap.parse_args(argv)
     CLOCK = args.clock
     maskbench_peers.TrellisJSON.clear_shared = not args.trellis_keep_shared

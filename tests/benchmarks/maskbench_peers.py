@@ -303,10 +303,12 @@ class TrellisJSON(bench_regex.TrellisEngine):
     bitmask, 0)`` into ``constrain.allocate_bitmask(1, V)``."""
 
     name = "trellis"
-    #: drop the vocabulary-wide cache of lexer-state walks (``trie._lexer_rows``,
-    #: shared by every grammar of a vocabulary) before each compile: each schema
-    #: then starts cold, like the peers; False keeps it (a server's steady state,
-    #: where the result depends on the schemas seen before)
+    #: drop the caches shared across grammars before each compile -- the
+    #: vocabulary-wide lexer-state walks (``trie._lexer_rows``) and the
+    #: process-wide terminal automata and lexer products
+    #: (``constrain.lexer.clear_caches``): each schema then starts cold, like the
+    #: peers; False keeps them (a server's steady state, where the result depends
+    #: on the schemas seen before)
     clear_shared = True
 
     def __init__(self):
@@ -325,11 +327,16 @@ class TrellisJSON(bench_regex.TrellisEngine):
         self.version += f" ({self.source})"
 
     def options(self) -> dict:
-        return {"strict": True, "function": self.source, "clear_shared_walk_cache": self.clear_shared}
+        return {"strict": True, "function": self.source, "clear_shared_caches": self.clear_shared}
 
     def _clear(self):
         super()._clear()
         if self.clear_shared:
+            # terminal automata and lexer products are cached process-wide: kept,
+            # schemas sharing terminals (every JSON string) would compile warm
+            from constrain.lexer import clear_caches
+
+            clear_caches()
             for v in list(getattr(self.vocab, "_cache", {}).values()):
                 if hasattr(v, "_lexer_rows"):
                     try:
