@@ -62,7 +62,13 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if hit is not None:
         _DFA_CACHE.move_to_end(key)
         return hit[0]
-    dfa = _literal_dfa(term.literal, term.flags, alphabet) if term.literal is not None else None
+    if term.literal is not None:
+        dfa = _literal_dfa(term.literal, term.flags, alphabet)
+    else:
+        # a regex that spells one string (a JSON Schema's member names, its
+        # punctuation: most of its terminals) skips the regex pipeline
+        text = _regex_literal(term.pattern) if term.flags == 0 else None
+        dfa = _literal_dfa(text, 0, alphabet) if text else None
     if dfa is None:
         try:
             dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
@@ -83,6 +89,32 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if len(_DFA_CACHE) > _DFA_CACHE_SIZE:
         _DFA_CACHE.popitem(last=False)
     return dfa or None
+
+
+_REGEX_SPECIAL = frozenset(".^$[](){}|*+?\\")
+_ESCAPABLE = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
+
+
+def _regex_literal(pattern: str) -> str | None:
+    """The one string ``pattern`` matches when it is only literal characters and
+    backslash-escaped punctuation; else ``None``."""
+    if not pattern:
+        return None
+    out = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1] not in _ESCAPABLE:
+                return None
+            out.append(pattern[i + 1])
+            i += 2
+        elif c in _REGEX_SPECIAL:
+            return None
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None | bool:
