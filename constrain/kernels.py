@@ -388,43 +388,37 @@ def quotient_renumber(trans, accepting, cls, start):
 
 
 @njit(cache=True, nogil=True)
-def byte_classes(trans, alphabet):
-    """One representative byte per class of identical columns of ``trans``
-    (bytes outside ``alphabet`` count as columns of dead transitions)."""
+def column_classes(trans):
+    """Classes of identical columns of ``trans`` (``[n, k]``): ``(cls, reps)``, the
+    class of each column, numbered by first column, and that first column. Columns
+    are hashed first, so the cost is O(n k) plus one comparison per equal hash."""
     n, k = trans.shape
-    reps = np.empty(k, np.int64)
-    m = 0
-    dead_rep = -1
+    hashes = np.zeros(k, np.uint64)
     for b in range(k):
-        if not alphabet[b]:
-            if dead_rep < 0:
-                dead_rep = b
-                reps[m] = b
-                m += 1
-            continue
-        found = False
+        h = np.uint64(1469598103934665603)
+        for s in range(n):
+            h = (h ^ np.uint64(trans[s, b] + 1)) * np.uint64(1099511628211)
+        hashes[b] = h
+    cls = np.full(k, -1, np.int32)
+    reps = np.zeros(k, np.int64)
+    m = 0
+    for b in range(k):
         for j in range(m):
             r = reps[j]
-            if not alphabet[r]:
-                # the dead column: all zeros
+            if hashes[r] == hashes[b]:
                 same = True
                 for s in range(n):
-                    if trans[s, b] != 0:
+                    if trans[s, r] != trans[s, b]:
                         same = False
                         break
-            else:
-                same = True
-                for s in range(n):
-                    if trans[s, b] != trans[s, r]:
-                        same = False
-                        break
-            if same:
-                found = True
-                break
-        if not found:
+                if same:
+                    cls[b] = j
+                    break
+        if cls[b] < 0:
             reps[m] = b
+            cls[b] = m
             m += 1
-    return reps[:m]
+    return cls, reps[:m]
 
 
 @njit(cache=True, nogil=True)
@@ -439,7 +433,7 @@ def trim_minimize(trans, accepting, alphabet, max_rounds):
         if not alphabet[b]:
             for s in range(n):
                 full[s, b] = 0
-    reps = byte_classes(full, alphabet)
+    reps = column_classes(full)[1]  # columns outside the alphabet are dead: zero
     reduced = np.empty((n, reps.shape[0]), np.int32)
     for s in range(n):
         for j in range(reps.shape[0]):

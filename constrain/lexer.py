@@ -23,6 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import grammar_kernels as gk
+from . import kernels
 from .byte_automaton import ByteDFA
 from .errors import GrammarError, GrammarTooComplexError, RegexError
 from .lark_loader import GrammarIR, Terminal
@@ -180,7 +181,7 @@ class TerminalAutomata:
 def _byte_classes(dfa: ByteDFA) -> np.ndarray:
     hit = getattr(dfa, "_byte_classes", None)
     if hit is None:
-        hit = dfa._byte_classes = gk.column_classes(np.ascontiguousarray(dfa.transitions))
+        hit = dfa._byte_classes = kernels.column_classes(np.ascontiguousarray(dfa.transitions))[0]
     return hit
 
 
