@@ -38,7 +38,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import grammar_kernels as gk
-from .bitmask import numpy_view
+from .bitmask import _last_rows, numpy_view, row_views, row_writer
 from .char_automaton import DEFAULT_MAX_STATES
 from .earley import EarleyRecognizer
 from .errors import ConstraintError, GrammarTooComplexError, InvalidStateError
@@ -89,6 +89,10 @@ class GrammarConstraint(Constraint):
         self._grammar_token = vocab.grammar_token_list
         self._token_bytes = vocab.tokens
         self._masks: OrderedDict = OrderedDict()
+        # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
+        # as the mask cache holds, dropped together when full
+        self._writers: dict = {}
+        self._last_fill = (None, None)  # the last CPU bitmask and its row views
         self._config_masks: OrderedDict = OrderedDict()
         self._max_masks = max(64, mask_cache_bytes // 2 // (4 * self.words))
         # the terminals' automata are what the time budget bounds (their
@@ -295,6 +299,30 @@ class GrammarConstraint(Constraint):
 
     def fill_bitmask(self, state, bitmask, row: int = 0) -> None:
         """Write the allowed tokens of ``state`` into row ``row`` of ``bitmask``."""
+        last = self._last_fill
+        if bitmask is last[0]:
+            w = self._writers.get(state)
+            if w is None:
+                w = self._writer(state)
+            if w.__class__ is tuple:
+                w[0](last[1][row], 0, *w[1])
+            else:
+                last[1][row][:] = w
+            return
+        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        if rows is not None and len(rows[0]) == 4 * self.words:
+            self._last_fill = (bitmask, rows)
+            self.fill_bitmask(state, bitmask, row)
+            return
+        self._fill_other(state, bitmask, row)
+
+    def _writer(self, state):
+        if len(self._writers) >= self._max_masks:
+            self._writers.clear()
+        w = self._writers[state] = row_writer(memoryview(self.mask_row(state)).cast("B"))
+        return w
+
+    def _fill_other(self, state, bitmask, row: int) -> None:
         src = self.mask_row(state)
         view = numpy_view(bitmask)
         if view is None:  # a tensor on a GPU

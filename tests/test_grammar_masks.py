@@ -116,3 +116,37 @@ def test_duplicate_tokens_share_masks():
             if not len(allowed):
                 break
             state = g.advance(state, int(allowed[-1]))
+
+
+def test_fill_bitmask_switching_bitmasks(smollm2_vocab):
+    """Fills alternate between bitmasks of different widths and kinds whose rows
+    start with stale bits; every row must be exactly the state's mask."""
+    g = _grammar("json", smollm2_vocab)
+    v = len(smollm2_vocab)
+    words = (v + 31) // 32
+    masks = [allocate_bitmask(2, v), allocate_bitmask(1, v, backend="numpy"),
+             np.full((2, words + 3), -1, dtype=np.int32)]
+    rng = np.random.default_rng(3)
+    state = g.initial_state()
+    states = [state]
+    for _ in range(12):
+        ids = g.allowed_token_ids(state)
+        ids = ids[ids != smollm2_vocab.eos_token_ids[0]]
+        if not len(ids):
+            break
+        state = g.advance(state, int(rng.choice(ids)))
+        states.append(state)
+    for _ in range(2):
+        for s in states:
+            want = np.flatnonzero(_brute_mask(g, s)).tolist() if s is states[0] else None
+            ids = g.allowed_token_ids(s).tolist()
+            if want is not None:
+                assert ids == want
+            for bm in masks:
+                r = len(bm) - 1
+                bm[r] = -1
+                g.fill_bitmask(s, bm, r)
+                got = np.asarray(bm[r])
+                bits = np.unpackbits(got[:words].view(np.uint8), bitorder="little")[:v]
+                assert np.flatnonzero(bits).tolist() == ids
+                assert not got[words:].any()
