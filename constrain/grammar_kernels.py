@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import grow_rows, table_probe, table_rehash
+from .kernels import bit_index, grow_rows, table_probe, table_rehash
 
 NEED_NONE = 0
 NEED_NEXT = 1
@@ -253,11 +253,7 @@ def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc
         x = acc[s, w]
         while x != np.uint64(0):
             low = x & (~x + np.uint64(1))
-            t = w * 64
-            y = low
-            while y > np.uint64(1):
-                y >>= np.uint64(1)
-                t += 1
+            t = w * 64 + bit_index(low)
             x ^= low
             if (ignore_bits[w] & low) != np.uint64(0):
                 c2 = c

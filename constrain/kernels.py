@@ -11,6 +11,16 @@ import numpy as np
 from numba import njit
 
 
+@njit(cache=True, nogil=True, inline="always")
+def bit_index(low):
+    """The index of the one set bit of ``low`` (a uint64 power of two)."""
+    t = 0
+    while low > np.uint64(1):
+        low >>= np.uint64(1)
+        t += 1
+    return t
+
+
 @njit(cache=True, nogil=True)
 def build_trie(data, offsets, order, n_nodes_max):
     """A trie in preorder from token ids ``order`` sorted by their bytes.
@@ -562,11 +572,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
             x = sets[d, w]
             while x != np.uint64(0):
                 low = x & (~x + np.uint64(1))
-                b = w * 64
-                y = low
-                while y > np.uint64(1):
-                    y >>= np.uint64(1)
-                    b += 1
+                b = w * 64 + bit_index(low)
                 x ^= low
                 s = state_of_bit[b]
                 for k in range(edge_ptr[s], edge_ptr[s + 1]):
