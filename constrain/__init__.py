@@ -33,6 +33,7 @@ from .resources import grammar_path
 from .vocabulary import Vocabulary
 
 __all__ = [
+    "clear_caches",
     "allocate_bitmask",
     "apply_bitmask",
     "bitmask_to_ids",
@@ -63,6 +64,17 @@ __all__ = [
     "VocabularyError",
     "Vocabulary",
 ]
+
+
+def clear_caches() -> None:
+    """Drop every process-wide cache that compiled grammars share: terminal
+    automata, lexer products and ``multipleOf`` tables (compiled grammars keep
+    what they use). Benchmarks call it to time each compile cold; a server may
+    call it to release memory."""
+    from . import lexer, number_ranges
+
+    lexer.clear_caches()
+    number_ranges.clear_caches()
 
 
 def __getattr__(name):

@@ -57,8 +57,10 @@ from .json_schema_formats import (
 from .number_ranges import (
     _trie_alt,
     decimal_range_regex,
+    float_multiple_regex,
     int_range_regex,
     integer_bounds,
+    multiple_digits,
     nat_multiple_regex,
 )
 
@@ -868,6 +870,7 @@ class _Compiler:
             return self._number_excluding(conj, integer, excluded, (lo, lo_x, hi, hi_x))
         mult = 1
         float_cap = None
+        float_ms = []  # (pointer, m, whether integer texts are exact up to float_cap)
         for p in conj:
             n = self.node(p)
             if not isinstance(n, dict) or "multipleOf" not in n:
@@ -879,21 +882,43 @@ class _Compiler:
                 # jsonschema tests int(x / m) == x / m in floating point. For m
                 # within 2^-54 (relative) of 1/M and an integer x with |x*M| < 2^53,
                 # x / m rounds to x*M exactly: integer texts in that range are valid
-                # (texts with a fraction are not decided by their digits, so left out)
                 big_m = round(1 / m)
-                if big_m >= 1 and abs(Fraction(m) - Fraction(1, big_m)) * big_m < Fraction(1, 2 ** 54):
-                    integer = True
+                exact = big_m >= 1 and abs(Fraction(m) - Fraction(1, big_m)) * big_m < Fraction(1, 2 ** 54)
+                if exact:
                     cap = (2 ** 53 - 1) // big_m
                     float_cap = cap if float_cap is None else min(float_cap, cap)
-                    continue
-                self.unsupported(f"{p}/multipleOf",
-                                 "a non-integer multipleOf (jsonschema decides it in floating point)")
+                float_ms.append((p, m, exact))
                 continue
             mult = mult * int(m) // math.gcd(mult, int(m))
         ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
         if float_cap is not None:
             ilo = -float_cap if ilo is None else max(ilo, -float_cap)
             ihi = float_cap if ihi is None else min(ihi, float_cap)
+        if float_ms:
+            # texts with a fraction (and integer texts where the argument above does
+            # not hold) are decided value by value as jsonschema decides them, up to
+            # a magnitude cap
+            ms = tuple(m for _, m, _ in float_ms)
+            exact = all(e for _, _, e in float_ms)
+            if mult == 1 and all(multiple_digits(m) is not None for m in ms) \
+                    and (not exact or not integer):
+                rx, _ = float_multiple_regex(ms, lo, lo_x, hi, hi_x, integers=not exact,
+                                             fractions=not integer)
+                parts = [rx] if rx is not None else []
+                if exact:
+                    irx = int_range_regex(ilo, ihi)
+                    if irx is not None:
+                        parts.insert(0, irx)
+                if not parts:
+                    return None
+                return self.terminal("|".join(parts), "INT" if integer else "NUMBER")
+            for p, m, exact in float_ms:
+                if not exact:
+                    self.unsupported(f"{p}/multipleOf",
+                                     "a non-integer multipleOf (jsonschema decides it in floating point)")
+            # texts with a fraction are not decided by their digits: left out
+            integer = True
+        if float_cap is not None:
             lo = ilo if lo is None else lo
             hi = ihi if hi is None else hi
         parts = []

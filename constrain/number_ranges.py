@@ -15,7 +15,10 @@ from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
-__all__ = ["int_range_regex", "decimal_range_regex", "nat_multiple_regex"]
+import numpy as np
+
+__all__ = ["int_range_regex", "decimal_range_regex", "nat_multiple_regex",
+           "float_multiple_regex", "FLOAT_MULTIPLE_VALUES", "clear_caches"]
 
 
 def _alt(parts: list[str]) -> str | None:
@@ -303,3 +306,170 @@ def integer_bounds(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple[int | None, in
             f = Fraction(hi)
             ihi = math.ceil(f) - 1 if hi_excl else math.floor(f)
     return ilo, ihi
+
+
+# -- multipleOf in floating point ---------------------------------------------------
+
+#: how many decimal texts ``float_multiple_regex`` decides one by one (per sign)
+FLOAT_MULTIPLE_VALUES = 1_000_000
+
+
+def multiple_digits(m: float) -> int | None:
+    """The number of fraction digits of the shortest decimal text of ``m`` (at most
+    6), or ``None`` when it has more or an exponent."""
+    text = repr(m)
+    if "e" in text or "E" in text or "." not in text:
+        return None
+    d = len(text.split(".")[1].rstrip("0"))
+    return d if d <= 6 else None
+
+
+@lru_cache(maxsize=32)
+def _float_multiples(ms: tuple, digits: int) -> np.ndarray:
+    """``ok[k]``: whether ``k / 10**digits``, as a float, passes ``jsonschema``'s
+    ``multipleOf: m`` test for every ``m`` in ``ms`` (``q = x / m``; valid iff
+    ``int(q) == q``).
+
+    ``k / 10**digits`` in float64 is correctly rounded, hence equal to the float a
+    JSON parser reads from the text, and numpy's division rounds as Python's."""
+    scale = 10 ** digits
+    x = np.arange((FLOAT_MULTIPLE_VALUES // scale) * scale, dtype=np.float64) / scale
+    ok = np.ones(len(x), dtype=bool)
+    for m in ms:
+        q = x / m
+        ok &= q == np.floor(q)
+    return ok
+
+
+#: at most this many runs of integer parts with one set of fractions, and this many
+#: (distinct set, fraction) pairs, in one ``float_multiple_regex``
+_MAX_RUNS = 256
+_MAX_FRACTIONS = 20_000
+
+
+@lru_cache(maxsize=32)
+def _float_multiple_cap(ms: tuple, digits: int) -> int:
+    """The largest cap (a power-of-ten share of the table) whose regex stays small:
+    ``m`` like ``0.3`` changes its set of fractions with every integer part."""
+    scale = 10 ** digits
+    ok = _float_multiples(ms, digits)
+    cap = len(ok) // scale
+    while cap > 1:
+        rows = ok[:cap * scale].reshape(cap, scale)
+        starts = np.concatenate(([0], np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1))
+        if len(starts) <= _MAX_RUNS and \
+                len(np.unique(rows[starts], axis=0)) * scale <= _MAX_FRACTIONS:
+            break
+        cap //= 10
+    return cap
+
+
+def _digit_suffixes(words: list[str]) -> str:
+    """A prefix-factored alternation of equal-length digit strings whose last digit
+    becomes a character class."""
+    if len(words[0]) == 1:
+        digits = sorted(int(w) for w in words)
+        runs, start = [], digits[0]
+        for a, b in zip(digits, digits[1:] + [None]):
+            if b != a + 1:
+                runs.append(_digit_class(start, a) if a - start != 1 else f"{start}{a}")
+                start = b
+        body = "".join(r.strip("[]") for r in runs)
+        return body if len(digits) == 1 else f"[{body}]"
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        groups.setdefault(w[0], []).append(w[1:])
+    by_tail: dict[str, list[str]] = {}
+    for c, rest in groups.items():
+        by_tail.setdefault(_digit_suffixes(rest), []).append(c)
+    parts = [_digit_suffixes(cs) + tail for tail, cs in by_tail.items()]
+    return _alt(parts)
+
+
+@lru_cache(maxsize=64)
+def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
+                         *, integers: bool, fractions: bool = True) -> tuple[str | None, int]:
+    """Canonical JSON number texts with at most ``max(multiple_digits(m))`` fraction
+    digits that ``jsonschema`` accepts under ``multipleOf: m`` for every float ``m``
+    in ``ms`` and within
+    the bounds (``None``: none; ``*_strict``: exclusive), for magnitudes below a cap.
+
+    ``jsonschema`` divides in floating point, so whether ``0.07`` is a multiple of
+    ``0.01`` (it is not: ``0.07 / 0.01 == 7.000000000000001``) depends on rounding,
+    not on digits. Each candidate up to ``FLOAT_MULTIPLE_VALUES`` per sign is decided
+    as ``jsonschema`` decides it; the decisions are constant over long runs of
+    integer parts, which keeps the regex small. Where they are not (``0.3``), the
+    cap shrinks by tenfold steps until the regex is small. Texts with a fraction are emitted
+    when ``fractions``, integer texts when ``integers``. Returns the regex (``None`` when
+    empty) and the cap: the integer part of every matched text is below it.
+    """
+    each = [multiple_digits(m) for m in ms]
+    if not ms or None in each:
+        raise ValueError(f"a multipleOf in {ms!r} has no short decimal text")
+    digits = max(each)
+    ms = tuple(sorted(set(ms)))
+    scale = 10 ** digits
+    cap = _float_multiple_cap(ms, digits)
+    ok = _float_multiples(ms, digits)[:cap * scale]
+    parts = []
+    for sign in (1, -1):
+        # allowed k (value sign * k / scale) within the bounds, exactly
+        kmin, kmax = 0, len(ok) - 1
+        for bound, strict, is_lo in ((lo, lo_strict, True), (hi, hi_strict, False)):
+            if bound is None:
+                continue
+            b = Fraction(bound) * scale * sign
+            if is_lo == (sign == 1):  # a lower bound on sign * k
+                kmin = max(kmin, math.floor(b) + 1 if strict else math.ceil(b))
+            else:
+                kmax = min(kmax, math.ceil(b) - 1 if strict else math.floor(b))
+        if kmin > kmax:
+            continue
+        allowed = ok.copy()
+        allowed[:kmin] = False
+        allowed[kmax + 1:] = False
+        if sign == -1:
+            allowed[0] = False  # no -0
+        rows = allowed.reshape(cap, scale)
+        live = rows.any(axis=1)
+        if not live.any():
+            continue
+        change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1
+        starts = np.concatenate(([0], change))
+        ends = np.concatenate((change, [cap])) - 1
+        by_row: dict[bytes, list[tuple[int, int]]] = {}
+        row_of = {}
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            if not live[a]:
+                continue
+            key = rows[a].tobytes()
+            by_row.setdefault(key, []).append((a, b))
+            row_of[key] = rows[a]
+        alts = []
+        for key, spans in by_row.items():
+            row = row_of[key]
+            ints = _alt([_nat_range(a, b) for a, b in spans])
+            fracs = []
+            for length in range(1, digits + 1):
+                step = 10 ** (digits - length)
+                fracs += [str(f).zfill(length) for f in range(10 ** length) if row[f * step]]
+            by_len: dict[int, list[str]] = {}
+            for f in fracs:
+                by_len.setdefault(len(f), []).append(f)
+            tail = _alt([_digit_suffixes(ws) for ws in by_len.values()])
+            if fractions:
+                alts.append(f"{ints}\\.{tail}")
+            if integers and row[0]:
+                alts.append(ints)
+        body = _alt(alts)
+        if body is not None:
+            parts.append(body if sign == 1 else f"-(?:{body})")
+    return _alt(parts), cap
+
+
+
+def clear_caches() -> None:
+    """Drop the cached ``multipleOf`` decision tables and regexes."""
+    _float_multiples.cache_clear()
+    _float_multiple_cap.cache_clear()
+    float_multiple_regex.cache_clear()

@@ -173,12 +173,52 @@ def test_number_bounds_against_jsonschema():
 
 # -- strings ---------------------------------------------------------------------------
 
-def test_float_multiple_of_integers_only():
-    # 0.01 is within 2^-54 of 1/100: integer texts up to 2^53/100 are exact
-    check({"type": "number", "multipleOf": 0.01}, good=["1", "0", "-2", "90071992547409"],
-          bad=["90071992547410", "null"])
-    with pytest.raises(UnsupportedSchemaError):
-        json_schema_to_lark({"type": "number", "multipleOf": 0.1})  # 0.1 is not close enough
+def test_float_multiple_of():
+    # 0.01 is within 2^-54 of 1/100: integer texts up to 2^53/100 are exact; texts
+    # with a fraction are decided as jsonschema decides them (0.07/0.01 is not integral)
+    check({"type": "number", "multipleOf": 0.01},
+          good=["1", "0", "-2", "90071992547409", "99.99", "8.25", "100.0", "-12.5", "0.5"],
+          bad=["90071992547410", "null", "0.07", "99.991", "1.005"])
+    # 0.1 is not close enough to 1/10 for integers to be exact (3/0.1 is, 0.3/0.1 is not)
+    check({"type": "number", "multipleOf": 0.1}, good=["3", "12.5", "99.9"],
+          bad=["0.3", "0.7", "0.05", "12.25"])
+    check({"type": "integer", "multipleOf": 0.1}, good=["3", "10"], bad=["12.5", "3.0"])
+    check({"allOf": [{"multipleOf": 0.25}, {"multipleOf": 0.1}]},
+          good=["0.5", "1", "2.5"], bad=["0.25", "0.1", "0.3"])
+    check({"type": "number", "multipleOf": 0.01, "minimum": 0, "exclusiveMaximum": 1},
+          good=["0.99", "0", "0.5"], bad=["1", "1.0", "-0.01", "-1"])
+
+
+@pytest.mark.parametrize("m", [0.01, 0.1, 0.25, 0.3, 0.05, 0.001, 1.5])
+@pytest.mark.parametrize("bounds", [(None, False, None, False), (0, False, 1000, True),
+                                    (-7.5, True, 12.25, False)])
+def test_float_multiple_regex_against_jsonschema(m, bounds):
+    """Sound for every text; complete for texts with at most the digits of m's
+    shortest text below the cap."""
+    from constrain.number_ranges import float_multiple_regex, multiple_digits
+
+    lo, lo_x, hi, hi_x = bounds
+    rx, cap = float_multiple_regex((m,), lo, lo_x, hi, hi_x, integers=True)
+    r = re.compile(rx)
+    d = multiple_digits(m)
+    rng = random.Random(hash((m, bounds)) & 0xFFFF)
+    ints = list(range(0, 100)) + [rng.randrange(cap) for _ in range(120)] + [cap - 1, cap, cap + 7]
+    for i in ints:
+        for sign in ("", "-"):
+            texts = [f"{sign}{i}"]
+            for length in range(1, d + 2):
+                texts += [f"{sign}{i}.{rng.randrange(10 ** length):0{length}d}" for _ in range(6)]
+            for t in texts:
+                v = json.loads(t)
+                q = v / m
+                valid = int(q) == q and (lo is None or (v > lo if lo_x else v >= lo)) \
+                    and (hi is None or (v < hi if hi_x else v <= hi))
+                got = r.fullmatch(t) is not None
+                if got:
+                    assert valid, (m, bounds, t)
+                elif (valid and i < cap and len(t.partition(".")[2]) <= d
+                      and not (sign and v == 0)):
+                    raise AssertionError(f"rejected valid {t} (m={m}, bounds={bounds})")
 
 
 def test_string_escapes_and_controls():
@@ -493,7 +533,7 @@ def test_errors_name_pointers():
         json_schema_to_lark({"type": "array", "uniqueItems": True})
     assert e.value.pointer == "/uniqueItems"
     with pytest.raises(UnsupportedSchemaError) as e:
-        json_schema_to_lark({"type": "number", "multipleOf": 0.3})
+        json_schema_to_lark({"type": "number", "multipleOf": 0.1234567})  # no short text
     assert e.value.pointer == "/multipleOf"
     with pytest.raises(SchemaError):
         json_schema_to_lark("{not json")

@@ -305,8 +305,8 @@ class TrellisJSON(bench_regex.TrellisEngine):
     name = "trellis"
     #: drop the caches shared across grammars before each compile -- the
     #: vocabulary-wide lexer-state walks (``trie._lexer_rows``) and the
-    #: process-wide terminal automata and lexer products
-    #: (``constrain.lexer.clear_caches``): each schema then starts cold, like the
+    #: process-wide terminal automata, lexer products and multipleOf tables
+    #: (``constrain.clear_caches``): each schema then starts cold, like the
     #: peers; False keeps them (a server's steady state, where the result depends
     #: on the schemas seen before)
     clear_shared = True
@@ -334,9 +334,9 @@ class TrellisJSON(bench_regex.TrellisEngine):
         if self.clear_shared:
             # terminal automata and lexer products are cached process-wide: kept,
             # schemas sharing terminals (every JSON string) would compile warm
-            from constrain.lexer import clear_caches
+            import constrain
 
-            clear_caches()
+            constrain.clear_caches()
             for v in list(getattr(self.vocab, "_cache", {}).values()):
                 if hasattr(v, "_lexer_rows"):
                     try:
