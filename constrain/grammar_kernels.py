@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import bit_index, grow_rows, table_probe, table_rehash
+from .kernels import bit_index, table_rehash
 
 NEED_NONE = 0
 NEED_NEXT = 1
@@ -24,143 +24,156 @@ OVERFLOW = 3
 
 
 @njit(cache=True, nogil=True)
-def _hash_vec(v):
+def _hash_pairs(buf, m):
     h = np.uint64(1469598103934665603)
-    for x in v:
-        h = (h ^ np.uint64(x)) * np.uint64(1099511628211)
+    for j in range(m):
+        h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
         h ^= h >> np.uint64(29)
     return h
 
 
 @njit(cache=True, nogil=True)
-def joint_byte_classes(classes):
-    """Bytes that every row of ``classes`` (``[k, 256]`` class ids, each row
-    numbered from 0) puts in one class form one joint class. Returns ``(cls,
-    reps)``: each byte's joint class, numbered by first byte, and that first byte.
-    (``np.unique(axis=0)`` on the stacked columns did the same in ~80 us.)"""
-    cls = np.zeros(256, np.int32)
-    n = 1
-    for r in range(classes.shape[0]):
-        row = classes[r]
-        width = row.max() + 1
-        relabel = np.full(n * width, -1, np.int32)
-        m = 0
-        for b in range(256):
-            key = cls[b] * width + row[b]
-            c = relabel[key]
-            if c < 0:
-                c = relabel[key] = m
-                m += 1
-            cls[b] = c
-        n = m
-    reps = np.zeros(n, np.int64)
-    seen = np.zeros(n, np.bool_)
-    for b in range(256):
-        if not seen[cls[b]]:
-            seen[cls[b]] = True
-            reps[cls[b]] = b
-    return cls, reps
+def _probe(htab, hashes, pairs, poff, buf, m, h):
+    """Open-addressing lookup of the pair list ``buf[:m]``: ``(slot, state)``,
+    state -1 when absent (``slot`` is then where it goes)."""
+    mask = np.uint64(htab.shape[0] - 1)
+    slot = h & mask
+    while htab[slot] >= 0:
+        g = htab[slot]
+        if hashes[g] == h and poff[g + 1] - poff[g] == m:
+            base = poff[g]
+            same = True
+            for j in range(m):
+                if pairs[base + j] != buf[j]:
+                    same = False
+                    break
+            if same:
+                return slot, g
+        slot = (slot + np.uint64(1)) & mask
+    return slot, -1
 
 
 @njit(cache=True, nogil=True)
-def install_states(table, cls, gid, new, vecs, ids, offsets, accepting, first,
-                   trans, acc, has_acc, loops, flags):
-    """Write the lexer states ``new`` (product states, numbered ``first``, ``first +
-    1``, ... globally) into the global tables: transitions by byte (``table`` is
-    by class ``cls[b]``; ``gid`` maps product states to global ones), the bitset
-    of accepting terminals, the bytes on which a state stays itself, and the
-    walk flags (1: some terminal may end; 2: else some byte loops). One pass
-    instead of ~10 numpy calls over (states, 256) arrays, ~100 us a build."""
-    for j in range(new.shape[0]):
-        p = new[j]
-        g = first + j
+def find_state(pairs, poff, hashes, htab, buf):
+    """The lexer state whose alive (terminal, local state) pairs, flattened and
+    sorted by terminal, are ``buf``; -1 when there is none."""
+    m = buf.shape[0]
+    return _probe(htab, hashes, pairs, poff, buf, m, _hash_pairs(buf, m))[1]
+
+
+EXPAND_DONE = 0
+EXPAND_GROW = 1
+EXPAND_OVERFLOW = 2
+
+
+@njit(cache=True, nogil=True)
+def expand_states(tab, offsets, accepting, start, n, d, max_states,
+                  pairs, poff, hashes, htab, single, trans, acc, has_acc, loops, flags, rep):
+    """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
+    sorted by terminal) and every state it reaches to the global tables, running
+    the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
+
+    A lexer state is the set of pairs alive, so states are shared by every
+    expected set that reaches them: a known state is never expanded again (a
+    JSON object's key positions differ in their expected sets, but past the
+    first bytes of a key they mostly meet states seen before). States below
+    ``d`` are expanded, ``d:n`` are pending. Returns ``(status, n, d, state)``:
+    ``EXPAND_GROW`` when the tables are full (grow them and call again; the work
+    done is kept), ``EXPAND_OVERFLOW`` past ``max_states``. ``single[offsets[t] +
+    s]`` memoises the state where only terminal ``t`` is alive, in local state
+    ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
+    string's thousands of states, every successor is one, and the array lookup
+    replaces the hash probe."""
+    cap = trans.shape[0]
+    m0 = start.shape[0]
+    h0 = _hash_pairs(start, m0)
+    slot, g0 = _probe(htab, hashes, pairs, poff, start, m0, h0)
+    if g0 < 0:
+        if n >= max_states:
+            return EXPAND_OVERFLOW, n, d, -1
+        if n >= cap or poff[n] + m0 > pairs.shape[0]:
+            return EXPAND_GROW, n, d, -1
+        g0 = n
+        pairs[poff[n]:poff[n] + m0] = start
+        poff[n + 1] = poff[n] + m0
+        hashes[n] = h0
+        htab[slot] = n
+        rep[n] = n
+        n += 1
+        if m0 == 2:
+            single[offsets[start[0]] + start[1]] = g0
+    width = 2 * (m0 if m0 > 64 else 64)
+    buf = np.empty(width, np.int32)
+    prev = np.empty(width, np.int32)
+    while d < n:
+        base = poff[d]
+        m = poff[d + 1] - base
+        if m > width:
+            width = m
+            buf = np.empty(width, np.int32)
+            prev = np.empty(width, np.int32)
         ends = False
-        for k in range(ids.shape[0]):
-            v = vecs[p, k]
-            t = ids[k]
-            if v > 0 and accepting[offsets[t] + v]:
-                acc[g, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+        for j in range(0, m, 2):
+            t = pairs[base + j]
+            if accepting[offsets[t] + pairs[base + j + 1]]:
+                acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
                 ends = True
-        has_acc[g] = ends
+        has_acc[d] = ends
         looped = False
+        prev_m = -1
+        prev_g = 0
         for b in range(256):
-            nxt = gid[table[p, cls[b]]]
-            trans[g, b] = nxt
-            if nxt == g:
-                loops[g, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-                looped = True
-        flags[g] = 1 if ends else (2 if looped else 0)
-
-
-@njit(cache=True, nogil=True)
-def product_dfa(tab, offsets, starts, reps, max_states):
-    """Run k terminal DFAs side by side (their product, which is deterministic).
-
-    ``tab`` stacks the terminals' tables (terminal ``i``'s rows start at row
-    ``offsets[i]``, with local state ids, 0 dead); ``starts[i]`` is
-    its local start state, 0 to leave it out. ``reps`` is one byte per byte class.
-    Returns ``(table, vecs, n)``: ``table[s, c]`` the successor of product state
-    ``s`` on class ``c`` (0: dead; state 1 the start), ``vecs[s]`` the local state
-    of each terminal; ``n`` is -1 past ``max_states``.
-    """
-    k = starts.shape[0]
-    nc = reps.shape[0]
-    cap = 64
-    vecs = np.zeros((cap, k), np.int32)
-    table = np.zeros((cap, nc), np.int32)
-    hashes = np.zeros(cap, np.uint64)
-    hcap = 256
-    htab = np.full(hcap, -1, np.int64)
-    # state 0: all dead
-    hashes[0] = _hash_vec(vecs[0])
-    htab[hashes[0] & np.uint64(hcap - 1)] = 0
-    vecs[1] = starts
-    hashes[1] = _hash_vec(vecs[1])
-    sl = hashes[1] & np.uint64(hcap - 1)
-    while htab[sl] >= 0:
-        sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
-    htab[sl] = 1
-    count = 2
-    nxt = np.zeros(k, np.int32)
-    d = 1
-    while d < count:
-        for c in range(nc):
-            b = reps[c]
-            alive = False
-            for i in range(k):
-                s = vecs[d, i]
-                if s != 0:
-                    t = tab[offsets[i] + s, b]
-                    nxt[i] = t
-                    if t != 0:
-                        alive = True
-                else:
-                    nxt[i] = 0
-            if not alive:
+            k = 0
+            for j in range(0, m, 2):
+                t = pairs[base + j]
+                s2 = tab[offsets[t] + pairs[base + j + 1], b]
+                if s2 != 0:
+                    buf[k] = t
+                    buf[k + 1] = s2
+                    k += 2
+            if k == 0:
+                trans[d, b] = 0
                 continue
-            h = _hash_vec(nxt)
-            slot, found = table_probe(htab, hashes, vecs, nxt, h)
-            if found < 0:
-                if count >= max_states:
-                    return table[:0], vecs[:0], -1
-                if count == cap:
-                    cap *= 2
-                    vecs = grow_rows(vecs, count, cap, np.int32(0))
-                    table = grow_rows(table, count, cap, np.int32(0))
-                    nh = np.zeros(cap, np.uint64)
-                    nh[:count] = hashes[:count]
-                    hashes = nh
-                found = count
-                vecs[count] = nxt
-                hashes[count] = h
-                htab[slot] = count
-                count += 1
-                if 2 * count > hcap:
-                    hcap *= 4
-                    htab = table_rehash(hashes, count, hcap)
-            table[d, c] = found
+            if k == prev_m:
+                same = True
+                for j in range(k):
+                    if buf[j] != prev[j]:
+                        same = False
+                        break
+                if same:
+                    trans[d, b] = prev_g
+                    if prev_g == d:
+                        loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                        looped = True
+                    continue
+            g = single[offsets[buf[0]] + buf[1]] if k == 2 else -1
+            if g < 0:
+                h = _hash_pairs(buf, k)
+                slot, g = _probe(htab, hashes, pairs, poff, buf, k, h)
+            if g < 0:
+                if n >= max_states:
+                    return EXPAND_OVERFLOW, n, d, g0
+                if n >= cap or poff[n] + k > pairs.shape[0]:
+                    return EXPAND_GROW, n, d, g0
+                g = n
+                pairs[poff[n]:poff[n] + k] = buf[:k]
+                poff[n + 1] = poff[n] + k
+                hashes[n] = h
+                htab[slot] = n
+                rep[n] = n
+                n += 1
+                if k == 2:
+                    single[offsets[buf[0]] + buf[1]] = g
+            trans[d, b] = g
+            if g == d:
+                loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                looped = True
+            prev[:k] = buf[:k]
+            prev_m = k
+            prev_g = g
+        flags[d] = 1 if ends else (2 if looped else 0)
         d += 1
-    return table[:count], vecs[:count], count
+    return EXPAND_DONE, n, d, g0
 
 
 @njit(cache=True, nogil=True)

@@ -1,13 +1,16 @@
 """The lexer side of a grammar: one byte DFA per terminal, and the lexer automata
 that run the terminals the parser expects side by side.
 
-A *lexer state* is the product state of the terminals that may still be in
-progress: which terminals are alive after the bytes read since the last boundary,
-and where each is in its own DFA. The terminals started at a boundary are those
-the parser expects there (plus ``%ignore`` terminals), so there is one lexer
-automaton per expected set; each is built on first use (a numba product
-construction) and appended to one global table, so that a kernel can follow a
-token across terminal boundaries.
+A *lexer state* is the set of terminals that may still be in progress after the
+bytes read since the last boundary, with where each is in its own DFA: a set of
+(terminal, local state) pairs. The terminals started at a boundary are those the
+parser expects there (plus ``%ignore`` terminals). All lexer states of a grammar
+live in one global table, so that a kernel can follow a token across terminal
+boundaries; a state is added on first use with every state it reaches
+(:func:`grammar_kernels.expand_states`), and since it is keyed by its pairs, not by
+the expected set that led to it, the expected sets of one grammar share states (a
+JSON object's key positions expect different sets, but past a key's first bytes
+they meet states seen before).
 
 Per lexer state, one walk of the token trie (built on first use, cached) gives
 the tokens that stay inside the current terminals — a mask that does not depend on
@@ -50,7 +53,6 @@ def clear_caches() -> None:
     (compiled grammars keep what they use). Benchmarks call it to time each
     grammar cold; a server may call it to release memory."""
     _DFA_CACHE.clear()
-    _PRODUCTS.clear()
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
@@ -151,7 +153,7 @@ class TerminalAutomata:
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None):
-        tables, accs, classes = [], [], []
+        tables, accs = [], []
         self.usable = np.zeros(ir.n_terminals, dtype=np.bool_)
         self.uids = [terminal_uid(term, alphabet) for term in ir.terminals]
         dead = ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
@@ -164,7 +166,6 @@ class TerminalAutomata:
                 self.usable[t] = True
             tables.append(dfa.transitions)
             accs.append(dfa.accepting)
-            classes.append(_byte_classes(dfa))
             total += dfa.transitions.shape[0]
             if total > 4 * max_states:
                 raise GrammarTooComplexError(
@@ -174,19 +175,6 @@ class TerminalAutomata:
         self.offsets[1:] = np.cumsum([t.shape[0] for t in tables])
         self.table = np.ascontiguousarray(np.concatenate(tables)) if tables else np.zeros((0, 256), np.int32)
         self.accepting = np.concatenate(accs) if accs else np.zeros(0, np.bool_)
-        #: per terminal, the class of each byte (bytes its DFA treats alike)
-        self.byte_classes = classes
-
-
-def _byte_classes(dfa: ByteDFA) -> np.ndarray:
-    hit = getattr(dfa, "_byte_classes", None)
-    if hit is None:
-        hit = dfa._byte_classes = kernels.column_classes(np.ascontiguousarray(dfa.transitions))[0]
-    return hit
-
-
-_PRODUCTS: OrderedDict = OrderedDict()
-_PRODUCTS_MAX = 2048
 
 
 
@@ -218,10 +206,16 @@ class LexerTables:
         #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
         self.n = 1
+        #: states below ``_expanded`` have their transitions (see expand_states)
+        self._expanded = 1
         self._starts: dict[frozenset, int] = {}
-        self._ids: dict[bytes, int] = {}
-        #: per lexer state, the local state of every terminal (0: not alive), as bytes
-        self.keys: list[bytes] = [b""]
+        #: per lexer state ``g``, its alive (terminal, local state) pairs, flattened
+        #: and sorted by terminal, are ``pairs[poff[g]:poff[g + 1]]``
+        self.pairs = np.zeros(16 * cap, dtype=np.int32)
+        self.poff = np.zeros(cap + 1, dtype=np.int64)
+        self._hashes = np.zeros(cap, dtype=np.uint64)
+        self._htab = np.full(2 * cap, -1, dtype=np.int64)
+        self._single = np.full(terms.table.shape[0], -1, dtype=np.int32)
         self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
         self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
@@ -246,56 +240,25 @@ class LexerTables:
         ids = sorted(t for t in expected if terms.usable[t])
         if not ids:
             return 0
-        offsets = terms.offsets
-        uid_key = tuple(terms.uids[t] for t in ids)
-        hit = _PRODUCTS.get(uid_key)
-        if hit is not None:
-            _PRODUCTS.move_to_end(uid_key)
-            table, vecs, count, cls = hit
-            if self.n + count > self.max_states:
+        start = np.ones(2 * len(ids), dtype=np.int32)
+        start[0::2] = ids
+        while True:
+            status, self.n, self._expanded, g = gk.expand_states(
+                terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
+                self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
+                self.trans,
+                self.acc, self.has_acc, self.loops, self.walk_flags, self.rep)
+            if status == gk.EXPAND_DONE:
+                return int(g)
+            if status == gk.EXPAND_OVERFLOW:
                 raise GrammarTooComplexError(
                     f"the lexer automata need more than {self.max_states} states "
                     f"(pass max_states= to raise the limit)")
-        else:
-            # the kernel reads each terminal's rows in place in the stacked table
-            # (copying them out was ~100 us for a large expected set)
-            sub_off = offsets[np.asarray(ids, dtype=np.int64)]
-            # bytes that every expected terminal treats alike form one class
-            cls, reps = gk.joint_byte_classes(np.stack([terms.byte_classes[t] for t in ids]))
-            starts = np.ones(len(ids), dtype=np.int32)
-            budget = self.max_states - self.n
-            table, vecs, count = gk.product_dfa(terms.table, sub_off, starts, reps, max(budget, 2))
-            if count < 0:
-                raise GrammarTooComplexError(
-                    f"the lexer automata need more than {self.max_states} states "
-                    f"(pass max_states= to raise the limit)")
-            _PRODUCTS[uid_key] = (table, vecs, count, cls)
-            if len(_PRODUCTS) > _PRODUCTS_MAX:
-                _PRODUCTS.popitem(last=False)
-        # A lexer state is the set of (terminal, local state) pairs alive: product
-        # states of different expected sets that agree on it are one state. Its key
-        # is the bytes of a vector over all the grammar's terminals (0: not alive).
-        wide = np.zeros((count, self.n_terminals), dtype=np.int32)
-        wide[:, ids] = vecs
-        keys = wide.view(np.dtype((np.void, 4 * self.n_terminals))).ravel().tolist()
-        gid = np.zeros(count, dtype=np.int32)
-        new = []
-        known = self._ids
-        for p in range(1, count):
-            g = known.get(keys[p])
-            if g is None:
-                g = known[keys[p]] = self.n + len(new)
-                new.append(p)
-            gid[p] = g
-        if new:
-            self._grow(self.n + len(new))
-            gk.install_states(table, cls, gid, np.asarray(new, dtype=np.int64), vecs,
-                              np.asarray(ids, dtype=np.int64), offsets, terms.accepting, self.n,
-                              self.trans, self.acc, self.has_acc, self.loops, self.walk_flags)
-            self.rep[self.n:self.n + len(new)] = np.arange(self.n, self.n + len(new), dtype=np.int32)
-            self.keys.extend(keys[p] for p in new)
-            self.n += len(new)
-        return int(gid[1])
+            self._grow(self.n + 1)
+            if self.poff[self.n] + 2 * self.n_terminals > self.pairs.shape[0]:
+                grown = np.zeros(2 * self.pairs.shape[0] + 2 * self.n_terminals, dtype=np.int32)
+                grown[:self.pairs.shape[0]] = self.pairs
+                self.pairs = grown
 
     def _grow(self, need: int) -> None:
         cap = self.trans.shape[0]
@@ -303,11 +266,15 @@ class LexerTables:
             return
         while cap < need:
             cap *= 2
-        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags"):
+        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags", "_hashes"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
             new[:old.shape[0]] = old
             setattr(self, name, new)
+        poff = np.zeros(cap + 1, dtype=np.int64)
+        poff[:self.poff.shape[0]] = self.poff
+        self.poff = poff
+        self._htab = kernels.table_rehash(self._hashes, self.n, 2 * cap)
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
         """The terminals that may end in lexer state ``s``."""
@@ -369,20 +336,21 @@ class LexerTables:
         few (Github_hard: ~1 ms of a 1.5 ms first visit went here)."""
         hit = self._skeys.get(s)
         if hit is None:
-            vec = np.frombuffer(self.keys[s], dtype=np.int32)
-            nz = np.flatnonzero(vec)
+            p = self.pairs[self.poff[s]:self.poff[s + 1]].tolist()
             uids = self.terms.uids
-            hit = self._skeys[s] = tuple((uids[t], int(vec[t])) for t in nz.tolist())
+            hit = self._skeys[s] = tuple((uids[t], v) for t, v in zip(p[0::2], p[1::2]))
         return hit
 
     def _local_id(self, shared_key: tuple) -> int:
         """This grammar's lexer state with the shared key ``shared_key``."""
         hit = self._local_ids.get(shared_key)
         if hit is None:
-            vec = np.zeros(self.n_terminals, dtype=np.int32)
-            for u, v in shared_key:
-                vec[self._term_of_uid[u]] = v
-            hit = self._local_ids[shared_key] = self._ids[vec.tobytes()]
+            local = sorted((self._term_of_uid[u], v) for u, v in shared_key)
+            buf = np.asarray(local, dtype=np.int32).reshape(-1)
+            hit = int(gk.find_state(self.pairs, self.poff, self._hashes, self._htab, buf))
+            if hit < 0:
+                raise AssertionError(f"lexer state {shared_key} is not in this grammar")
+            self._local_ids[shared_key] = hit
         return hit
 
 
