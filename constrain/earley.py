@@ -60,6 +60,9 @@ class EarleyRecognizer:
         self._accepts: list[bool] = []
         self._intern: dict = {}
         self._next: dict = {}
+        self._rlen = [len(rhs) for rhs in self.rhs]
+        #: per nonterminal, its predicted items (origin SELF) as a dict, for update()
+        self._predicted_items: dict[int, dict] = {}
         self._new_context(self._close({}, [], self._predict(n_t + n_nt, {})), accept_self=True)
 
     # -- grammar analysis ---------------------------------------------------------
@@ -69,32 +72,47 @@ class EarleyRecognizer:
             return usable is None or bool(usable[s])
         return productive[s - self.n_t]
 
+    @staticmethod
+    def _fixpoint(rules, n_t, n_nt, base_ok) -> list[bool]:
+        """The nonterminals with a rule whose every symbol is ok, where a terminal
+        is ok when ``base_ok(t)`` and a nonterminal when it is in the result: a
+        worklist over per-rule counts of symbols not yet known ok (linear; the
+        round-robin loop it replaces took ~1 ms on a large JSON Schema grammar)."""
+        done = [False] * n_nt
+        missing = [0] * len(rules)
+        users: list[list[int]] = [[] for _ in range(n_nt)]
+        todo = []
+        for r, (lhs, rhs) in enumerate(rules):
+            if not all(x >= n_t or base_ok(x) for x in rhs):
+                continue  # a terminal that is never ok: the rule never counts
+            k = 0
+            for x in rhs:
+                if x >= n_t:
+                    users[x - n_t].append(r)
+                    k += 1
+            missing[r] = k
+            if k == 0 and not done[lhs]:
+                done[lhs] = True
+                todo.append(lhs)
+        while todo:
+            a = todo.pop()
+            for r in users[a]:
+                missing[r] -= 1
+                if missing[r] == 0:
+                    lhs = rules[r][0]
+                    if not done[lhs]:
+                        done[lhs] = True
+                        todo.append(lhs)
+        return done
+
     def _productive(self, rules, n_t, n_nt, usable):
-        prod = [False] * n_nt
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in rules:
-                if not prod[lhs] and all(self._sym_ok(s, prod, usable) for s in rhs):
-                    prod[lhs] = True
-                    changed = True
-        return prod
+        return self._fixpoint(rules, n_t, n_nt,
+                              (lambda t: True) if usable is None else (lambda t: bool(usable[t])))
 
     @staticmethod
     def _nullable(rules, by_lhs, n_t, n_nt):
-        null = [False] * n_nt
-        changed = True
-        while changed:
-            changed = False
-            for lhs in range(n_nt):
-                if null[lhs]:
-                    continue
-                for r in by_lhs[lhs]:
-                    if all(s >= n_t and null[s - n_t] for s in rules[r][1]):
-                        null[lhs] = True
-                        changed = True
-                        break
-        return null
+        kept = [rules[r] for rs in by_lhs for r in rs]
+        return EarleyRecognizer._fixpoint(kept, n_t, n_nt, lambda t: False)
 
     def _predict(self, sym: int, _unused) -> tuple:
         """Items ``(rule, dot)`` predicted from nonterminal ``sym``, advanced over
@@ -137,11 +155,17 @@ class EarleyRecognizer:
         predictions ``predicted`` come first). ``items`` maps item -> None."""
         n_t = self.n_t
         rhs_of = self.rhs
+        lhs_of = self.lhs
+        waiting = self._waiting
+        nullable = self.nullable
+        predicted_items = self._predicted_items
         for rd in predicted:
             items[(rd[0], rd[1], SELF)] = None
         stack = list(agenda)
+        pop = stack.pop
+        push = stack.append
         while stack:
-            item = stack.pop()
+            item = pop()
             if item in items:
                 continue
             items[item] = None
@@ -150,31 +174,25 @@ class EarleyRecognizer:
             if d == len(rhs):
                 if o == SELF:
                     continue  # an empty derivation: covered by nullable advancing
-                x = self.lhs[r] + n_t
-                for (r2, d2, o2) in self._waiting[o].get(x, ()):
-                    stack.append((r2, d2 + 1, o if o2 == SELF else o2))
+                for (r2, d2, o2) in waiting[o].get(lhs_of[r] + n_t, ()):
+                    push((r2, d2 + 1, o if o2 == SELF else o2))
                 continue
             y = rhs[d]
             if y >= n_t:
-                for (r2, d2) in self._predict(y, None):
-                    it = (r2, d2, SELF)
-                    if it not in items:
-                        items[it] = None
-                if self.nullable[y - n_t]:
-                    stack.append((r, d + 1, o))
+                pred = predicted_items.get(y)
+                if pred is None:
+                    pred = predicted_items[y] = dict.fromkeys(
+                        (r2, d2, SELF) for (r2, d2) in self._predict(y, None))
+                items.update(pred)
+                if nullable[y - n_t]:
+                    push((r, d + 1, o))
         return items
 
     def _new_context(self, items: dict, accept_self: bool = False) -> int:
-        n_t = self.n_t
+        rlen = self._rlen
+        incomplete = [it for it in items if it[1] < rlen[it[0]]]
         aug = self.aug
-        incomplete = []
-        accepts = False
-        for (r, d, o) in items:
-            rhs = self.rhs[r]
-            if d < len(rhs):
-                incomplete.append((r, d, o))
-            elif r == aug and (o == 0 or (accept_self and o == SELF)):
-                accepts = True
+        accepts = (aug, 1, 0) in items or (accept_self and (aug, 1, SELF) in items)
         key = (frozenset(incomplete), accepts)
         c = self._intern.get(key)
         if c is not None:
@@ -185,9 +203,11 @@ class EarleyRecognizer:
                 f"the parser created more than {self.max_contexts} chart columns "
                 f"(pass max_contexts= to raise the limit)")
         waiting: dict = {}
+        rhs_of = self.rhs
         for it in incomplete:
-            y = self.rhs[it[0]][it[1]]
+            y = rhs_of[it[0]][it[1]]
             waiting.setdefault(y, []).append(it)
+        n_t = self.n_t
         self._intern[key] = c
         self._items.append(key[0])
         self._waiting.append({k: tuple(v) for k, v in waiting.items()})

@@ -105,6 +105,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
     width = 2 * (m0 if m0 > 64 else 64)
     buf = np.empty(width, np.int32)
     prev = np.empty(width, np.int32)
+    live = np.zeros(256, np.bool_)
     while d < n:
         base = poff[d]
         m = poff[d + 1] - base
@@ -122,7 +123,21 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
         looped = False
         prev_m = -1
         prev_g = 0
+        # bytes on which some pair lives, by scanning each pair's row once: a
+        # start state of many literals lives on a handful of bytes
+        if m > 2:
+            live[:] = False
+            for j in range(0, m, 2):
+                row = offsets[pairs[base + j]] + pairs[base + j + 1]
+                for b in range(256):
+                    if tab[row, b] != 0:
+                        live[b] = True
+        else:
+            live[:] = True
         for b in range(256):
+            if not live[b]:
+                trans[d, b] = 0
+                continue
             k = 0
             for j in range(0, m, 2):
                 t = pairs[base + j]

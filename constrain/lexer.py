@@ -265,7 +265,9 @@ class LexerTables:
         if need <= cap:
             return
         while cap < need:
-            cap *= 2
+            # 4x: a length-bounded string adds tens of thousands of states in one
+            # build, and each growth copies the [cap, 256] table
+            cap *= 4
         for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags", "_hashes"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
