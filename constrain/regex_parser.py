@@ -135,7 +135,7 @@ _DOUBLED_WARN = frozenset("-&~|")  # doubled in a class, re warns of set operati
 
 def _parse_simple(p: str, max_repeat: int, max_positions: int):
     """The IR of ``p`` (no flags) when it uses only literals, escaped
-    punctuation, ``[...]`` classes of literals and ranges, groups ``(...)`` and
+    punctuation, code escapes (``\\x``, ``\\u``, ``\\U``, ``\\n`` ...), ``[...]`` classes of literals and ranges, groups ``(...)`` and
     ``(?:...)``, ``|`` and the quantifiers ``* + ? {m} {m,} {m,n}`` (lazy or not)
     within the limits; else ``None`` and :func:`parse_regex` uses ``re``'s parser,
     which then also reports any error. For short patterns ``re``'s parser and the
@@ -160,14 +160,19 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
             seq.append([node, 1, False])
             i += 1
         elif c == "\\":
-            if i + 1 >= n or p[i + 1] not in _PUNCT:
+            if i + 1 >= n:
                 return None
-            c = p[i + 1]
+            if p[i + 1] in _PUNCT:
+                code, i = ord(p[i + 1]), i + 2
+            else:
+                code, i = _code_escape(p, i)
+                if code < 0:
+                    return None
+            c = chr(code)
             node = memo.get(c)
             if node is None:
-                node = memo[c] = _literal_node(ord(c), 0)
+                node = memo[c] = _literal_node(code, 0)
             seq.append([node, 1, False])
-            i += 2
         elif c == "[":
             end = p.find("]", i + 2)
             node = memo.get(p[i:end + 1]) if end > 0 else None
@@ -191,10 +196,15 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
                 if ch == "[" or (ch in _DOUBLED_WARN and j + 1 < n and p[j + 1] == ch):
                     return None
                 if ch == "\\":
-                    if j + 1 >= n or p[j + 1] not in _PUNCT:
+                    if j + 1 >= n:
                         return None
-                    lo = ord(p[j + 1])
-                    j += 2
+                    if p[j + 1] in _PUNCT:
+                        lo = ord(p[j + 1])
+                        j += 2
+                    else:
+                        lo, j = _code_escape(p, j)
+                        if lo < 0:
+                            return None
                 else:
                     lo = ord(ch)
                     j += 1
@@ -203,10 +213,15 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
                     if ch in "[-":
                         return None
                     if ch == "\\":
-                        if j + 2 >= n or p[j + 2] not in _PUNCT:
+                        if j + 2 >= n:
                             return None
-                        hi = ord(p[j + 2])
-                        j += 3
+                        if p[j + 2] in _PUNCT:
+                            hi = ord(p[j + 2])
+                            j += 3
+                        else:
+                            hi, j = _code_escape(p, j + 1)
+                            if hi < 0:
+                                return None
                     else:
                         hi = ord(ch)
                         j += 2
@@ -270,6 +285,31 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
         return None
     branches.append(_simple_seq(seq))
     return _simple_alt(branches)[0]
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_CODE_WIDTH = {"x": 2, "u": 4, "U": 8}
+_CONTROL_ESCAPES = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11}
+
+
+def _code_escape(p: str, i: int) -> tuple[int, int]:
+    """The code point of the escape at ``p[i]`` (a backslash) when it is one whose
+    meaning is the same inside and outside a class (``\\xHH``, ``\\uHHHH``,
+    ``\\UHHHHHHHH``, ``\\n \\t \\r \\f \\v``), and the index after it;
+    ``(-1, i)`` otherwise (the caller falls back to ``re``'s parser). Generated
+    patterns (JSON strings, a schema's key exclusions) are full of these."""
+    k = p[i + 1] if i + 1 < len(p) else ""
+    width = _CODE_WIDTH.get(k)
+    if width is None:
+        code = _CONTROL_ESCAPES.get(k)
+        return (code, i + 2) if code is not None else (-1, i)
+    digits = p[i + 2:i + 2 + width]
+    if len(digits) != width or not _HEX.issuperset(digits):
+        return -1, i
+    code = int(digits, 16)
+    if code > 0x10FFFF:
+        return -1, i
+    return code, i + 2 + width
 
 
 def _simple_seq(seq: list) -> tuple:

@@ -106,3 +106,37 @@ def test_flags_argument(vocab):
     assert g.matches("123") and not g.matches("١٢٣")
     assert compile_regex(r"\d+", vocab).matches("١٢٣")
     assert compile_regex("abc", vocab, flags=re.IGNORECASE).matches("AbC")
+
+
+def test_fast_parser_code_escapes_match_re():
+    """The fast parser reads \\x, \\u, \\U and control escapes as re does, in and
+    out of classes (generated JSON patterns are full of them), and leaves
+    malformed ones to re's parser and its errors."""
+    import re as _re
+
+    from constrain.regex_parser import _parse_simple, parse_regex
+
+    cases = [r"\x41\u00e9\U0001F600", r"[\x20\!\#-\[\]-\ud7ff\ue000-\U0010ffff]+",
+             r"a\tb\nc", r"[\x00-\x1f]", r"\u00e9{2}"]
+    for p in cases:
+        assert _parse_simple(p, 1000, 10 ** 6) is not None, p
+    for bad in (r"\x4", r"\u00g1", r"\U00110000", r"[\x4-z]"):
+        assert _parse_simple(bad, 1000, 10 ** 6) is None, bad
+        with pytest.raises(RegexSyntaxError):
+            parse_regex(bad)
+    samples = ["A\u00e9\U0001F600", " !#[", "a\tb\nc", "\x05", "\u00e9\u00e9", "\"", "\\"]
+    for p in cases:
+        for s in samples:
+            assert (_re.fullmatch(p, s) is not None) == _accepts(p, s), (p, s)
+
+
+def _accepts(pattern, text):
+    import numpy as np
+
+    from constrain.regex import regex_byte_dfa
+
+    try:
+        dfa = regex_byte_dfa(pattern, np.ones(256, dtype=np.bool_))
+    except Exception:
+        return False
+    return dfa.matches(text.encode("utf-8"))
