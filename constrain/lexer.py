@@ -318,8 +318,8 @@ class LexerTables:
                 nodes = np.empty(cap, dtype=np.int32)
                 states = np.empty(cap, dtype=np.int32)
                 n = gk.lexer_walk(flat, self.walk_flags, self.loops, s, t.byte, t.depth, t.skip,
-                                  t.node_tok, below, tok_before, t.order, t.max_depth, row,
-                                  nodes, states)
+                                  t.node_tok, below, tok_before, t.order, t.max_depth,
+                                  t.full_row(), row, nodes, states)
                 if n >= 0:
                     break
                 cap = t.num_nodes

@@ -45,6 +45,7 @@ class TokenTrie:
         self.order = order
         self._node_tokens(len(vocab))
         self._below = None
+        self._full_row = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -94,6 +95,16 @@ class TokenTrie:
             self._below = kernels.subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
                                                 self.tok_start[:n], self.tok_end[:n])
         return self._below
+
+    def full_row(self) -> np.ndarray:
+        """Every token of the trie set, as a :meth:`walk_row` (computed on first
+        use and kept; the walk kernels copy it, never write it)."""
+        if self._full_row is None:
+            row = self.walk_row()
+            ids = np.asarray(self.order[:int(self.subtree_bytes()[1][self.num_nodes])], dtype=np.int64)
+            np.bitwise_or.at(row, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
+            self._full_row = row
+        return self._full_row
 
     def walk_row(self) -> np.ndarray:
         """A zeroed uint32 row for the walk kernels (``row_words + 1`` words, the
