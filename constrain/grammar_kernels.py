@@ -61,6 +61,20 @@ def find_state(pairs, poff, hashes, htab, buf):
     return _probe(htab, hashes, pairs, poff, buf, m, _hash_pairs(buf, m))[1]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_state(buf, m, h, slot, n, pairs, poff, hashes, htab, single, offsets, rep):
+    """Append the state with pairs ``buf[:m]`` (hash ``h``, free hash slot
+    ``slot``) as state ``n``; returns the new count."""
+    pairs[poff[n]:poff[n] + m] = buf[:m]
+    poff[n + 1] = poff[n] + m
+    hashes[n] = h
+    htab[slot] = n
+    rep[n] = n
+    if m == 2:
+        single[offsets[buf[0]] + buf[1]] = n
+    return n + 1
+
+
 EXPAND_DONE = 0
 EXPAND_GROW = 1
 EXPAND_OVERFLOW = 2
@@ -94,14 +108,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
         if n >= cap or poff[n] + m0 > pairs.shape[0]:
             return EXPAND_GROW, n, d, -1
         g0 = n
-        pairs[poff[n]:poff[n] + m0] = start
-        poff[n + 1] = poff[n] + m0
-        hashes[n] = h0
-        htab[slot] = n
-        rep[n] = n
-        n += 1
-        if m0 == 2:
-            single[offsets[start[0]] + start[1]] = g0
+        n = _add_state(start, m0, h0, slot, n, pairs, poff, hashes, htab, single, offsets, rep)
     width = 2 * (m0 if m0 > 64 else 64)
     buf = np.empty(width, np.int32)
     prev = np.empty(width, np.int32)
@@ -171,14 +178,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                 if n >= cap or poff[n] + k > pairs.shape[0]:
                     return EXPAND_GROW, n, d, g0
                 g = n
-                pairs[poff[n]:poff[n] + k] = buf[:k]
-                poff[n + 1] = poff[n] + k
-                hashes[n] = h
-                htab[slot] = n
-                rep[n] = n
-                n += 1
-                if k == 2:
-                    single[offsets[buf[0]] + buf[1]] = g
+                n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets, rep)
             trans[d, b] = g
             if g == d:
                 loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)

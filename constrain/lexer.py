@@ -49,8 +49,8 @@ def terminal_uid(term: Terminal, alphabet: np.ndarray) -> int:
 
 
 def clear_caches() -> None:
-    """Drop the process-wide caches of terminal automata and lexer products
-    (compiled grammars keep what they use). Benchmarks call it to time each
+    """Drop the process-wide cache of terminal automata (compiled grammars keep
+    what they use). Benchmarks call it to time each
     grammar cold; a server may call it to release memory."""
     _DFA_CACHE.clear()
 

@@ -150,3 +150,30 @@ def test_fill_bitmask_switching_bitmasks(smollm2_vocab):
                 bits = np.unpackbits(got[:words].view(np.uint8), bitorder="little")[:v]
                 assert np.flatnonzero(bits).tolist() == ids
                 assert not got[words:].any()
+
+
+def test_lexer_tables_grow_mid_expansion():
+    """A lexer that outgrows its first tables (1,024 states, 16k pair slots) while
+    expanding: the kernel stops, the tables grow, the expansion resumes; masks still
+    equal advance. Forty terminals alive together fill the pair arena, a long chain
+    the state table, and the inverted walk (most tokens alive) runs on both."""
+    from constrain import Vocabulary
+
+    tokens = [b"a", b"aa", b"aaaa", b"a" * 16, b"b", b"ab", b"ba", b"c", b"cb", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[9])
+    rules = "\n".join(f"T{i}: /a{{0,300}}b{{{i + 1}}}/" for i in range(40))
+    src = ("start: t | LONG\n?t: " + " | ".join(f"T{i}" for i in range(40)) + "\n" + rules +
+           "\nLONG: /c(?:a|aa){0,1500}b/\n")
+    g = compile_grammar(src, vocab)
+    for path in ([0] * 40 + [3] * 10, [7] + [1] * 700, [7, 2, 3, 0, 4]):
+        state = g.initial_state()
+        for tok in path:
+            assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+            nxt = g.advance(state, tok)
+            if nxt is None:
+                break
+            state = nxt
+        assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+    assert g.lexer.n > 1024 and g.lexer.pairs.shape[0] > 16 * 1024
+    assert g.matches("a" * 300 + "b" * 40) and not g.matches("a" * 301 + "b")
+    assert g.matches("c" + "aa" * 700 + "b")

@@ -1,0 +1,76 @@
+"""First-visit cost of one lexer state: the trie walk kernel alone.
+
+Compiles a small JSON Schema over the SmolLM2 vocabulary and times
+``grammar_kernels.lexer_walk`` on lexer states a JSON Schema walk meets first:
+the state after an object's opening ``{"`` (declared keys and "any other key"),
+a string body, and a counting state of a ``maxLength`` string. This is the figure
+behind docs/grammars.md ("The lexer-state walk").
+
+    python tests/benchmarks/bench_lexer_walk.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+for _v in ("RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from maskbench_peers import load_vocab  # noqa: E402
+
+from constrain import Vocabulary, compile_json_schema  # noqa: E402
+from constrain import grammar_kernels as gk  # noqa: E402
+
+SCHEMA = {"type": "object", "properties": {
+    "description": {"type": "string"}, "name": {"type": "string"},
+    "code": {"type": "string", "maxLength": 64}, "methods": {"type": "array"}}}
+CASES = {
+    'after {" (keys)': '{"',
+    "string body": '{"description":"ab',
+    "maxLength 64, 2 chars in": '{"description":"a","name":"b","code":"ab',
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=300)
+    args = ap.parse_args()
+    spec = load_vocab("smollm2")
+    vocab = Vocabulary.from_huggingface(spec.source)
+    g = compile_json_schema(SCHEMA, vocab)
+    lex, t = g.lexer, g.lexer.trie
+    below, tok_before = t.subtree_bytes()
+    print(f"SmolLM2 trie: {t.num_nodes} nodes, {len(vocab)} ids; kernel time per walk, "
+          f"best of 3 runs of {args.repeat}")
+    for name, prefix in CASES.items():
+        state = g.initial_state()
+        for tok in spec.encode(prefix):
+            state = g.advance(state, tok)
+        s = state[1][0][1]
+        flat = lex.trans.reshape(-1)
+        row = t.walk_row()
+        nodes = np.empty(t.num_nodes, np.int32)
+        states = np.empty(t.num_nodes, np.int32)
+        call = (flat, lex.walk_flags, lex.loops, s, t.byte, t.depth, t.skip, t.node_tok, below,
+                tok_before, t.order, t.max_depth, t.full_row(), row, nodes, states)
+        gk.lexer_walk(*call)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(args.repeat):
+                row[:] = 0
+                n = gk.lexer_walk(*call)
+            best = min(best, (time.perf_counter() - t0) / args.repeat * 1e6)
+        allowed = int(np.unpackbits(row[:lex.words32].view(np.uint8)).sum())
+        print(f"  {name:28s} {best:8.1f} us   tokens inside {allowed:6d}   boundary nodes {n}")
+
+
+if __name__ == "__main__":
+    main()
