@@ -908,6 +908,11 @@ class _Compiler:
                 if exact:
                     irx = int_range_regex(ilo, ihi)
                     if irx is not None:
+                        # "N.0" reads as the same float as "N": as exact, and past
+                        # the cap it keeps amounts such as 150000.0
+                        if not integer:
+                            zeros = max(multiple_digits(m) for m in ms)
+                            irx = f"(?:{irx})(?:\\.0{{1,{zeros}}})?"
                         parts.insert(0, irx)
                 if not parts:
                     return None

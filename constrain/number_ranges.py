@@ -311,7 +311,7 @@ def integer_bounds(lo, lo_excl: bool, hi, hi_excl: bool) -> tuple[int | None, in
 # -- multipleOf in floating point ---------------------------------------------------
 
 #: how many decimal texts ``float_multiple_regex`` decides one by one (per sign)
-FLOAT_MULTIPLE_VALUES = 1_000_000
+FLOAT_MULTIPLE_VALUES = 10_000_000
 
 
 def multiple_digits(m: float) -> int | None:
@@ -324,21 +324,20 @@ def multiple_digits(m: float) -> int | None:
     return d if d <= 6 else None
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=4)
 def _float_multiples(ms: tuple, digits: int) -> np.ndarray:
     """``ok[k]``: whether ``k / 10**digits``, as a float, passes ``jsonschema``'s
     ``multipleOf: m`` test for every ``m`` in ``ms`` (``q = x / m``; valid iff
     ``int(q) == q``).
 
     ``k / 10**digits`` in float64 is correctly rounded, hence equal to the float a
-    JSON parser reads from the text, and numpy's division rounds as Python's."""
+    JSON parser reads from the text, and the kernel divides as Python does (IEEE,
+    no fast-math)."""
+    from .kernels import float_multiples
+
     scale = 10 ** digits
-    x = np.arange((FLOAT_MULTIPLE_VALUES // scale) * scale, dtype=np.float64) / scale
-    ok = np.ones(len(x), dtype=bool)
-    for m in ms:
-        q = x / m
-        ok &= q == np.floor(q)
-    return ok
+    return float_multiples(np.asarray(ms, dtype=np.float64), scale,
+                           (FLOAT_MULTIPLE_VALUES // scale) * scale)
 
 
 #: at most this many runs of integer parts with one set of fractions, and this many
@@ -348,20 +347,29 @@ _MAX_FRACTIONS = 20_000
 
 
 @lru_cache(maxsize=32)
-def _float_multiple_cap(ms: tuple, digits: int) -> int:
-    """The largest cap (a power-of-ten share of the table) whose regex stays small:
-    ``m`` like ``0.3`` changes its set of fractions with every integer part."""
+def _float_multiple_cap(ms: tuple, digits: int) -> tuple[int, np.ndarray]:
+    """The largest cap (a power-of-ten share of the table) whose regex stays small
+    (``m`` like ``0.3`` changes its set of fractions with every integer part), and
+    the first row of each run of equal rows below it."""
     scale = 10 ** digits
     ok = _float_multiples(ms, digits)
     cap = len(ok) // scale
+    starts = _run_starts(ok.reshape(cap, scale))
     while cap > 1:
         rows = ok[:cap * scale].reshape(cap, scale)
-        starts = np.concatenate(([0], np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1))
         if len(starts) <= _MAX_RUNS and \
                 len(np.unique(rows[starts], axis=0)) * scale <= _MAX_FRACTIONS:
             break
         cap //= 10
-    return cap
+        starts = starts[starts < cap]
+    return cap, starts
+
+
+def _run_starts(rows: np.ndarray) -> np.ndarray:
+    """The first row of each run of equal rows."""
+    from .kernels import run_starts
+
+    return run_starts(np.ascontiguousarray(rows))
 
 
 def _digit_suffixes(words: list[str]) -> str:
@@ -409,12 +417,14 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
     digits = max(each)
     ms = tuple(sorted(set(ms)))
     scale = 10 ** digits
-    cap = _float_multiple_cap(ms, digits)
-    ok = _float_multiples(ms, digits)[:cap * scale]
+    cap, starts_all = _float_multiple_cap(ms, digits)
+    rows_all = _float_multiples(ms, digits)[:cap * scale].reshape(cap, scale)
+    ends_all = np.concatenate((starts_all[1:], [cap])) - 1
+    ok_len = cap * scale
     parts = []
     for sign in (1, -1):
         # allowed k (value sign * k / scale) within the bounds, exactly
-        kmin, kmax = 0, len(ok) - 1
+        kmin, kmax = 0, ok_len - 1
         for bound, strict, is_lo in ((lo, lo_strict, True), (hi, hi_strict, False)):
             if bound is None:
                 continue
@@ -425,26 +435,43 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
                 kmax = min(kmax, math.ceil(b) - 1 if strict else math.floor(b))
         if kmin > kmax:
             continue
-        allowed = ok.copy()
-        allowed[:kmin] = False
-        allowed[kmax + 1:] = False
-        if sign == -1:
-            allowed[0] = False  # no -0
-        rows = allowed.reshape(cap, scale)
-        live = rows.any(axis=1)
-        if not live.any():
-            continue
-        change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1
-        starts = np.concatenate(([0], change))
-        ends = np.concatenate((change, [cap])) - 1
+        # the unbounded runs of equal rows, clipped to the rows the bounds touch;
+        # the (at most two) rows a bound cuts through are masked on their own
+        rmin, rmax = kmin // scale, kmax // scale
+        spans_rows = []  # (first row, last row, row pattern)
+        for a, b in zip(starts_all.tolist(), ends_all.tolist()):
+            a, b = max(a, rmin), min(b, rmax)
+            if a > b:
+                continue
+            spans_rows.append((a, b, rows_all[a]))
+        for r in {rmin, rmax, 0 if sign == -1 else rmin}:
+            if not rmin <= r <= rmax:
+                continue
+            row = rows_all[r].copy()
+            lo_k, hi_k = r * scale, r * scale + scale - 1
+            if kmin > lo_k:
+                row[:kmin - lo_k] = False
+            if kmax < hi_k:
+                row[kmax - lo_k + 1:] = False
+            if sign == -1 and r == 0:
+                row[0] = False  # no -0
+            cut = []
+            for a, b, pat in spans_rows:
+                if a <= r <= b:
+                    cut += [(a, r - 1, pat)] if a < r else []
+                    cut.append((r, r, row))
+                    cut += [(r + 1, b, pat)] if r < b else []
+                else:
+                    cut.append((a, b, pat))
+            spans_rows = cut
         by_row: dict[bytes, list[tuple[int, int]]] = {}
         row_of = {}
-        for a, b in zip(starts.tolist(), ends.tolist()):
-            if not live[a]:
+        for a, b, pat in spans_rows:
+            if not pat.any():
                 continue
-            key = rows[a].tobytes()
+            key = pat.tobytes()
             by_row.setdefault(key, []).append((a, b))
-            row_of[key] = rows[a]
+            row_of[key] = pat
         alts = []
         for key, spans in by_row.items():
             row = row_of[key]
