@@ -2,6 +2,7 @@
 
     python tests/benchmarks/check_maskbench.py [--data DIR] [--vocab smollm2|o200k|all]
         [--splits A,B] [--limit N] [--walks 10] [--seed 0] [--timeout S] [--json OUT]
+        [--where REGEX]
 
 For every schema that ``constrain.compile_json_schema(schema, vocab)`` compiles
 (strict=True, the default), with ``jsonschema`` (format checking on) as the oracle:
@@ -293,6 +294,21 @@ def format_summary(by_split: dict, markdown: bool) -> str:
     return bm._table(header, rows, markdown)
 
 
+def _matching(recs: list, pattern: str, limit: int, seed: str) -> list:
+    """The records whose schema's JSON text matches ``pattern``; with ``limit``, a
+    deterministic sample of them in file order."""
+    import json
+    import random
+    import re
+
+    rx = re.compile(pattern)
+    keep = [r for r in recs if rx.search(json.dumps(r["schema"]))]
+    if limit and limit < len(keep):
+        idx = sorted(random.Random(seed).sample(range(len(keep)), limit))
+        keep = [keep[i] for i in idx]
+    return keep
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     bm.add_common_args(ap)
@@ -300,6 +316,10 @@ def main(argv=None) -> int:
     ap.add_argument("--check-timeout", type=float, default=300.0, help="CPU seconds for all checks of one schema")
     ap.add_argument("--show", type=int, default=40, help="failures listed")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--where", default=None,
+                    help="only the schemas whose JSON text matches this regex (searched "
+                         "over the whole split; --limit then samples among them), e.g. "
+                         "'\"multipleOf\": [0-9]*\\.[0-9]*[1-9]'")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -326,7 +346,11 @@ def main(argv=None) -> int:
         t_start = time.monotonic()
         try:
             for split in splits:
-                recs = bm.load_split(Path(args.data), split, args.limit, args.seed)
+                if args.where:
+                    recs = _matching(bm.load_split(Path(args.data), split), args.where,
+                                     args.limit, f"{args.seed}:{split}")
+                else:
+                    recs = bm.load_split(Path(args.data), split, args.limit, args.seed)
                 bm.log(f"  [{vname}] {split}: {len(recs)} schemas")
                 results = []
                 for k, rec in enumerate(recs):
