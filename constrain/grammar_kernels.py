@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .kernels import bit_index, table_rehash
+from .kernels import bit_index
 
 NEED_NONE = 0
 NEED_NEXT = 1

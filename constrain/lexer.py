@@ -50,8 +50,8 @@ def terminal_uid(term: Terminal, alphabet: np.ndarray) -> int:
 
 def clear_caches() -> None:
     """Drop the process-wide cache of terminal automata (compiled grammars keep
-    what they use). Benchmarks call it to time each
-    grammar cold; a server may call it to release memory."""
+    what they use). Benchmarks call it to time each grammar cold; a server may
+    call it to release memory."""
     _DFA_CACHE.clear()
 
 
@@ -246,8 +246,7 @@ class LexerTables:
             status, self.n, self._expanded, g = gk.expand_states(
                 terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
                 self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
-                self.trans,
-                self.acc, self.has_acc, self.loops, self.walk_flags, self.rep)
+                self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.rep)
             if status == gk.EXPAND_DONE:
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
