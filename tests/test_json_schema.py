@@ -778,3 +778,21 @@ def test_property_count_without_additional_members(bounds):
             obj = {n: 1 for n in names}
             text = json.dumps(obj, separators=(",", ":"))
             assert accepts(parser, text) == check.is_valid(obj), text
+
+
+def test_clear_caches_drops_shared_tables():
+    """constrain.clear_caches() empties the process-wide terminal and multipleOf
+    caches; compiling afterwards rebuilds them with the same language."""
+    import constrain
+    from constrain import lexer, number_ranges
+
+    schema = {"type": "number", "multipleOf": 0.01}
+    before = json_schema_to_lark(schema)
+    number_ranges.float_multiple_regex((0.01,), None, False, None, False, integers=False)
+    assert number_ranges.float_multiple_regex.cache_info().currsize > 0
+    constrain.clear_caches()
+    assert number_ranges.float_multiple_regex.cache_info().currsize == 0
+    assert number_ranges._float_multiples.cache_info().currsize == 0
+    assert len(lexer._DFA_CACHE) == 0
+    assert json_schema_to_lark(schema) == before
+    check(schema, good=["99.99", "3"], bad=["0.07"])
