@@ -177,3 +177,22 @@ def test_lexer_tables_grow_mid_expansion():
     assert g.lexer.n > 1024 and g.lexer.pairs.shape[0] > 16 * 1024
     assert g.matches("a" * 300 + "b" * 40) and not g.matches("a" * 301 + "b")
     assert g.matches("c" + "aa" * 700 + "b")
+
+
+def test_walks_shared_across_grammars(smollm2_vocab):
+    """Two grammars over one vocabulary share the walk of a lexer state they both
+    have (a JSON string's body); the second maps the walk's boundary states to its
+    own ids. Its masks still equal advance."""
+    from constrain import compile_json_schema
+
+    first = compile_json_schema({"type": "object", "properties": {"a": {"type": "string"}}},
+                                smollm2_vocab)
+    second = compile_json_schema({"type": "array", "items": {"type": "string"}}, smollm2_vocab)
+    for g, prefix in ((first, b'{"a":"x'), (second, b'["x')):
+        state = g.initial_state()
+        for b in prefix:
+            tok = next(t for t in range(len(g.vocab)) if g.vocab.token_bytes(t) == bytes([b]))
+            assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+            state = g.advance(state, tok)
+        assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+    assert second.lexer._local_ids, "the second grammar did not reuse the first one's walk"
