@@ -399,17 +399,18 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
                          *, integers: bool, fractions: bool = True) -> tuple[str | None, int]:
     """Canonical JSON number texts with at most ``max(multiple_digits(m))`` fraction
     digits that ``jsonschema`` accepts under ``multipleOf: m`` for every float ``m``
-    in ``ms`` and within
-    the bounds (``None``: none; ``*_strict``: exclusive), for magnitudes below a cap.
+    in ``ms`` and within the bounds (``None``: none; ``*_strict``: exclusive), for
+    magnitudes below a cap.
 
     ``jsonschema`` divides in floating point, so whether ``0.07`` is a multiple of
     ``0.01`` (it is not: ``0.07 / 0.01 == 7.000000000000001``) depends on rounding,
     not on digits. Each candidate up to ``FLOAT_MULTIPLE_VALUES`` per sign is decided
     as ``jsonschema`` decides it; the decisions are constant over long runs of
     integer parts, which keeps the regex small. Where they are not (``0.3``), the
-    cap shrinks by tenfold steps until the regex is small. Texts with a fraction are emitted
-    when ``fractions``, integer texts when ``integers``. Returns the regex (``None`` when
-    empty) and the cap: the integer part of every matched text is below it.
+    cap shrinks by tenfold steps until the regex is small. Texts with a fraction are
+    emitted when ``fractions``, integer texts when ``integers``. Returns the regex
+    (``None`` when empty) and the cap: the integer part of every matched text is
+    below it.
     """
     each = [multiple_digits(m) for m in ms]
     if not ms or None in each:
@@ -470,7 +471,11 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
             if not pat.any():
                 continue
             key = pat.tobytes()
-            by_row.setdefault(key, []).append((a, b))
+            spans = by_row.setdefault(key, [])
+            if spans and spans[-1][1] == a - 1:  # a cut row equal to its neighbours
+                spans[-1] = (spans[-1][0], b)
+            else:
+                spans.append((a, b))
             row_of[key] = pat
         alts = []
         for key, spans in by_row.items():
@@ -492,7 +497,6 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
         if body is not None:
             parts.append(body if sign == 1 else f"-(?:{body})")
     return _alt(parts), cap
-
 
 
 def clear_caches() -> None:
