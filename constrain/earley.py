@@ -9,6 +9,18 @@ terminal from a context is computed once and cached (``next``), which makes a
 loop such as ``value ("," value)*`` cycle through a handful of contexts however
 long it runs: only nesting creates new ones.
 
+A column is stored as its *explicit* items -- those that scanned or completed
+into it, which all have an earlier origin -- and not its predicted ones: these
+follow from the nonterminals the explicit items wait for, and their closure per
+nonterminal is computed once per grammar. Building a column then touches only
+the handful of items nesting put there, not the dozens a JSON value position
+predicts (new columns were ~16 µs each on MaskBench schema grammars with the
+predictions spelled out, and the first mask of a parser state makes several).
+
+An item is one int: ``(origin + 1) * n_rd + rd``, where ``rd`` numbers the dotted
+rules so that advancing the dot is ``+ 1``, and origin 0 stands for "predicted in
+this very column".
+
 Reference: J. Earley, "An efficient context-free parsing algorithm", CACM 1970;
 J. Aycock and R. N. Horspool, "Practical Earley parsing", Computer Journal 2002.
 """
@@ -17,8 +29,6 @@ from __future__ import annotations
 
 from .errors import GrammarError, GrammarTooComplexError
 from .lark_loader import GrammarIR
-
-SELF = -1  # origin of an item predicted in the column that holds it
 
 
 class EarleyRecognizer:
@@ -51,19 +61,34 @@ class EarleyRecognizer:
                 by_lhs[lhs].append(r)
         self.by_lhs = by_lhs
         self.nullable = self._nullable(rules, by_lhs, n_t, n_nt + 1)
-        self._closure_cache: dict[int, tuple] = {}
         self.max_contexts = max_contexts
+        # dotted rules: rd = base[r] + d
+        base, nxt, lhs_sym = [], [], []
+        for lhs, rhs in rules:
+            base.append(len(nxt))
+            nxt.extend(rhs)
+            nxt.append(-1)
+            lhs_sym.extend([lhs + n_t] * (len(rhs) + 1))
+        self._base = base
+        self._n_rd = len(nxt)
+        #: per dotted rule, the symbol after the dot (-1: complete)
+        self._rd_next = nxt
+        self._rd_lhs = lhs_sym
+        self._aug_done = base[self.aug] + 1
+        #: per nonterminal: {symbol: predicted dotted rules waiting on it}, and the
+        #: terminals among those symbols (filled on first use)
+        self._pwait: dict[int, dict] = {}
+        self._pexp: dict[int, frozenset] = {}
         # context tables
-        self._items: list[frozenset] = []       # incomplete items (rule, dot, origin)
-        self._waiting: list[dict] = []          # symbol -> ((rule, dot, origin), ...)
+        self._ewait: list[dict] = []   # symbol -> explicit items waiting on it
+        self._roots: list[tuple] = []  # the nonterminals predicted in the column
+        self._adv: list[dict] = []     # symbol -> items after it is read (cache)
         self._expected: list[frozenset] = []
         self._accepts: list[bool] = []
         self._intern: dict = {}
         self._next: dict = {}
-        self._rlen = [len(rhs) for rhs in self.rhs]
-        #: per nonterminal, its predicted items (origin SELF) as a dict, for update()
-        self._predicted_items: dict[int, dict] = {}
-        self._new_context(self._close({}, [], self._predict(n_t + n_nt, {})), accept_self=True)
+        start = n_t + n_nt
+        self._add_context((), (start,), self._aug_done in self._predict(start))
 
     # -- grammar analysis ---------------------------------------------------------
 
@@ -114,14 +139,13 @@ class EarleyRecognizer:
         kept = [rules[r] for rs in by_lhs for r in rs]
         return EarleyRecognizer._fixpoint(kept, n_t, n_nt, lambda t: False)
 
-    def _predict(self, sym: int, _unused) -> tuple:
-        """Items ``(rule, dot)`` predicted from nonterminal ``sym``, advanced over
-        nullable symbols (they all have origin SELF)."""
-        hit = self._closure_cache.get(sym)
-        if hit is not None:
-            return hit
+    def _predict(self, sym: int) -> list[int]:
+        """The dotted rules predicted from nonterminal ``sym`` (all of origin "this
+        column"), advanced over nullable symbols."""
         n_t = self.n_t
-        seen = set()
+        base, nxt, nullable = self._base, self._rd_next, self.nullable
+        seen: set = set()
+        out = []
         todo = [sym]
         done_nt = set()
         while todo:
@@ -130,88 +154,118 @@ class EarleyRecognizer:
                 continue
             done_nt.add(x)
             for r in self.by_lhs[x - n_t]:
-                rhs = self.rhs[r]
-                d = 0
-                while True:
-                    if (r, d) in seen:
-                        break
-                    seen.add((r, d))
-                    if d == len(rhs):
-                        break
-                    y = rhs[d]
+                rd = base[r]
+                while rd not in seen:
+                    seen.add(rd)
+                    out.append(rd)
+                    y = nxt[rd]
                     if y < n_t:
-                        break
+                        break  # a terminal, or the rule is complete
                     todo.append(y)
-                    if not self.nullable[y - n_t]:
+                    if not nullable[y - n_t]:
                         break
-                    d += 1
-        hit = self._closure_cache[sym] = tuple(sorted(seen))
-        return hit
+                    rd += 1
+        return out
+
+    def _prediction(self, sym: int) -> dict:
+        """``{symbol: dotted rules}`` of the items predicted from ``sym`` that
+        wait for that symbol."""
+        pw = self._pwait.get(sym)
+        if pw is None:
+            nxt = self._rd_next
+            pw = {}
+            for rd in self._predict(sym):
+                y = nxt[rd]
+                if y >= 0:
+                    pw.setdefault(y, []).append(rd)
+            pw = self._pwait[sym] = {y: tuple(v) for y, v in pw.items()}
+            self._pexp[sym] = frozenset(y for y in pw if y < self.n_t)
+        return pw
 
     # -- columns ----------------------------------------------------------------------
 
-    def _close(self, items: dict, agenda: list, predicted: tuple) -> dict:
-        """Complete the column whose kernel items are in ``agenda`` (and whose
-        predictions ``predicted`` come first). ``items`` maps item -> None."""
-        n_t = self.n_t
-        rhs_of = self.rhs
-        lhs_of = self.lhs
-        waiting = self._waiting
-        nullable = self.nullable
-        predicted_items = self._predicted_items
-        for rd in predicted:
-            items[(rd[0], rd[1], SELF)] = None
-        stack = list(agenda)
-        pop = stack.pop
-        push = stack.append
-        while stack:
-            item = pop()
-            if item in items:
-                continue
-            items[item] = None
-            r, d, o = item
-            rhs = rhs_of[r]
-            if d == len(rhs):
-                if o == SELF:
-                    continue  # an empty derivation: covered by nullable advancing
-                for (r2, d2, o2) in waiting[o].get(lhs_of[r] + n_t, ()):
-                    push((r2, d2 + 1, o if o2 == SELF else o2))
-                continue
-            y = rhs[d]
-            if y >= n_t:
-                pred = predicted_items.get(y)
-                if pred is None:
-                    pred = predicted_items[y] = dict.fromkeys(
-                        (r2, d2, SELF) for (r2, d2) in self._predict(y, None))
-                items.update(pred)
-                if nullable[y - n_t]:
-                    push((r, d + 1, o))
-        return items
+    def _advance(self, c: int, sym: int, cache: bool = True) -> tuple:
+        """The items of column ``c`` that wait for ``sym``, with the dot moved past
+        it (predicted ones get origin ``c``)."""
+        adv = self._adv[c]
+        hit = adv.get(sym)
+        if hit is not None:
+            return hit
+        out = [it + 1 for it in self._ewait[c].get(sym, ())]
+        roots = self._roots[c]
+        off = (c + 1) * self._n_rd + 1
+        for x in roots:
+            pw = self._pwait.get(x)
+            if pw is None:
+                pw = self._prediction(x)
+            for rd in pw.get(sym, ()):
+                out.append(off + rd)
+        # two roots may predict the same items (a value and the object it starts)
+        hit = tuple(dict.fromkeys(out)) if len(roots) > 1 else tuple(out)
+        if cache:
+            adv[sym] = hit
+        return hit
 
-    def _new_context(self, items: dict, accept_self: bool = False) -> int:
-        rlen = self._rlen
-        incomplete = [it for it in items if it[1] < rlen[it[0]]]
-        aug = self.aug
-        accepts = (aug, 1, 0) in items or (accept_self and (aug, 1, SELF) in items)
+    def _close(self, agenda) -> int:
+        """The context whose column holds ``agenda`` (scanned items) and what they
+        complete."""
+        n_rd = self._n_rd
+        nxt = self._rd_next
+        n_t = self.n_t
+        nullable = self.nullable
+        accept_item = n_rd + self._aug_done  # S' -> start . , from context 0
+        seen: set = set()
+        incomplete = []
+        accepts = False
+        stack = list(agenda)
+        pop, push, extend = stack.pop, stack.append, stack.extend
+        while stack:
+            it = pop()
+            if it in seen:
+                continue
+            seen.add(it)
+            rd = it % n_rd
+            y = nxt[rd]
+            if y < 0:
+                if it == accept_item:
+                    accepts = True
+                extend(self._advance(it // n_rd - 1, self._rd_lhs[rd]))
+            else:
+                incomplete.append(it)
+                if y >= n_t and nullable[y - n_t]:
+                    push(it + 1)
         key = (frozenset(incomplete), accepts)
         c = self._intern.get(key)
-        if c is not None:
-            return c
-        c = len(self._items)
+        if c is None:
+            c = self._intern[key] = self._add_context(incomplete, None, accepts)
+        return c
+
+    def _add_context(self, items, roots, accepts: bool) -> int:
+        c = len(self._ewait)
         if c >= self.max_contexts:
             raise GrammarTooComplexError(
                 f"the parser created more than {self.max_contexts} chart columns "
                 f"(pass max_contexts= to raise the limit)")
-        waiting: dict = {}
-        rhs_of = self.rhs
-        for it in incomplete:
-            y = rhs_of[it[0]][it[1]]
-            waiting.setdefault(y, []).append(it)
-        n_t = self.n_t
-        self._intern[key] = c
-        self._items.append(key[0])
-        self._waiting.append({k: tuple(v) for k, v in waiting.items()})
-        self._expected.append(frozenset(y for y in waiting if y < n_t))
+        n_rd, nxt, n_t = self._n_rd, self._rd_next, self.n_t
+        ewait: dict = {}
+        for it in items:
+            y = nxt[it % n_rd]
+            w = ewait.get(y)
+            if w is None:
+                ewait[y] = [it]
+            else:
+                w.append(it)
+        if roots is None:
+            roots = tuple(y for y in ewait if y >= n_t)
+        expected = {y for y in ewait if y < n_t}
+        for x in roots:
+            if x not in self._pexp:
+                self._prediction(x)
+            expected |= self._pexp[x]
+        self._ewait.append(ewait)
+        self._roots.append(roots)
+        self._adv.append({})
+        self._expected.append(frozenset(expected))
         self._accepts.append(accepts)
         return c
 
@@ -220,7 +274,7 @@ class EarleyRecognizer:
     @property
     def num_contexts(self) -> int:
         """Number of distinct chart columns created so far."""
-        return len(self._items)
+        return len(self._ewait)
 
     def expected(self, c: int) -> frozenset:
         """The terminals the parser accepts next in context ``c``."""
@@ -236,13 +290,8 @@ class EarleyRecognizer:
         hit = self._next.get(key)
         if hit is not None:
             return hit
-        kernel = self._waiting[c].get(t)
-        if not kernel:
-            self._next[key] = -1
-            return -1
-        agenda = [(r, d + 1, c if o == SELF else o) for (r, d, o) in kernel]
-        items = self._close({}, agenda, ())
-        nc = self._new_context(items)
+        kernel = self._advance(c, t, cache=False) if t in self._expected[c] else ()
+        nc = self._close(kernel) if kernel else -1
         self._next[key] = nc
         return nc
 

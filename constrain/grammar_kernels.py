@@ -82,7 +82,8 @@ EXPAND_OVERFLOW = 2
 
 @njit(cache=True, nogil=True)
 def expand_states(tab, offsets, accepting, start, n, d, max_states,
-                  pairs, poff, hashes, htab, single, trans, acc, has_acc, loops, flags, rep):
+                  pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags,
+                  rep):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
     sorted by terminal) and every state it reaches to the global tables, running
     the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
@@ -97,7 +98,8 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
     s]`` memoises the state where only terminal ``t`` is alive, in local state
     ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
     string's thousands of states, every successor is one, and the array lookup
-    replaces the hash probe."""
+    replaces the hash probe. ``row_byte`` (per terminal row, see below) is
+    filled in as rows are met."""
     cap = trans.shape[0]
     m0 = start.shape[0]
     h0 = _hash_pairs(start, m0)
@@ -120,6 +122,49 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
             width = m
             buf = np.empty(width, np.int32)
             prev = np.empty(width, np.int32)
+        if m == 2:
+            # one terminal alive (deep inside a string, a number, a name): its
+            # row is the terminal's row renamed, and runs of bytes with one
+            # target are renamed once (~5x faster than the general loop below,
+            # which most new states used to take)
+            t = pairs[base]
+            off = offsets[t]
+            row = off + pairs[base + 1]
+            ends = accepting[row]
+            if ends:
+                acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            has_acc[d] = ends
+            looped = False
+            last_s2 = -1
+            g = 0
+            for b in range(256):
+                s2 = tab[row, b]
+                if s2 == 0:
+                    trans[d, b] = 0
+                    continue
+                if s2 != last_s2:
+                    g = single[off + s2]
+                    if g < 0:
+                        buf[0] = t
+                        buf[1] = s2
+                        h = _hash_pairs(buf, 2)
+                        slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
+                        if g < 0:
+                            if n >= max_states:
+                                return EXPAND_OVERFLOW, n, d, g0
+                            if n >= cap or poff[n] + 2 > pairs.shape[0]:
+                                return EXPAND_GROW, n, d, g0
+                            g = n
+                            n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single,
+                                           offsets, rep)
+                    last_s2 = s2
+                trans[d, b] = g
+                if g == d:
+                    loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                    looped = True
+            flags[d] = 1 if ends else (2 if looped else 0)
+            d += 1
+            continue
         ends = False
         for j in range(0, m, 2):
             t = pairs[base + j]
@@ -130,15 +175,30 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
         looped = False
         prev_m = -1
         prev_g = 0
-        # bytes on which some pair lives, by scanning each pair's row once: a
-        # start state of many literals lives on a handful of bytes
+        # bytes on which some pair lives: a start state of many literals (a
+        # JSON object's member names) lives on a handful of bytes. A terminal row
+        # with one live byte is memoised in ``row_byte`` (-2: not yet known, -1:
+        # several or none), so a literal's row is scanned once, not once per
+        # lexer state it appears in
         if m > 2:
             live[:] = False
             for j in range(0, m, 2):
                 row = offsets[pairs[base + j]] + pairs[base + j + 1]
-                for b in range(256):
-                    if tab[row, b] != 0:
-                        live[b] = True
+                rb = row_byte[row]
+                if rb == -2:
+                    rb = -3
+                    for b in range(256):
+                        if tab[row, b] != 0:
+                            rb = b if rb == -3 else -1
+                            if rb == -1:
+                                break
+                    row_byte[row] = rb if rb >= 0 else -1
+                if rb >= 0:
+                    live[rb] = True
+                else:
+                    for b in range(256):
+                        if tab[row, b] != 0:
+                            live[b] = True
         else:
             live[:] = True
         for b in range(256):
@@ -191,9 +251,140 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
     return EXPAND_DONE, n, d, g0
 
 
+RUN_UNKNOWN = -1
+_RUN_OPEN = -2
+
+
+@njit(cache=True, nogil=True)
+def _ascii_live(trans, s, live):
+    """The ASCII bytes state ``s`` takes (128 bits), memoised in ``live[s]``
+    (``live[s, 2]`` is 1 once known)."""
+    if live[s, 2] == np.uint64(0):
+        lo = np.uint64(0)
+        hi = np.uint64(0)
+        base = s << 8
+        for b in range(64):
+            if trans[base + b] != 0:
+                lo |= np.uint64(1) << np.uint64(b)
+            if trans[base + 64 + b] != 0:
+                hi |= np.uint64(1) << np.uint64(b)
+        live[s, 0] = lo
+        live[s, 1] = hi
+        live[s, 2] = np.uint64(1)
+
+
+@njit(cache=True, nogil=True)
+def _set_good(trans, flags, s, live, good):
+    """``good[s]``: the ASCII bytes on which ``s`` goes to a state where no
+    terminal ends that takes the same ASCII bytes as ``s`` (a counter's next
+    position); none when ``s`` takes fewer than 16 ASCII bytes (literals, digits:
+    walks that are cheap anyway)."""
+    _ascii_live(trans, s, live)
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    n_live = 0
+    for b in range(128):
+        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+            n_live += 1
+    if n_live >= 16:
+        base = s << 8
+        for b in range(128):
+            x = trans[base + b]
+            if x == 0 or flags[x] == 1:
+                continue
+            _ascii_live(trans, x, live)
+            if live[x, 0] == live[s, 0] and live[x, 1] == live[s, 1]:
+                if b < 64:
+                    lo |= np.uint64(1) << np.uint64(b)
+                else:
+                    hi |= np.uint64(1) << np.uint64(b - 64)
+    good[s, 0] = lo
+    good[s, 1] = hi
+
+
+@njit(cache=True, nogil=True)
+def _covers(good, x, s):
+    return (good[s, 0] & ~good[x, 0]) == np.uint64(0) and (good[s, 1] & ~good[x, 1]) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True)
+def count_run(trans, flags, s0, cap, run, good, live, stk, pos, best):
+    """``run[s0]``: a length ``r <= cap`` such that every string of at most ``r``
+    bytes from ``good[s0]`` leads from ``s0`` through states where no terminal
+    ends, that take the same ASCII bytes as ``s0`` -- so a token subtree no
+    deeper than ``r`` whose bytes are all in ``good[s0]`` is allowed whole. This
+    is what a length-bounded string's positions have instead of a loop: ``r`` is
+    the distance to the bound (capped at the longest token).
+
+    ``r(s) = min(cap, 1 + min over good bytes b of r'(t))``, ``t`` the successor,
+    where ``r'(t) = r(t)`` when ``good[t]`` covers ``good[s]``, else 0. Computed
+    by an iterative depth-first search, memoised in ``run`` (states of a cycle
+    met again count 0: a lower bound, hence still sound); ``stk``, ``pos``,
+    ``best`` are scratch of one entry per lexer state. ``flags`` as for
+    :func:`lexer_walk` (1: some terminal ends)."""
+    if run[s0] >= 0:
+        return run[s0]
+    _set_good(trans, flags, s0, live, good)
+    top = 0
+    stk[0] = s0
+    pos[0] = 0
+    best[0] = cap
+    run[s0] = _RUN_OPEN
+    while top >= 0:
+        s = stk[top]
+        b = pos[top]
+        pushed = False
+        while b < 128:
+            if (good[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+                x = trans[(s << 8) + b]
+                rx = run[x]
+                if rx == RUN_UNKNOWN:
+                    _set_good(trans, flags, x, live, good)
+                    run[x] = _RUN_OPEN
+                    pos[top] = b + 1
+                    top += 1
+                    stk[top] = x
+                    pos[top] = 0
+                    best[top] = cap
+                    pushed = True
+                    break
+                r2 = rx if (rx >= 0 and _covers(good, x, s)) else 0
+                if r2 + 1 < best[top]:
+                    best[top] = r2 + 1
+            b += 1
+        if pushed:
+            continue
+        r = best[top] if (good[s, 0] | good[s, 1]) != np.uint64(0) else 0
+        run[s] = r
+        top -= 1
+        if top >= 0:
+            p = stk[top]
+            r2 = r if _covers(good, s, p) else 0
+            if r2 + 1 < best[top]:
+                best[top] = r2 + 1
+    return run[s0]
+
+
+#: a state's count_run is at least this long: worth checking at every node (below
+#: it, a bounded string's last positions, most subtrees are deeper than the run
+#: and the check only slows the walk down: ~30% at 8 of 16 characters)
+MIN_RUN = 8
+
+
+@njit(cache=True, nogil=True)
+def _classify(trans, flags, s, cap, run, good, live, stk, pos, best):
+    """Turn ``flags[s]`` from 0 (neither ends nor loops) into 3 (a counted run of
+    at least ``MIN_RUN`` bytes, see :func:`count_run`) or 4 (plain); returns it."""
+    r = count_run(trans, flags, s, cap, run, good, live, stk, pos, best)
+    f = 3 if r >= MIN_RUN else 4
+    flags[s] = f
+    return f
+
+
 @njit(cache=True, nogil=True)
 def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
-               tok_before, order, max_depth, full_row, row, out_node, out_state):
+               tok_before, order, max_depth, full_row, row, out_node, out_state,
+               height, run, good, ascii_live, stk, pos, best):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
     ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
@@ -207,12 +398,21 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     slower).
 
     ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
-    some byte loops on ``s``, else 0. ``loops[s]`` are the bytes on which ``s``
+    some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes on which ``s``
     stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
     every byte under a node loops in a state where no terminal ends (a JSON
     string's body), the whole subtree is allowed and stays there, and its tokens
     (``order[tok_before[i + 1]:tok_before[tskip[i]]]``) are set without walking
     it -- a string body's walk over SmolLM2 went from 380 to 62 us.
+
+    A state with neither (``flags[s] == 0``) may be a position of a
+    length-bounded string: on first sight :func:`count_run` finds how many more
+    bytes of which kind it takes without changing kind (``flags[s]`` becomes 3, or
+    4 when that run is short), and a subtree no deeper than that (``height``)
+    over those bytes is allowed whole the same way (a ``maxLength``
+    position's walk visited most of the trie: ~400 us on SmolLM2). ``run``,
+    ``good``, ``ascii_live`` are its per-state memos, ``stk``, ``pos``, ``best`` its
+    scratch.
 
     When most tokens start with a byte the state takes, the walk runs the other
     way round: ``row`` starts as ``full_row`` (every token of the trie) and the
@@ -260,6 +460,15 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                         | (below[i, 2] & ~loops[s, 2]) | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
                     i = nxt
                     continue
+            elif f != 4 and nxt > i + 1:
+                if f == 0:
+                    f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos,
+                                  best)
+                if f == 3 and height[i] <= run[s] and (
+                        (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
+                        | below[i, 2] | below[i, 3]) == np.uint64(0):
+                    i = nxt
+                    continue
             i += 1
         return n if n <= cap else -1
     i = 1
@@ -276,7 +485,24 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
         # of nodes, where "has children" is a coin flip the CPU mispredicts (in
         # the other order a counting state's walk took 620 instead of 350 us)
         f = flags[s]
+        if f == 4:
+            i += 1
+            continue
         if f == 0:
+            f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos, best)
+            if f == 4:
+                i += 1
+                continue
+        if f == 3:
+            nxt = tskip[i]
+            if nxt > i + 1 and height[i] <= run[s] and (
+                    (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
+                    | below[i, 2] | below[i, 3]) == np.uint64(0):
+                for k in range(tok_before[i + 1], tok_before[nxt]):
+                    t = order[k]
+                    row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                i = nxt
+                continue
             i += 1
             continue
         if f == 1:

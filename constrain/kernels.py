@@ -108,6 +108,23 @@ def subtree_bytes(tbyte, tdepth, tskip, tok_start, tok_end):
 
 
 @njit(cache=True, nogil=True)
+def subtree_height(tdepth, tskip):
+    """Per trie node, how many bytes the longest token below it extends past it
+    (0 for a leaf)."""
+    n = tdepth.shape[0]
+    height = np.zeros(n, np.int32)
+    for i in range(n - 1, -1, -1):
+        h = 0
+        j = i + 1
+        while j < tskip[i]:
+            if height[j] + 1 > h:
+                h = height[j] + 1
+            j = tskip[j]
+        height[i] = h
+    return height
+
+
+@njit(cache=True, nogil=True)
 def _walk(trans, state, first, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
           row, out_tok, out_next, n):
     """Walk the trie from DFA ``state``; set allowed tokens in ``row`` (uint32

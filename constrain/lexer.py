@@ -201,10 +201,16 @@ class LexerTables:
         self.has_acc = np.zeros(cap, dtype=np.bool_)
         #: ``[n, 4]`` uint64: the bytes on which each state stays itself (256 bits)
         self.loops = np.zeros((cap, 4), dtype=np.uint64)
-        #: per lexer state, a state no token can tell apart from it (same masks)
+        #: per lexer state, a state no token can tell apart from it (same masks;
+        #: expand_states makes each new state its own)
         self.rep = np.zeros(cap, dtype=np.int32)
         #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
+        # per state, for lexer_walk's counted skip (grammar_kernels.count_run):
+        # the run length (-1: not yet known), its bytes, the ASCII bytes taken
+        self.run = np.full(cap, gk.RUN_UNKNOWN, dtype=np.int32)
+        self.good = np.zeros((cap, 2), dtype=np.uint64)
+        self.live = np.zeros((cap, 3), dtype=np.uint64)
         self.n = 1
         #: states below ``_expanded`` have their transitions (see expand_states)
         self._expanded = 1
@@ -216,6 +222,7 @@ class LexerTables:
         self._hashes = np.zeros(cap, dtype=np.uint64)
         self._htab = np.full(2 * cap, -1, dtype=np.int64)
         self._single = np.full(terms.table.shape[0], -1, dtype=np.int32)
+        self._row_byte = np.full(terms.table.shape[0], -2, dtype=np.int16)
         self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
         self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
@@ -224,6 +231,7 @@ class LexerTables:
         self._skeys: dict[int, tuple] = {}
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
+        self._scratch = None
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
 
@@ -246,7 +254,8 @@ class LexerTables:
             status, self.n, self._expanded, g = gk.expand_states(
                 terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
                 self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
-                self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.rep)
+                self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags,
+                self.rep)
             if status == gk.EXPAND_DONE:
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
@@ -267,9 +276,12 @@ class LexerTables:
             # 4x: a length-bounded string adds tens of thousands of states in one
             # build, and each growth copies the [cap, 256] table
             cap *= 4
-        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags", "_hashes"):
+        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags", "_hashes", "run",
+                     "good", "live"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            if name == "run":
+                new[:] = gk.RUN_UNKNOWN
             new[:old.shape[0]] = old
             setattr(self, name, new)
         poff = np.zeros(cap + 1, dtype=np.int64)
@@ -312,13 +324,18 @@ class LexerTables:
             cap = 1024
             flat = self.trans.reshape(-1)
             below, tok_before = t.subtree_bytes()
+            scratch = self.trans.shape[0]
+            if self._scratch is None or self._scratch.shape[1] < scratch:
+                self._scratch = np.empty((3, scratch), dtype=np.int32)
+            stk, pos, best = self._scratch
             while True:
                 row = t.walk_row()
                 nodes = np.empty(cap, dtype=np.int32)
                 states = np.empty(cap, dtype=np.int32)
                 n = gk.lexer_walk(flat, self.walk_flags, self.loops, s, t.byte, t.depth, t.skip,
                                   t.node_tok, below, tok_before, t.order, t.max_depth,
-                                  t.full_row(), row, nodes, states)
+                                  t.full_row(), row, nodes, states, t.subtree_height(), self.run,
+                                  self.good, self.live, stk, pos, best)
                 if n >= 0:
                     break
                 cap = t.num_nodes

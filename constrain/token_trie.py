@@ -46,6 +46,7 @@ class TokenTrie:
         self._node_tokens(len(vocab))
         self._below = None
         self._full_row = None
+        self._height = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -95,6 +96,14 @@ class TokenTrie:
             self._below = kernels.subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
                                                 self.tok_start[:n], self.tok_end[:n])
         return self._below
+
+    def subtree_height(self) -> np.ndarray:
+        """Per node, how many bytes the longest token below it extends past it
+        (computed on first use and kept)."""
+        if self._height is None:
+            n = self.num_nodes
+            self._height = kernels.subtree_height(self.depth[:n], self.skip[:n])
+        return self._height
 
     def full_row(self) -> np.ndarray:
         """Every token of the trie set, as a :meth:`walk_row` (computed on first

@@ -196,3 +196,41 @@ def test_walks_shared_across_grammars(smollm2_vocab):
             state = g.advance(state, tok)
         assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
     assert second.lexer._local_ids, "the second grammar did not reuse the first one's walk"
+
+
+# Length-bounded strings: their positions have no loop for the trie walk to skip,
+# so the walk skips subtrees by counting (grammar_kernels.count_run). Brute-force
+# masks at positions far from, near and at the bound, with bounds below and above
+# the longest token (81 bytes on SmolLM2), escapes and multi-byte characters.
+BOUNDED = {
+    "maxlength5": ({"type": "string", "maxLength": 5}, ['"', '"ab', '"abcd', '"abcde']),
+    "maxlength100": ({"type": "string", "minLength": 2, "maxLength": 100},
+                     ['"', '"a', '"' + "x" * 15, '"' + "y" * 40, '"' + "z" * 90, '"' + "w" * 99,
+                      '"' + "v" * 100, '"\\u00e9' + "é" * 30 + '\\n']),
+    "pattern": ({"type": "object", "properties": {"k": {"type": "string", "pattern": "^[a-z ]{3,70}$"}},
+                 "required": ["k"]}, ['{"k":"', '{"k":"ab', '{"k":"' + "a b" * 10, '{"k":"' + "q" * 69]),
+    "lark": ('start: NAME "x" NAME\nNAME: /[a-z ]{1,90}/\n', ["a", "ab", "a" * 60, "a" * 89 + "x"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BOUNDED))
+def test_bounded_string_masks(name, smollm2_vocab):
+    from constrain import compile_json_schema
+
+    src, prefixes = BOUNDED[name]
+    g = (compile_grammar(src, smollm2_vocab) if isinstance(src, str)
+         else compile_json_schema(src, smollm2_vocab))
+    byte_id = {}
+    for t, data in enumerate(smollm2_vocab.tokens):
+        if data is not None and len(data) == 1 and smollm2_vocab.grammar_token_list[t]:
+            byte_id.setdefault(data[0], t)
+    for text in prefixes:
+        state = g.initial_state()
+        if text:
+            state = g.advance_many(state, [byte_id[b] for b in text.encode()])
+        assert state is not None, text
+        want = _brute_mask(g, state)
+        got = _mask_ids(g, state)
+        diff = np.flatnonzero(want != got)
+        assert not len(diff), (text, [(int(t), smollm2_vocab.token_bytes(int(t)), bool(want[t]))
+                                      for t in diff[:5]])

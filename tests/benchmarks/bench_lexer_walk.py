@@ -35,6 +35,7 @@ CASES = {
     'after {" (keys)': '{"',
     "string body": '{"description":"ab',
     "maxLength 64, 2 chars in": '{"description":"a","name":"b","code":"ab',
+    "maxLength 64, 60 chars in": '{"description":"a","name":"b","code":"' + "ab" * 30,
 }
 
 
@@ -58,8 +59,10 @@ def main() -> None:
         row = t.walk_row()
         nodes = np.empty(t.num_nodes, np.int32)
         states = np.empty(t.num_nodes, np.int32)
+        scratch = np.empty((3, lex.trans.shape[0]), np.int32)
         call = (flat, lex.walk_flags, lex.loops, s, t.byte, t.depth, t.skip, t.node_tok, below,
-                tok_before, t.order, t.max_depth, t.full_row(), row, nodes, states)
+                tok_before, t.order, t.max_depth, t.full_row(), row, nodes, states,
+                t.subtree_height(), lex.run, lex.good, lex.live, *scratch)
         gk.lexer_walk(*call)
         best = float("inf")
         for _ in range(3):
