@@ -335,7 +335,7 @@ class LexerTables:
                 n = gk.lexer_walk(flat, self.walk_flags, self.loops, s, t.byte, t.depth, t.skip,
                                   t.node_tok, below, tok_before, t.order, t.max_depth,
                                   t.full_row(), row, nodes, states, t.subtree_height(), self.run,
-                                  self.good, self.live, stk, pos, best)
+                                  self.good, self.live, stk, pos, best, t.first)
                 if n >= 0:
                     break
                 cap = t.num_nodes

@@ -32,6 +32,7 @@ SCHEMA = {"type": "object", "properties": {
     "description": {"type": "string"}, "name": {"type": "string"},
     "code": {"type": "string", "maxLength": 64}, "methods": {"type": "array"}}}
 CASES = {
+    "start (one literal: {)": "",
     'after {" (keys)': '{"',
     "string body": '{"description":"ab',
     "maxLength 64, 2 chars in": '{"description":"a","name":"b","code":"ab',
@@ -62,7 +63,7 @@ def main() -> None:
         scratch = np.empty((3, lex.trans.shape[0]), np.int32)
         call = (flat, lex.walk_flags, lex.loops, s, t.byte, t.depth, t.skip, t.node_tok, below,
                 tok_before, t.order, t.max_depth, t.full_row(), row, nodes, states,
-                t.subtree_height(), lex.run, lex.good, lex.live, *scratch)
+                t.subtree_height(), lex.run, lex.good, lex.live, *scratch, t.first)
         gk.lexer_walk(*call)
         best = float("inf")
         for _ in range(3):
