@@ -63,17 +63,17 @@ class EarleyRecognizer:
         self.nullable = self._nullable(rules, by_lhs, n_t, n_nt + 1)
         self.max_contexts = max_contexts
         # dotted rules: rd = base[r] + d
-        base, nxt, lhs_sym = [], [], []
+        base: list[int] = []
+        nxt: list[int] = []
         for lhs, rhs in rules:
             base.append(len(nxt))
-            nxt.extend(rhs)
-            nxt.append(-1)
-            lhs_sym.extend([lhs + n_t] * (len(rhs) + 1))
+            nxt += rhs
+            nxt.append(-1 - n_t - lhs)
         self._base = base
         self._n_rd = len(nxt)
-        #: per dotted rule, the symbol after the dot (-1: complete)
+        #: per dotted rule, the symbol after the dot; ``-1 - lhs`` (the rule's
+        #: left-hand symbol) when the dot is at the end
         self._rd_next = nxt
-        self._rd_lhs = lhs_sym
         self._aug_done = base[self.aug] + 1
         #: per nonterminal: {symbol: predicted dotted rules waiting on it}, and the
         #: terminals among those symbols (filled on first use)
@@ -214,7 +214,9 @@ class EarleyRecognizer:
         n_t = self.n_t
         nullable = self.nullable
         accept_item = n_rd + self._aug_done  # S' -> start . , from context 0
+        advs = self._adv
         seen: set = set()
+        add = seen.add
         incomplete = []
         accepts = False
         stack = list(agenda)
@@ -223,13 +225,14 @@ class EarleyRecognizer:
             it = pop()
             if it in seen:
                 continue
-            seen.add(it)
-            rd = it % n_rd
-            y = nxt[rd]
+            add(it)
+            y = nxt[it % n_rd]
             if y < 0:
                 if it == accept_item:
                     accepts = True
-                extend(self._advance(it // n_rd - 1, self._rd_lhs[rd]))
+                o = it // n_rd - 1
+                hit = advs[o].get(-1 - y)
+                extend(self._advance(o, -1 - y) if hit is None else hit)
             else:
                 incomplete.append(it)
                 if y >= n_t and nullable[y - n_t]:
