@@ -21,6 +21,7 @@ only places where the parser is consulted.
 from __future__ import annotations
 
 import re
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -314,12 +315,26 @@ class LexerTables:
             self._rows.move_to_end(s)
             return hit
         key = self._shared_key(s)
+        states = None
         shared = self._shared.get(key)
         if shared is not None:
-            row, nodes, state_keys = shared
-            states = np.fromiter((self._local_id(k) for k in state_keys),
-                                 dtype=np.int32, count=len(state_keys))
-        else:
+            row, nodes, states, origin = shared
+            if origin is not None:
+                # first use outside the grammar that walked it: name the boundary
+                # states by their keys (done lazily: most walks are never shared,
+                # and naming every boundary state cost ~7 us per first visit)
+                src = origin()
+                if src is None:  # that grammar is gone, and its state ids with it
+                    self._shared.discard(key)
+                    states = None
+                elif src is not self:
+                    shared[2] = tuple(src._shared_key(x) for x in states.tolist())
+                    shared[3] = None
+            if states is not None and shared[3] is None:
+                keys = shared[2]
+                states = np.fromiter((self._local_id(k) for k in keys), dtype=np.int32,
+                                     count=len(keys))
+        if states is None:
             t = self.trie
             cap = 1024
             flat = self.trans.reshape(-1)
@@ -341,7 +356,7 @@ class LexerTables:
                 cap = t.num_nodes
             row = t.add_duplicates(row)[:self.words32]
             nodes, states = nodes[:n].copy(), states[:n].copy()
-            self._shared.put(key, (row, nodes, tuple(self._shared_key(x) for x in states.tolist())))
+            self._shared.put(key, [row, nodes, states, weakref.ref(self)])
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
@@ -386,6 +401,11 @@ class _RowCache:
         if hit is not None:
             self.items.move_to_end(key)
         return hit
+
+    def discard(self, key) -> None:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.bytes -= old[0].nbytes + old[1].nbytes
 
     def put(self, key, value) -> None:
         if key in self.items:

@@ -198,6 +198,37 @@ def test_walks_shared_across_grammars(smollm2_vocab):
     assert second.lexer._local_ids, "the second grammar did not reuse the first one's walk"
 
 
+def test_shared_walk_of_a_dropped_grammar(smollm2_vocab):
+    """A walk is shared by the state ids of the grammar that made it, named across
+    grammars only on first use elsewhere: once that grammar is gone, the next one
+    walks again instead of reading ids that mean nothing to it."""
+    import gc
+
+    from constrain import compile_json_schema
+    from constrain.token_trie import TokenTrie
+
+    # walks left by other tests may already be named by keys (shared for good)
+    TokenTrie.of(smollm2_vocab).__dict__.pop("_lexer_rows", None)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    first = compile_json_schema(schema, smollm2_vocab)
+    tok = {b: next(t for t in range(len(smollm2_vocab)) if smollm2_vocab.token_bytes(t) == bytes([b]))
+           for b in b'{"a:x'}
+    state = first.initial_state()
+    for b in b'{"a":"x':
+        first.mask_row(state)
+        state = first.advance(state, tok[b])
+    del first, state
+    gc.collect()
+    second = compile_json_schema({"type": "array", "items": {"type": "string"}}, smollm2_vocab)
+    state = second.initial_state()
+    for b in b'["x':
+        assert _brute_mask(second, state).tolist() == _mask_ids(second, state).tolist()
+        state = second.advance(state, tok.get(b) or next(
+            t for t in range(len(smollm2_vocab)) if smollm2_vocab.token_bytes(t) == bytes([b])))
+    assert _brute_mask(second, state).tolist() == _mask_ids(second, state).tolist()
+    assert not second.lexer._local_ids, "read a walk of a grammar that is gone"
+
+
 # Length-bounded strings: their positions have no loop for the trie walk to skip,
 # so the walk skips subtrees by counting (grammar_kernels.count_run). Brute-force
 # masks at positions far from, near and at the bound, with bounds below and above
