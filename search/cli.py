@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_file_constraints(cons) -> None:
     cons.add_argument("--schema", metavar="FILE",
                       help="constrain the output to JSON valid under this JSON Schema (a .json "
-                      "file; compact style, properties in schema order)")
+                      "file, or - for standard input; compact style, properties in schema "
+                      "order)")
     cons.add_argument("--grammar", metavar="FILE",
                       help="constrain the output to the language of this Lark grammar (a .lark "
                       "file; start rule 'start')")
@@ -235,16 +236,31 @@ def _early_regex_error(pattern: str):
     return None
 
 
+_schemas: dict = {}
+
+
 def _read_schema(path: str):
+    """The JSON of the schema file ``path`` (``-``: standard input). Read once per
+    process: the early check and the compile both ask, and a pipe such as
+    ``/dev/stdin`` can be read only once."""
     import json
 
+    hit = _schemas.get(path)
+    if hit is not None:
+        return hit
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        data = json.loads(text)
     except OSError as e:
         raise ValueError(f"cannot read the schema {path!r}: {e.strerror}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"the schema {path!r} is not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    _schemas[path] = data
+    return data
 
 
 def _early_constraint_error(args) -> str | None:

@@ -178,3 +178,18 @@ def test_search_beam_best_first_lattice(lm, capsys):
         score, text = line.split("\t")
         assert re.fullmatch(r"~?-\d+\.\d{4}", score) and re.fullmatch(r"[0-9]{1,2}", text)
     assert int(re.search(r"(\d+) model calls", err).group(1)) <= 6
+
+
+def test_schema_from_standard_input_is_read_once(monkeypatch, capsys):
+    """``--schema -`` (or a pipe such as /dev/stdin) is read once, although both the
+    early check and the compile ask for it; a bad one exits 2 before the model loads."""
+    import io
+
+    monkeypatch.setattr(cli, "_schemas", {})
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"type": "integer", "maximum": 9}'))
+    assert cli._read_schema("-") == {"type": "integer", "maximum": 9}
+    assert cli._read_schema("-") == {"type": "integer", "maximum": 9}  # stdin is empty now
+    monkeypatch.setattr(cli, "_schemas", {})
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"type": "integer", "maximum": '))
+    assert cli.main(["generate", "--schema", "-", "hi"]) == 2
+    assert "not JSON" in capsys.readouterr().err
