@@ -2,9 +2,10 @@
 
 Compiles a small JSON Schema over the SmolLM2 vocabulary and times
 ``grammar_kernels.lexer_walk`` on lexer states a JSON Schema walk meets first:
-the state after an object's opening ``{"`` (declared keys and "any other key"),
-a string body, and a counting state of a ``maxLength`` string. This is the figure
-behind docs/grammars.md ("The lexer-state walk").
+the start (one literal), the state after an object's opening ``{"`` (declared
+keys and "any other key"), a string body, and two counting states of a
+``maxLength`` string. This is the figure behind docs/grammars.md ("The
+lexer-state walk").
 
     python tests/benchmarks/bench_lexer_walk.py [--repeat N]
 """
