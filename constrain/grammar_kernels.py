@@ -381,6 +381,14 @@ def _classify(trans, flags, s, cap, run, good, live, stk, pos, best):
     return f
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _set_tokens(row, order, lo, hi):
+    """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's) in ``row``."""
+    for k in range(lo, hi):
+        t = order[k]
+        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
 @njit(cache=True, nogil=True)
 def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
                tok_before, order, max_depth, full_row, row, out_node, out_state,
@@ -508,9 +516,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                 if nxt > i + 1 and height[i] <= run[s] and (
                         (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
                         | below[i, 2] | below[i, 3]) == np.uint64(0):
-                    for k in range(tok_before[i + 1], tok_before[nxt]):
-                        t = order[k]
-                        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                    _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
                     i = nxt
                     continue
                 i += 1
@@ -527,9 +533,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                         (below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])
                         | (below[i, 2] & ~loops[s, 2])
                         | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
-                    for k in range(tok_before[i + 1], tok_before[nxt]):
-                        t = order[k]
-                        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                    _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
                     i = nxt
                     continue
             i += 1
