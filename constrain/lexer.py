@@ -205,7 +205,8 @@ class LexerTables:
         #: per lexer state, a state no token can tell apart from it (same masks;
         #: expand_states makes each new state its own)
         self.rep = np.zeros(cap, dtype=np.int32)
-        #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops
+        #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops,
+        #: else 0, which the walk turns into 3 (a counted run) or 4 (plain)
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
         # per state, for lexer_walk's counted skip (grammar_kernels.count_run):
         # the run length (-1: not yet known), its bytes, the ASCII bytes taken

@@ -330,8 +330,6 @@ def _err(msg: str) -> None:
 
 
 def _cmd_generate(args) -> int:
-    import constrain
-
     def info(msg: str) -> None:
         if not args.quiet:
             _err(msg)
@@ -397,8 +395,6 @@ def _show(text: str) -> str:
 
 
 def _cmd_search(args) -> int:
-    import constrain
-
     def info(msg: str) -> None:
         if not args.quiet:
             _err(msg)
