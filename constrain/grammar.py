@@ -250,8 +250,6 @@ class GrammarConstraint(Constraint):
 
     def _config_mask(self, c: int, s: int) -> np.ndarray:
         lex = self.lexer
-        # states that no token can tell apart share masks (see LexerTables.rep)
-        s = int(lex.rep[s])
         key = (c, s)
         row = self._config_masks.get(key)
         if row is not None:

@@ -62,14 +62,13 @@ def find_state(pairs, poff, hashes, htab, buf):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _add_state(buf, m, h, slot, n, pairs, poff, hashes, htab, single, offsets, rep):
+def _add_state(buf, m, h, slot, n, pairs, poff, hashes, htab, single, offsets):
     """Append the state with pairs ``buf[:m]`` (hash ``h``, free hash slot
     ``slot``) as state ``n``; returns the new count."""
     pairs[poff[n]:poff[n] + m] = buf[:m]
     poff[n + 1] = poff[n] + m
     hashes[n] = h
     htab[slot] = n
-    rep[n] = n
     if m == 2:
         single[offsets[buf[0]] + buf[1]] = n
     return n + 1
@@ -82,8 +81,7 @@ EXPAND_OVERFLOW = 2
 
 @njit(cache=True, nogil=True)
 def expand_states(tab, offsets, accepting, start, n, d, max_states,
-                  pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags,
-                  rep):
+                  pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
     sorted by terminal) and every state it reaches to the global tables, running
     the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
@@ -110,7 +108,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
         if n >= cap or poff[n] + m0 > pairs.shape[0]:
             return EXPAND_GROW, n, d, -1
         g0 = n
-        n = _add_state(start, m0, h0, slot, n, pairs, poff, hashes, htab, single, offsets, rep)
+        n = _add_state(start, m0, h0, slot, n, pairs, poff, hashes, htab, single, offsets)
     width = 2 * (m0 if m0 > 64 else 64)
     buf = np.empty(width, np.int32)
     prev = np.empty(width, np.int32)
@@ -156,7 +154,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                                 return EXPAND_GROW, n, d, g0
                             g = n
                             n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single,
-                                           offsets, rep)
+                                           offsets)
                     last_s2 = s2
                 trans[d, b] = g
                 if g == d:
@@ -238,7 +236,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                 if n >= cap or poff[n] + k > pairs.shape[0]:
                     return EXPAND_GROW, n, d, g0
                 g = n
-                n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets, rep)
+                n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets)
             trans[d, b] = g
             if g == d:
                 loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)

@@ -202,9 +202,6 @@ class LexerTables:
         self.has_acc = np.zeros(cap, dtype=np.bool_)
         #: ``[n, 4]`` uint64: the bytes on which each state stays itself (256 bits)
         self.loops = np.zeros((cap, 4), dtype=np.uint64)
-        #: per lexer state, a state no token can tell apart from it (same masks;
-        #: expand_states makes each new state its own)
-        self.rep = np.zeros(cap, dtype=np.int32)
         #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops,
         #: else 0, which the walk turns into 3 (a counted run) or 4 (plain)
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
@@ -256,8 +253,7 @@ class LexerTables:
             status, self.n, self._expanded, g = gk.expand_states(
                 terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
                 self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
-                self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags,
-                self.rep)
+                self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags)
             if status == gk.EXPAND_DONE:
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
@@ -278,8 +274,8 @@ class LexerTables:
             # 4x: a length-bounded string adds tens of thousands of states in one
             # build, and each growth copies the [cap, 256] table
             cap *= 4
-        for name in ("trans", "acc", "has_acc", "rep", "loops", "walk_flags", "_hashes", "run",
-                     "good", "live"):
+        for name in ("trans", "acc", "has_acc", "loops", "walk_flags", "_hashes", "run", "good",
+                     "live"):
             old = getattr(self, name)
             new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
             if name == "run":
