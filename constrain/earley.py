@@ -48,9 +48,6 @@ class EarleyRecognizer:
         # augmented start rule S' -> start
         self.aug = len(rules)
         rules.append((n_nt, (n_t + ir.start,)))
-        self.rules = rules
-        self.lhs = [lhs for lhs, _ in rules]
-        self.rhs = [rhs for _, rhs in rules]
         productive = self._productive(rules, n_t, n_nt + 1, usable)
         if not productive[n_nt]:
             raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no string "

@@ -380,6 +380,22 @@ def _classify(trans, flags, s, cap, run, good, live, stk, pos, best):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _loops_below(below, loops, i, s):
+    """Whether every byte under trie node ``i`` loops on state ``s``."""
+    return ((below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])
+            | (below[i, 2] & ~loops[s, 2]) | (below[i, 3] & ~loops[s, 3])) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run_covers(below, good, height, run, i, s):
+    """Whether state ``s``'s counted run covers the subtree under node ``i``: no
+    deeper than the run, and only run bytes (ASCII) below it."""
+    return height[i] <= run[s] and (
+        (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
+        | below[i, 2] | below[i, 3]) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _set_tokens(row, order, lo, hi):
     """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's) in ``row``."""
     for k in range(lo, hi):
@@ -404,8 +420,8 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     slower).
 
     ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
-    some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes on which ``s``
-    stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
+    some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes
+    on which ``s`` stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
     every byte under a node loops in a state where no terminal ends (a JSON
     string's body), the whole subtree is allowed and stays there, and its tokens
     (``order[tok_before[i + 1]:tok_before[tskip[i]]]``) are set without walking
@@ -466,19 +482,14 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                             out_state[n] = s
                         n += 1
                 elif f == 2:
-                    if nxt > i + 1 and (
-                            (below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])
-                            | (below[i, 2] & ~loops[s, 2])
-                            | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
+                    if nxt > i + 1 and _loops_below(below, loops, i, s):
                         i = nxt
                         continue
                 elif f != 4 and nxt > i + 1:
                     if f == 0:
                         f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos,
                                       best)
-                    if f == 3 and height[i] <= run[s] and (
-                            (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
-                            | below[i, 2] | below[i, 3]) == np.uint64(0):
+                    if f == 3 and _run_covers(below, good, height, run, i, s):
                         i = nxt
                         continue
                 i += 1
@@ -511,9 +522,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                     continue
             if f == 3:
                 nxt = tskip[i]
-                if nxt > i + 1 and height[i] <= run[s] and (
-                        (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
-                        | below[i, 2] | below[i, 3]) == np.uint64(0):
+                if nxt > i + 1 and _run_covers(below, good, height, run, i, s):
                     _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
                     i = nxt
                     continue
@@ -527,10 +536,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                     n += 1
             else:
                 nxt = tskip[i]
-                if nxt > i + 1 and (
-                        (below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])
-                        | (below[i, 2] & ~loops[s, 2])
-                        | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
+                if nxt > i + 1 and _loops_below(below, loops, i, s):
                     _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
                     i = nxt
                     continue
