@@ -248,3 +248,60 @@ def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
 
 
 _ALL_BYTES = np.ones(256, dtype=np.bool_)
+
+
+def minus_prefixes(dfa: ByteDFA, prefixes, *, alphabet: np.ndarray | None = None) -> ByteDFA:
+    """``dfa``'s language without the strings that start with one of
+    ``prefixes`` (byte strings), trimmed and minimal.
+
+    The product of ``dfa`` with the trie of ``prefixes``: a trie node pairs with
+    the one state its bytes reach, and leaving the trie returns to ``dfa`` itself,
+    so the product has at most ``dfa``'s states plus the trie's nodes. It replaces
+    the regex of "any JSON string but these names" (an alternation over the trie
+    with a deviation at every node), whose compilation took 1-3 ms on a typical
+    object schema."""
+    table = dfa.transitions
+    n = table.shape[0]
+    # trie nodes: 0 the root; kids[k] maps a byte to a child, or to -1 where a
+    # whole prefix ends (the product is dead from there on)
+    state_of = [START]
+    kids: list[dict] = [{}]
+    for p in prefixes:
+        if not p:
+            return ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
+        node = 0
+        for i, b in enumerate(p):
+            k = kids[node].get(b)
+            if k is None:
+                q = int(table[state_of[node], b])
+                if q == DEAD:
+                    break  # dfa refuses the prefix: nothing to remove
+                if i == len(p) - 1:
+                    kids[node][b] = -1
+                    break
+                k = kids[node][b] = len(state_of)
+                state_of.append(q)
+                kids.append({})
+            elif k < 0:
+                break  # a shorter prefix already removes this one
+            elif i == len(p) - 1:
+                kids[node][b] = -1
+                break
+            node = k
+    # product rows: 0 dead, 1 + k for trie node k (1: the start), then dfa's
+    # state d >= 1 at off + d - 1 (the trie left behind)
+    m = len(state_of)
+    off = m + 1
+    shifted = np.where(table > DEAD, table + (off - 1), 0).astype(np.int32)
+    out = np.zeros((off + n - 1, 256), dtype=np.int32)
+    acc = np.zeros(off + n - 1, dtype=np.bool_)
+    out[off:] = shifted[1:]
+    acc[off:] = dfa.accepting[1:]
+    qs = np.asarray(state_of, dtype=np.int64)
+    out[1:off] = shifted[qs]
+    acc[1:off] = dfa.accepting[qs]
+    for node in range(m):
+        row = out[node + 1]
+        for b, k in kids[node].items():
+            row[b] = 0 if k < 0 else k + 1
+    return trim_and_minimize(ByteDFA(out, acc), alphabet=alphabet)

@@ -43,6 +43,11 @@ class GrammarIR:
     start: int
     ignore: list[int] = field(default_factory=list)
     source: str = ""
+    #: terminals defined as a regular language less some prefixes: terminal name
+    #: → ``(pattern, prefixes)`` (byte strings). Their own pattern is a stand-in
+    #: matching nothing, so a grammar that loses this map loses those terminals
+    #: (never accepts more). JSON Schema's "any key but the declared ones" uses it.
+    exclusions: dict = field(default_factory=dict)
 
     @property
     def n_terminals(self) -> int:

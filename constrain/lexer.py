@@ -28,7 +28,7 @@ import numpy as np
 
 from . import grammar_kernels as gk
 from . import kernels
-from .byte_automaton import ByteDFA
+from .byte_automaton import ByteDFA, minus_prefixes, trim_and_minimize
 from .errors import GrammarError, GrammarTooComplexError, RegexError
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
@@ -57,22 +57,36 @@ def clear_caches() -> None:
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
-                 deadline: float | None) -> ByteDFA | None:
+                 deadline: float | None, exclusion: tuple | None = None) -> ByteDFA | None:
     """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
     no string the alphabet can spell. Cached across grammars (JSON Schemas reuse
-    the same few terminals)."""
+    the same few terminals).
+
+    ``exclusion``: ``(pattern, prefixes)`` when the terminal is the language of
+    ``pattern`` less the strings starting with one of ``prefixes`` (bytes); its
+    own pattern is then only a name for that language (see
+    :attr:`GrammarIR.exclusions`)."""
     key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
     hit = _DFA_CACHE.get(key)
     if hit is not None:
         _DFA_CACHE.move_to_end(key)
         return hit[0]
-    if term.literal is not None:
+    if exclusion is not None:
+        base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
+                            deadline=deadline)
+        dfa = minus_prefixes(base, exclusion[1], alphabet=alphabet) if base is not None else False
+    elif term.literal is not None:
         dfa = _literal_dfa(term.literal, term.flags, alphabet)
     else:
         # a regex that spells one string (a JSON Schema's member names, its
         # punctuation: most of its terminals) skips the regex pipeline
         text = _regex_literal(term.pattern) if term.flags == 0 else None
         dfa = _literal_dfa(text, 0, alphabet) if text else None
+        if dfa is None and term.flags == 0:
+            # an alternation of literals (an enum, true|false): the trie of its
+            # strings is its DFA (an enum of 200 strings took 5.8 ms as a regex)
+            alts = _regex_alternatives(term.pattern)
+            dfa = _literals_dfa(alts, alphabet) if alts else None
     if dfa is None:
         try:
             dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
@@ -121,6 +135,62 @@ def _regex_literal(pattern: str) -> str | None:
     return "".join(out)
 
 
+def _regex_alternatives(pattern: str) -> list[str] | None:
+    """The strings of ``pattern`` when it is two or more literals (as
+    :func:`_regex_literal` reads them) joined by ``|``; else ``None``."""
+    parts, start, i, n = [], 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "|":
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if not parts:
+        return None
+    parts.append(pattern[start:])
+    out = []
+    for p in parts:
+        text = _regex_literal(p) if p else ""
+        if text is None:
+            return None
+        out.append(text)
+    return out
+
+
+def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
+    """The minimal DFA of a finite set of strings (the trie of their UTF-8 bytes,
+    minimised); ``False`` when the alphabet spells none of them."""
+    kids: list[dict] = [{}]
+    final = [False]
+    for text in texts:
+        data = text.encode("utf-8")
+        if not all(alphabet[b] for b in data):
+            continue
+        node = 0
+        for b in data:
+            k = kids[node].get(b)
+            if k is None:
+                k = kids[node][b] = len(kids)
+                kids.append({})
+                final.append(False)
+            node = k
+        final[node] = True
+    if not any(final):
+        return False
+    # trie node k is state k + 1 (0 is dead)
+    table = np.zeros((len(kids) + 1, 256), dtype=np.int32)
+    for k, d in enumerate(kids):
+        row = table[k + 1]
+        for b, c in d.items():
+            row[b] = c + 1
+    accepting = np.zeros(len(kids) + 1, dtype=np.bool_)
+    accepting[1:] = final
+    return trim_and_minimize(ByteDFA(table, accepting), alphabet=alphabet)
+
+
 def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None | bool:
     """A chain DFA for a string terminal; ``None`` to fall back to the regex
     route (case-insensitive non-ASCII text), ``False`` when the alphabet cannot
@@ -160,7 +230,8 @@ class TerminalAutomata:
         dead = ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
         total = 0
         for t, term in enumerate(ir.terminals):
-            dfa = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline)
+            dfa = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
+                               exclusion=ir.exclusions.get(term.name))
             if dfa is None:
                 dfa = dead
             else:

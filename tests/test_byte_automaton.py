@@ -28,3 +28,29 @@ def test_any_multibyte_shortcut_is_exact(pattern, monkeypatch):
     slow = regex_byte_dfa(pattern, alphabet)
     assert np.array_equal(fast.transitions, slow.transitions)
     assert np.array_equal(fast.accepting, slow.accepting)
+
+
+@pytest.mark.parametrize("pattern", [
+    "true|false", r'"IAB1"|"IAB1\-1"|"IAB1\-2"|"IAB2"', r"a\|b|c", "abc|ab|a", "é|€x|😀",
+    r'"a\"b"|"\\\\"', "x|x|y",
+])
+def test_literal_alternation_terminal_equals_regex(pattern):
+    """A terminal that is an alternation of literals is built as the trie of its
+    strings; it accepts what the regex accepts, also over an alphabet missing a
+    byte some alternatives need."""
+    from automata_testing import same_language
+    from constrain.lark_loader import Terminal
+    from constrain.lexer import _regex_alternatives, terminal_dfa
+
+    assert _regex_alternatives(pattern) is not None
+    for alphabet in (np.ones(256, dtype=np.bool_), np.arange(256) != ord("1")):
+        fast = terminal_dfa(Terminal("T", pattern), alphabet, max_states=1000, deadline=None)
+        assert same_language(fast, regex_byte_dfa(pattern, alphabet))
+
+
+def test_literal_alternation_edge_cases():
+    from constrain.lexer import _regex_alternatives
+
+    assert _regex_alternatives("abc") is None and _regex_alternatives("a|b*") is None
+    assert _regex_alternatives("a|(b)") is None and _regex_alternatives(r"a\|b") is None
+    assert _regex_alternatives("a|") == ["a", ""]

@@ -23,6 +23,7 @@ from constrain.json_schema import compile_json_schema, json_schema_to_lark, orde
 from constrain.json_schema_formats import FORMATS, translate_pattern
 from constrain.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
 
+from automata_testing import same_language
 from json_schema_oracle import accepts, lark_parser
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "maskbench", "subset.jsonl.gz")
@@ -602,18 +603,25 @@ def test_compile_json_schema_passes_options(monkeypatch):
     seen = {}
     fake = types.ModuleType("constrain.grammar")
 
-    def compile_grammar(source, vocab, start="start", **budget):
-        seen.update(source=source, vocab=vocab, start=start, budget=budget)
+    def grammar_constraint(ir, vocab, *, source="", **budget):
+        seen.update(ir=ir, source=source, vocab=vocab, budget=budget)
         return "compiled"
 
-    fake.compile_grammar = compile_grammar
+    fake.GrammarConstraint = grammar_constraint
     monkeypatch.setitem(sys.modules, "constrain.grammar", fake)
     out = compile_json_schema({"type": "integer"}, "VOCAB", whitespace="flexible",
                               time_budget=3.0)
-    assert out == "compiled" and seen["vocab"] == "VOCAB" and seen["start"] == "start"
+    assert out == "compiled" and seen["vocab"] == "VOCAB"
     # the translation's time is taken out of the budget the grammar compiler gets
     assert set(seen["budget"]) == {"time_budget"} and 2.0 < seen["budget"]["time_budget"] <= 3.0
-    assert "INT" in seen["source"]
+    assert "INT" in seen["source"] and not seen["ir"].exclusions
+    # "any other key" is a stand-in terminal defined by its exclusion, which a
+    # grammar that lost the definition could not match at all
+    compile_json_schema({"type": "object", "properties": {"a": {}, "ab": {}}}, "VOCAB")
+    (name, (base, prefixes)), = seen["ir"].exclusions.items()
+    assert prefixes == (b'"a"', b'"ab"') and base.endswith('":')
+    (term,) = [t for t in seen["ir"].terminals if t.name == name]
+    assert re.search(term.pattern, '"a"') is None and "trellis_exclusion_" in term.pattern
 
 
 def test_order_instance():
@@ -796,3 +804,40 @@ def test_clear_caches_drops_shared_tables():
     assert len(lexer._DFA_CACHE) == 0
     assert json_schema_to_lark(schema) == before
     check(schema, good=["99.99", "3"], bad=["0.07"])
+
+
+# -- "any string but these names": the automaton product against the regex ---------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exclusion_terminal_product_equals_regex(seed):
+    """The compile path's exclusion automaton (a DFA less the names' prefixes)
+    accepts exactly what the regex of json_schema_to_lark's text accepts: names
+    that are prefixes of one another, escapes, control characters, multi-byte
+    characters, the empty name, alphabets and a minimum length."""
+    import numpy as np
+
+    from constrain.json_schema import _Compiler
+    from constrain.lark_loader import Terminal
+    from constrain.lexer import terminal_dfa
+
+    rng = random.Random(seed)
+    chars = ["a", "b", "ab"[seed % 2] * 2, "é", '"', "\\", "\n", "\x01", "\x7f", "€", "😀", " "]
+    alphabet = np.ones(256, dtype=np.bool_)
+    for trial in range(25):
+        names = sorted({"".join(rng.choice(chars) for _ in range(rng.randint(0, 4)))
+                        for _ in range(rng.randint(0, 7))})
+        tail = rng.choice(["", ":", "[ \\t\\n\\r]{0,2}:[ \\t\\n\\r]{0,2}"])
+        if rng.random() < 0.3:
+            ivs, min_len = [(0x61, 0x62), (0x20AC, 0x20AC)], rng.randint(0, 1)
+            names = [n for n in names if all(c in "ab€" for c in n)]
+        else:
+            ivs, min_len = None, 0
+        dfas = []
+        for exclusions in (None, {}):
+            comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
+                             max_string_length=1000, max_array_length=1000, exclusions=exclusions)
+            name = comp.exclusion_terminal(names, tail, "KEY", ivs, min_len)
+            term = Terminal(name, comp.terminal_defs[name])
+            dfas.append(terminal_dfa(term, alphabet, max_states=50_000, deadline=None,
+                                     exclusion=(exclusions or {}).get(name)))
+        assert same_language(*dfas), (names, tail, ivs, min_len)

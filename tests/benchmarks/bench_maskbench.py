@@ -937,8 +937,18 @@ def main(argv=None) -> int:
                     help="keep Trellis's caches shared across grammars (lexer-state walks, terminal automata, "
                          "lexer products) between schemas (by default they are dropped before each compile, "
                          "so every schema starts cold as for the peers)")
+    ap.add_argument("--trellis-bitmask", choices=["numpy", "torch"], default="numpy",
+                    help="bitmask Trellis fills: a numpy int32 array (default: the same kind the harness gives "
+                         "llguidance) or a torch tensor (constrain.allocate_bitmask's default; the first fill "
+                         "of each fresh tensor pays torch's .numpy() on cold caches)")
+    ap.add_argument("--trellis-bitmask", choices=["numpy", "torch"], default="numpy",
+                    help="bitmask Trellis fills: a numpy int32 array (default: the same kind the harness gives "
+                         "llguidance) or a torch tensor (constrain.allocate_bitmask's default; the first fill "
+                         "of each fresh tensor pays torch's .numpy() on cold caches)")
     args = ap.parse_args(argv)
     CLOCK = args.clock
+    maskbench_peers.TrellisJSON.backend = args.trellis_bitmask
+    maskbench_peers.TrellisJSON.backend = args.trellis_bitmask
     maskbench_peers.TrellisJSON.clear_shared = not args.trellis_keep_shared
     if args.from_json:
         with open(args.from_json) as f:

@@ -300,9 +300,12 @@ class TrellisJSON(bench_regex.TrellisEngine):
     ``from_tiktoken``, checked against the shared token table); before each timed
     compile the per-grammar caches are dropped as in bench_regex (vocabulary-level
     tables such as the token trie are kept). Masks: ``grammar.fill_bitmask(state,
-    bitmask, 0)`` into ``constrain.allocate_bitmask(1, V)``."""
+    bitmask, 0)`` into ``constrain.allocate_bitmask(1, V, backend=backend)``: a numpy
+    int32 array by default, the kind the harness gives llguidance (``"torch"``: a
+    torch tensor, constrain's own default)."""
 
     name = "trellis"
+    backend = "numpy"
     #: drop the caches shared across grammars before each compile -- the
     #: vocabulary-wide lexer-state walks (``trie._lexer_rows``) and the
     #: process-wide terminal automata, lexer products and multipleOf tables
@@ -327,7 +330,8 @@ class TrellisJSON(bench_regex.TrellisEngine):
         self.version += f" ({self.source})"
 
     def options(self) -> dict:
-        return {"strict": True, "function": self.source, "clear_shared_caches": self.clear_shared}
+        return {"strict": True, "function": self.source, "clear_shared_caches": self.clear_shared,
+                "bitmask": self.backend}
 
     def _clear(self):
         super()._clear()
