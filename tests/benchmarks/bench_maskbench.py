@@ -941,13 +941,8 @@ def main(argv=None) -> int:
                     help="bitmask Trellis fills: a numpy int32 array (default: the same kind the harness gives "
                          "llguidance) or a torch tensor (constrain.allocate_bitmask's default; the first fill "
                          "of each fresh tensor pays torch's .numpy() on cold caches)")
-    ap.add_argument("--trellis-bitmask", choices=["numpy", "torch"], default="numpy",
-                    help="bitmask Trellis fills: a numpy int32 array (default: the same kind the harness gives "
-                         "llguidance) or a torch tensor (constrain.allocate_bitmask's default; the first fill "
-                         "of each fresh tensor pays torch's .numpy() on cold caches)")
     args = ap.parse_args(argv)
     CLOCK = args.clock
-    maskbench_peers.TrellisJSON.backend = args.trellis_bitmask
     maskbench_peers.TrellisJSON.backend = args.trellis_bitmask
     maskbench_peers.TrellisJSON.clear_shared = not args.trellis_keep_shared
     if args.from_json:
