@@ -1953,7 +1953,8 @@ def _translate(schema, exclusions: dict | None, *, whitespace: str = "compact",
         out = comp.to_ir("start")
         out.exclusions = exclusions
     if comp.ignored:
-        warnings.warn("json_schema_to_lark ignored keywords it cannot enforce at: "
+        who = "json_schema_to_lark" if exclusions is None else "compile_json_schema"
+        warnings.warn(f"{who} ignored keywords it cannot enforce at: "
                       + ", ".join(p or "/" for p in comp.ignored), stacklevel=3)
     return out
 
