@@ -1588,7 +1588,6 @@ class _Compiler:
                 f"the grammar text would be {len(text)} characters (limit {MAX_GRAMMAR_CHARS})")
         return text
 
-
     def to_ir(self, start: str) -> GrammarIR:
         """The grammar as :class:`GrammarIR`, without the detour through text:
         the same language as loading :meth:`render`'s text (``x?`` and ``(...)*``
@@ -1633,6 +1632,7 @@ class _Compiler:
             raise GrammarTooComplexError(
                 f"the grammar would be about {size} characters as text (limit {MAX_GRAMMAR_CHARS})")
         return GrammarIR(terminals, names, rules, 0)
+
 
 class _ObjectView:
     """Merged object keywords of a conjunction: declared members in order, their
@@ -1968,9 +1968,13 @@ def compile_json_schema(schema, vocab, **options):
 
     ``options`` may hold ``whitespace``, ``max_whitespace``, ``strict``,
     ``max_string_length`` and ``max_array_length`` (see
-    :func:`json_schema_to_lark`); the rest are budgets passed on to
-    :func:`constrain.grammar.compile_grammar`. ``time_budget`` (seconds, default
-    30) bounds the translation and the grammar compilation together.
+    :func:`json_schema_to_lark`); the rest are the budgets
+    :func:`constrain.grammar.compile_grammar` takes. ``time_budget`` (seconds,
+    default 30) bounds the translation and the grammar compilation together.
+
+    The constraint accepts the language of ``json_schema_to_lark``'s text, built
+    without the text: the translator's rules go straight to a ``GrammarIR``, and
+    "any key but the declared ones" is an automaton (``GrammarIR.exclusions``).
     """
     from .grammar import GrammarConstraint  # the grammar engine imports lazily
 
