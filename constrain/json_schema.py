@@ -1588,6 +1588,13 @@ class _Compiler:
                 f"the grammar text would be {len(text)} characters (limit {MAX_GRAMMAR_CHARS})")
         return text
 
+    def warn_ignored(self, caller: str) -> None:
+        """One warning (blamed on ``caller``'s caller) listing the keywords a
+        ``strict=False`` translation ignored."""
+        if self.ignored:
+            warnings.warn(f"{caller} ignored keywords it cannot enforce at: "
+                          + ", ".join(p or "/" for p in self.ignored), stacklevel=3)
+
     def to_ir(self, start: str) -> GrammarIR:
         """The grammar as :class:`GrammarIR`, without the detour through text:
         the same language as loading :meth:`render`'s text (``x?`` and ``(...)*``
@@ -1924,20 +1931,21 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
         GrammarTooComplexError: the grammar would exceed a size limit or the
             translation its time budget.
     """
-    return _translate(schema, None, whitespace=whitespace, max_whitespace=max_whitespace,
-                      strict=strict, max_string_length=max_string_length,
-                      max_array_length=max_array_length, time_budget=time_budget)
+    comp = _translated(schema, None, whitespace=whitespace, max_whitespace=max_whitespace,
+                       strict=strict, max_string_length=max_string_length,
+                       max_array_length=max_array_length, time_budget=time_budget)
+    text = comp.render("start")
+    comp.warn_ignored("json_schema_to_lark")
+    return text
 
 
-def _translate(schema, exclusions: dict | None, *, whitespace: str = "compact",
-               max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
-               max_string_length: int = MAX_STRING_LENGTH,
-               max_array_length: int = MAX_ARRAY_LENGTH,
-               time_budget: float | None = 30.0):
-    """:func:`json_schema_to_lark`'s text; with ``exclusions`` a dict, a
-    :class:`GrammarIR` instead, whose "any string but these" terminals are
-    defined by automata (``GrammarIR.exclusions``, see
-    ``_Compiler.exclusion_terminal``)."""
+def _translated(schema, exclusions: dict | None, *, whitespace: str = "compact",
+                max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
+                max_string_length: int = MAX_STRING_LENGTH,
+                max_array_length: int = MAX_ARRAY_LENGTH,
+                time_budget: float | None = 30.0) -> "_Compiler":
+    """The translator after it has built the rules of ``schema`` from ``start``;
+    ``exclusions`` as for :class:`_Compiler` (``None`` for grammar text)."""
     root = _load_schema(schema)
     deadline = None if time_budget is None else time.perf_counter() + time_budget
     comp = _Compiler(root, strict=strict, whitespace=whitespace, max_whitespace=max_whitespace,
@@ -1947,16 +1955,7 @@ def _translate(schema, exclusions: dict | None, *, whitespace: str = "compact",
         raise UnsupportedSchemaError("the schema admits no JSON value", "")
     top = comp.value_symbol(("",))
     comp.rules.setdefault("start", [_Alt([("sym", top)])])
-    if exclusions is None:
-        out = comp.render("start")
-    else:
-        out = comp.to_ir("start")
-        out.exclusions = exclusions
-    if comp.ignored:
-        who = "json_schema_to_lark" if exclusions is None else "compile_json_schema"
-        warnings.warn(f"{who} ignored keywords it cannot enforce at: "
-                      + ", ".join(p or "/" for p in comp.ignored), stacklevel=3)
-    return out
+    return comp
 
 
 _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
@@ -1981,7 +1980,11 @@ def compile_json_schema(schema, vocab, **options):
     schema_opts = {k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options}
     budget = options.pop("time_budget", 30.0)
     t0 = time.perf_counter()
-    ir = _translate(schema, {}, time_budget=budget, **schema_opts)
+    exclusions: dict = {}
+    comp = _translated(schema, exclusions, time_budget=budget, **schema_opts)
+    ir = comp.to_ir("start")
+    ir.exclusions = exclusions
+    comp.warn_ignored("compile_json_schema")
     left = max(0.0, budget - (time.perf_counter() - t0))
     return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
 
