@@ -44,6 +44,8 @@ from .json_schema_formats import (
     FORMATS,
     JSON_CHAR_ANY,
     JSON_CODEPOINT,
+    JSON_INTEGER,
+    JSON_NUMBER,
     PatternUnsupported,
     encoded_class,
     matches_everything,
@@ -96,8 +98,6 @@ _HANDLED = (_NUMBER_KW | _STRING_KW | _OBJECT_KW
                "anyOf", "oneOf", "$ref", "not"})
 _REFUSED = {"contains", "maxContains", "minContains", "if", "then", "else",
             "$dynamicRef", "$recursiveRef", "dependentSchemas"}
-_INTEGER = r"-?(?:0|[1-9][0-9]*)"
-_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+\-]?[0-9]+)?"
 _STRING_ANY = '"' + JSON_CHAR_ANY + '*"'
 
 
@@ -748,7 +748,7 @@ class _Compiler:
         # key-with-colon terminal each paid the JSON string's regex pipeline again,
         # ~0.7 ms of a median schema's cold compile)
         string = self.terminal(_STRING_ANY, "STRING")
-        scalars = [string, self.terminal(_NUMBER, "NUMBER"), self.terminal("true|false", "BOOL"),
+        scalars = [string, self.terminal(JSON_NUMBER, "NUMBER"), self.terminal("true|false", "BOOL"),
                    self.terminal("null", "NULL")]
         colon = self.terminal(self.ws + ":" + self.ws, "COLON")
         self.rules["any_value"] = ([_Alt([("sym", t)]) for t in scalars]
@@ -976,13 +976,13 @@ class _Compiler:
                 return None
             return self.terminal(rx, "INT")
         if integer or lo is not None or hi is not None:
-            rx = int_range_regex(ilo, ihi) if (lo is not None or hi is not None) else _INTEGER
+            rx = int_range_regex(ilo, ihi) if (lo is not None or hi is not None) else JSON_INTEGER
             if rx is not None:
                 parts.append(rx)
         if integer:
             return self.terminal(parts[0], "INT") if parts else None
         if lo is None and hi is None:
-            return self.terminal(_NUMBER, "NUMBER")
+            return self.terminal(JSON_NUMBER, "NUMBER")
         if any(isinstance(v, int) and abs(v) > 2 ** 53 for v in (lo, hi) if v is not None):
             # an integer bound a float cannot hold: only integer texts compare exactly
             return self.terminal("|".join(parts), "NUMBER") if parts else None
@@ -1020,14 +1020,14 @@ class _Compiler:
                 continue
             ilo, ihi = integer_bounds(a, ax, b, bx)
             if a is None and b is None:
-                rx = _INTEGER
+                rx = JSON_INTEGER
             else:
                 rx = int_range_regex(ilo, ihi)
             if rx is not None:
                 parts.append(rx)
             if not integer:
                 if a is None and b is None:
-                    parts.append(_NUMBER)
+                    parts.append(JSON_NUMBER)
                     continue
                 dlo, dlo_x = _decimal_bound(a, ax, +1)
                 dhi, dhi_x = _decimal_bound(b, bx, -1)
@@ -1065,7 +1065,7 @@ class _Compiler:
         where = next((f"{p}/multipleOf" for p in conj
                       if isinstance(self.node(p), dict) and "multipleOf" in self.node(p)), "")
         self.unsupported(where, f"multipleOf {m} with these bounds")
-        return int_range_regex(ilo, ihi) if (ilo is not None or ihi is not None) else _INTEGER
+        return int_range_regex(ilo, ihi) if (ilo is not None or ihi is not None) else JSON_INTEGER
 
     # -- strings ---------------------------------------------------------------------
 

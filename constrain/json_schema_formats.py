@@ -137,6 +137,9 @@ JSON_CODEPOINT = (r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]'
                   r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
 #: any character, canonically encoded
 CANON_ANY = encoded_class([(0, MAX_CP)])
+#: a JSON integer, and any JSON number
+JSON_INTEGER = r"-?(?:0|[1-9][0-9]*)"
+JSON_NUMBER = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+\-]?[0-9]+)?"
 
 # -- formats ------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from . import grammar_kernels as gk
 from . import kernels
 from .byte_automaton import ByteDFA, minus_prefixes, trim_and_minimize
 from .errors import GrammarError, GrammarTooComplexError, RegexError
+from .json_terminals import builtin_dfa
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
@@ -82,6 +83,9 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
         # punctuation: most of its terminals) skips the regex pipeline
         text = _regex_literal(term.pattern) if term.flags == 0 else None
         dfa = _literal_dfa(text, 0, alphabet) if text else None
+        if dfa is None and term.flags == 0:
+            # JSON strings, keys and numbers: written down, not compiled
+            dfa = builtin_dfa(term.pattern, alphabet, _regex_literal)
         if dfa is None and term.flags == 0:
             # an alternation of literals (an enum, true|false): the trie of its
             # strings is its DFA (an enum of 200 strings took 5.8 ms as a regex)

@@ -1,0 +1,181 @@
+"""Byte DFAs of the lexemes every JSON Schema uses, built directly.
+
+Nearly every compiled schema has a JSON string terminal, a key terminal (any
+canonical string but the declared names, then ``:``) and a number or integer
+terminal. Through the general regex pipeline (parse, character DFA, UTF-8
+expansion, minimisation) each took 0.1-0.4 ms, cold: together about a third of
+the compile time of a typical MaskBench schema. Here their automata are written
+down state by state, which takes a few microseconds, and trimmed and minimised
+over the vocabulary's alphabet as the pipeline's are.
+
+:func:`builtin_dfa` recognises the exact patterns :mod:`constrain.json_schema`
+emits for these lexemes and returns ``None`` for anything else, which then takes
+the regex pipeline; the tests check every builder against that pipeline
+(``same_language``), so the fast path cannot change a language.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .byte_automaton import ByteDFA, trim_and_minimize
+from .json_schema_formats import CANON_ANY, JSON_CHAR_ANY, JSON_INTEGER, JSON_NUMBER
+
+_HEX = b"0123456789abcdefABCDEF"
+_DIGITS = b"0123456789"
+
+
+class _Table:
+    """A byte DFA being written: state 0 dead, 1 start."""
+
+    def __init__(self, n: int):
+        self.t = np.zeros((n, 256), dtype=np.int32)
+        self.acc = np.zeros(n, dtype=np.bool_)
+
+    def span(self, s: int, lo: int, hi: int, to: int) -> None:
+        self.t[s, lo:hi + 1] = to
+
+    def on(self, s: int, chars: bytes, to: int) -> None:
+        self.t[s, list(chars)] = to
+
+    def utf8(self, s: int, first: int, back: int) -> int:
+        """From ``s``, any non-ASCII character of valid UTF-8 (no surrogates, at
+        most U+10FFFF) back to ``back``, through states ``first``..``first + 6``;
+        returns the next free state."""
+        c1, c2, c3, e0, ed, f0, f4 = range(first, first + 7)
+        self.span(s, 0xC2, 0xDF, c1)
+        self.span(s, 0xE0, 0xE0, e0)
+        self.span(s, 0xE1, 0xEC, c2)
+        self.span(s, 0xED, 0xED, ed)
+        self.span(s, 0xEE, 0xEF, c2)
+        self.span(s, 0xF0, 0xF0, f0)
+        self.span(s, 0xF1, 0xF3, c3)
+        self.span(s, 0xF4, 0xF4, f4)
+        self.span(c1, 0x80, 0xBF, back)
+        self.span(c2, 0x80, 0xBF, c1)
+        self.span(c3, 0x80, 0xBF, c2)
+        self.span(e0, 0xA0, 0xBF, c1)
+        self.span(ed, 0x80, 0x9F, c1)
+        self.span(f0, 0x90, 0xBF, c2)
+        self.span(f4, 0x80, 0x8F, c2)
+        return first + 7
+
+
+def _string_table(canonical: bool, at_least_one: bool) -> _Table:
+    """``"`` + a character class star (plus) + ``"``: the closing quote is the
+    last state, where a tail goes on."""
+    # 1 start, 2 body, 3 body before the first character (``+`` only), 4 after
+    # "\\", then the states inside \u escapes, the UTF-8 states, the closing quote
+    # and the tail
+    body, first, bs, esc = 2, (3 if at_least_one else 2), 4, 5
+    utf0 = esc + (5 if canonical else 4)
+    close = utf0 + 7
+    tb = _Table(close + 1)
+    tb.on(1, b'"', first)
+    tb.span(body, 0x20, 0x7F, body)
+    tb.on(body, b"\\", bs)
+    tb.on(body, b'"', close)
+    tb.utf8(body, utf0, body)
+    if canonical:
+        # \u00 then 0[0-7bef] | 1[0-9a-f]: the controls with no short escape
+        u, u0, u00, u000, u001 = range(esc, esc + 5)
+        tb.on(bs, b'bfnrt"\\', body)
+        tb.on(bs, b"u", u)
+        tb.on(u, b"0", u0)
+        tb.on(u0, b"0", u00)
+        tb.on(u00, b"0", u000)
+        tb.on(u00, b"1", u001)
+        tb.on(u000, b"01234567bef", body)
+        tb.on(u001, b"0123456789abcdef", body)
+    else:
+        tb.on(bs, b'"\\/bfnrt', body)
+        tb.on(bs, b"u", esc)
+        for k in range(3):
+            tb.on(esc + k, _HEX, esc + k + 1)
+        tb.on(esc + 3, _HEX, body)
+    if at_least_one:
+        tb.t[first] = tb.t[body]
+        tb.t[first, ord('"')] = 0
+    return tb
+
+
+def _number_table(integer: bool) -> _Table:
+
+
+    # 1 start, 2 after "-", 3 "0", 4 [1-9][0-9]*, 5 after ".", 6 fraction digits,
+    # 7 after "e", 8 after the exponent's sign, 9 exponent digits
+    tb = _Table(10)
+    for s in (1, 2):
+        tb.on(s, b"0", 3)
+        tb.on(s, b"123456789", 4)
+    tb.on(1, b"-", 2)
+    tb.on(4, _DIGITS, 4)
+    tb.acc[[3, 4]] = True
+    if not integer:
+        for s in (3, 4):
+            tb.on(s, b".", 5)
+        tb.on(5, _DIGITS, 6)
+        tb.on(6, _DIGITS, 6)
+        for s in (3, 4, 6):
+            tb.on(s, b"eE", 7)
+        tb.on(7, b"+-", 8)
+        tb.on(7, _DIGITS, 9)
+        tb.on(8, _DIGITS, 9)
+        tb.on(9, _DIGITS, 9)
+        tb.acc[[6, 9]] = True
+    return tb
+
+
+# written once, at import: per compile only the alphabet's restriction (and a
+# key's tail) remains, ~11 us in one kernel
+_STRINGS = {(char, plus): _string_table(char == CANON_ANY, plus)
+            for char in (JSON_CHAR_ANY, CANON_ANY) for plus in (False, True)}
+_NUMBERS = {integer: _number_table(integer) for integer in (False, True)}
+
+
+def json_string_dfa(char: str, at_least_one: bool, tail: bytes, alphabet: np.ndarray) -> ByteDFA:
+    """``"`` + ``char*`` (``char+`` when ``at_least_one``) + ``"`` + ``tail``, where
+    ``char`` is :data:`JSON_CHAR_ANY` (any legal encoding of one character) or
+    :data:`CANON_ANY` (the canonical one), over ``alphabet``."""
+    tb = _STRINGS.get((char, at_least_one))
+    if tb is None:
+        raise ValueError("not a JSON string character class")
+    close = tb.t.shape[0] - 1
+    trans = np.zeros((close + 1 + len(tail), 256), dtype=np.int32)
+    trans[:close + 1] = tb.t
+    acc = np.zeros(trans.shape[0], dtype=np.bool_)
+    acc[-1] = True
+    for i, b in enumerate(tail):
+        trans[close + i, b] = close + i + 1
+    return trim_and_minimize(ByteDFA(trans, acc), alphabet=alphabet)
+
+
+def json_number_dfa(integer: bool, alphabet: np.ndarray) -> ByteDFA:
+    """A JSON number (``-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?``), or
+    only its integer part when ``integer``, over ``alphabet``."""
+    tb = _NUMBERS[integer]
+    return trim_and_minimize(ByteDFA(tb.t, tb.acc), alphabet=alphabet)
+
+
+_STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
+                      for char, plus in _STRINGS)
+
+
+def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail) -> ByteDFA | None:
+    """The byte DFA of ``pattern`` when it is one of the JSON lexemes above
+    (``literal_tail(text)`` reads a string terminal's tail: the one string a
+    regex matches, or ``None``); else ``None``."""
+    if pattern == JSON_NUMBER:
+        return json_number_dfa(False, alphabet)
+    if pattern == JSON_INTEGER:
+        return json_number_dfa(True, alphabet)
+    if not pattern.startswith('"(?:'):
+        return None
+    for head, char, plus in _STRING_HEADS:
+        if pattern.startswith(head):
+            rest = pattern[len(head):]
+            tail = literal_tail(rest) if rest else ""
+            if tail is None:
+                return None
+            return json_string_dfa(char, plus, tail.encode("utf-8"), alphabet)
+    return None

@@ -1,0 +1,65 @@
+"""The JSON lexemes written down state by state (constrain.json_terminals) accept
+exactly what the regex pipeline builds from the same patterns, over full and
+restricted alphabets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from automata_testing import same_language
+from constrain.json_schema_formats import CANON_ANY, JSON_CHAR_ANY, JSON_INTEGER, JSON_NUMBER
+from constrain.json_terminals import builtin_dfa
+from constrain.lexer import _regex_literal
+from constrain.regex import regex_byte_dfa
+
+PATTERNS = [JSON_NUMBER, JSON_INTEGER] + [
+    '"' + char + quant + '"' + tail
+    for char in (JSON_CHAR_ANY, CANON_ANY) for quant in "*+" for tail in ("", ":", r"\:", ",", "é")
+]
+
+
+def _alphabets():
+    rng = np.random.default_rng(7)
+    out = [np.ones(256, dtype=np.bool_)]
+    ascii_only = np.zeros(256, dtype=np.bool_)
+    ascii_only[:128] = True
+    out.append(ascii_only)
+    for _ in range(3):
+        a = np.ones(256, dtype=np.bool_)
+        a[rng.choice(256, 48, replace=False)] = False
+        out.append(a)
+    no_quote = np.ones(256, dtype=np.bool_)
+    no_quote[ord('"')] = False
+    out.append(no_quote)
+    return out
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_builtin_equals_regex_pipeline(pattern):
+    for alphabet in _alphabets():
+        fast = builtin_dfa(pattern, alphabet, _regex_literal)
+        assert fast is not None, pattern
+        try:
+            slow = regex_byte_dfa(pattern, alphabet)
+        except Exception:  # the alphabet spells nothing: the builtin is empty too
+            assert not fast.accepting.any()
+            continue
+        assert same_language(fast, slow), (pattern, int(alphabet.sum()))
+
+
+@pytest.mark.parametrize("pattern", [
+    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,20}"',
+    '"' + JSON_CHAR_ANY + '*"' + r"\s*:", JSON_NUMBER + "x", "-?[0-9]+", '"' + JSON_CHAR_ANY,
+])
+def test_other_patterns_take_the_pipeline(pattern):
+    assert builtin_dfa(pattern, np.ones(256, dtype=np.bool_), _regex_literal) is None
+
+
+def test_key_terminal_walks():
+    dfa = builtin_dfa('"' + CANON_ANY + '*":', np.ones(256, dtype=np.bool_), _regex_literal)
+    for good in ['"":', '"a\\u001f":', '"\\n\\"":', '"é€😀":']:
+        assert dfa.matches(good.encode()), good
+    for bad in ['"\\/":', '"\\u0041":', '"\\u001F":', '"a"', '"\x01":', '"\\ud800":']:
+        assert not dfa.matches(bad.encode()), bad
+    assert not dfa.matches(b'"\xed\xa0\x80":')  # a surrogate in UTF-8
