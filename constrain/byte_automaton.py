@@ -250,9 +250,10 @@ def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
 _ALL_BYTES = np.ones(256, dtype=np.bool_)
 
 
-def minus_prefixes(dfa: ByteDFA, prefixes, *, alphabet: np.ndarray | None = None) -> ByteDFA:
+def minus_prefixes(dfa: ByteDFA, prefixes) -> ByteDFA:
     """``dfa``'s language without the strings that start with one of
-    ``prefixes`` (byte strings), trimmed and minimal.
+    ``prefixes`` (byte strings), trimmed (not renumbered, not minimised).
+    ``dfa`` must be trimmed; the result reads no byte ``dfa`` does not read.
 
     The product of ``dfa`` with the trie of ``prefixes``: a trie node pairs with
     the one state its bytes reach, and leaving the trie returns to ``dfa`` itself,
@@ -304,4 +305,17 @@ def minus_prefixes(dfa: ByteDFA, prefixes, *, alphabet: np.ndarray | None = None
         row = out[node + 1]
         for b, k in kids[node].items():
             row[b] = 0 if k < 0 else k + 1
-    return trim_and_minimize(ByteDFA(out, acc), alphabet=alphabet)
+    # a trie node is live when its state in ``dfa`` has a live byte the trie does
+    # not take (``dfa`` is trimmed), or a live child (children come after their
+    # parent): when all are, the usual case, nothing needs trimming. Not
+    # minimised either: only trie nodes left with the same excluded suffixes
+    # coincide (rare and harmless), and Moore's rounds, one per trie level, cost
+    # 50-150 us cold
+    outdeg = np.count_nonzero(table, axis=1).tolist()
+    live = [False] * m
+    for node in range(m - 1, -1, -1):
+        d = kids[node]
+        live[node] = outdeg[state_of[node]] > len(d) or any(k > 0 and live[k] for k in d.values())
+    if not all(live):
+        out, acc = kernels.trim_dead(out, acc)
+    return ByteDFA(out, acc)

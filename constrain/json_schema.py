@@ -1511,54 +1511,63 @@ class _Compiler:
 
     def _pruned(self, start: str):
         """``(rules, reachable, terminals used)`` with unproductive and
-        unreachable rules removed."""
-        rules = self.rules
-        productive: set[str] = set(self.terminal_defs)
-        changed = True
-        while changed:
-            changed = False
-            for name, alts in rules.items():
-                if name in productive:
-                    continue
-                for alt in alts:
-                    if all(kind != "sym" or sym in productive for kind, sym in alt):
-                        productive.add(name)
-                        changed = True
-                        break
-        if start not in productive:
-            raise UnsupportedSchemaError("the schema admits no JSON value", "")
-        cleaned: dict[str, list] = {}
+        unreachable rules removed (rules in the order they were made). Linear in
+        the grammar's size: a worklist, where re-scanning every rule until nothing
+        changed took ~0.1 ms on a median MaskBench schema."""
+        rules, terms = self.rules, self.terminal_defs
+        productive: set[str] = set(terms)
+        waiting: dict[str, list] = {}  # symbol -> counters of the alternatives needing it
+        todo = []
         for name, alts in rules.items():
-            if name not in productive:
-                continue
-            out = []
             for alt in alts:
-                if any(kind == "sym" and sym not in productive for kind, sym in alt):
-                    continue
-                new = []
-                for kind, sym in alt:
-                    if kind == "opt" and sym not in productive:
-                        continue
-                    if kind == "star" and any(s not in productive for s in sym):
-                        continue
-                    new.append((kind, sym))
-                out.append(new)
-            cleaned[name] = out
-        # reachability from start
-        reach, todo, used_terms = set(), [start], set()
+                missing = [sym for kind, sym in alt if kind == "sym" and sym not in terms]
+                if not missing:
+                    todo.append(name)
+                    break
+                counter = [len(missing), name]
+                for m in missing:
+                    waiting.setdefault(m, []).append(counter)
         while todo:
             x = todo.pop()
-            if x in reach:
+            if x in productive:
                 continue
-            reach.add(x)
-            for alt in cleaned.get(x, []):
+            productive.add(x)
+            for counter in waiting.pop(x, ()):
+                counter[0] -= 1
+                if counter[0] == 0:
+                    todo.append(counter[1])
+        if start not in productive:
+            raise UnsupportedSchemaError("the schema admits no JSON value", "")
+        found: dict[str, list] = {}
+        used_terms: set[str] = set()
+        todo = [start]
+        while todo:
+            x = todo.pop()
+            if x in found:
+                continue
+            out = []
+            for alt in rules[x]:
+                new = []
+                for kind, sym in alt:
+                    if kind == "star":
+                        if all(s in productive for s in sym):
+                            new.append((kind, sym))
+                    elif sym in productive:
+                        new.append((kind, sym))
+                    elif kind == "sym":
+                        break
+                else:
+                    out.append(new)
+            found[x] = out
+            for alt in out:
                 for kind, sym in alt:
                     for s in (sym if kind == "star" else (sym,)):
-                        if s in cleaned:
-                            todo.append(s)
-                        else:
+                        if s in terms:
                             used_terms.add(s)
-        return cleaned, reach, used_terms
+                        elif s not in found:
+                            todo.append(s)
+        cleaned = {name: found[name] for name in rules if name in found}
+        return cleaned, set(cleaned), used_terms
 
     def render(self, start: str) -> str:
         """The grammar text, unproductive and unreachable rules removed."""

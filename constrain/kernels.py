@@ -306,6 +306,21 @@ def coreachable_dense(trans, accepting):
 
 
 @njit(cache=True, nogil=True)
+def trim_dead(trans, accepting):
+    """A copy of a byte DFA (``[n, 256]``, 0 dead) with every transition into a
+    state that cannot accept sent to the dead state: trimmed, not minimised or
+    renumbered (one pass, for automata near-minimal by construction)."""
+    n, k = trans.shape
+    live = coreachable_dense(trans, accepting)
+    out = np.zeros((n, k), np.int32)
+    for s in range(n):
+        for b in range(k):
+            if live[trans[s, b]]:
+                out[s, b] = trans[s, b]
+    return out, accepting & live
+
+
+@njit(cache=True, nogil=True)
 def moore_classes(trans, accepting, live, max_rounds):
     """Coarsest equivalence of a dense DFA (Moore's refinement, exact: states are
     grouped by a hash of their signature, then compared in full). Class 0 holds the

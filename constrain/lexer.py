@@ -28,7 +28,7 @@ import numpy as np
 
 from . import grammar_kernels as gk
 from . import kernels
-from .byte_automaton import ByteDFA, minus_prefixes, trim_and_minimize
+from .byte_automaton import ByteDFA, minus_prefixes
 from .errors import GrammarError, GrammarTooComplexError, RegexError
 from .json_terminals import builtin_dfa
 from .lark_loader import GrammarIR, Terminal
@@ -40,10 +40,12 @@ _DFA_CACHE_SIZE = 4096
 _TERMINAL_UIDS: dict = {}
 
 
-def terminal_uid(term: Terminal, alphabet: np.ndarray) -> int:
+def terminal_uid(term: Terminal, alphabet: np.ndarray | bytes) -> int:
     """A process-wide id of a terminal's automaton (same pattern, flags and
-    alphabet → same id), so that lexer states can be recognised across grammars."""
-    key = (term.pattern, term.flags, term.literal, alphabet.tobytes())
+    alphabet → same id), so that lexer states can be recognised across grammars.
+    ``alphabet``: the 256 booleans, or their ``tobytes()``."""
+    key = (term.pattern, term.flags, term.literal,
+           alphabet if isinstance(alphabet, bytes) else alphabet.tobytes())
     uid = _TERMINAL_UIDS.get(key)
     if uid is None:
         uid = _TERMINAL_UIDS[key] = len(_TERMINAL_UIDS)
@@ -75,7 +77,7 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if exclusion is not None:
         base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
                             deadline=deadline)
-        dfa = minus_prefixes(base, exclusion[1], alphabet=alphabet) if base is not None else False
+        dfa = minus_prefixes(base, exclusion[1]) if base is not None else False
     elif term.literal is not None:
         dfa = _literal_dfa(term.literal, term.flags, alphabet)
     else:
@@ -165,8 +167,8 @@ def _regex_alternatives(pattern: str) -> list[str] | None:
 
 
 def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
-    """The minimal DFA of a finite set of strings (the trie of their UTF-8 bytes,
-    minimised); ``False`` when the alphabet spells none of them."""
+    """The DFA of a finite set of strings: the trie of their UTF-8 bytes, the
+    strings the alphabet cannot spell left out; ``False`` when it spells none."""
     kids: list[dict] = [{}]
     final = [False]
     for text in texts:
@@ -192,7 +194,9 @@ def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
             row[b] = c + 1
     accepting = np.zeros(len(kids) + 1, dtype=np.bool_)
     accepting[1:] = final
-    return trim_and_minimize(ByteDFA(table, accepting), alphabet=alphabet)
+    # every node lies on a spellable string: the trie is trimmed as it is, and
+    # minimising it (merging the ends of the strings) cost ~80 us cold
+    return ByteDFA(table, accepting)
 
 
 def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None | bool:
@@ -230,7 +234,8 @@ class TerminalAutomata:
                  deadline: float | None):
         n_t = ir.n_terminals
         self.usable = np.zeros(n_t, dtype=np.bool_)
-        self.uids = [terminal_uid(term, alphabet) for term in ir.terminals]
+        alphabet_key = alphabet.tobytes()
+        self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
         spelled = alphabet.nonzero()[0].astype(np.uint8).tobytes()
         # a terminal is a DFA, or the bytes of a literal (most of a JSON Schema's
         # terminals: member names, punctuation), whose chains are written into the

@@ -54,3 +54,27 @@ def test_literal_alternation_edge_cases():
     assert _regex_alternatives("abc") is None and _regex_alternatives("a|b*") is None
     assert _regex_alternatives("a|(b)") is None and _regex_alternatives(r"a\|b") is None
     assert _regex_alternatives("a|") == ["a", ""]
+
+
+@pytest.mark.parametrize("base, prefixes, expected", [
+    (r'"[ab]+"', [b'"a', b'"b'], None),  # every string excluded: the product trims to nothing
+    (r'"[ab]{1,2}"', [b'"a"', b'"ab', b'"b'], r'"aa"'),  # dead trie nodes trimmed
+    (r'"[a-z]*":', [b'"ab":', b'"cb":'], r'"(?:[a-z]*)":'),
+])
+def test_minus_prefixes_trims_dead_trie_nodes(base, prefixes, expected):
+    from automata_testing import same_language
+    alphabet = np.ones(256, dtype=np.bool_)
+    out = ba.minus_prefixes(regex_byte_dfa(base, alphabet), prefixes)
+    live = [s for s in range(1, out.num_states) if out.transitions[s].any() or out.accepting[s]]
+    if expected is None:
+        assert not out.transitions[1].any() and not out.accepting[1]
+        return
+    for s in live:  # every state with a way out can still accept
+        assert out.accepting[s] or out.transitions[s].any()
+    if expected == r'"aa"':
+        assert same_language(out, regex_byte_dfa(expected, alphabet))
+    else:
+        for good in [b'"":', b'"a":', b'"abc":', b'"cc":']:
+            assert out.matches(good)
+        for bad in [b'"ab":', b'"cb":']:
+            assert not out.matches(bad)

@@ -29,6 +29,12 @@ def _alphabets():
         a = np.ones(256, dtype=np.bool_)
         a[rng.choice(256, 48, replace=False)] = False
         out.append(a)
+    # SmolLM2's: no C0, C1, F1-FF and a few controls (every state stays live,
+    # so the tables are only restricted, not trimmed)
+    byte_bpe = np.ones(256, dtype=np.bool_)
+    byte_bpe[[4, 6, 19, 20, 22, 29, 0xC0, 0xC1]] = False
+    byte_bpe[0xF1:] = False
+    out.append(byte_bpe)
     no_quote = np.ones(256, dtype=np.bool_)
     no_quote[ord('"')] = False
     out.append(no_quote)
