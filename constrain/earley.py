@@ -53,8 +53,10 @@ class EarleyRecognizer:
             raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no string "
                                f"the vocabulary can spell")
         by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
+        # a symbol is ok when usable (terminals) or productive (nonterminals)
+        ok = ([True] * n_t if usable is None else list(map(bool, usable))) + productive
         for r, (lhs, rhs) in enumerate(rules):
-            if all(self._sym_ok(s, productive, usable) for s in rhs):
+            if all(ok[s] for s in rhs):
                 by_lhs[lhs].append(r)
         self.by_lhs = by_lhs
         self.nullable = self._nullable(rules, by_lhs, n_t, n_nt + 1)
@@ -88,11 +90,6 @@ class EarleyRecognizer:
         self._add_context((), (start,), self._aug_done in self._predict(start))
 
     # -- grammar analysis ---------------------------------------------------------
-
-    def _sym_ok(self, s, productive, usable) -> bool:
-        if s < self.n_t:
-            return usable is None or bool(usable[s])
-        return productive[s - self.n_t]
 
     @staticmethod
     def _fixpoint(rules, n_t, n_nt, base_ok) -> list[bool]:
@@ -128,8 +125,9 @@ class EarleyRecognizer:
         return done
 
     def _productive(self, rules, n_t, n_nt, usable):
-        return self._fixpoint(rules, n_t, n_nt,
-                              (lambda t: True) if usable is None else (lambda t: bool(usable[t])))
+        if usable is None:
+            return self._fixpoint(rules, n_t, n_nt, lambda t: True)
+        return self._fixpoint(rules, n_t, n_nt, list(map(bool, usable)).__getitem__)
 
     @staticmethod
     def _nullable(rules, by_lhs, n_t, n_nt):
