@@ -252,7 +252,7 @@ class TerminalAutomata:
                 data = text.encode("utf-8")
                 if not data.translate(None, spelled):  # every byte spellable
                     part = data
-                size = len(data) + 2
+                size = len(data) + 2 if part is not None else 2
             else:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
                                     exclusion=ir.exclusions.get(term.name))

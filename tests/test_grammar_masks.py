@@ -265,3 +265,18 @@ def test_bounded_string_masks(name, smollm2_vocab):
         diff = np.flatnonzero(want != got)
         assert not len(diff), (text, [(int(t), smollm2_vocab.token_bytes(int(t)), bool(want[t]))
                                       for t in diff[:5]])
+
+
+def test_unspellable_literal_is_never_allowed():
+    """A literal with a byte no token has is an unusable terminal (its chain is not
+    written into the stacked table); the alternatives around it still work."""
+    from constrain import Vocabulary
+
+    tokens = [b"a", b"b", b"ab", b"c", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[4])
+    g = compile_grammar('start: "ab" "c" | "ax" "c" | "b"\n', vocab)
+    assert not g.terms.usable.all()
+    for text, ok in [(b"abc", True), (b"b", True), (b"axc", False), (b"ab", False)]:
+        assert g.matches(text) is ok, text
+    state = g.initial_state()
+    assert _mask_ids(g, state).tolist() == _brute_mask(g, state).tolist()
