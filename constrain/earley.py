@@ -48,13 +48,14 @@ class EarleyRecognizer:
         # augmented start rule S' -> start
         self.aug = len(rules)
         rules.append((n_nt, (n_t + ir.start,)))
-        productive = self._productive(rules, n_t, n_nt + 1, usable)
+        # per terminal, whether the vocabulary can spell it
+        spelled = [True] * n_t if usable is None else list(map(bool, usable))
+        productive = self._fixpoint(rules, n_t, n_nt + 1, spelled.__getitem__)
         if not productive[n_nt]:
             raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no string "
                                f"the vocabulary can spell")
         by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
-        # a symbol is ok when usable (terminals) or productive (nonterminals)
-        ok = ([True] * n_t if usable is None else list(map(bool, usable))) + productive
+        ok = spelled + productive  # per symbol: terminals, then nonterminals
         for r, (lhs, rhs) in enumerate(rules):
             if all(ok[s] for s in rhs):
                 by_lhs[lhs].append(r)
@@ -123,11 +124,6 @@ class EarleyRecognizer:
                         done[lhs] = True
                         todo.append(lhs)
         return done
-
-    def _productive(self, rules, n_t, n_nt, usable):
-        if usable is None:
-            return self._fixpoint(rules, n_t, n_nt, lambda t: True)
-        return self._fixpoint(rules, n_t, n_nt, list(map(bool, usable)).__getitem__)
 
     @staticmethod
     def _nullable(rules, by_lhs, n_t, n_nt):
