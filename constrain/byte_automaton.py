@@ -318,4 +318,6 @@ def minus_prefixes(dfa: ByteDFA, prefixes) -> ByteDFA:
         live[node] = outdeg[state_of[node]] > len(d) or any(k > 0 and live[k] for k in d.values())
     if not all(live):
         out, acc = kernels.trim_dead(out, acc)
+        if not acc[START] and not out[START].any():  # every string excluded
+            return ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
     return ByteDFA(out, acc)
