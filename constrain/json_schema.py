@@ -1513,8 +1513,8 @@ class _Compiler:
     def _pruned(self, start: str):
         """``(rules, reachable, terminals used)`` with unproductive and
         unreachable rules removed (rules in the order they were made). Linear in
-        the grammar's size: a worklist, where re-scanning every rule until nothing
-        changed took ~0.1 ms on a median MaskBench schema."""
+        the grammar's size: a worklist, not re-scans of every rule until nothing
+        changes (as many scans as the grammar is deep)."""
         rules, terms = self.rules, self.terminal_defs
         productive: set[str] = set(terms)
         waiting: dict[str, list] = {}  # symbol -> counters of the alternatives needing it

@@ -191,7 +191,7 @@ def json_number_dfa(integer: bool, alphabet: np.ndarray) -> ByteDFA:
     """A JSON number (``-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?``), or
     only its integer part when ``integer``, over ``alphabet``."""
     tb = _NUMBERS[integer]
-    return _restricted(tb.t.copy(), tb.acc, tb.witness, alphabet)
+    return _restricted(tb.t.copy(), tb.acc.copy(), tb.witness, alphabet)
 
 
 _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
