@@ -400,9 +400,9 @@ class _Compiler:
     # -- normalisation -------------------------------------------------------------
 
     def flatten(self, ptr: str, stack: tuple = ()) -> list[tuple]:
-        self.tick(ptr)
         """The schema at ``ptr`` as a disjunction of conjunctions of node pointers
         (combinators and ``$ref`` expanded)."""
+        self.tick(ptr)
         cache = self.flat_cache[self.checking]
         hit = cache.get(ptr)
         if hit is not None:
