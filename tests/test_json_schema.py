@@ -420,6 +420,24 @@ def test_enum_const_are_exact():
     check({"const": "x\"y"}, good=['"x\\"y"'], bad=['"xy"'])
 
 
+def test_enum_values_checked_without_jsonschema_keep_their_type():
+    # enum values are checked against the conjunction's other enum/const/type
+    # nodes by the translator itself (not jsonschema): each check must still hold
+    check({"type": "string", "enum": ["a", 1, True, None, "b"], "propertyOrder": 3},
+          good=['"a"', '"b"'], bad=["1", "true", "null"])
+    check({"allOf": [{"enum": [1, "x", 2.5, False]}, {"type": ["integer", "boolean"]}]},
+          good=["1", "false"], bad=['"x"', "2.5"])
+    check({"allOf": [{"enum": ["a", "b", "c"]}, {"const": "b", "title": "t"}]},
+          good=['"b"'], bad=['"a"', '"c"'])
+    # an integral float is an integer from draft 6 on, not in draft 4
+    check({"$schema": "http://json-schema.org/draft-04/schema#",
+           "allOf": [{"enum": [1.0, 2]}, {"type": "integer"}]}, good=["2"], bad=["1.0"])
+    check({"allOf": [{"enum": [1.0, "s"]}, {"type": "integer"}]}, good=["1.0"], bad=['"s"'])
+    # oneOf branches told apart by their enums and types
+    check({"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"enum": ["c", 3]}]},
+          good=['"a"', '"c"', "3"], bad=['"d"', "4"])
+
+
 def test_any_of_one_of_all_of():
     check({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 5}]},
           good=['"s"', "5"], bad=["4", "null"])
