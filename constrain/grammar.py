@@ -234,15 +234,21 @@ class GrammarConstraint(Constraint):
         if state == TERMINATED:
             return np.zeros(self.words, dtype=np.uint32)
         fresh, configs = state
+        accepting = self._accepting(fresh, configs)
         if len(configs) == 1:
-            row = self._config_mask(*configs[0]).copy()
+            row = self._config_mask(*configs[0])
+            if accepting:
+                row = row.copy()
         else:
-            row = np.zeros(self.words, dtype=np.uint32)
-            for c, s in configs:
+            row = self._config_mask(*configs[0]) | self._config_mask(*configs[1])
+            for c, s in configs[2:]:
                 row |= self._config_mask(c, s)
-        if self._accepting(fresh, configs):
+        if accepting:
             for e in self._eos:
                 row[e >> 5] |= np.uint32(1 << (int(e) & 31))
+        # rows are shared between the caches (a state's row is often its one
+        # configuration's): copying each cost ~1 us per first visit
+        row.flags.writeable = False
         self._masks[state] = row
         if len(self._masks) > self._max_masks:
             self._masks.popitem(last=False)
@@ -255,14 +261,21 @@ class GrammarConstraint(Constraint):
         if row is not None:
             return row
         cont, nodes, states = lex.walk(s)
-        row = cont.copy()
+        row = cont
         if lex.has_acc[s]:
             for t in lex.accepting_terminals(s):
                 c2 = self._next(c, t)
                 if c2 >= 0:
-                    row |= self._config_mask(c2, self._start(c2))
+                    other = self._config_mask(c2, self._start(c2))
+                    if row is cont:
+                        row = cont | other
+                    else:
+                        row |= other
         if len(nodes):
+            if row is cont:
+                row = cont.copy()
             self._boundaries(c, nodes, states, row)
+        row.flags.writeable = False
         self._config_masks[key] = row
         if len(self._config_masks) > self._max_masks:
             self._config_masks.popitem(last=False)
@@ -328,7 +341,9 @@ class GrammarConstraint(Constraint):
 
             dst = bitmask[row]
             w = self.words
-            dst[:w].copy_(torch.from_numpy(src.view(np.int32)).to(dst.dtype), non_blocking=True)
+            # cached rows are read-only, which torch.from_numpy refuses to wrap
+            dst[:w].copy_(torch.from_numpy(src.view(np.int32).copy()).to(dst.dtype),
+                          non_blocking=True)
             if dst.shape[0] > w:
                 dst[w:].zero_()
             return

@@ -30,7 +30,7 @@ from . import grammar_kernels as gk
 from . import kernels
 from .byte_automaton import ByteDFA, minus_prefixes
 from .errors import GrammarError, GrammarTooComplexError, RegexError
-from .json_terminals import builtin_dfa
+from .json_terminals import builtin_dfa, builtin_template
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
@@ -243,6 +243,7 @@ class TerminalAutomata:
         parts: list = []
         sizes = [0] * n_t
         total = 0
+        builtin = False
         for t, term in enumerate(ir.terminals):
             part = None
             text = None
@@ -253,6 +254,12 @@ class TerminalAutomata:
                 if not data.translate(None, spelled):  # every byte spellable
                     part = data
                 size = len(data) + 2 if part is not None else 2
+            elif term.flags == 0 and term.name not in ir.exclusions and (
+                    part := builtin_template(term.pattern, alphabet, _regex_literal)) is not None:
+                # a JSON string, key or number: its table is written in place
+                # below (building it as a DFA first cost ~35 us cold)
+                size = part[0].shape[0] + len(part[2])
+                builtin = True
             else:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
                                     exclusion=ir.exclusions.get(term.name))
@@ -278,6 +285,16 @@ class TerminalAutomata:
             if isinstance(part, ByteDFA):
                 self.table[o:o + size] = part.transitions
                 self.accepting[o:o + size] = part.accepting
+            elif isinstance(part, tuple):
+                base, acc, tail = part
+                k = base.shape[0]
+                self.table[o:o + k] = base
+                if acc is None:
+                    self.accepting[o + size - 1] = True
+                else:
+                    self.accepting[o:o + k] = acc
+                for i, b in enumerate(tail):
+                    self.table[o + k - 1 + i, b] = k + i
             elif part is not None:
                 rows.extend(range(o + 1, o + size - 1))
                 cols += part
@@ -286,6 +303,10 @@ class TerminalAutomata:
             o += size
         if rows:
             self.table[rows, np.frombuffer(bytes(cols), dtype=np.uint8)] = vals
+        if builtin and not alphabet.all():
+            # the JSON lexemes' restriction to the alphabet; every other part
+            # has nothing in these columns already
+            self.table[:, ~alphabet] = 0
 
 
 class LexerTables:
@@ -339,6 +360,12 @@ class LexerTables:
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
         self._scratch = None
+        below, tok_before = trie.subtree_bytes()
+        # lexer_walk's trie arguments, looked up once (a first visit paid ~2 us
+        # of attribute and method look-ups for them)
+        self._trie_args = (trie.byte, trie.depth, trie.skip, trie.node_tok, below, tok_before,
+                           trie.order, trie.max_depth, trie.full_row(), trie.subtree_height(),
+                           trie.first)
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
 
@@ -442,24 +469,26 @@ class LexerTables:
         if states is None:
             t = self.trie
             cap = 1024
-            flat = self.trans.reshape(-1)
-            below, tok_before = t.subtree_bytes()
             scratch = self.trans.shape[0]
             if self._scratch is None or self._scratch.shape[1] < scratch:
                 self._scratch = np.empty((3, scratch), dtype=np.int32)
             stk, pos, best = self._scratch
+            tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first = \
+                self._trie_args
             while True:
-                row = t.walk_row()
-                nodes = np.empty(cap, dtype=np.int32)
-                states = np.empty(cap, dtype=np.int32)
-                n = gk.lexer_walk(flat, self.walk_flags, self.loops, s, t.byte, t.depth, t.skip,
-                                  t.node_tok, below, tok_before, t.order, t.max_depth,
-                                  t.full_row(), row, nodes, states, t.subtree_height(), self.run,
-                                  self.good, self.live, stk, pos, best, t.first)
+                row = np.zeros(t.row_words + 1, dtype=np.uint32)
+                found = np.empty(2 * cap, dtype=np.int32)
+                nodes, states = found[:cap], found[cap:]
+                n = gk.lexer_walk(self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td,
+                                  ts, tn, below, tok_before, order, max_depth, full, row, nodes,
+                                  states, height, self.run, self.good, self.live, stk, pos, best,
+                                  first)
                 if n >= 0:
                     break
                 cap = t.num_nodes
-            row = t.add_duplicates(row)[:self.words32]
+            if t.has_duplicates:
+                t.add_duplicates(row)
+            row = row[:self.words32]
             nodes, states = nodes[:n].copy(), states[:n].copy()
             self._shared.put(key, [row, nodes, states, weakref.ref(self)])
         hit = self._rows[s] = (row, nodes, states)

@@ -87,6 +87,8 @@ class TokenTrie:
                 dst.append(int(self.order[k]))
         self._dup_src = np.array(src, dtype=np.int64)
         self._dup_dst = np.array(dst, dtype=np.int64)
+        #: whether some tokens share their bytes (see add_duplicates)
+        self.has_duplicates = bool(src)
 
     def subtree_bytes(self) -> tuple[np.ndarray, np.ndarray]:
         """``(below, tok_before)`` of :func:`kernels.subtree_bytes`, computed on
