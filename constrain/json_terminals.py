@@ -198,6 +198,35 @@ _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
                       for char, plus in _STRINGS)
 
 
+def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail):
+    """``(table, accepting, tail)`` of ``pattern`` when it is one of the JSON
+    lexemes above and ``alphabet`` keeps every state of it live; else ``None``.
+
+    The automaton is ``table`` (shared: do not modify) followed by a chain that
+    spells ``tail`` from its last state, accepting where ``accepting`` says
+    (``None``: only at the end of the tail). Restricted to ``alphabet`` it is
+    that automaton with the other bytes' columns zeroed: the caller writes it
+    where it wants it and zeroes them there (``TerminalAutomata`` does both for
+    all of a grammar's terminals in one go, without building a DFA per terminal)."""
+    if pattern == JSON_NUMBER or pattern == JSON_INTEGER:
+        tb = _NUMBERS[pattern == JSON_INTEGER]
+        return (tb.t, tb.acc, b"") if alphabet[tb.witness].all() else None
+    if not pattern.startswith('"(?:'):
+        return None
+    for head, char, plus in _STRING_HEADS:
+        if pattern.startswith(head):
+            rest = pattern[len(head):]
+            tail = literal_tail(rest) if rest else ""
+            if tail is None:
+                return None
+            tb = _STRINGS[char, plus]
+            data = tail.encode("utf-8")
+            if not alphabet[tb.witness].all() or not all(alphabet[b] for b in data):
+                return None
+            return tb.t, None, data
+    return None
+
+
 def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail) -> ByteDFA | None:
     """The byte DFA of ``pattern`` when it is one of the JSON lexemes above
     (``literal_tail(text)`` reads a string terminal's tail: the one string a

@@ -69,3 +69,30 @@ def test_key_terminal_walks():
     for bad in ['"\\/":', '"\\u0041":', '"\\u001F":', '"a"', '"\x01":', '"\\ud800":']:
         assert not dfa.matches(bad.encode()), bad
     assert not dfa.matches(b'"\xed\xa0\x80":')  # a surrogate in UTF-8
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_terminal_automata_write_builtins_in_place(pattern):
+    # TerminalAutomata writes a JSON lexeme's table straight into its stacked
+    # table (builtin_template): the rows must spell what builtin_dfa builds
+    from constrain.byte_automaton import ByteDFA
+    from constrain.json_terminals import builtin_template
+    from constrain.lark_loader import GrammarIR, Terminal
+    from constrain.lexer import TerminalAutomata
+
+    terminals = [Terminal("A", "a"), Terminal("X", pattern), Terminal("B", "b")]
+    ir = GrammarIR(terminals, ["start"], [(0, (0, 1, 2))], 0)
+    for alphabet in _alphabets():
+        ta = TerminalAutomata(ir, alphabet, max_states=100_000, deadline=None)
+        lo, hi = int(ta.offsets[1]), int(ta.offsets[2])
+        mine = ByteDFA(ta.table[lo:hi].copy(), ta.accepting[lo:hi].copy())
+        want = builtin_dfa(pattern, alphabet, _regex_literal)
+        if builtin_template(pattern, alphabet, _regex_literal) is not None:
+            assert np.array_equal(mine.transitions, want.transitions), int(alphabet.sum())
+            assert np.array_equal(mine.accepting, want.accepting)
+        if want.accepting.any():
+            assert ta.usable[1] and same_language(mine, want), (pattern, int(alphabet.sum()))
+        # the literals around it are untouched by the column zeroing
+        if alphabet[ord("a")] and alphabet[ord("b")]:
+            assert ta.table[int(ta.offsets[0]) + 1, ord("a")] == 2
+            assert ta.table[int(ta.offsets[2]) + 1, ord("b")] == 2
