@@ -31,6 +31,7 @@ from .json_schema import compile_json_schema, json_schema_to_lark, order_instanc
 from .sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
 from .vocabulary import Vocabulary
+from .warmup import warm_up
 
 __all__ = [
     "clear_caches",
@@ -63,6 +64,7 @@ __all__ = [
     "UnsupportedSchemaError",
     "VocabularyError",
     "Vocabulary",
+    "warm_up",
 ]
 
 

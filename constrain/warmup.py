@@ -1,0 +1,125 @@
+"""``warm_up``: load the compiled kernels before the first real request.
+
+Trellis's hot loops are numba kernels cached on disk (``cache=True``). A kernel
+is loaded from that cache the first time it is called in a process, which takes
+~30 ms per group of kernels: a server's first schema that needs, say, the
+regex pipeline or the lexer walks pays it inside its compile or its first mask.
+``warm_up`` makes those first calls up front, on a small vocabulary of its own
+(or on yours, which also builds its token trie), so that the first request's
+latency is the steady-state one.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .vocabulary import Vocabulary
+
+# what the calls below exercise: every JSON lexeme, key exclusion, enums,
+# bounded and non-ASCII strings and integer ranges (the regex pipeline's
+# kernels), a format, a pattern, nesting, and a Lark grammar with %ignore
+_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "s": {"type": "string", "minLength": 1, "maxLength": 8},
+        "n": {"type": "number"},
+        "i": {"type": "integer", "minimum": 1, "maximum": 900},
+        "e": {"enum": ["red", "green", 3]},
+        "p": {"type": "string", "pattern": "^[a-z]{2,4}$"},
+        "d": {"type": "string", "format": "date-time"},
+        "a": {"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
+              "maxItems": 3},
+        "o": {"type": "object", "additionalProperties": {"type": "string"}},
+        # a lexer of more than its initial 1024 states, and a float multipleOf
+        "l": {"type": "string", "maxLength": 300},
+        "m": {"type": "number", "multipleOf": 0.25},
+    },
+    "required": ["s"],
+}
+_INSTANCE = {"s": "héllo", "n": -1.5e3, "i": 7, "e": "green", "p": "abc",
+             "d": "2024-01-02T03:04:05Z", "a": [None, True], "o": {"k": "v"}, "l": "x",
+             "m": 2.75}
+_GRAMMAR = r"""
+start: expr
+expr: expr "+" term | term
+term: NUMBER | NAME | "(" expr ")"
+NAME: /[a-z_][a-z0-9_]*/
+%import common.NUMBER
+%import common.WS
+%ignore WS
+"""
+_TEXT = "(a1 + 22) + x_y"
+_REGEX = r"[0-9]{1,3}(\.[0-9]+)?|[A-Z][a-z]*"
+
+
+def _default_vocab() -> Vocabulary:
+    """Every byte, and multi-byte tokens that straddle JSON's terminals."""
+    extra = [b'{"', b'":', b'",', b'"}', b"},", b"[1", b"],", b"true", b"null", b"00", b"red",
+             b"ab", b" +", b"(a", b"ll", b"\xc3\xa9"]
+    tokens = [bytes([b]) for b in range(256)] + extra + [b"<eos>"]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1], name="warm-up")
+
+
+def _encode(vocab: Vocabulary, data: bytes) -> list[int]:
+    """``data`` as single-byte tokens (every byte a vocabulary of the default
+    kind has; a real vocabulary's byte tokens are looked up)."""
+    single = {}
+    for i, t in enumerate(vocab.tokens):
+        if t is not None and len(t) == 1 and t not in single:
+            single[t] = i
+    out = []
+    for b in data:
+        tok = single.get(bytes([b]))
+        if tok is None:
+            return out  # a vocabulary that cannot spell it: the walk stops here
+        out.append(tok)
+    return out
+
+
+def _walk(constraint, vocab: Vocabulary, data: bytes, bitmask) -> None:
+    state = constraint.initial_state()
+    for tok in _encode(vocab, data):
+        constraint.fill_bitmask(state, bitmask, 0)
+        state = constraint.advance(state, tok)
+        if state is None:
+            return
+    constraint.fill_bitmask(state, bitmask, 0)
+
+
+def warm_up(vocab: Vocabulary | None = None) -> float:
+    """Load Trellis's compiled kernels now rather than on first use; returns the
+    seconds it took (about 0.1-1 s; most of it numba loading its on-disk cache,
+    or compiling it the very first time on a machine).
+
+    It compiles a JSON Schema, a regex and a Lark grammar that between them use
+    every kernel of compilation and of mask filling, fills masks along a valid
+    string of each, and applies one to float32 logits. With ``vocab`` (the vocabulary you will serve), its
+    token trie is built too; otherwise a small vocabulary of its own is used.
+    Nothing it compiles is kept beyond the caches a first real compile fills.
+    """
+    import numpy as np
+
+    from .bitmask import allocate_bitmask, apply_bitmask
+    from .grammar import compile_grammar
+    from .json_schema import compile_json_schema
+    from .regex import compile_regex
+
+    t0 = time.perf_counter()
+    vocab = _default_vocab() if vocab is None else vocab
+    bitmask = allocate_bitmask(1, len(vocab), backend="numpy")
+    schema = compile_json_schema(_SCHEMA, vocab)
+    _walk(schema, vocab, json.dumps(_INSTANCE, ensure_ascii=False,
+                                    separators=(",", ":")).encode(), bitmask)
+    first = compile_grammar(_GRAMMAR, vocab)
+    _walk(first, vocab, _TEXT.encode(), bitmask)
+    grammar = compile_grammar(_GRAMMAR, vocab)  # reuses the first's lexer walks
+    _walk(grammar, vocab, _TEXT.encode(), bitmask)
+    grammar.allowed_token_ids(grammar.initial_state())
+    regex = compile_regex(_REGEX, vocab)
+    _walk(regex, vocab, b"12.5", bitmask)
+    apply_bitmask(np.zeros((1, len(vocab)), dtype=np.float32), bitmask)
+    return time.perf_counter() - t0
+
+
+__all__ = ["warm_up"]
