@@ -19,10 +19,13 @@ the regex pipeline; the tests check every builder against that pipeline
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .byte_automaton import ByteDFA, trim_and_minimize
-from .json_schema_formats import CANON_ANY, JSON_CHAR_ANY, JSON_INTEGER, JSON_NUMBER
+from .json_schema_formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
+                                  JSON_NUMBER)
 
 _HEX = b"0123456789abcdefABCDEF"
 _DIGITS = b"0123456789"
@@ -126,6 +129,77 @@ def _number_table(integer: bool) -> _Table:
     return tb
 
 
+# a length-bounded string ('"' + JSON_CODEPOINT{lo,hi} + '"'): one layer of 14
+# states per character read -- B (between characters), then the states inside a
+# backslash escape and inside a multi-byte UTF-8 character; NEXT is the next
+# layer's B. Through the regex pipeline, maxLength 2048 took 1.5 s.
+_B, _BS, _U, _D, _H1, _H2, _H3, _C1, _C2, _C3, _E0, _ED, _F0, _F4 = range(14)
+_LAYER = 14
+_NEXT = _LAYER
+
+
+def _codepoint_layer() -> np.ndarray:
+    """``[14, 256]`` local targets of one layer (-1 dead; B's ``"`` is dead
+    here: the caller closes the string where the length allows it)."""
+    blk = np.full((_LAYER, 256), -1, dtype=np.int32)
+
+    def span(s, lo, hi, to):
+        blk[s, lo:hi + 1] = to
+
+    def on(s, chars, to):
+        blk[s, list(chars)] = to
+
+    span(_B, 0x20, 0x7F, _NEXT)
+    on(_B, b'"', -1)
+    on(_B, b"\\", _BS)
+    for lo, hi, to in ((0xC2, 0xDF, _C1), (0xE0, 0xE0, _E0), (0xE1, 0xEC, _C2),
+                       (0xED, 0xED, _ED), (0xEE, 0xEF, _C2), (0xF0, 0xF0, _F0),
+                       (0xF1, 0xF3, _C3), (0xF4, 0xF4, _F4)):
+        span(_B, lo, hi, to)
+    span(_C1, 0x80, 0xBF, _NEXT)
+    span(_C2, 0x80, 0xBF, _C1)
+    span(_C3, 0x80, 0xBF, _C2)
+    span(_E0, 0xA0, 0xBF, _C1)
+    span(_ED, 0x80, 0x9F, _C1)  # no surrogates
+    span(_F0, 0x90, 0xBF, _C2)
+    span(_F4, 0x80, 0x8F, _C2)
+    on(_BS, b'"\\/bfnrt', _NEXT)
+    on(_BS, b"u", _U)
+    on(_U, b"0123456789abcABCefEF", _H1)
+    on(_U, b"dD", _D)  # \uD800-\uDFFF (surrogates) refused
+    on(_D, b"01234567", _H2)
+    on(_H1, _HEX, _H2)
+    on(_H2, _HEX, _H3)
+    on(_H3, _HEX, _NEXT)
+    return blk
+
+
+_CP_LAYER = _codepoint_layer()
+
+
+def bounded_string_table(lo: int, hi: int | None, tail: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``(transitions, accepting)`` of ``"`` + ``JSON_CODEPOINT{lo,hi}`` + ``"`` +
+    ``tail`` (``hi`` None: no upper bound), over every byte."""
+    layers = lo if hi is None else hi
+    last = 2 + _LAYER * layers  # the B after the last full layer
+    close = last + (_LAYER if hi is None else 1)
+    n = close + 1 + len(tail)
+    t = np.zeros((n, 256), dtype=np.int32)
+    t[1, ord('"')] = 2
+    if layers:
+        base = (2 + _LAYER * np.arange(layers, dtype=np.int32))[:, None, None]
+        t[2:last] = np.where(_CP_LAYER >= 0, _CP_LAYER + base, 0).reshape(-1, 256)
+    if hi is None:  # the last B loops: NEXT is itself
+        t[last:close] = np.where(_CP_LAYER >= 0, np.where(_CP_LAYER == _NEXT, 0, _CP_LAYER) + last, 0)
+    t[2 + _LAYER * np.arange(lo, layers), ord('"')] = close
+    t[last, ord('"')] = close
+    for i, b in enumerate(tail):
+        t[close + i, b] = close + i + 1
+    acc = np.zeros(n, dtype=np.bool_)
+    acc[-1] = True
+    return t, acc
+
+
 def _witness_bytes(t: np.ndarray, acc: np.ndarray) -> np.ndarray:
     """Bytes such that, when the alphabet has all of them, every state keeps a
     path to acceptance: the union of one shortest such path per state."""
@@ -158,6 +232,30 @@ for _tb in (*_STRINGS.values(), *_NUMBERS.values()):
     if not _acc.any():  # a string table: its closing quote is where the tail starts
         _acc[-1] = True
     _tb.witness = _witness_bytes(_tb.t, _acc)
+# every kind of state of a bounded string: before the minimum length, between it
+# and the maximum, and in an unbounded tail
+_BOUNDED_WITNESS = np.union1d(_witness_bytes(*bounded_string_table(1, 2, b"")),
+                              _witness_bytes(*bounded_string_table(1, None, b"")))
+_BOUNDED_HEAD = '"' + JSON_CODEPOINT + "{"
+_BOUNDS = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+
+
+def _bounded(pattern: str, literal_tail, max_states: int):
+    """``(lo, hi, tail bytes)`` of a length-bounded string terminal, or None."""
+    if not pattern.startswith(_BOUNDED_HEAD):
+        return None
+    m = _BOUNDS.match(pattern, len(_BOUNDED_HEAD) - 1)
+    if m is None or pattern[m.end():m.end() + 1] != '"':
+        return None
+    lo = int(m.group(1))
+    hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+    if hi is not None and hi < lo:
+        return None
+    rest = pattern[m.end() + 1:]
+    tail = literal_tail(rest) if rest else ""
+    if tail is None or _LAYER * max(lo, hi or 0) + 20 > max_states:
+        return None  # the regex pipeline reports what is too large
+    return lo, hi, tail.encode("utf-8")
 
 
 def _restricted(trans: np.ndarray, acc: np.ndarray, need: np.ndarray,
@@ -198,7 +296,8 @@ _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
                       for char, plus in _STRINGS)
 
 
-def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail):
+def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
+                     max_states: int = 50_000):
     """``(table, accepting, tail)`` of ``pattern`` when it is one of the JSON
     lexemes above and ``alphabet`` keeps every state of it live; else ``None``.
 
@@ -213,6 +312,13 @@ def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail):
         return (tb.t, tb.acc, b"") if alphabet[tb.witness].all() else None
     if not pattern.startswith('"(?:'):
         return None
+    bounded = _bounded(pattern, literal_tail, max_states)
+    if bounded is not None:
+        lo, hi, tail = bounded
+        if not alphabet[_BOUNDED_WITNESS].all() or not all(alphabet[b] for b in tail):
+            return None
+        t, acc = bounded_string_table(lo, hi, tail)
+        return t, acc, b""
     for head, char, plus in _STRING_HEADS:
         if pattern.startswith(head):
             rest = pattern[len(head):]
@@ -227,7 +333,8 @@ def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail):
     return None
 
 
-def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail) -> ByteDFA | None:
+def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail,
+                max_states: int = 50_000) -> ByteDFA | None:
     """The byte DFA of ``pattern`` when it is one of the JSON lexemes above
     (``literal_tail(text)`` reads a string terminal's tail: the one string a
     regex matches, or ``None``); else ``None``."""
@@ -237,6 +344,11 @@ def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail) -> ByteDFA | N
         return json_number_dfa(True, alphabet)
     if not pattern.startswith('"(?:'):
         return None
+    bounded = _bounded(pattern, literal_tail, max_states)
+    if bounded is not None:
+        t, acc = bounded_string_table(*bounded)
+        return _restricted(t, acc, np.union1d(_BOUNDED_WITNESS,
+                                              np.frombuffer(bounded[2], dtype=np.uint8)), alphabet)
     for head, char, plus in _STRING_HEADS:
         if pattern.startswith(head):
             rest = pattern[len(head):]

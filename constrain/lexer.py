@@ -87,7 +87,7 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
         dfa = _literal_dfa(text, 0, alphabet) if text else None
         if dfa is None and term.flags == 0:
             # JSON strings, keys and numbers: written down, not compiled
-            dfa = builtin_dfa(term.pattern, alphabet, _regex_literal)
+            dfa = builtin_dfa(term.pattern, alphabet, _regex_literal, max_states)
         if dfa is None and term.flags == 0:
             # an alternation of literals (an enum, true|false): the trie of its
             # strings is its DFA (an enum of 200 strings took 5.8 ms as a regex)
@@ -255,7 +255,8 @@ class TerminalAutomata:
                     part = data
                 size = len(data) + 2 if part is not None else 2
             elif term.flags == 0 and term.name not in ir.exclusions and (
-                    part := builtin_template(term.pattern, alphabet, _regex_literal)) is not None:
+                    part := builtin_template(term.pattern, alphabet, _regex_literal,
+                                             max_states)) is not None:
                 # a JSON string, key or number: its table is written in place
                 # below (building it as a DFA first cost ~35 us cold)
                 size = part[0].shape[0] + len(part[2])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from automata_testing import same_language
-from constrain.json_schema_formats import CANON_ANY, JSON_CHAR_ANY, JSON_INTEGER, JSON_NUMBER
+from constrain.json_schema_formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
+                                          JSON_NUMBER)
 from constrain.json_terminals import builtin_dfa
 from constrain.lexer import _regex_literal
 from constrain.regex import regex_byte_dfa
@@ -16,6 +17,10 @@ from constrain.regex import regex_byte_dfa
 PATTERNS = [JSON_NUMBER, JSON_INTEGER] + [
     '"' + char + quant + '"' + tail
     for char in (JSON_CHAR_ANY, CANON_ANY) for quant in "*+" for tail in ("", ":", r"\:", ",", "é")
+] + [
+    # length-bounded strings, as json_schema writes them ({lo}, {lo,hi}, {lo,})
+    '"' + JSON_CODEPOINT + bounds + '"' + tail
+    for bounds in ("{0}", "{1}", "{0,1}", "{0,3}", "{2,5}", "{3,}", "{0,}") for tail in ("", ":")
 ]
 
 
