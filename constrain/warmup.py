@@ -4,6 +4,8 @@ Trellis's hot loops are numba kernels cached on disk (``cache=True``). A kernel
 is loaded from that cache the first time it is called in a process, which takes
 ~30 ms per group of kernels: a server's first schema that needs, say, the
 regex pipeline or the lexer walks pays it inside its compile or its first mask.
+Likewise the first schema whose translation asks ``jsonschema`` whether a value
+is valid (an enum under a ``oneOf``) imports it: about a second.
 ``warm_up`` makes those first calls up front, on a small vocabulary of its own
 (or on yours, which also builds its token trie), so that the first request's
 latency is the steady-state one.
@@ -27,6 +29,8 @@ _SCHEMA = {
         "i": {"type": "integer", "minimum": 1, "maximum": 900},
         "e": {"enum": ["red", "green", 3]},
         "p": {"type": "string", "pattern": "^[a-z]{2,4}$"},
+        # a pattern over non-ASCII characters: the general regex pipeline
+        "q": {"type": "string", "pattern": "^[^,]{1,3}$"},
         "d": {"type": "string", "format": "date-time"},
         "a": {"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
               "maxItems": 3},
@@ -34,12 +38,14 @@ _SCHEMA = {
         # a lexer of more than its initial 1024 states, and a float multipleOf
         "l": {"type": "string", "maxLength": 300},
         "m": {"type": "number", "multipleOf": 0.25},
+        # enum values checked against a oneOf: imports jsonschema (~1 s)
+        "k": {"example": "on", "oneOf": [{"enum": ["on"]}, {"enum": ["off"]}]},
     },
     "required": ["s"],
 }
 _INSTANCE = {"s": "héllo", "n": -1.5e3, "i": 7, "e": "green", "p": "abc",
              "d": "2024-01-02T03:04:05Z", "a": [None, True], "o": {"k": "v"}, "l": "x",
-             "m": 2.75}
+             "m": 2.75, "k": "off", "q": "é!"}
 _GRAMMAR = r"""
 start: expr
 expr: expr "+" term | term
@@ -93,7 +99,8 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     or compiling it the very first time on a machine).
 
     It compiles a JSON Schema, a regex and a Lark grammar that between them use
-    every kernel of compilation and of mask filling, fills masks along a valid
+    every kernel of compilation and of mask filling (and ``jsonschema``, which
+    the JSON Schema translator imports on first use), fills masks along a valid
     string of each, and applies one to float32 logits. With ``vocab`` (the vocabulary you will serve), its
     token trie is built too; otherwise a small vocabulary of its own is used.
     Nothing it compiles is kept beyond the caches a first real compile fills.

@@ -27,7 +27,9 @@ _SCRIPT = textwrap.dedent(r'''
         return out
 
     before = loaded()
+    assert "jsonschema" not in sys.modules
     seconds = constrain.warm_up()
+    assert "jsonschema" in sys.modules
     after_warm = loaded()
     # a different vocabulary (byte tokens and a few merges), schema and grammar
     tokens = [bytes([b]) for b in range(256)] + [b'{"', b'":"', b'"}', b"SELECT", b"12"]
