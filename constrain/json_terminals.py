@@ -177,26 +177,45 @@ def _codepoint_layer() -> np.ndarray:
 _CP_LAYER = _codepoint_layer()
 
 
-def bounded_string_table(lo: int, hi: int | None, tail: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """``(transitions, accepting)`` of ``"`` + ``JSON_CODEPOINT{lo,hi}`` + ``"`` +
-    ``tail`` (``hi`` None: no upper bound), over every byte."""
+_CP_LIVE = np.nonzero(_CP_LAYER >= 0)  # (state, byte) of the live entries
+_CP_TARGET = _CP_LAYER[_CP_LIVE]
+
+
+def bounded_string_size(lo: int, hi: int | None, tail: bytes) -> int:
+    """The number of states :func:`write_bounded_string` writes."""
+    layers = lo if hi is None else hi
+    return 2 + _LAYER * layers + (_LAYER if hi is None else 1) + 1 + len(tail)
+
+
+def write_bounded_string(t: np.ndarray, acc: np.ndarray, lo: int, hi: int | None,
+                         tail: bytes) -> None:
+    """Write ``"`` + ``JSON_CODEPOINT{lo,hi}`` + ``"`` + ``tail`` (``hi`` None: no
+    upper bound), over every byte, into the zeroed ``t`` and ``acc`` of
+    :func:`bounded_string_size` rows. Only the live entries are written (~300
+    of a layer's 3,584): tables of thousands of layers are mostly zeros."""
     layers = lo if hi is None else hi
     last = 2 + _LAYER * layers  # the B after the last full layer
     close = last + (_LAYER if hi is None else 1)
-    n = close + 1 + len(tail)
-    t = np.zeros((n, 256), dtype=np.int32)
     t[1, ord('"')] = 2
+    k, b = _CP_LIVE
     if layers:
-        base = (2 + _LAYER * np.arange(layers, dtype=np.int32))[:, None, None]
-        t[2:last] = np.where(_CP_LAYER >= 0, _CP_LAYER + base, 0).reshape(-1, 256)
+        base = 2 + _LAYER * np.arange(layers, dtype=np.int32)[:, None]
+        t[base + k, b] = base + _CP_TARGET
     if hi is None:  # the last B loops: NEXT is itself
-        t[last:close] = np.where(_CP_LAYER >= 0, np.where(_CP_LAYER == _NEXT, 0, _CP_LAYER) + last, 0)
+        t[last + k, b] = last + np.where(_CP_TARGET == _NEXT, 0, _CP_TARGET)
     t[2 + _LAYER * np.arange(lo, layers), ord('"')] = close
     t[last, ord('"')] = close
-    for i, b in enumerate(tail):
-        t[close + i, b] = close + i + 1
+    for i, c in enumerate(tail):
+        t[close + i, c] = close + i + 1
+    acc[close + len(tail)] = True
+
+
+def bounded_string_table(lo: int, hi: int | None, tail: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``(transitions, accepting)`` of :func:`write_bounded_string`."""
+    n = bounded_string_size(lo, hi, tail)
+    t = np.zeros((n, 256), dtype=np.int32)
     acc = np.zeros(n, dtype=np.bool_)
-    acc[-1] = True
+    write_bounded_string(t, acc, lo, hi, tail)
     return t, acc
 
 
@@ -296,10 +315,25 @@ _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
                       for char, plus in _STRINGS)
 
 
+class BoundedString:
+    """A length-bounded string terminal that :class:`~constrain.lexer.TerminalAutomata`
+    writes into its stacked table itself (see :func:`write_bounded_string`)."""
+
+    __slots__ = ("lo", "hi", "tail", "rows")
+
+    def __init__(self, lo: int, hi: int | None, tail: bytes):
+        self.lo, self.hi, self.tail = lo, hi, tail
+        self.rows = bounded_string_size(lo, hi, tail)
+
+    def write(self, t: np.ndarray, acc: np.ndarray) -> None:
+        write_bounded_string(t, acc, self.lo, self.hi, self.tail)
+
+
 def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
                      max_states: int = 50_000):
     """``(table, accepting, tail)`` of ``pattern`` when it is one of the JSON
-    lexemes above and ``alphabet`` keeps every state of it live; else ``None``.
+    lexemes above and ``alphabet`` keeps every state of it live (a
+    :class:`BoundedString` for a length-bounded string); else ``None``.
 
     The automaton is ``table`` (shared: do not modify) followed by a chain that
     spells ``tail`` from its last state, accepting where ``accepting`` says
@@ -317,8 +351,7 @@ def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
         lo, hi, tail = bounded
         if not alphabet[_BOUNDED_WITNESS].all() or not all(alphabet[b] for b in tail):
             return None
-        t, acc = bounded_string_table(lo, hi, tail)
-        return t, acc, b""
+        return BoundedString(lo, hi, tail)
     for head, char, plus in _STRING_HEADS:
         if pattern.startswith(head):
             rest = pattern[len(head):]

@@ -30,7 +30,7 @@ from . import grammar_kernels as gk
 from . import kernels
 from .byte_automaton import ByteDFA, minus_prefixes
 from .errors import GrammarError, GrammarTooComplexError, RegexError
-from .json_terminals import builtin_dfa, builtin_template
+from .json_terminals import BoundedString, builtin_dfa, builtin_template
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
@@ -259,7 +259,8 @@ class TerminalAutomata:
                                              max_states)) is not None:
                 # a JSON string, key or number: its table is written in place
                 # below (building it as a DFA first cost ~35 us cold)
-                size = part[0].shape[0] + len(part[2])
+                size = part.rows if isinstance(part, BoundedString) else (
+                    part[0].shape[0] + len(part[2]))
                 builtin = True
             else:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
@@ -286,6 +287,8 @@ class TerminalAutomata:
             if isinstance(part, ByteDFA):
                 self.table[o:o + size] = part.transitions
                 self.accepting[o:o + size] = part.accepting
+            elif isinstance(part, BoundedString):
+                part.write(self.table[o:o + size], self.accepting[o:o + size])
             elif isinstance(part, tuple):
                 base, acc, tail = part
                 k = base.shape[0]
