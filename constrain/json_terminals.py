@@ -329,6 +329,25 @@ class BoundedString:
         write_bounded_string(t, acc, self.lo, self.hi, self.tail)
 
 
+def _lexeme(pattern: str, literal_tail, max_states: int):
+    """Which JSON lexeme ``pattern`` is: ``("number", integer)``, ``("string",
+    char, plus, tail)``, ``("bounded", lo, hi, tail)`` (tails as bytes), or
+    ``None``."""
+    if pattern == JSON_NUMBER or pattern == JSON_INTEGER:
+        return "number", pattern == JSON_INTEGER
+    if not pattern.startswith('"(?:'):
+        return None
+    bounded = _bounded(pattern, literal_tail, max_states)
+    if bounded is not None:
+        return ("bounded",) + bounded
+    for head, char, plus in _STRING_HEADS:
+        if pattern.startswith(head):
+            rest = pattern[len(head):]
+            tail = literal_tail(rest) if rest else ""
+            return None if tail is None else ("string", char, plus, tail.encode("utf-8"))
+    return None
+
+
 def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
                      max_states: int = 50_000):
     """``(table, accepting, tail)`` of ``pattern`` when it is one of the JSON
@@ -341,29 +360,19 @@ def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
     that automaton with the other bytes' columns zeroed: the caller writes it
     where it wants it and zeroes them there (``TerminalAutomata`` does both for
     all of a grammar's terminals in one go, without building a DFA per terminal)."""
-    if pattern == JSON_NUMBER or pattern == JSON_INTEGER:
-        tb = _NUMBERS[pattern == JSON_INTEGER]
-        return (tb.t, tb.acc, b"") if alphabet[tb.witness].all() else None
-    if not pattern.startswith('"(?:'):
+    kind = _lexeme(pattern, literal_tail, max_states)
+    if kind is None:
         return None
-    bounded = _bounded(pattern, literal_tail, max_states)
-    if bounded is not None:
-        lo, hi, tail = bounded
-        if not alphabet[_BOUNDED_WITNESS].all() or not all(alphabet[b] for b in tail):
-            return None
-        return BoundedString(lo, hi, tail)
-    for head, char, plus in _STRING_HEADS:
-        if pattern.startswith(head):
-            rest = pattern[len(head):]
-            tail = literal_tail(rest) if rest else ""
-            if tail is None:
-                return None
-            tb = _STRINGS[char, plus]
-            data = tail.encode("utf-8")
-            if not alphabet[tb.witness].all() or not all(alphabet[b] for b in data):
-                return None
-            return tb.t, None, data
-    return None
+    if kind[0] == "number":
+        tb = _NUMBERS[kind[1]]
+        return (tb.t, tb.acc, b"") if alphabet[tb.witness].all() else None
+    tail = kind[-1]
+    witness = _BOUNDED_WITNESS if kind[0] == "bounded" else _STRINGS[kind[1], kind[2]].witness
+    if not alphabet[witness].all() or not all(alphabet[b] for b in tail):
+        return None
+    if kind[0] == "bounded":
+        return BoundedString(kind[1], kind[2], tail)
+    return _STRINGS[kind[1], kind[2]].t, None, tail
 
 
 def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail,
@@ -371,12 +380,16 @@ def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail,
     """The byte DFA of ``pattern`` when it is one of the JSON lexemes above
     (``literal_tail(text)`` reads a string terminal's tail: the one string a
     regex matches, or ``None``); else ``None``."""
-    if pattern == JSON_NUMBER:
-        return json_number_dfa(False, alphabet)
-    if pattern == JSON_INTEGER:
-        return json_number_dfa(True, alphabet)
-    if not pattern.startswith('"(?:'):
+    kind = _lexeme(pattern, literal_tail, max_states)
+    if kind is None:
         return None
+    if kind[0] == "number":
+        return json_number_dfa(kind[1], alphabet)
+    if kind[0] == "string":
+        return json_string_dfa(kind[1], kind[2], kind[3], alphabet)
+    t, acc = bounded_string_table(*kind[1:])
+    need = np.union1d(_BOUNDED_WITNESS, np.frombuffer(kind[3], dtype=np.uint8))
+    return _restricted(t, acc, need, alphabet)
     bounded = _bounded(pattern, literal_tail, max_states)
     if bounded is not None:
         t, acc = bounded_string_table(*bounded)

@@ -257,7 +257,7 @@ class TerminalAutomata:
             elif term.flags == 0 and term.name not in ir.exclusions and (
                     part := builtin_template(term.pattern, alphabet, _regex_literal,
                                              max_states)) is not None:
-                # a JSON string, key or number: its table is written in place
+                # a JSON string (bounded or not), key or number: written in place
                 # below (building it as a DFA first cost ~35 us cold)
                 size = part.rows if isinstance(part, BoundedString) else (
                     part[0].shape[0] + len(part[2]))
