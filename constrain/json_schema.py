@@ -138,6 +138,11 @@ _OTHER_ASSERTIONS = frozenset({
     "divisibleBy"})
 
 
+_COMBINATORS = ("allOf", "anyOf", "oneOf", "not")
+# what _Compiler._accepts leaves to jsonschema
+_COMBINED_ASSERTIONS = _OTHER_ASSERTIONS - frozenset(_COMBINATORS)
+
+
 def _simple(node) -> bool:
     """Whether a schema node asserts nothing beyond ``enum``, ``const`` and
     ``type``."""
@@ -697,16 +702,25 @@ class _Compiler:
             elif "type" in n:
                 typed.append(p)
         return [v for v in cands
-                if all(self.valid(v, p) for p in checks)
+                if all(self._accepts(v, p) for p in checks)
                 and all(_has_type(v, self.node(p)["type"], self, p) for p in typed)]
 
     def _accepts(self, value, ptr: str) -> bool:
         """:meth:`valid`, decided here for a node that asserts only ``enum``,
-        ``const`` or ``type`` (jsonschema's validation of an enum value is a scan
-        of the enum, and each call evolves a validator)."""
+        ``const``, ``type`` and ``allOf``/``anyOf``/``oneOf``/``not`` of such
+        nodes (jsonschema's validation of an enum value is a scan of the enum,
+        and each call evolves a validator); anything else is asked of it."""
         n = self.node(ptr)
-        if not _simple(n):
+        if not isinstance(n, dict) or not _COMBINED_ASSERTIONS.isdisjoint(n):
             return self.valid(value, ptr)
+        parts = {}
+        for k in _COMBINATORS:
+            if k in n:
+                sub = n[k]
+                if k == "not" and not isinstance(sub, (dict, bool)) or (
+                        k != "not" and not (isinstance(sub, list) and sub)):
+                    return self.valid(value, ptr)  # malformed: as jsonschema reads it
+                parts[k] = sub
         if "const" in n and not _json_equal(value, n["const"]):
             return False
         if "enum" in n:
@@ -714,7 +728,18 @@ class _Compiler:
                 return self.valid(value, ptr)
             if not any(_json_equal(value, w) for w in n["enum"]):
                 return False
-        return "type" not in n or _has_type(value, n["type"], self, ptr)
+        if "type" in n and not _has_type(value, n["type"], self, ptr):
+            return False
+        if "allOf" in parts and not all(
+                self._accepts(value, f"{ptr}/allOf/{i}") for i in range(len(parts["allOf"]))):
+            return False
+        if "anyOf" in parts and not any(
+                self._accepts(value, f"{ptr}/anyOf/{i}") for i in range(len(parts["anyOf"]))):
+            return False
+        if "oneOf" in parts and sum(
+                self._accepts(value, f"{ptr}/oneOf/{i}") for i in range(len(parts["oneOf"]))) != 1:
+            return False
+        return "not" not in parts or not self._accepts(value, f"{ptr}/not")
 
     def disjoint(self, c1, c2, depth) -> bool:
         """Whether no JSON value satisfies both conjunctions (a sufficient test)."""

@@ -436,6 +436,17 @@ def test_enum_values_checked_without_jsonschema_keep_their_type():
     # oneOf branches told apart by their enums and types
     check({"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"enum": ["c", 3]}]},
           good=['"a"', '"c"', "3"], bad=['"d"', "4"])
+    # enum values checked against combinators of such nodes (decided without
+    # jsonschema too): exactly one oneOf branch, any anyOf branch, not
+    check({"enum": ["x", "y", "z", 1],
+           "oneOf": [{"enum": ["x", "y"]}, {"enum": ["y", "z"]}, {"type": "integer"}]},
+          good=['"x"', '"z"', "1"], bad=['"y"'])
+    check({"enum": ["x", "y", 2], "anyOf": [{"const": "x"}, {"type": "integer"}]},
+          good=['"x"', "2"], bad=['"y"'])
+    check({"enum": ["x", "y", 2], "allOf": [{"type": "string"}, {"not": {"const": "y"}}]},
+          good=['"x"'], bad=['"y"', "2"])
+    check({"enum": ["x", "y"], "example": "x", "oneOf": [{"enum": ["x"]}, {"enum": ["y"]}]},
+          good=['"x"', '"y"'], bad=['"z"'])
 
 
 def test_any_of_one_of_all_of():
