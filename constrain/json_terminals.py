@@ -277,129 +277,106 @@ def _bounded(pattern: str, literal_tail, max_states: int):
     return lo, hi, tail.encode("utf-8")
 
 
-def _restricted(trans: np.ndarray, acc: np.ndarray, need: np.ndarray,
-                alphabet: np.ndarray) -> ByteDFA:
-    if alphabet[need].all():
-        trans[:, ~alphabet] = 0
-        return ByteDFA(trans, acc)
-    return trim_and_minimize(ByteDFA(trans, acc), alphabet=alphabet)
-
-
-def json_string_dfa(char: str, at_least_one: bool, tail: bytes, alphabet: np.ndarray) -> ByteDFA:
-    """``"`` + ``char*`` (``char+`` when ``at_least_one``) + ``"`` + ``tail``, where
-    ``char`` is :data:`JSON_CHAR_ANY` (any legal encoding of one character) or
-    :data:`CANON_ANY` (the canonical one), over ``alphabet``. Every state is live;
-    states the alphabet cannot reach may remain."""
-    tb = _STRINGS.get((char, at_least_one))
-    if tb is None:
-        raise ValueError("not a JSON string character class")
-    close = tb.t.shape[0] - 1
-    trans = np.zeros((close + 1 + len(tail), 256), dtype=np.int32)
-    trans[:close + 1] = tb.t
-    acc = np.zeros(trans.shape[0], dtype=np.bool_)
-    acc[-1] = True
-    for i, b in enumerate(tail):
-        trans[close + i, b] = close + i + 1
-    need = np.concatenate([tb.witness, np.frombuffer(tail, dtype=np.uint8)]) if tail else tb.witness
-    return _restricted(trans, acc, need, alphabet)
-
-
-def json_number_dfa(integer: bool, alphabet: np.ndarray) -> ByteDFA:
-    """A JSON number (``-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?``), or
-    only its integer part when ``integer``, over ``alphabet``."""
-    tb = _NUMBERS[integer]
-    return _restricted(tb.t.copy(), tb.acc.copy(), tb.witness, alphabet)
-
-
 _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
                       for char, plus in _STRINGS)
 
 
-class BoundedString:
-    """A length-bounded string terminal that :class:`~constrain.lexer.TerminalAutomata`
-    writes into its stacked table itself (see :func:`write_bounded_string`)."""
+class LexemeTable:
+    """A JSON lexeme's automaton over every byte, ready to be written into
+    ``rows`` zeroed rows of a table (:class:`~constrain.lexer.TerminalAutomata`
+    writes it straight into its stacked table; :func:`builtin_dfa` into a table
+    of its own)."""
 
-    __slots__ = ("lo", "hi", "tail", "rows")
+    __slots__ = ("rows", "_need", "_tail", "_write")
 
-    def __init__(self, lo: int, hi: int | None, tail: bytes):
-        self.lo, self.hi, self.tail = lo, hi, tail
-        self.rows = bounded_string_size(lo, hi, tail)
+    def __init__(self, rows: int, need: np.ndarray, tail: bytes, write):
+        self.rows, self._need, self._tail, self._write = rows, need, tail, write
+
+    def lives_on(self, alphabet: np.ndarray) -> bool:
+        """Whether every state stays live over ``alphabet`` (it has the
+        lexeme's witness bytes and its tail's), so that restricting the table
+        to it is zeroing the other bytes' columns."""
+        return bool(alphabet[self._need].all()) and all(alphabet[b] for b in self._tail)
 
     def write(self, t: np.ndarray, acc: np.ndarray) -> None:
-        write_bounded_string(t, acc, self.lo, self.hi, self.tail)
+        """Fill the zeroed ``t[:rows]`` and ``acc[:rows]`` (local states: 0 dead,
+        1 start)."""
+        self._write(t, acc)
 
 
-def _lexeme(pattern: str, literal_tail, max_states: int):
-    """Which JSON lexeme ``pattern`` is: ``("number", integer)``, ``("string",
-    char, plus, tail)``, ``("bounded", lo, hi, tail)`` (tails as bytes), or
-    ``None``."""
+def _with_tail(tb: _Table, tail: bytes) -> LexemeTable:
+    """A string table followed by a chain spelling ``tail`` from its closing
+    quote, accepting at the end."""
+    k = tb.t.shape[0]
+
+    def write(t, acc):
+        t[:k] = tb.t
+        for i, b in enumerate(tail):
+            t[k - 1 + i, b] = k + i
+        acc[k - 1 + len(tail)] = True
+
+    return LexemeTable(k + len(tail), tb.witness, tail, write)
+
+
+def _number(tb: _Table) -> LexemeTable:
+    k = tb.t.shape[0]
+
+    def write(t, acc):
+        t[:k] = tb.t
+        acc[:k] = tb.acc
+
+    return LexemeTable(k, tb.witness, b"", write)
+
+
+def _bounded_string(lo: int, hi: int | None, tail: bytes) -> LexemeTable:
+    return LexemeTable(bounded_string_size(lo, hi, tail), _BOUNDED_WITNESS, tail,
+                       lambda t, acc: write_bounded_string(t, acc, lo, hi, tail))
+
+
+def _lexeme(pattern: str, literal_tail, max_states: int) -> LexemeTable | None:
+    """The :class:`LexemeTable` of ``pattern`` when it is one of the JSON lexemes
+    above (``literal_tail(text)`` reads a string terminal's tail: the one
+    string a regex matches, or ``None``); else ``None``."""
     if pattern == JSON_NUMBER or pattern == JSON_INTEGER:
-        return "number", pattern == JSON_INTEGER
+        return _number(_NUMBERS[pattern == JSON_INTEGER])
     if not pattern.startswith('"(?:'):
         return None
     bounded = _bounded(pattern, literal_tail, max_states)
     if bounded is not None:
-        return ("bounded",) + bounded
+        return _bounded_string(*bounded)
     for head, char, plus in _STRING_HEADS:
         if pattern.startswith(head):
             rest = pattern[len(head):]
             tail = literal_tail(rest) if rest else ""
-            return None if tail is None else ("string", char, plus, tail.encode("utf-8"))
+            return None if tail is None else _with_tail(_STRINGS[char, plus], tail.encode("utf-8"))
     return None
 
 
 def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
-                     max_states: int = 50_000):
-    """``(table, accepting, tail)`` of ``pattern`` when it is one of the JSON
-    lexemes above and ``alphabet`` keeps every state of it live (a
-    :class:`BoundedString` for a length-bounded string); else ``None``.
-
-    The automaton is ``table`` (shared: do not modify) followed by a chain that
-    spells ``tail`` from its last state, accepting where ``accepting`` says
-    (``None``: only at the end of the tail). Restricted to ``alphabet`` it is
-    that automaton with the other bytes' columns zeroed: the caller writes it
-    where it wants it and zeroes them there (``TerminalAutomata`` does both for
-    all of a grammar's terminals in one go, without building a DFA per terminal)."""
-    kind = _lexeme(pattern, literal_tail, max_states)
-    if kind is None:
-        return None
-    if kind[0] == "number":
-        tb = _NUMBERS[kind[1]]
-        return (tb.t, tb.acc, b"") if alphabet[tb.witness].all() else None
-    tail = kind[-1]
-    witness = _BOUNDED_WITNESS if kind[0] == "bounded" else _STRINGS[kind[1], kind[2]].witness
-    if not alphabet[witness].all() or not all(alphabet[b] for b in tail):
-        return None
-    if kind[0] == "bounded":
-        return BoundedString(kind[1], kind[2], tail)
-    return _STRINGS[kind[1], kind[2]].t, None, tail
+                     max_states: int = 50_000) -> LexemeTable | None:
+    """The :class:`LexemeTable` of ``pattern`` when it is one of the JSON
+    lexemes above and ``alphabet`` keeps every state of it live; else ``None``.
+    Restricted to ``alphabet``, the automaton is the table with the other
+    bytes' columns zeroed: the caller writes it where it wants it and zeroes
+    them there (``TerminalAutomata`` does so for all of a grammar's terminals
+    in one go, without building a DFA per terminal)."""
+    lex = _lexeme(pattern, literal_tail, max_states)
+    return lex if lex is not None and lex.lives_on(alphabet) else None
 
 
 def builtin_dfa(pattern: str, alphabet: np.ndarray, literal_tail,
                 max_states: int = 50_000) -> ByteDFA | None:
-    """The byte DFA of ``pattern`` when it is one of the JSON lexemes above
-    (``literal_tail(text)`` reads a string terminal's tail: the one string a
-    regex matches, or ``None``); else ``None``."""
-    kind = _lexeme(pattern, literal_tail, max_states)
-    if kind is None:
+    """The byte DFA of ``pattern`` over ``alphabet`` when it is one of the JSON
+    lexemes above; else ``None``. Every state is live; states the alphabet
+    cannot reach may remain (an alphabet on which some state dies gets the
+    pipeline's trim-and-minimise)."""
+    lex = _lexeme(pattern, literal_tail, max_states)
+    if lex is None:
         return None
-    if kind[0] == "number":
-        return json_number_dfa(kind[1], alphabet)
-    if kind[0] == "string":
-        return json_string_dfa(kind[1], kind[2], kind[3], alphabet)
-    t, acc = bounded_string_table(*kind[1:])
-    need = np.union1d(_BOUNDED_WITNESS, np.frombuffer(kind[3], dtype=np.uint8))
-    return _restricted(t, acc, need, alphabet)
-    bounded = _bounded(pattern, literal_tail, max_states)
-    if bounded is not None:
-        t, acc = bounded_string_table(*bounded)
-        return _restricted(t, acc, np.union1d(_BOUNDED_WITNESS,
-                                              np.frombuffer(bounded[2], dtype=np.uint8)), alphabet)
-    for head, char, plus in _STRING_HEADS:
-        if pattern.startswith(head):
-            rest = pattern[len(head):]
-            tail = literal_tail(rest) if rest else ""
-            if tail is None:
-                return None
-            return json_string_dfa(char, plus, tail.encode("utf-8"), alphabet)
-    return None
+    trans = np.zeros((lex.rows, 256), dtype=np.int32)
+    acc = np.zeros(lex.rows, dtype=np.bool_)
+    lex.write(trans, acc)
+    if lex.lives_on(alphabet):
+        trans[:, ~alphabet] = 0
+        return ByteDFA(trans, acc)
+    return trim_and_minimize(ByteDFA(trans, acc), alphabet=alphabet)

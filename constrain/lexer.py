@@ -30,7 +30,7 @@ from . import grammar_kernels as gk
 from . import kernels
 from .byte_automaton import ByteDFA, minus_prefixes
 from .errors import GrammarError, GrammarTooComplexError, RegexError
-from .json_terminals import BoundedString, builtin_dfa, builtin_template
+from .json_terminals import LexemeTable, builtin_dfa, builtin_template
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
@@ -259,8 +259,7 @@ class TerminalAutomata:
                                              max_states)) is not None:
                 # a JSON string (bounded or not), key or number: written in place
                 # below (building it as a DFA first cost ~35 us cold)
-                size = part.rows if isinstance(part, BoundedString) else (
-                    part[0].shape[0] + len(part[2]))
+                size = part.rows
                 builtin = True
             else:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
@@ -287,18 +286,8 @@ class TerminalAutomata:
             if isinstance(part, ByteDFA):
                 self.table[o:o + size] = part.transitions
                 self.accepting[o:o + size] = part.accepting
-            elif isinstance(part, BoundedString):
+            elif isinstance(part, LexemeTable):
                 part.write(self.table[o:o + size], self.accepting[o:o + size])
-            elif isinstance(part, tuple):
-                base, acc, tail = part
-                k = base.shape[0]
-                self.table[o:o + k] = base
-                if acc is None:
-                    self.accepting[o + size - 1] = True
-                else:
-                    self.accepting[o:o + k] = acc
-                for i, b in enumerate(tail):
-                    self.table[o + k - 1 + i, b] = k + i
             elif part is not None:
                 rows.extend(range(o + 1, o + size - 1))
                 cols += part
