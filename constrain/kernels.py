@@ -806,3 +806,64 @@ def run_starts(rows):
                 m += 1
                 break
     return out[:m]
+
+
+@njit(cache=True, nogil=True)
+def exclusion_product(t, acc, m, data, starts, alphabet):
+    """A trimmed DFA's language less the strings that start with one of the
+    byte strings ``data[starts[i]:starts[i+1]]``, written in place: on entry
+    ``t[m:]``/``acc[m:]`` hold the DFA (its local state ``d`` at row ``m + d``,
+    values unshifted, every state live over ``alphabet``) and ``t[:m+1]`` is
+    zero; on exit row 1 is the start, rows ``1..m`` the trie of the prefixes
+    (``m`` bounds its nodes, unused rows stay zero), each paired with the state
+    its bytes reach, and leaving the trie returns to the DFA itself. Returns
+    whether the language is non-empty (when not, the block is zeroed).
+
+    Trimmed in place: a trie node that only leads into excluded strings is cut
+    from its parent (columns outside ``alphabet`` are ignored, as the caller
+    zeroes them). See :func:`constrain.byte_automaton.minus_prefixes`, the same
+    product on a DFA of its own."""
+    rows, k = t.shape
+    for r in range(m + 1, rows):
+        for b in range(k):
+            if t[r, b] > 0:
+                t[r, b] += m
+    t[1] = t[m + 1]
+    acc[1] = acc[m + 1]
+    used = 1
+    for i in range(starts.shape[0] - 1):
+        node = 1
+        last = starts[i + 1] - 1
+        for j in range(starts[i], starts[i + 1]):
+            b = data[j]
+            q = t[node, b]
+            if q == 0:
+                break  # refused by the DFA, or a shorter prefix removed it
+            if j == last:
+                t[node, b] = 0
+                break
+            if q > m:  # leaves the trie: a new node
+                used += 1
+                t[used] = t[q]
+                acc[used] = acc[q]
+                t[node, b] = used
+                q = used
+            node = q
+    # children come after their parents: one backward pass
+    live = np.zeros(used + 1, np.bool_)
+    for node in range(used, 0, -1):
+        ok = acc[node]
+        for b in range(k):
+            q = t[node, b]
+            if q == 0:
+                continue
+            if q <= m and not live[q]:
+                t[node, b] = 0
+            elif alphabet[b]:
+                ok = True
+        live[node] = ok
+    if not live[1]:
+        t[:] = 0
+        acc[:] = False
+        return False
+    return True

@@ -83,10 +83,26 @@ def _coreachable_from_start(dfa) -> bool:
     (r'"[a-z]*":', [b'"ab":', b'"cb":'], None, [b'"":', b'"a":', b'"abc":', b'"cc":'],
      [b'"ab":', b'"cb":']),
 ])
-def test_minus_prefixes_trims_dead_trie_nodes(base, prefixes, same_as, good, bad):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_minus_prefixes_trims_dead_trie_nodes(base, prefixes, same_as, good, bad, in_place):
+    # in_place: the product TerminalAutomata writes into its stacked table
+    # (kernels.exclusion_product), unused trie rows left zero
     from automata_testing import same_language
+    from constrain.kernels import exclusion_product
     alphabet = np.ones(256, dtype=np.bool_)
-    out = ba.minus_prefixes(regex_byte_dfa(base, alphabet), prefixes)
+    dfa = regex_byte_dfa(base, alphabet)
+    if in_place:
+        n = dfa.transitions.shape[0]
+        m = 1 + sum(len(p) - 1 for p in prefixes)
+        t = np.zeros((m + n, 256), np.int32)
+        acc = np.zeros(m + n, np.bool_)
+        t[m:], acc[m:] = dfa.transitions, dfa.accepting
+        starts = np.cumsum([0] + [len(p) for p in prefixes]).astype(np.int64)
+        data = np.frombuffer(b"".join(prefixes), np.uint8)
+        assert exclusion_product(t, acc, m, data, starts, alphabet) == bool(good)
+        out = ba.ByteDFA(t, acc)
+    else:
+        out = ba.minus_prefixes(dfa, prefixes)
     if not good:
         assert not out.transitions.any() and not out.accepting.any()  # empty: unusable
     else:

@@ -870,3 +870,63 @@ def test_exclusion_terminal_product_equals_regex(seed):
             dfas.append(terminal_dfa(term, alphabet, max_states=50_000, deadline=None,
                                      exclusion=(exclusions or {}).get(name)))
         assert same_language(*dfas), (names, tail, ivs, min_len)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exclusion_written_in_place_equals_regex(seed):
+    """TerminalAutomata writes "any key but these names" straight into its
+    stacked table (kernels.exclusion_product): the rows spell the regex's
+    language, trimmed, on alphabets that restrict the names' bytes; a name set
+    that excludes every string leaves the terminal unusable."""
+    import numpy as np
+
+    from automata_testing import same_language
+    from constrain.byte_automaton import ByteDFA
+    from constrain.json_schema import _Compiler
+    from constrain.lark_loader import GrammarIR, Terminal
+    from constrain.lexer import TerminalAutomata, terminal_dfa
+
+    rng = random.Random(seed)
+    chars = ["a", "b", "ab"[seed % 2] * 2, "é", '"', "\\", "\n", "\x01", "€", "😀", " "]
+    alphabets = [np.ones(256, dtype=np.bool_)]
+    no_e9 = np.ones(256, dtype=np.bool_)
+    no_e9[[0xA9, ord("b")]] = False  # é's second byte, and b
+    alphabets.append(no_e9)
+    written = 0
+    for trial in range(25):
+        names = sorted({"".join(rng.choice(chars) for _ in range(rng.randint(0, 4)))
+                        for _ in range(rng.randint(1, 7))})
+        tail = rng.choice(["", ":"])
+        comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
+                         max_string_length=1000, max_array_length=1000, exclusions={})
+        name = comp.exclusion_terminal(names, tail, "KEY")
+        plain = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
+                          max_string_length=1000, max_array_length=1000, exclusions=None)
+        want_name = plain.exclusion_terminal(names, tail, "KEY")
+        terms = [Terminal("A", "a"), Terminal(name, comp.terminal_defs[name]), Terminal("B", "b")]
+        ir = GrammarIR(terms, ["start"], [(0, (0, 1, 2))], 0, exclusions=comp.exclusions)
+        for alphabet in alphabets:
+            ta = TerminalAutomata(ir, alphabet, max_states=100_000, deadline=None)
+            want = terminal_dfa(Terminal(want_name, plain.terminal_defs[want_name]), alphabet,
+                                max_states=100_000, deadline=None)
+            lo, hi = int(ta.offsets[1]), int(ta.offsets[2])
+            written += hi - lo > 2
+            if want is None:
+                assert not ta.usable[1], names
+                continue
+            mine = ByteDFA(ta.table[lo:hi], ta.accepting[lo:hi])
+            assert ta.usable[1] and same_language(mine, want), (names, tail, int(alphabet.sum()))
+            assert ta.table[int(ta.offsets[0]) + 1, ord("a")] == 2
+    assert written  # the in-place path ran
+    # every string excluded: the empty name and any name would leave nothing
+    # only if the names covered all keys, which a finite set cannot; but over an
+    # alphabet of '"' alone the one key is "", excluded by the empty name
+    quote = np.zeros(256, dtype=np.bool_)
+    quote[ord('"')] = True
+    comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
+                     max_string_length=1000, max_array_length=1000, exclusions={})
+    name = comp.exclusion_terminal([""], "", "KEY")
+    ir = GrammarIR([Terminal(name, comp.terminal_defs[name])], ["start"], [(0, (0,))], 0,
+                   exclusions=comp.exclusions)
+    ta = TerminalAutomata(ir, quote, max_states=100_000, deadline=None)
+    assert not ta.usable[0]
