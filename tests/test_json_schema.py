@@ -930,3 +930,33 @@ def test_exclusion_written_in_place_equals_regex(seed):
                    exclusions=comp.exclusions)
     ta = TerminalAutomata(ir, quote, max_states=100_000, deadline=None)
     assert not ta.usable[0]
+
+
+def test_unproductive_rules_are_pruned(smollm2_tokenizer, smollm2_vocab):
+    """A branch that admits no finite JSON value (an object that must contain
+    itself) is dropped from the grammar, on the text path and the compile path,
+    whatever the order its rules were made in; a schema of nothing but such
+    branches is refused."""
+    from constrain.errors import UnsupportedSchemaError
+
+    loop = {"type": "object", "required": ["x"], "properties": {"x": {"$ref": "#/$defs/loop"}}}
+    fine = {"type": "object", "properties": {"y": {"$ref": "#/$defs/loop"}},
+            "additionalProperties": False}
+    for schema in ({"$defs": {"loop": loop}, "anyOf": [{"$ref": "#/$defs/loop"}, {"type": "integer"}]},
+                   {"$defs": {"loop": loop}, "anyOf": [{"type": "integer"}, {"$ref": "#/$defs/loop"}]},
+                   {"$defs": {"loop": loop}, "anyOf": [{"type": "integer"}, fine]}):
+        with_fine = schema["anyOf"][1] is fine
+        check(schema, good=["1", "-20"] + (["{}"] if with_fine else []),
+              bad=['{"y":{}}', '{"y":{"x":{}}}', "[]"] + ([] if with_fine else ["{}"]))
+        g = compile_json_schema(schema, smollm2_vocab)
+        for text in ["1", "{}", '{"x":', '{"y":{"x":{}}}']:
+            ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+            assert g.accepts_tokens(ids) == (text == "1" or (with_fine and text == "{}")), text
+        # no dead end: the mask never lets a model start the unproductive branch
+        for prefix, live in [("{", with_fine), ('{"x', False), ('{"y":{', False)]:
+            state = g.initial_state()
+            for i in smollm2_tokenizer.encode(prefix, add_special_tokens=False):
+                state = None if state is None else g.advance(state, i)
+            assert (state is not None) == live, prefix
+    with pytest.raises(UnsupportedSchemaError):
+        compile_json_schema({"$defs": {"loop": loop}, "$ref": "#/$defs/loop"}, smollm2_vocab)
