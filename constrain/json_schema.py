@@ -199,6 +199,10 @@ class _Alt(list):
     symbols repeated zero or more times)."""
 
 
+# keywords whose values are data, not schemas: no $id inside them counts
+_NOT_SCHEMAS = frozenset(("enum", "const", "default", "examples", "example"))
+
+
 class _Compiler:
     """Builds the rules and terminals for one schema document."""
 
@@ -235,7 +239,8 @@ class _Compiler:
         self.flat_cache: dict[bool, dict[str, list]] = {False: {}, True: {}}
         self.checking = False  # inside a oneOf disjointness proof
         self.synthetic_ptrs: dict[str, str] = {}
-        self.ids = self._index_ids()
+        self.ids: dict[str, str] | None = None  # see _index_ids
+        self.resources: list[str] = []
         schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_ignores_siblings = any(f"draft-0{k}" in schema_uri for k in (3, 4, 6, 7))
         self._validator = None
@@ -312,39 +317,48 @@ class _Compiler:
 
     # -- documents -----------------------------------------------------------------
 
-    def _index_ids(self) -> dict[str, str]:
-        """``$id``/``$anchor`` values → JSON pointers, for non-pointer ``$ref``."""
+    def _index_ids(self) -> None:
+        """``self.ids``: ``$id``/``$anchor`` values → JSON pointers, for
+        non-pointer ``$ref``; ``self.resources``: the pointers of nested
+        resources (a schema with its own base URI: "#/..." inside them is
+        relative to them). Made on the first ``$ref``."""
         ids: dict[str, str] = {}
-        # nested resources (a schema with its own base URI): "#/..." inside them is
-        # relative to them
-        self.resources: list[str] = []
+        resources: list[str] = []
         schema_uri = str(self.root.get("$schema", "")) if isinstance(self.root, dict) else ""
         id_keys = ("$id", "id") if ("draft-04" in schema_uri or "draft-03" in schema_uri) else ("$id",)
+        path: list[str] = []  # the pointer is spelled only where an id is found
 
-        def walk(node, ptr):
+        def walk(node):
             if isinstance(node, dict):
-                for key in id_keys:
-                    v = node.get(key)
-                    if isinstance(v, str) and ptr and not v.startswith("#"):
-                        self.resources.append(ptr)
-                for key in ("$id", "id"):
-                    v = node.get(key)
-                    if isinstance(v, str) and ptr:
-                        ids.setdefault(v, ptr)
-                        ids.setdefault(v.rstrip("#"), ptr)
-                v = node.get("$anchor")
-                if isinstance(v, str):
-                    ids.setdefault("#" + v, ptr)
+                if "$id" in node or "id" in node or "$anchor" in node:
+                    ptr = "".join("/" + _escape_token(k) for k in path)
+                    for key in id_keys:
+                        v = node.get(key)
+                        if isinstance(v, str) and ptr and not v.startswith("#"):
+                            resources.append(ptr)
+                    for key in ("$id", "id"):
+                        v = node.get(key)
+                        if isinstance(v, str) and ptr:
+                            ids.setdefault(v, ptr)
+                            ids.setdefault(v.rstrip("#"), ptr)
+                    v = node.get("$anchor")
+                    if isinstance(v, str):
+                        ids.setdefault("#" + v, ptr)
                 for k, v in node.items():
-                    if k in ("enum", "const", "default", "examples", "example"):
-                        continue
-                    walk(v, ptr + "/" + _escape_token(k))
-            elif isinstance(node, list):
+                    if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS:
+                        path.append(k)
+                        walk(v)
+                        path.pop()
+            else:
                 for i, v in enumerate(node):
-                    walk(v, f"{ptr}/{i}")
+                    if isinstance(v, (dict, list)):
+                        path.append(str(i))
+                        walk(v)
+                        path.pop()
 
-        walk(self.root, "")
-        return ids
+        if isinstance(self.root, (dict, list)):
+            walk(self.root)
+        self.ids, self.resources = ids, resources
 
     def node(self, ptr: str):
         """The schema at a JSON pointer of the document."""
@@ -381,6 +395,8 @@ class _Compiler:
 
         if not isinstance(ref, str):
             raise SchemaError("$ref must be a string", at)
+        if self.ids is None:
+            self._index_ids()
         target = None
         if ref.startswith("#"):
             frag = unquote(ref[1:])
