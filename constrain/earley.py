@@ -50,15 +50,19 @@ class EarleyRecognizer:
         rules.append((n_nt, (n_t + ir.start,)))
         # per terminal, whether the vocabulary can spell it
         spelled = [True] * n_t if usable is None else list(map(bool, usable))
-        productive = self._fixpoint(rules, n_t, n_nt + 1, spelled.__getitem__)
-        if not productive[n_nt]:
-            raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no string "
-                               f"the vocabulary can spell")
         by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
-        ok = spelled + productive  # per symbol: terminals, then nonterminals
-        for r, (lhs, rhs) in enumerate(rules):
-            if all(ok[s] for s in rhs):
+        if ir.productive and all(spelled):
+            for r, (lhs, _) in enumerate(rules):
                 by_lhs[lhs].append(r)
+        else:
+            productive = self._fixpoint(rules, n_t, n_nt + 1, spelled.__getitem__)
+            if not productive[n_nt]:
+                raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no "
+                                   f"string the vocabulary can spell")
+            ok = spelled + productive  # per symbol: terminals, then nonterminals
+            for r, (lhs, rhs) in enumerate(rules):
+                if all(ok[s] for s in rhs):
+                    by_lhs[lhs].append(r)
         self.by_lhs = by_lhs
         self.nullable = self._nullable(rules, by_lhs, n_t, n_nt + 1)
         self.max_contexts = max_contexts

@@ -1813,7 +1813,8 @@ class _Compiler:
         if size > MAX_GRAMMAR_CHARS:
             raise GrammarTooComplexError(
                 f"the grammar would be about {size} characters as text (limit {MAX_GRAMMAR_CHARS})")
-        return GrammarIR(terminals, names, rules, 0)
+        # every rule kept by _pruned is productive, and so are the helpers
+        return GrammarIR(terminals, names, rules, 0, productive=True)
 
 
 class _ObjectView:

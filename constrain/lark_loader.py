@@ -48,6 +48,10 @@ class GrammarIR:
     #: matching nothing, so a grammar that loses this map loses those terminals
     #: (never accepts more). JSON Schema's "any key but the declared ones" uses it.
     exclusions: dict = field(default_factory=dict)
+    #: whether every nonterminal is known to derive some string of terminals
+    #: (the JSON Schema translator prunes its rules so); the recognizer then
+    #: checks productivity only when the vocabulary cannot spell some terminal
+    productive: bool = False
 
     @property
     def n_terminals(self) -> int:

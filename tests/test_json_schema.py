@@ -960,3 +960,27 @@ def test_unproductive_rules_are_pruned(smollm2_tokenizer, smollm2_vocab):
             assert (state is not None) == live, prefix
     with pytest.raises(UnsupportedSchemaError):
         compile_json_schema({"$defs": {"loop": loop}, "$ref": "#/$defs/loop"}, smollm2_vocab)
+
+
+def test_terminals_the_vocabulary_cannot_spell_are_dropped():
+    """The translator's rules are all productive, but over a vocabulary that
+    cannot spell some terminal (no "z" here) a branch that needs it derives
+    nothing: it is never started (no dead end), and a schema that needs such a
+    terminal is refused."""
+    from constrain import Vocabulary
+    from constrain.errors import GrammarError
+
+    tokens = [b"{", b"}", b'"', b"a", b":", b",", b"b", b"1", b"[", b"]", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[10])
+    ids = {t.decode(): i for i, t in enumerate(tokens)}
+    needs_z = {"type": "object", "properties": {"zb": {"type": "integer"}}, "required": ["zb"],
+               "additionalProperties": False}
+    g = compile_json_schema({"anyOf": [needs_z, {"type": "integer"}]}, vocab)
+    assert g.accepts_tokens([ids["1"]])
+    assert g.advance(g.initial_state(), ids["{"]) is None
+    g = compile_json_schema({"anyOf": [needs_z, {"type": "object", "additionalProperties": False}]},
+                            vocab)
+    assert g.accepts_tokens([ids["{"], ids["}"]])
+    assert g.advance(g.advance(g.initial_state(), ids["{"]), ids['"']) is None
+    with pytest.raises(GrammarError):
+        compile_json_schema({"const": "zz"}, vocab)
