@@ -281,56 +281,71 @@ _STRING_HEADS = tuple(('"' + char + ("+" if plus else "*") + '"', char, plus)
                       for char, plus in _STRINGS)
 
 
+# the string and number tables, stacked: a lexeme is rows of it (and a tail),
+# so that TerminalAutomata can write every lexeme of a grammar in one kernel
+LEXEME_ROWS = np.concatenate([tb.t for tb in (*_STRINGS.values(), *_NUMBERS.values())])
+LEXEME_ACCEPTING = np.concatenate([tb.acc for tb in (*_STRINGS.values(), *_NUMBERS.values())])
+_row = 0
+for _tb in (*_STRINGS.values(), *_NUMBERS.values()):
+    _tb.row0 = _row
+    _row += _tb.t.shape[0]
+LEXEME_ROWS.flags.writeable = False
+LEXEME_ACCEPTING.flags.writeable = False
+
+
 class LexemeTable:
     """A JSON lexeme's automaton over every byte, ready to be written into
-    ``rows`` zeroed rows of a table (:class:`~constrain.lexer.TerminalAutomata`
-    writes it straight into its stacked table; :func:`builtin_dfa` into a table
-    of its own)."""
+    ``rows`` zeroed rows of a table. Either rows ``row0:row0 + k`` of
+    :data:`LEXEME_ROWS` then a chain spelling ``tail`` from the last of them
+    (``string``: that last row is a closing quote, and the chain's end
+    accepts; else the rows' own accepting states do), or, when ``bounded`` is
+    ``(lo, hi)``, a length-bounded string (:func:`write_bounded_string`).
+    :class:`~constrain.lexer.TerminalAutomata` writes the former straight into
+    its stacked table, all of a grammar's at once; :func:`builtin_dfa` into a
+    table of its own."""
 
-    __slots__ = ("rows", "_need", "_tail", "_write")
+    __slots__ = ("rows", "_need", "tail", "row0", "k", "string", "bounded")
 
-    def __init__(self, rows: int, need: np.ndarray, tail: bytes, write):
-        self.rows, self._need, self._tail, self._write = rows, need, tail, write
+    def __init__(self, rows: int, need: np.ndarray, tail: bytes, *, row0: int = 0, k: int = 0,
+                 string: bool = False, bounded: tuple | None = None):
+        self.rows, self._need, self.tail = rows, need, tail
+        self.row0, self.k, self.string, self.bounded = row0, k, string, bounded
 
     def lives_on(self, alphabet: np.ndarray) -> bool:
         """Whether every state stays live over ``alphabet`` (it has the
         lexeme's witness bytes and its tail's), so that restricting the table
         to it is zeroing the other bytes' columns."""
-        return bool(alphabet[self._need].all()) and all(alphabet[b] for b in self._tail)
+        return bool(alphabet[self._need].all()) and all(alphabet[b] for b in self.tail)
 
     def write(self, t: np.ndarray, acc: np.ndarray) -> None:
         """Fill the zeroed ``t[:rows]`` and ``acc[:rows]`` (local states: 0 dead,
         1 start)."""
-        self._write(t, acc)
+        if self.bounded is not None:
+            write_bounded_string(t, acc, *self.bounded, self.tail)
+            return
+        k, r = self.k, self.row0
+        t[:k] = LEXEME_ROWS[r:r + k]
+        acc[:k] = LEXEME_ACCEPTING[r:r + k]
+        for i, b in enumerate(self.tail):
+            t[k - 1 + i, b] = k + i
+        if self.string:
+            acc[k - 1 + len(self.tail)] = True
 
 
 def _with_tail(tb: _Table, tail: bytes) -> LexemeTable:
     """A string table followed by a chain spelling ``tail`` from its closing
     quote, accepting at the end."""
     k = tb.t.shape[0]
-
-    def write(t, acc):
-        t[:k] = tb.t
-        for i, b in enumerate(tail):
-            t[k - 1 + i, b] = k + i
-        acc[k - 1 + len(tail)] = True
-
-    return LexemeTable(k + len(tail), tb.witness, tail, write)
+    return LexemeTable(k + len(tail), tb.witness, tail, row0=tb.row0, k=k, string=True)
 
 
 def _number(tb: _Table) -> LexemeTable:
     k = tb.t.shape[0]
-
-    def write(t, acc):
-        t[:k] = tb.t
-        acc[:k] = tb.acc
-
-    return LexemeTable(k, tb.witness, b"", write)
+    return LexemeTable(k, tb.witness, b"", row0=tb.row0, k=k)
 
 
 def _bounded_string(lo: int, hi: int | None, tail: bytes) -> LexemeTable:
-    return LexemeTable(bounded_string_size(lo, hi, tail), _BOUNDED_WITNESS, tail,
-                       lambda t, acc: write_bounded_string(t, acc, lo, hi, tail))
+    return LexemeTable(bounded_string_size(lo, hi, tail), _BOUNDED_WITNESS, tail, bounded=(lo, hi))
 
 
 def _lexeme(pattern: str, literal_tail, max_states: int) -> LexemeTable | None:

@@ -30,7 +30,8 @@ from . import grammar_kernels as gk
 from . import kernels
 from .byte_automaton import ByteDFA, minus_prefixes
 from .errors import GrammarError, GrammarTooComplexError, RegexError
-from .json_terminals import LexemeTable, builtin_dfa, builtin_template
+from .json_terminals import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
+                             builtin_template)
 from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
@@ -225,31 +226,6 @@ def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None 
     return ByteDFA(table, accepting)
 
 
-class _Exclusion:
-    """A JSON lexeme less the strings starting with one of ``prefixes`` (sorted
-    byte strings), to be written in place: ``rows`` is the trie's bound (one
-    node per byte after each name's first, plus the root) and the lexeme's rows
-    after it (:func:`kernels.exclusion_product`)."""
-
-    __slots__ = ("base", "prefixes", "m", "rows")
-
-    def __init__(self, base: LexemeTable, prefixes: tuple):
-        self.base, self.prefixes = base, prefixes
-        self.m = 1 + sum(len(p) - 1 for p in prefixes)
-        self.rows = self.m + base.rows
-
-    def write(self, t: np.ndarray, acc: np.ndarray, alphabet: np.ndarray) -> bool:
-        """Fill the zeroed ``t``/``acc``; whether the language is non-empty over
-        ``alphabet``."""
-        m = self.m
-        self.base.write(t[m:], acc[m:])
-        starts = [0]
-        for p in self.prefixes:
-            starts.append(starts[-1] + len(p))
-        data = np.frombuffer(b"".join(self.prefixes), dtype=np.uint8)
-        return kernels.exclusion_product(t, acc, m, data, np.asarray(starts, dtype=np.int64), alphabet)
-
-
 class TerminalAutomata:
     """The byte DFAs of a grammar's terminals, stacked into one table (terminal
     ``t`` owns rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1 start).
@@ -258,85 +234,97 @@ class TerminalAutomata:
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None):
         n_t = ir.n_terminals
-        self.usable = np.zeros(n_t, dtype=np.bool_)
+        self.usable = usable = np.zeros(n_t, dtype=np.bool_)
         alphabet_key = alphabet.tobytes()
         self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
         spelled = alphabet.nonzero()[0].astype(np.uint8).tobytes()
-        # a terminal is a DFA, or the bytes of a literal (most of a JSON Schema's
-        # terminals: member names, punctuation), whose chains are written into the
-        # stacked table in one go (16 us each as separate DFAs)
-        parts: list = []
-        sizes = [0] * n_t
+        # literals (most of a JSON Schema's terminals: member names,
+        # punctuation), JSON lexemes and "any key but the declared ones" are
+        # operations of one kernel (kernels.write_terminal_table), which writes
+        # them straight into the stacked table; other terminals are DFAs,
+        # copied in after it
+        ops: list = []
+        data = bytearray()
+        starts: list[int] = []
+        later: list = []
+        offsets = [0]
         total = 0
-        builtin = False
         for t, term in enumerate(ir.terminals):
-            part = None
-            text = None
-            if term.flags == 0 and term.name not in ir.exclusions:
-                text = term.literal if term.literal is not None else _regex_literal(term.pattern)
+            op = part = None
             excl = ir.exclusions.get(term.name) if term.flags == 0 else None
-            if excl is not None and (base := builtin_template(
-                    excl[0], alphabet, _regex_literal, max_states)) is not None:
-                # "any key but the declared ones": the key lexeme and the trie of
-                # the names, written in place (as a DFA of its own then copied,
-                # ~190 us cold on a typical object schema)
-                part = _Exclusion(base, excl[1])
-                size = part.rows
-                builtin = True
+            text = None
+            if term.flags == 0 and excl is None:
+                text = term.literal if term.literal is not None else _regex_literal(term.pattern)
+            if excl is not None:
+                base = builtin_template(excl[0], alphabet, _regex_literal, max_states)
+                if base is not None and base.string and base.bounded is None:
+                    # the key lexeme after a bound on the names' trie
+                    m = 1 + sum(len(p) - 1 for p in excl[1])
+                    size = m + base.rows
+                    first = len(starts)
+                    for p in excl[1]:
+                        starts.append(len(data))
+                        data += p
+                    starts.append(len(data))
+                    ta = len(data)
+                    data += base.tail
+                    op = (kernels.TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
+                          1, m, first, len(excl[1]))
             elif text:
-                data = text.encode("utf-8")
-                if not data.translate(None, spelled):  # every byte spellable
-                    part = data
-                size = len(data) + 2 if part is not None else 2
-            elif term.flags == 0 and term.name not in ir.exclusions and (
-                    part := builtin_template(term.pattern, alphabet, _regex_literal,
-                                             max_states)) is not None:
-                # a JSON string (bounded or not), key or number: written in place
-                # below (building it as a DFA first cost ~35 us cold)
-                size = part.rows
-                builtin = True
-            else:
+                raw = text.encode("utf-8")
+                if raw.translate(None, spelled):  # a byte no token spells
+                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    size = 2
+                else:
+                    size = len(raw) + 2
+                    op = (kernels.TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
+                          0, 0, 0, 0, 0, 0)
+                    data += raw
+            elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet, _regex_literal,
+                                                               max_states)) is not None:
+                # a JSON string, key or number; a length-bounded string is
+                # written after the kernel
+                if lex.bounded is None:
+                    size = lex.rows
+                    ta = len(data)
+                    data += lex.tail
+                    op = (kernels.TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
+                          int(lex.string), 0, 0, 0)
+                else:
+                    part = lex
+            if op is None and part is None:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
-                                    exclusion=ir.exclusions.get(term.name))
-                size = part.transitions.shape[0] if part is not None else 2
-            if part is not None:
-                self.usable[t] = True
-            parts.append(part)
-            sizes[t] = size
+                                    exclusion=excl)
+            if op is None:
+                size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
+                    else part.transitions.shape[0]
+                op = (kernels.TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
+                if part is not None:
+                    later.append((t, part))
+            usable[t] = op[0] != kernels.TERMINAL_OTHER or part is not None
+            ops.append(op)
             total += size
+            offsets.append(total)
             if total > 4 * max_states:
                 raise GrammarTooComplexError(
                     f"the grammar's terminals need more than {4 * max_states} automaton states "
                     f"(pass max_states= to raise the limit)")
-        self.offsets = np.zeros(n_t + 1, dtype=np.int64)
-        np.cumsum(sizes, out=self.offsets[1:])
-        self.table = np.zeros((total, 256), dtype=np.int32)
-        self.accepting = np.zeros(total, dtype=np.bool_)
-        rows: list[int] = []
-        cols = bytearray()
-        vals: list[int] = []
-        o = 0
-        for t, (part, size) in enumerate(zip(parts, sizes)):
+        self.offsets = np.array(offsets, dtype=np.int64)
+        self.table = table = np.empty((total, 256), dtype=np.int32)
+        self.accepting = acc = np.empty(total, dtype=np.bool_)
+        kernels.write_terminal_table(
+            table, acc, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
+            np.frombuffer(bytes(data), dtype=np.uint8), np.array(starts, dtype=np.int64),
+            LEXEME_ROWS, LEXEME_ACCEPTING, alphabet)
+        for t, part in later:
+            o, size = offsets[t], offsets[t + 1] - offsets[t]
             if isinstance(part, ByteDFA):
-                self.table[o:o + size] = part.transitions
-                self.accepting[o:o + size] = part.accepting
-            elif isinstance(part, LexemeTable):
-                part.write(self.table[o:o + size], self.accepting[o:o + size])
-            elif isinstance(part, _Exclusion):
-                if not part.write(self.table[o:o + size], self.accepting[o:o + size], alphabet):
-                    self.usable[t] = False
-            elif part is not None:
-                rows.extend(range(o + 1, o + size - 1))
-                cols += part
-                vals.extend(range(2, size))
-                self.accepting[o + size - 1] = True
-            o += size
-        if rows:
-            self.table[rows, np.frombuffer(bytes(cols), dtype=np.uint8)] = vals
-        if builtin and not alphabet.all():
-            # the JSON lexemes' restriction to the alphabet; every other part
-            # has nothing in these columns already
-            self.table[:, ~alphabet] = 0
+                table[o:o + size] = part.transitions
+                acc[o:o + size] = part.accepting
+            else:  # a bounded string: over every byte, then restricted
+                part.write(table[o:o + size], acc[o:o + size])
+                if not alphabet.all():
+                    table[o:o + size, ~alphabet] = 0
 
 
 class LexerTables:
