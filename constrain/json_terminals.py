@@ -250,11 +250,12 @@ for _tb in (*_STRINGS.values(), *_NUMBERS.values()):
     _acc = _tb.acc.copy()
     if not _acc.any():  # a string table: its closing quote is where the tail starts
         _acc[-1] = True
-    _tb.witness = _witness_bytes(_tb.t, _acc)
+    _tb.witness = _witness_bytes(_tb.t, _acc).astype(np.uint8).tobytes()
 # every kind of state of a bounded string: before the minimum length, between it
 # and the maximum, and in an unbounded tail
 _BOUNDED_WITNESS = np.union1d(_witness_bytes(*bounded_string_table(1, 2, b"")),
-                              _witness_bytes(*bounded_string_table(1, None, b"")))
+                              _witness_bytes(*bounded_string_table(1, None, b""))
+                              ).astype(np.uint8).tobytes()
 _BOUNDED_HEAD = '"' + JSON_CODEPOINT + "{"
 _BOUNDS = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
 
@@ -311,11 +312,15 @@ class LexemeTable:
         self.rows, self._need, self.tail = rows, need, tail
         self.row0, self.k, self.string, self.bounded = row0, k, string, bounded
 
-    def lives_on(self, alphabet: np.ndarray) -> bool:
-        """Whether every state stays live over ``alphabet`` (it has the
-        lexeme's witness bytes and its tail's), so that restricting the table
-        to it is zeroing the other bytes' columns."""
-        return bool(alphabet[self._need].all()) and all(alphabet[b] for b in self.tail)
+    def lives_on(self, alphabet: np.ndarray | bytes) -> bool:
+        """Whether every state stays live over ``alphabet`` (256 booleans, or
+        their ``tobytes()``): it has the lexeme's witness bytes and its tail's,
+        so that restricting the table to it is zeroing the other bytes'
+        columns."""
+        key = alphabet if isinstance(alphabet, bytes) else alphabet.tobytes()
+        # each byte read through the alphabet: a 0 is a byte it lacks (bytes
+        # operations, not numpy's: this runs on a cold cache once per lexeme)
+        return 0 not in self._need.translate(key) and 0 not in self.tail.translate(key)
 
     def write(self, t: np.ndarray, acc: np.ndarray) -> None:
         """Fill the zeroed ``t[:rows]`` and ``acc[:rows]`` (local states: 0 dead,
@@ -367,14 +372,15 @@ def _lexeme(pattern: str, literal_tail, max_states: int) -> LexemeTable | None:
     return None
 
 
-def builtin_template(pattern: str, alphabet: np.ndarray, literal_tail,
+def builtin_template(pattern: str, alphabet: np.ndarray | bytes, literal_tail,
                      max_states: int = 50_000) -> LexemeTable | None:
     """The :class:`LexemeTable` of ``pattern`` when it is one of the JSON
-    lexemes above and ``alphabet`` keeps every state of it live; else ``None``.
-    Restricted to ``alphabet``, the automaton is the table with the other
-    bytes' columns zeroed: the caller writes it where it wants it and zeroes
-    them there (``TerminalAutomata`` does so for all of a grammar's terminals
-    in one go, without building a DFA per terminal)."""
+    lexemes above and ``alphabet`` (256 booleans, or their ``tobytes()``)
+    keeps every state of it live; else ``None``. Restricted to ``alphabet``,
+    the automaton is the table with the other bytes' columns zeroed: the
+    caller writes it where it wants it and zeroes them there
+    (``TerminalAutomata`` writes all of a grammar's terminals in one kernel,
+    without building a DFA per terminal)."""
     lex = _lexeme(pattern, literal_tail, max_states)
     return lex if lex is not None and lex.lives_on(alphabet) else None
 

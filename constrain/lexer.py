@@ -237,7 +237,6 @@ class TerminalAutomata:
         self.usable = usable = np.zeros(n_t, dtype=np.bool_)
         alphabet_key = alphabet.tobytes()
         self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
-        spelled = alphabet.nonzero()[0].astype(np.uint8).tobytes()
         # literals (most of a JSON Schema's terminals: member names,
         # punctuation), JSON lexemes and "any key but the declared ones" are
         # operations of one kernel (kernels.write_terminal_table), which writes
@@ -256,7 +255,7 @@ class TerminalAutomata:
             if term.flags == 0 and excl is None:
                 text = term.literal if term.literal is not None else _regex_literal(term.pattern)
             if excl is not None:
-                base = builtin_template(excl[0], alphabet, _regex_literal, max_states)
+                base = builtin_template(excl[0], alphabet_key, _regex_literal, max_states)
                 if base is not None and base.string and base.bounded is None:
                     # the key lexeme after a bound on the names' trie
                     m = 1 + sum(len(p) - 1 for p in excl[1])
@@ -272,7 +271,7 @@ class TerminalAutomata:
                           1, m, first, len(excl[1]))
             elif text:
                 raw = text.encode("utf-8")
-                if raw.translate(None, spelled):  # a byte no token spells
+                if 0 in raw.translate(alphabet_key):  # a byte no token spells
                     op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
                 else:
@@ -280,7 +279,8 @@ class TerminalAutomata:
                     op = (kernels.TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
                           0, 0, 0, 0, 0, 0)
                     data += raw
-            elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet, _regex_literal,
+            elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet_key,
+                                                               _regex_literal,
                                                                max_states)) is not None:
                 # a JSON string, key or number; a length-bounded string is
                 # written after the kernel
