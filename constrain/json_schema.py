@@ -244,14 +244,19 @@ class _Compiler:
         schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         self.ref_ignores_siblings = any(f"draft-0{k}" in schema_uri for k in (3, 4, 6, 7))
         self._validator = None
+        self.literal_of: dict[str, str] = {}  # terminal name -> its one string
+
+        def bare(text: str) -> str | None:  # compact: punctuation is literal text
+            return None if ws else text
+
         self.punct = {
-            "LBRACE": self.terminal(r"\{" + ws, "LBRACE"),
-            "RBRACE": self.terminal(ws + r"\}", "RBRACE"),
-            "LBRACK": self.terminal(r"\[" + ws, "LBRACK"),
-            "RBRACK": self.terminal(ws + r"\]", "RBRACK"),
-            "COMMA": self.terminal(ws + "," + ws, "COMMA"),
-            "EMPTY_OBJ": self.terminal(r"\{" + ws + r"\}", "EMPTY_OBJ"),
-            "EMPTY_ARR": self.terminal(r"\[" + ws + r"\]", "EMPTY_ARR"),
+            "LBRACE": self.terminal(r"\{" + ws, "LBRACE", bare("{")),
+            "RBRACE": self.terminal(ws + r"\}", "RBRACE", bare("}")),
+            "LBRACK": self.terminal(r"\[" + ws, "LBRACK", bare("[")),
+            "RBRACK": self.terminal(ws + r"\]", "RBRACK", bare("]")),
+            "COMMA": self.terminal(ws + "," + ws, "COMMA", bare(",")),
+            "EMPTY_OBJ": self.terminal(r"\{" + ws + r"\}", "EMPTY_OBJ", bare("{}")),
+            "EMPTY_ARR": self.terminal(r"\[" + ws + r"\]", "EMPTY_ARR", bare("[]")),
         }
         self._any_value = None
 
@@ -264,8 +269,10 @@ class _Compiler:
         if pointer not in self.ignored:
             self.ignored.append(pointer)
 
-    def terminal(self, regex: str, kind: str) -> str:
-        """The name of the terminal for ``regex`` (one per distinct regex)."""
+    def terminal(self, regex: str, kind: str, literal: str | None = None) -> str:
+        """The name of the terminal for ``regex`` (one per distinct regex);
+        ``literal``: the one string it matches, when the caller knows it (the
+        compile path then writes its chain without reading the regex back)."""
         name = self.terminals.get(regex)
         if name is None:
             if kind in ("LBRACE", "RBRACE", "LBRACK", "RBRACK", "COMMA", "EMPTY_OBJ",
@@ -275,6 +282,8 @@ class _Compiler:
                 name = f"{kind}_{len(self.terminal_defs)}"
             self.terminals[regex] = name
             self.terminal_defs[name] = regex
+            if literal is not None and (literal.isascii() or _encodable(literal)):
+                self.literal_of[name] = literal
         return name
 
     def exclusion_terminal(self, names, tail: str, kind: str, alphabet=None,
@@ -856,8 +865,8 @@ class _Compiler:
         # ~0.7 ms of a median schema's cold compile)
         string = self.terminal(_STRING_ANY, "STRING")
         scalars = [string, self.terminal(JSON_NUMBER, "NUMBER"), self.terminal("true|false", "BOOL"),
-                   self.terminal("null", "NULL")]
-        colon = self.terminal(self.ws + ":" + self.ws, "COLON")
+                   self.terminal("null", "NULL", "null")]
+        colon = self.terminal(self.ws + ":" + self.ws, "COLON", None if self.ws else ":")
         self.rules["any_value"] = ([_Alt([("sym", t)]) for t in scalars]
                                    + [_Alt([("sym", "any_object")]), _Alt([("sym", "any_array")])])
         self.rules["any_object"] = [
@@ -901,7 +910,7 @@ class _Compiler:
         excluded = self.excluded
         out = []
         if "null" in types and not any(v is None for v in excluded):
-            out.append(self.terminal("null", "NULL"))
+            out.append(self.terminal("null", "NULL", "null"))
         if "boolean" in types:
             bools = [b for b in ("true", "false")
                      if not any(isinstance(v, bool) and json.dumps(v) == b for v in excluded)]
@@ -971,7 +980,7 @@ class _Compiler:
                 texts.append(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
         texts = list(dict.fromkeys(texts))
         regex = "|".join(_lit(t) for t in texts)
-        return self.terminal(regex, "CONST")
+        return self.terminal(regex, "CONST", texts[0] if len(texts) == 1 else None)
 
     # -- numbers ---------------------------------------------------------------------
 
@@ -1560,7 +1569,8 @@ class _Compiler:
     def key_terminal(self, name: str) -> str:
         """The terminal for one member name with its colon."""
         text = json.dumps(name, ensure_ascii=False)
-        return self.terminal(_lit(text) + self.ws + ":" + self.ws, "KEY")
+        return self.terminal(_lit(text) + self.ws + ":" + self.ws, "KEY",
+                             None if self.ws else text + ":")
 
     def extra_member(self, view, declared) -> str | None:
         """A rule for one additional member (key and value), or ``None``."""
@@ -1777,8 +1787,9 @@ class _Compiler:
         MaskBench schema. Terminal patterns are the regexes as written, not as
         read back from Lark's escaping (the same regular languages)."""
         cleaned, reach, used_terms = self._pruned(start)
-        terminals = [Terminal(name, rx) for name, rx in self.terminal_defs.items()
-                     if name in used_terms]
+        literal_of = self.literal_of
+        terminals = [Terminal(name, rx, 0, literal_of.get(name))
+                     for name, rx in self.terminal_defs.items() if name in used_terms]
         n_t = len(terminals)
         t_index = {t.name: i for i, t in enumerate(terminals)}
         names = [start] + [n for n in cleaned if n in reach and n != start]
@@ -1893,6 +1904,15 @@ def _search(pattern: str, text: str) -> bool:
             return re.search(pattern, text) is not None
     except re.error:
         return True
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 encoding (no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _lit(text: str) -> str:

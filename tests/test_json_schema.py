@@ -984,3 +984,35 @@ def test_terminals_the_vocabulary_cannot_spell_are_dropped():
     assert g.advance(g.advance(g.initial_state(), ids["{"]), ids['"']) is None
     with pytest.raises(GrammarError):
         compile_json_schema({"const": "zz"}, vocab)
+
+
+def test_literal_terminals_match_their_regex():
+    """Terminals the translator marks as one string (member names with their
+    colon, single-valued enums and consts, compact punctuation) spell exactly
+    what their regex matches: names with spaces, quotes, escapes, non-ASCII and
+    a lone surrogate (no UTF-8: not marked), flexible whitespace (not marked)."""
+    import numpy as np
+
+    from automata_testing import same_language
+    from constrain.json_schema import _translated
+    from constrain.lexer import _literal_dfa
+    from constrain.regex import regex_byte_dfa
+
+    names = ["a", "first name", 'say "hi"', "back\\slash", "tab\there", "é€😀", "\ud800", "x:y"]
+    schema = {"type": "object", "properties": {n: {"const": n} for n in names},
+              "required": names[:2]}
+    schema["properties"]["e"] = {"enum": ["only one\n"]}
+    alphabet = np.ones(256, dtype=np.bool_)
+    for whitespace in ("compact", "flexible"):
+        comp = _translated(schema, {}, whitespace=whitespace)
+        ir = comp.to_ir("start")
+        marked = [t for t in ir.terminals if t.literal is not None]
+        if whitespace == "flexible":
+            assert not [t for t in marked if t.name.startswith(("KEY", "LBRACE", "COMMA"))]
+        else:
+            kinds = {t.name.split("_")[0] for t in marked}
+            assert {"KEY", "CONST", "LBRACE", "COMMA"} <= kinds, kinds
+            assert not [t for t in marked if "\ud800" in t.literal]
+        for t in marked:
+            want = regex_byte_dfa(t.pattern, alphabet)
+            assert same_language(_literal_dfa(t.literal, 0, alphabet), want), (t.name, t.literal)
