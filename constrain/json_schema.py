@@ -1634,6 +1634,8 @@ class _Compiler:
         productive, every = self._productive()
         if start not in productive:
             raise UnsupportedSchemaError("the schema admits no JSON value", "")
+        if every:
+            return self._reachable(start)
         found: dict[str, list] = {}
         used_terms: set[str] = set()
         todo = [start]
@@ -1700,6 +1702,56 @@ class _Compiler:
                     out.append(new)
             found = kept
         cleaned = {name: found[name] for name in rules if name in found}
+        return cleaned, set(cleaned), used_terms
+
+    def _reachable(self, start: str):
+        """:meth:`_pruned` when every rule is productive: one walk from
+        ``start`` that keeps the rules as they are and reads through unit rules
+        on the way (the general case walks twice and rebuilds every kept
+        alternative)."""
+        rules, terms = self.rules, self.terminal_defs
+
+        def resolve(x: str) -> str:
+            # a unit rule (one alternative of one symbol) is its symbol
+            while x != start:
+                alts = rules.get(x)
+                if alts is None or len(alts) != 1:
+                    break
+                alt = alts[0]
+                if len(alt) != 1 or alt[0][0] != "sym":
+                    break
+                x = alt[0][1]
+            return x
+
+        kept: dict[str, list] = {}
+        used_terms: set[str] = set()
+        todo = [start]
+        while todo:
+            x = todo.pop()
+            if x in kept:
+                continue
+            out = kept[x] = []
+            for alt in rules[x]:
+                new = []
+                for kind, sym in alt:
+                    if kind == "star":
+                        sym = tuple(y if y in terms else resolve(y) for y in sym)
+                        for y in sym:
+                            if y in terms:
+                                used_terms.add(y)
+                            elif y not in kept:
+                                todo.append(y)
+                    elif sym in terms:
+                        used_terms.add(sym)
+                    else:
+                        sym = resolve(sym)
+                        if sym in terms:
+                            used_terms.add(sym)
+                        elif sym not in kept:
+                            todo.append(sym)
+                    new.append((kind, sym))
+                out.append(new)
+        cleaned = {name: kept[name] for name in rules if name in kept}
         return cleaned, set(cleaned), used_terms
 
     def _productive(self) -> tuple[set, bool]:
