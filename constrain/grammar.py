@@ -82,8 +82,12 @@ class GrammarConstraint(Constraint):
         self._ignore_bits = np.zeros(self.lexer.words64, dtype=np.uint64)
         for t in ir.ignore:
             self._ignore_bits[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
-        self._ctx_next = np.full((256, max(n_t, 1)), -2, dtype=np.int32)
-        self._ctx_start = np.full(256, -2, dtype=np.int32)
+        # np.empty and fill, not np.full (a Python-level wrapper): this runs
+        # once per compile, on a cold cache
+        self._ctx_next = np.empty((256, max(n_t, 1)), dtype=np.int32)
+        self._ctx_next.fill(-2)
+        self._ctx_start = np.empty(256, dtype=np.int32)
+        self._ctx_start.fill(-2)
         self._eos = np.asarray(vocab.eos_token_ids, dtype=np.int64)
         self._eos_set = vocab.eos_token_set
         self._grammar_token = vocab.grammar_token_list

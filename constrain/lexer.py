@@ -358,7 +358,10 @@ class LexerTables:
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
         # per state, for lexer_walk's counted skip (grammar_kernels.count_run):
         # the run length (-1: not yet known), its bytes, the ASCII bytes taken
-        self.run = np.full(cap, gk.RUN_UNKNOWN, dtype=np.int32)
+        # np.empty and fill, not np.full (a Python-level wrapper, paid cold
+        # once per compile)
+        self.run = np.empty(cap, dtype=np.int32)
+        self.run.fill(gk.RUN_UNKNOWN)
         self.good = np.zeros((cap, 2), dtype=np.uint64)
         self.live = np.zeros((cap, 3), dtype=np.uint64)
         self.n = 1
@@ -370,9 +373,12 @@ class LexerTables:
         self.pairs = np.zeros(16 * cap, dtype=np.int32)
         self.poff = np.zeros(cap + 1, dtype=np.int64)
         self._hashes = np.zeros(cap, dtype=np.uint64)
-        self._htab = np.full(2 * cap, -1, dtype=np.int64)
-        self._single = np.full(terms.table.shape[0], -1, dtype=np.int32)
-        self._row_byte = np.full(terms.table.shape[0], -2, dtype=np.int16)
+        self._htab = np.empty(2 * cap, dtype=np.int64)
+        self._htab.fill(-1)
+        self._single = np.empty(terms.table.shape[0], dtype=np.int32)
+        self._single.fill(-1)
+        self._row_byte = np.empty(terms.table.shape[0], dtype=np.int16)
+        self._row_byte.fill(-2)
         self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
         self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
