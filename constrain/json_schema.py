@@ -1967,23 +1967,29 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _lit_char(o: int) -> str:
+    c = chr(o)
+    if c.isascii() and c.isalnum():
+        return c
+    if c == " ":
+        return "\\x20"
+    if 0x20 < o < 0x7F:
+        return "\\" + c
+    if o < 0x100:
+        return "\\x%02x" % o
+    if o < 0x10000:
+        return "\\u%04x" % o
+    return "\\U%08x" % o
+
+
+_LIT_ASCII = {o: _lit_char(o) for o in range(128)}
+
+
 def _lit(text: str) -> str:
     """A literal string as a regex that survives Lark's escaping."""
-    out = []
-    for c in text:
-        if c.isascii() and c.isalnum():
-            out.append(c)
-        elif c == " ":
-            out.append("\\x20")
-        elif 0x20 < ord(c) < 0x7F:
-            out.append("\\" + c)
-        elif ord(c) < 0x100:
-            out.append("\\x%02x" % ord(c))
-        elif ord(c) < 0x10000:
-            out.append("\\u%04x" % ord(c))
-        else:
-            out.append("\\U%08x" % ord(c))
-    return "".join(out)
+    if text.isascii():  # member names, mostly: one translate, not a loop
+        return text.translate(_LIT_ASCII)
+    return "".join(map(_lit_char, map(ord, text)))
 
 
 _MAX_TRIE = 20000

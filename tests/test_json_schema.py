@@ -1016,3 +1016,35 @@ def test_literal_terminals_match_their_regex():
         for t in marked:
             want = regex_byte_dfa(t.pattern, alphabet)
             assert same_language(_literal_dfa(t.literal, 0, alphabet), want), (t.name, t.literal)
+
+
+def test_lit_escapes_every_character_as_before():
+    """_lit (a translate table for ASCII text) writes each character as the
+    per-character rules say: letters and digits bare, space as \\x20, other
+    printable ASCII backslash-escaped, the rest as \\x, \\u or \\U escapes; and
+    the regex matches exactly the text."""
+    from constrain.json_schema import _lit
+
+    def reference(text):
+        out = []
+        for c in text:
+            if c.isascii() and c.isalnum():
+                out.append(c)
+            elif c == " ":
+                out.append("\\x20")
+            elif 0x20 < ord(c) < 0x7F:
+                out.append("\\" + c)
+            elif ord(c) < 0x100:
+                out.append("\\x%02x" % ord(c))
+            elif ord(c) < 0x10000:
+                out.append("\\u%04x" % ord(c))
+            else:
+                out.append("\\U%08x" % ord(c))
+        return "".join(out)
+
+    rng = random.Random(3)
+    alphabet = [chr(i) for i in range(128)] + ["é", "ÿ", "€", "😀", "\u0100"]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        assert _lit(text) == reference(text), text
+        assert re.fullmatch(_lit(text), text, re.DOTALL), text
