@@ -1635,81 +1635,42 @@ class _Compiler:
         if start not in productive:
             raise UnsupportedSchemaError("the schema admits no JSON value", "")
         if every:
-            return self._reachable(start)
+            return self._reachable(start, rules)
+        # drop the alternatives that need an unproductive symbol (and the
+        # optional or repeated parts made of them), keeping what is reachable
         found: dict[str, list] = {}
-        used_terms: set[str] = set()
         todo = [start]
         while todo:
             x = todo.pop()
             if x in found:
                 continue
-            if every:
-                out = rules[x]
-            else:
-                out = []
-                for alt in rules[x]:
-                    new = []
-                    for kind, sym in alt:
-                        if kind == "star":
-                            if all(s in productive for s in sym):
-                                new.append((kind, sym))
-                        elif sym in productive:
-                            new.append((kind, sym))
-                        elif kind == "sym":
-                            break
-                    else:
-                        out.append(new)
-            found[x] = out
-            for alt in out:
+            out = found[x] = []
+            for alt in rules[x]:
+                new = []
                 for kind, sym in alt:
                     if kind == "star":
-                        for s in sym:
-                            if s in terms:
-                                used_terms.add(s)
-                            elif s not in found:
-                                todo.append(s)
-                    elif sym in terms:
-                        used_terms.add(sym)
-                    elif sym not in found:
-                        todo.append(sym)
-        # a rule that is one symbol (a property's value_N -> NUMBER, chains of
-        # them through $ref and allOf) is replaced by that symbol: fewer Earley
-        # items at every step, and less to build
-        alias = {name: alts[0][0][1] for name, alts in found.items()
-                 if name != start and len(alts) == 1 and len(alts[0]) == 1
-                 and alts[0][0][0] == "sym"}
-        if alias:
-            def resolve(x: str) -> str:
-                while x in alias:  # productive unit rules form no cycle
-                    x = alias[x]
-                return x
-
-            kept: dict[str, list] = {}
-            todo = [start]
-            while todo:
-                x = todo.pop()
-                if x in kept:
-                    continue
-                out = kept[x] = []
-                for alt in found[x]:
-                    new = []
-                    for kind, sym in alt:
-                        sym = tuple(map(resolve, sym)) if kind == "star" else resolve(sym)
+                        if all(s in productive for s in sym):
+                            new.append((kind, sym))
+                    elif sym in productive:
                         new.append((kind, sym))
-                        for y in (sym if kind == "star" else (sym,)):
-                            if y in found and y not in kept:
-                                todo.append(y)
+                    elif kind == "sym":
+                        break
+                else:
                     out.append(new)
-            found = kept
-        cleaned = {name: found[name] for name in rules if name in found}
-        return cleaned, set(cleaned), used_terms
+                    for kind, sym in new:
+                        for y in (sym if kind == "star" else (sym,)):
+                            if y not in terms and y not in found:
+                                todo.append(y)
+        return self._reachable(start, found)
 
-    def _reachable(self, start: str):
-        """:meth:`_pruned` when every rule is productive: one walk from
-        ``start`` that keeps the rules as they are and reads through unit rules
-        on the way (the general case walks twice and rebuilds every kept
-        alternative)."""
-        rules, terms = self.rules, self.terminal_defs
+    def _reachable(self, start: str, rules: dict):
+        """The rules of ``rules`` (all productive) reachable from ``start``, in
+        the order they were made, each read through unit rules: a rule that is
+        one symbol (a property's value_N -> NUMBER, chains of them through $ref
+        and allOf) is replaced by that symbol, for fewer Earley items at every
+        step and less to build. One walk; when every rule is productive,
+        ``rules`` is the translator's own."""
+        terms = self.terminal_defs
 
         def resolve(x: str) -> str:
             # a unit rule (one alternative of one symbol) is its symbol
@@ -1751,7 +1712,7 @@ class _Compiler:
                             todo.append(sym)
                     new.append((kind, sym))
                 out.append(new)
-        cleaned = {name: kept[name] for name in rules if name in kept}
+        cleaned = {name: kept[name] for name in self.rules if name in kept}
         return cleaned, set(cleaned), used_terms
 
     def _productive(self) -> tuple[set, bool]:
