@@ -626,18 +626,15 @@ def test_terminals_never_empty_and_names_deterministic():
 
 
 def test_compile_json_schema_passes_options(monkeypatch):
-    import sys
-    import types
+    import constrain.json_schema
 
     seen = {}
-    fake = types.ModuleType("constrain.grammar")
 
     def grammar_constraint(ir, vocab, *, source="", **budget):
         seen.update(ir=ir, source=source, vocab=vocab, budget=budget)
         return "compiled"
 
-    fake.GrammarConstraint = grammar_constraint
-    monkeypatch.setitem(sys.modules, "constrain.grammar", fake)
+    monkeypatch.setattr(constrain.json_schema, "GrammarConstraint", grammar_constraint)
     out = compile_json_schema({"type": "integer"}, "VOCAB", whitespace="flexible",
                               time_budget=3.0)
     assert out == "compiled" and seen["vocab"] == "VOCAB"
