@@ -1629,9 +1629,9 @@ class _Compiler:
     # -- output --------------------------------------------------------------------------
 
     def _pruned(self, start: str):
-        """``(rules, reachable, terminals used)`` with unproductive and
-        unreachable rules removed (rules in the order they were made). Linear in
-        the grammar's size."""
+        """``(rules, terminals used)`` with unproductive and unreachable rules
+        removed (rules in the order they were made). Linear in the grammar's
+        size."""
         rules, terms = self.rules, self.terminal_defs
         productive, every = self._productive()
         if start not in productive:
@@ -1715,7 +1715,7 @@ class _Compiler:
                     new.append((kind, sym))
                 out.append(new)
         cleaned = {name: kept[name] for name in self.rules if name in kept}
-        return cleaned, set(cleaned), used_terms
+        return cleaned, used_terms
 
     def _productive(self) -> tuple[set, bool]:
         """The productive symbols (those deriving some terminal string), and
@@ -1762,11 +1762,9 @@ class _Compiler:
 
     def render(self, start: str) -> str:
         """The grammar text, unproductive and unreachable rules removed."""
-        cleaned, reach, used_terms = self._pruned(start)
+        cleaned, used_terms = self._pruned(start)
         lines = [f"start: {start}" if start != "start" else ""]
         for name, alts in cleaned.items():
-            if name not in reach:
-                continue
             texts = []
             for alt in alts:
                 parts = []
@@ -1801,13 +1799,13 @@ class _Compiler:
         become helper rules as the loader makes them), ~0.6 ms less on a median
         MaskBench schema. Terminal patterns are the regexes as written, not as
         read back from Lark's escaping (the same regular languages)."""
-        cleaned, reach, used_terms = self._pruned(start)
+        cleaned, used_terms = self._pruned(start)
         literal_of = self.literal_of
         terminals = [Terminal(name, rx, 0, literal_of.get(name))
                      for name, rx in self.terminal_defs.items() if name in used_terms]
         n_t = len(terminals)
         t_index = {t.name: i for i, t in enumerate(terminals)}
-        names = [start] + [n for n in cleaned if n in reach and n != start]
+        names = [start] + [n for n in cleaned if n != start]
         index = {n: n_t + i for i, n in enumerate(names)}
         rules: list = []
         size = sum(len(t.pattern) for t in terminals)

@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from . import kernels
 from .byte_automaton import ByteDFA, trim_and_minimize
 from .json_schema_formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
                                   JSON_NUMBER)
@@ -292,6 +293,7 @@ for _tb in (*_STRINGS.values(), *_NUMBERS.values()):
     _row += _tb.t.shape[0]
 LEXEME_ROWS.flags.writeable = False
 LEXEME_ACCEPTING.flags.writeable = False
+_EVERY_BYTE = np.ones(256, dtype=np.bool_)
 
 
 class LexemeTable:
@@ -328,13 +330,13 @@ class LexemeTable:
         if self.bounded is not None:
             write_bounded_string(t, acc, *self.bounded, self.tail)
             return
-        k, r = self.k, self.row0
-        t[:k] = LEXEME_ROWS[r:r + k]
-        acc[:k] = LEXEME_ACCEPTING[r:r + k]
-        for i, b in enumerate(self.tail):
-            t[k - 1 + i, b] = k + i
-        if self.string:
-            acc[k - 1 + len(self.tail)] = True
+        # the one operation of TerminalAutomata's kernel, over every byte
+        op = np.array([[kernels.TERMINAL_LEXEME, 0, self.rows, self.row0, self.k, 0,
+                        len(self.tail), int(self.string), 0, 0, 0]], dtype=np.int64)
+        kernels.write_terminal_table(t, acc, np.ones(1, dtype=np.bool_), op,
+                                     np.frombuffer(self.tail, dtype=np.uint8),
+                                     np.zeros(0, dtype=np.int64), LEXEME_ROWS, LEXEME_ACCEPTING,
+                                     _EVERY_BYTE)
 
 
 def _with_tail(tb: _Table, tail: bytes) -> LexemeTable:
@@ -378,9 +380,8 @@ def builtin_template(pattern: str, alphabet: np.ndarray | bytes, literal_tail,
     lexemes above and ``alphabet`` (256 booleans, or their ``tobytes()``)
     keeps every state of it live; else ``None``. Restricted to ``alphabet``,
     the automaton is the table with the other bytes' columns zeroed: the
-    caller writes it where it wants it and zeroes them there
-    (``TerminalAutomata`` writes all of a grammar's terminals in one kernel,
-    without building a DFA per terminal)."""
+    caller writes it where it wants it (``TerminalAutomata``: all of a
+    grammar's lexemes in one kernel, restricted as they are copied)."""
     lex = _lexeme(pattern, literal_tail, max_states)
     return lex if lex is not None and lex.lives_on(alphabet) else None
 
