@@ -157,6 +157,12 @@ class EarleyRecognizer:
             hit = self._expected[c] = frozenset(out)
         return hit
 
+    def expected_key(self, c: int) -> bytes:
+        """The terminals the parser accepts next in context ``c``, as the bytes of
+        their bitset: a dict key as good as :meth:`expected`, without building
+        the set (contexts with one expected set are many)."""
+        return self._ctx[4][c].tobytes()
+
     def accepts(self, c: int) -> bool:
         """Whether the terminals read to reach ``c`` form a sentence."""
         return bool(self._ctx[5][c])

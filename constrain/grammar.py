@@ -86,6 +86,9 @@ class GrammarConstraint(Constraint):
         # once per compile, on a cold cache
         self._ctx_next = np.empty((256, max(n_t, 1)), dtype=np.int32)
         self._ctx_next.fill(-2)
+        # the lexer state that starts the terminals of an expected set, keyed
+        # by the parser's bitset of it
+        self._start_of: dict[bytes, int] = {}
         self._ctx_start = np.empty(256, dtype=np.int32)
         self._ctx_start.fill(-2)
         self._eos = np.asarray(vocab.eos_token_ids, dtype=np.int64)
@@ -136,7 +139,11 @@ class GrammarConstraint(Constraint):
         self._ensure_ctx(c)
         v = int(self._ctx_start[c])
         if v == -2:
-            v = self.lexer.start_state(self.parser.expected(c) | self._ignore)
+            key = self.parser.expected_key(c)
+            v = self._start_of.get(key)
+            if v is None:
+                v = self._start_of[key] = self.lexer.start_state(
+                    self.parser.expected(c) | self._ignore)
             self._ctx_start[c] = v
         return v
 

@@ -545,6 +545,26 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
 
 
 @njit(cache=True, nogil=True)
+def lexer_walk_rows(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+                    tok_before, order, max_depth, full_row, height, run, good, ascii_live, stk,
+                    pos, best, first, row_words, words32):
+    """:func:`lexer_walk` with its outputs allocated here: ``(row, nodes,
+    states)``, the row cut to ``words32`` words and the boundary nodes to their
+    number (a first visit paid ~5 us for the same allocations from Python)."""
+    cap = 1024
+    while True:
+        row = np.zeros(row_words + 1, np.uint32)
+        out_node = np.empty(cap, np.int32)
+        out_state = np.empty(cap, np.int32)
+        n = lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+                       tok_before, order, max_depth, full_row, row, out_node, out_state, height,
+                       run, good, ascii_live, stk, pos, best, first)
+        if n >= 0:
+            return row[:words32], out_node[:n].copy(), out_state[:n].copy()
+        cap = tbyte.shape[0]
+
+
+@njit(cache=True, nogil=True)
 def _push(ls, lc, d, m, width, s, c):
     """Add the pair ``(s, c)`` at depth ``d`` (``m`` pairs there so far) unless
     present; the new count, or -1 past ``width``."""
@@ -610,8 +630,10 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
     after the missing entry is filled in may resume (bits only ever get set, so
     walking node ``j`` again is harmless).
     """
-    ls = np.zeros((max_depth + 2, width), np.int32)
-    lc = np.zeros((max_depth + 2, width), np.int32)
+    # not zeroed (2 x 50 KB on SmolLM2, paid on every call): depth d's pairs are
+    # written before they are read, as the walk goes down the trie
+    ls = np.empty((max_depth + 2, width), np.int32)
+    lc = np.empty((max_depth + 2, width), np.int32)
     cnt = np.zeros(max_depth + 2, np.int32)
     for j in range(j0, starts_node.shape[0]):
         root = starts_node[j]

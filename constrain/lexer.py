@@ -497,28 +497,18 @@ class LexerTables:
                                      count=len(keys))
         if states is None:
             t = self.trie
-            cap = 1024
             scratch = self.trans.shape[0]
             if self._scratch is None or self._scratch.shape[1] < scratch:
                 self._scratch = np.empty((3, scratch), dtype=np.int32)
             stk, pos, best = self._scratch
             tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first = \
                 self._trie_args
-            while True:
-                row = np.zeros(t.row_words + 1, dtype=np.uint32)
-                found = np.empty(2 * cap, dtype=np.int32)
-                nodes, states = found[:cap], found[cap:]
-                n = gk.lexer_walk(self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td,
-                                  ts, tn, below, tok_before, order, max_depth, full, row, nodes,
-                                  states, height, self.run, self.good, self.live, stk, pos, best,
-                                  first)
-                if n >= 0:
-                    break
-                cap = t.num_nodes
+            row, nodes, states = gk.lexer_walk_rows(
+                self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td, ts, tn, below,
+                tok_before, order, max_depth, full, height, self.run, self.good, self.live, stk,
+                pos, best, first, t.row_words, self.words32)
             if t.has_duplicates:
                 t.add_duplicates(row)
-            row = row[:self.words32]
-            nodes, states = nodes[:n].copy(), states[:n].copy()
             self._shared.put(key, [row, nodes, states, weakref.ref(self)])
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
