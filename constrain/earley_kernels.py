@@ -461,7 +461,9 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
             lhs_rd[fill[lhs[r]]] = off[r] + r
             fill[lhs[r]] += 1
     words = max(1, (n_t + 63) // 64)
-    cap = 64
+    # room for the contexts and predictions of a mid-sized JSON Schema's walk:
+    # each growth of a table makes the kernel run again
+    cap = 256
     meta = np.zeros(META_SIZE, np.int64)
     meta[M_N_T] = n_t
     meta[M_N_RD] = rd_next.shape[0]
@@ -469,13 +471,13 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
     meta[M_MAX_CONTEXTS] = max_contexts
     pred_off = np.full(n_sym, -1, np.int64)
     pred_len = np.zeros(n_sym, np.int64)
-    pred_sym = np.empty(64, np.int64)
-    pred_rd = np.empty(64, np.int64)
+    pred_sym = np.empty(2048, np.int64)
+    pred_rd = np.empty(2048, np.int64)
     pexp = np.zeros((n_sym, words), np.uint64)
     c_ioff = np.zeros(cap + 1, np.int64)
-    items = np.empty(256, np.int64)
+    items = np.empty(4096, np.int64)
     c_roff = np.zeros(cap + 1, np.int64)
-    roots = np.empty(64, np.int64)
+    roots = np.empty(1024, np.int64)
     c_exp = np.zeros((cap, words), np.uint64)
     c_acc = np.zeros(cap, np.uint8)
     c_hash = np.zeros(cap, np.uint64)

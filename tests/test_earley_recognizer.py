@@ -85,3 +85,43 @@ def test_loops_reuse_contexts():
     assert rec.recognize(word)
     assert rec.num_contexts < 10
     assert not rec.recognize(word[:-2] + [1])
+
+
+def test_tables_grow_past_their_initial_room():
+    """Deep nesting (thousands of contexts, items and roots) and a prediction of
+    thousands of dotted rules: every table of the kernels grows, and the
+    answers stay right."""
+    # start: "(" start ")" | "x"
+    ir = GrammarIR(terminals=[Terminal(n, n, 0, None) for n in ("L", "R", "X")],
+                   nonterminals=["start"], rules=[(0, (0, 3, 1)), (0, (2,))], start=0)
+    rec = EarleyRecognizer(ir)
+    depth = 3000
+    word = [0] * depth + [2] + [1] * depth
+    assert rec.recognize(word)
+    assert rec.num_contexts > depth
+    assert not rec.recognize(word[:-1])
+    assert not rec.recognize(word + [1])
+    # start: "a" n_0, n_i: n_{i+1} T_i | T_i -- after "a", predicting n_0
+    # predicts every rule
+    n = 1500
+    rules = [(i, (n + 1 + i + 1, i)) for i in range(n - 1)] + [(i, (i,)) for i in range(n)]
+    rules.append((n, (n, n + 1)))
+    ir = GrammarIR(terminals=[Terminal(f"T{i}", f"t{i}", 0, None) for i in range(n)]
+                   + [Terminal("A", "a", 0, None)],
+                   nonterminals=[f"n{i}" for i in range(n)] + ["start"], rules=rules, start=n)
+    rec = EarleyRecognizer(ir)
+    assert rec.expected(0) == frozenset([n])
+    assert rec.expected(rec.next(0, n)) == frozenset(range(n))
+    assert rec.recognize([n, 7, 6, 5, 4, 3, 2, 1, 0])
+    assert rec.recognize([n, n - 1] + list(range(n - 2, -1, -1)))
+    assert not rec.recognize([n, 0, 1])
+    assert not rec.recognize([n, 7, 5, 4, 3, 2, 1, 0])
+    assert not rec.recognize([7, 6, 5, 4, 3, 2, 1, 0])
+    # the same chain as the start symbol: context 0's prediction outgrows its
+    # table while the recognizer is built
+    ir = GrammarIR(terminals=ir.terminals[:n], nonterminals=[f"n{i}" for i in range(n)],
+                   rules=[(i, (n + i + 1, i)) for i in range(n - 1)] + [(i, (i,)) for i in range(n)],
+                   start=0)
+    rec = EarleyRecognizer(ir)
+    assert rec.expected(0) == frozenset(range(n))
+    assert rec.recognize([3, 2, 1, 0]) and not rec.recognize([3, 1, 0])
