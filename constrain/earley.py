@@ -172,6 +172,10 @@ class EarleyRecognizer:
         key = (c, t)
         hit = self._next.get(key)
         if hit is None:
+            # the kernel trusts its indices: a bad one must not reach it
+            if not (0 <= c < self._meta[ek.M_CONTEXTS] and 0 <= t < self.n_t):
+                raise IndexError(f"no context {c} or terminal {t} in this recognizer "
+                                 f"({self.num_contexts} contexts, {self.n_t} terminals)")
             hit = self._next[key] = self._run(ek.earley_next, c, t)
         return hit
 

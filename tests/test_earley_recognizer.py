@@ -125,3 +125,14 @@ def test_tables_grow_past_their_initial_room():
     rec = EarleyRecognizer(ir)
     assert rec.expected(0) == frozenset(range(n))
     assert rec.recognize([3, 2, 1, 0]) and not rec.recognize([3, 1, 0])
+
+
+def test_bad_context_or_terminal_is_an_index_error():
+    """The kernel trusts its indices: the recognizer checks them first."""
+    ir = GrammarIR(terminals=[Terminal(n, n, 0, None) for n in ("A", "B")],
+                   nonterminals=["start"], rules=[(0, (0, 1))], start=0)
+    rec = EarleyRecognizer(ir)
+    for c, t in ((0, 2), (0, -1), (5, 0), (-1, 0)):
+        with pytest.raises(IndexError):
+            rec.next(c, t)
+    assert rec.recognize([0, 1]) and not rec.recognize([1])
