@@ -136,3 +136,18 @@ def test_bad_context_or_terminal_is_an_index_error():
         with pytest.raises(IndexError):
             rec.next(c, t)
     assert rec.recognize([0, 1]) and not rec.recognize([1])
+
+
+def test_max_contexts_bounds_the_chart():
+    """Past ``max_contexts`` chart columns the recognizer refuses with
+    GrammarTooComplexError (a server's memory bound), and keeps what it built."""
+    from constrain.errors import GrammarTooComplexError
+
+    ir = GrammarIR(terminals=[Terminal(n, n, 0, None) for n in ("L", "R", "X")],
+                   nonterminals=["start"], rules=[(0, (0, 3, 1)), (0, (2,))], start=0)
+    rec = EarleyRecognizer(ir, max_contexts=40)
+    assert rec.recognize([0] * 10 + [2] + [1] * 10)
+    with pytest.raises(GrammarTooComplexError, match="40 chart columns"):
+        rec.recognize([0] * 100 + [2] + [1] * 100)
+    assert rec.num_contexts <= 40
+    assert rec.recognize([0] * 10 + [2] + [1] * 10)
