@@ -50,6 +50,18 @@ TOO_MANY_CONTEXTS = 5
 _MIX = 0x5851F42D4C957F2D
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pushed(buf, n, v):
+    """``buf`` with ``v`` written at ``n``, doubled first when full (the caller
+    counts ``n``)."""
+    if n == buf.shape[0]:
+        grown = np.empty(2 * n + 16, np.int64)
+        grown[:n] = buf
+        buf = grown
+    buf[n] = v
+    return buf
+
+
 @njit(cache=True, nogil=True)
 def _predict(x, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
              pred_rd, pexp):
@@ -78,20 +90,12 @@ def _predict(x, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pr
             rd = lhs_rd[j]
             while not mark_rd[rd]:
                 mark_rd[rd] = True
-                if k == out.shape[0]:
-                    grown = np.empty(2 * k, np.int64)
-                    grown[:k] = out
-                    out = grown
-                out[k] = rd
+                out = _pushed(out, k, rd)
                 k += 1
                 y = rd_next[rd]
                 if y < n_t:
                     break  # a terminal, or the rule is complete
-                if top == todo.shape[0]:
-                    grown = np.empty(2 * top, np.int64)
-                    grown[:top] = todo
-                    todo = grown
-                todo[top] = y
+                todo = _pushed(todo, top, y)
                 top += 1
                 if not nullable[y - n_t]:
                     break
@@ -293,18 +297,10 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
                                         pred_off, pred_len, pred_sym, pred_rd, c_ioff, items,
                                         c_roff, roots)
         else:
-            if k == inc.shape[0]:
-                grown = np.empty(2 * k, np.int64)
-                grown[:k] = inc
-                inc = grown
-            inc[k] = it
+            inc = _pushed(inc, k, it)
             k += 1
             if y >= n_t and nullable[y - n_t]:
-                if top == stack.shape[0]:
-                    grown = np.empty(2 * top, np.int64)
-                    grown[:top] = stack
-                    stack = grown
-                stack[top] = it + 1
+                stack = _pushed(stack, top, it + 1)
                 top += 1
     # canonical order: by waited symbol, then item
     buf = np.sort(inc[:k])
