@@ -38,6 +38,7 @@ import numpy as np
 
 from . import earley_kernels as ek
 from .errors import GrammarError, GrammarTooComplexError
+from .kernels import table_rehash
 from .lark_loader import GrammarIR
 
 
@@ -82,7 +83,6 @@ class EarleyRecognizer:
                                f"string the vocabulary can spell")
         self._meta = tables[1]
         self._grammar = tables[2:6]
-        self.nullable = tables[3]
         self._pred = list(tables[6:11])
         self._ctx = list(tables[11:])
         self._expected: dict[int, frozenset] = {}
@@ -135,7 +135,8 @@ class EarleyRecognizer:
             n = int(self._meta[ek.M_CONTEXTS])
             self._ctx = [bigger(c_ioff, cap + 1), items, bigger(c_roff, cap + 1), roots,
                          bigger(c_exp, cap), bigger(c_acc, cap), bigger(c_hash, cap),
-                         ek.rehash_contexts(c_hash, n, 4 * cap)]
+                         # context 0 is not interned
+                         table_rehash(c_hash, n, 4 * cap, 1)]
 
     # -- public ---------------------------------------------------------------------------
 

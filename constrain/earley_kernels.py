@@ -340,20 +340,6 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
 
 
 @njit(cache=True, nogil=True)
-def rehash_contexts(c_hash, n, size):
-    """The intern table of contexts ``1:n`` (context 0 is not interned) at
-    ``size`` slots."""
-    htab = np.full(size, -1, np.int64)
-    mask = np.uint64(size - 1)
-    for g in range(1, n):
-        slot = c_hash[g] & mask
-        while htab[slot] >= 0:
-            slot = (slot + np.uint64(1)) & mask
-        htab[slot] = g
-    return htab
-
-
-@njit(cache=True, nogil=True)
 def derives(lhs, off, flat, n_t, n_sym, term_ok, rule_ok):
     """Per nonterminal, whether one of its rules (those with ``rule_ok``) has
     every symbol ok: a terminal ``x`` when ``term_ok[x]``, a nonterminal when it

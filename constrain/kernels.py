@@ -521,10 +521,11 @@ def table_probe(htab, hashes, rows, key, h):
 
 
 @njit(cache=True, nogil=True)
-def table_rehash(hashes, count, hcap):
-    """A fresh open-addressing table of size ``hcap`` over the first ``count`` hashes."""
+def table_rehash(hashes, count, hcap, first=0):
+    """A fresh open-addressing table of size ``hcap`` over hashes ``first:count``
+    (ids below ``first`` are left out of the table)."""
     htab = np.full(hcap, -1, np.int64)
-    for c in range(count):
+    for c in range(first, count):
         sl = hashes[c] & np.uint64(hcap - 1)
         while htab[sl] >= 0:
             sl = (sl + np.uint64(1)) & np.uint64(hcap - 1)
