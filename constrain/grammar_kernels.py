@@ -80,6 +80,54 @@ EXPAND_OVERFLOW = 2
 
 
 @njit(cache=True, nogil=True)
+def _rename_row(tab, offsets, t, s, skip, d, n, max_states, buf, pairs, poff, hashes, htab,
+                single, trans):
+    """Row ``d`` of ``trans`` as terminal ``t``'s row ``s`` alone, on every byte
+    not in ``skip``: each successor ``(t, s2)`` renamed to its lexer state, added
+    when new; runs of bytes with one target are renamed once (~5x faster than
+    combining pairs byte by byte). Returns ``(status, n)`` as
+    :func:`expand_states` reports room."""
+    off = offsets[t]
+    row = off + s
+    last_s2 = -1
+    g = 0
+    for b in range(256):
+        s2 = tab[row, b]
+        if s2 == 0 or skip[b]:
+            trans[d, b] = 0
+            continue
+        if s2 != last_s2:
+            g = single[off + s2]
+            if g < 0:
+                buf[0] = t
+                buf[1] = s2
+                h = _hash_pairs(buf, 2)
+                slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
+                if g < 0:
+                    if n >= max_states:
+                        return EXPAND_OVERFLOW, n
+                    if n >= trans.shape[0] or poff[n] + 2 > pairs.shape[0]:
+                        return EXPAND_GROW, n
+                    g = n
+                    n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single, offsets)
+            last_s2 = s2
+        trans[d, b] = g
+    return EXPAND_DONE, n
+
+
+@njit(cache=True, nogil=True)
+def _loop_flags(trans, loops, flags, d, ends):
+    """``loops[d]`` from the finished row ``d``, and ``flags[d]`` (see
+    :func:`lexer_walk`)."""
+    looped = False
+    for b in range(256):
+        if trans[d, b] == d:
+            loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+            looped = True
+    flags[d] = 1 if ends else (2 if looped else 0)
+
+
+@njit(cache=True, nogil=True)
 def expand_states(tab, offsets, accepting, start, n, d, max_states,
                   pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
@@ -113,6 +161,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
     buf = np.empty(width, np.int32)
     prev = np.empty(width, np.int32)
     live = np.zeros(256, np.bool_)
+    none = np.zeros(256, np.bool_)
     while d < n:
         base = poff[d]
         m = poff[d + 1] - base
@@ -122,45 +171,17 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
             prev = np.empty(width, np.int32)
         if m == 2:
             # one terminal alive (deep inside a string, a number, a name): its
-            # row is the terminal's row renamed, and runs of bytes with one
-            # target are renamed once (~5x faster than the general loop below,
-            # which most new states used to take)
+            # row is the terminal's row renamed
             t = pairs[base]
-            off = offsets[t]
-            row = off + pairs[base + 1]
-            ends = accepting[row]
+            ends = accepting[offsets[t] + pairs[base + 1]]
             if ends:
                 acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
             has_acc[d] = ends
-            looped = False
-            last_s2 = -1
-            g = 0
-            for b in range(256):
-                s2 = tab[row, b]
-                if s2 == 0:
-                    trans[d, b] = 0
-                    continue
-                if s2 != last_s2:
-                    g = single[off + s2]
-                    if g < 0:
-                        buf[0] = t
-                        buf[1] = s2
-                        h = _hash_pairs(buf, 2)
-                        slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
-                        if g < 0:
-                            if n >= max_states:
-                                return EXPAND_OVERFLOW, n, d, g0
-                            if n >= cap or poff[n] + 2 > pairs.shape[0]:
-                                return EXPAND_GROW, n, d, g0
-                            g = n
-                            n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single,
-                                           offsets)
-                    last_s2 = s2
-                trans[d, b] = g
-                if g == d:
-                    loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-                    looped = True
-            flags[d] = 1 if ends else (2 if looped else 0)
+            status, n = _rename_row(tab, offsets, t, pairs[base + 1], none, d, n, max_states, buf,
+                                    pairs, poff, hashes, htab, single, trans)
+            if status != EXPAND_DONE:
+                return status, n, d, g0
+            _loop_flags(trans, loops, flags, d, ends)
             d += 1
             continue
         ends = False
@@ -170,38 +191,58 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                 acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
                 ends = True
         has_acc[d] = ends
-        looped = False
         prev_m = -1
         prev_g = 0
         # bytes on which some pair lives: a start state of many literals (a
         # JSON object's member names) lives on a handful of bytes. A terminal row
         # with one live byte is memoised in ``row_byte`` (-2: not yet known, -1:
-        # several or none), so a literal's row is scanned once, not once per
+        # several, -3: none), so a literal's row is scanned once, not once per
         # lexer state it appears in
-        if m > 2:
-            live[:] = False
+        live[:] = False
+        wide = -1
+        n_wide = 0
+        for j in range(0, m, 2):
+            row = offsets[pairs[base + j]] + pairs[base + j + 1]
+            rb = row_byte[row]
+            if rb == -2:
+                rb = -3
+                for b in range(256):
+                    if tab[row, b] != 0:
+                        rb = b if rb == -3 else -1
+                        if rb == -1:
+                            break
+                row_byte[row] = rb
+            if rb >= 0:
+                live[rb] = True
+            elif rb == -1:
+                wide = j
+                n_wide += 1
+        if n_wide <= 1:
+            # literals beside at most one wider terminal (member names and "any
+            # other name", a name's prefix and that other name): the row is the
+            # wide terminal's alone, renamed as for one pair above, but on the
+            # literals' few bytes, which are combined in full below (the general
+            # loop ran every pair on every byte: ~1.2 us per state, and a
+            # Kubernetes object's names made 200 of them in one first visit)
+            if n_wide == 1:
+                status, n = _rename_row(tab, offsets, pairs[base + wide], pairs[base + wide + 1],
+                                        live, d, n, max_states, buf, pairs, poff, hashes, htab,
+                                        single, trans)
+                if status != EXPAND_DONE:
+                    return status, n, d, g0
+            else:
+                trans[d, :] = 0
+        else:
             for j in range(0, m, 2):
                 row = offsets[pairs[base + j]] + pairs[base + j + 1]
-                rb = row_byte[row]
-                if rb == -2:
-                    rb = -3
-                    for b in range(256):
-                        if tab[row, b] != 0:
-                            rb = b if rb == -3 else -1
-                            if rb == -1:
-                                break
-                    row_byte[row] = rb if rb >= 0 else -1
-                if rb >= 0:
-                    live[rb] = True
-                else:
+                if row_byte[row] == -1:
                     for b in range(256):
                         if tab[row, b] != 0:
                             live[b] = True
-        else:
-            live[:] = True
         for b in range(256):
             if not live[b]:
-                trans[d, b] = 0
+                if n_wide > 1:
+                    trans[d, b] = 0
                 continue
             k = 0
             for j in range(0, m, 2):
@@ -222,9 +263,6 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                         break
                 if same:
                     trans[d, b] = prev_g
-                    if prev_g == d:
-                        loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-                        looped = True
                     continue
             g = single[offsets[buf[0]] + buf[1]] if k == 2 else -1
             if g < 0:
@@ -238,13 +276,10 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                 g = n
                 n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets)
             trans[d, b] = g
-            if g == d:
-                loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
-                looped = True
             prev[:k] = buf[:k]
             prev_m = k
             prev_g = g
-        flags[d] = 1 if ends else (2 if looped else 0)
+        _loop_flags(trans, loops, flags, d, ends)
         d += 1
     return EXPAND_DONE, n, d, g0
 
