@@ -1,0 +1,88 @@
+"""The lexer's product states (``grammar_kernels.expand_states``) against their
+definition: a lexer state is the sorted list of ``(terminal, local state)`` pairs
+alive; on a byte each pair moves by its terminal's automaton, the dead ones drop
+out, and what is left is the successor state (0 when nothing is). Checked state
+by state, byte by byte, on grammars that reach each way the kernel builds a row:
+one pair alone, literals beside one wider terminal (member names and "any other
+name"), and literals beside several wider ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from constrain import allocate_bitmask, compile_grammar, compile_json_schema
+
+KEYS = ('start: "{" (pair ("," pair)*)? "}"\n'
+        'pair: (K1 | K2 | K3 | K4 | OTHER) VALUE\n'
+        'K1: "\\"name\\":"\nK2: "\\"nickname\\":"\nK3: "\\"age\\":"\nK4: "\\"n\\":"\n'
+        'OTHER: /"[a-z]*":/\n'
+        'VALUE: /[0-9]+/\n')
+# a second wide terminal beside the names: rows combined pair by pair
+TWO_WIDE = KEYS.replace("| OTHER)", "| OTHER | DIGITS)") + 'DIGITS: /"[a-z0-9]{1,3}":/\n'
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 5}, "nickname": {"type": "string"},
+                         "age": {"type": "integer"}, "n": {"type": "boolean"}},
+          "additionalProperties": {"type": "integer"}}
+
+
+def _pairs(lex, s):
+    p = lex.pairs[lex.poff[s]:lex.poff[s + 1]].tolist()
+    return list(zip(p[0::2], p[1::2]))
+
+
+def _check_tables(g):
+    lex, terms = g.lexer, g.terms
+    tab, off, acc_t = terms.table, terms.offsets, terms.accepting
+    assert lex._expanded > 1
+    for s in range(1, lex._expanded):
+        pairs = _pairs(lex, s)
+        assert pairs == sorted(pairs) and pairs
+        ends = {t for t, v in pairs if acc_t[off[t] + v]}
+        assert set(lex.accepting_terminals(s)) == ends
+        assert bool(lex.has_acc[s]) == bool(ends)
+        loops = np.zeros(4, dtype=np.uint64)
+        for b in range(256):
+            succ = [(t, int(tab[off[t] + v, b])) for t, v in pairs if tab[off[t] + v, b]]
+            got = int(lex.trans[s, b])
+            if not succ:
+                assert got == 0, (s, b)
+                continue
+            assert 0 < got < lex.n and _pairs(lex, got) == succ, (s, b, pairs, succ)
+            if got == s:
+                loops[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+        assert (lex.loops[s] == loops).all(), s
+        flag = int(lex.walk_flags[s])
+        if ends:
+            assert flag == 1
+        elif loops.any():
+            assert flag == 2
+        else:
+            assert flag in (0, 3, 4)
+
+
+def _visit(g, texts):
+    """Fill the masks along each text's bytes (building the lexer states met)."""
+    bm = allocate_bitmask(1, len(g.vocab), backend="numpy")
+    for text in texts:
+        fresh, configs = g.initial_state()
+        g.fill_bitmask((fresh, configs), bm, 0)
+        data = text.encode()
+        for k in range(1, len(data) + 1):
+            configs = g._step(g.initial_state()[1], data[:k])
+            assert configs, text[:k]
+            g.fill_bitmask((False, configs), bm, 0)
+
+
+@pytest.mark.parametrize("source", [KEYS, TWO_WIDE], ids=["one-wide", "two-wide"])
+def test_lexer_states_follow_their_pairs(source, smollm2_vocab):
+    g = compile_grammar(source, smollm2_vocab)
+    _visit(g, ['{"name":1,"nick":22,"n":3,"age":4}', '{"ab1":5}' if source is TWO_WIDE else '{}'])
+    _check_tables(g)
+
+
+def test_json_schema_lexer_states_follow_their_pairs(smollm2_vocab):
+    g = compile_json_schema(SCHEMA, smollm2_vocab)
+    _visit(g, ['{"name":"abc","nickname":"x y","age":-4,"n":true,"nam":7}'])
+    _check_tables(g)
