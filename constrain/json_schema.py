@@ -157,6 +157,18 @@ _PY_TYPES = {bool: "boolean", type(None): "null", str: "string", list: "array",
              dict: "object", int: "integer"}
 
 
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, for error messages."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _json_text(value) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def _has_type(value, types, comp, ptr: str) -> bool:
     """Whether ``value`` has one of the JSON ``types`` (a name or a list of
     them); an integral float, whose type depends on the draft, or an unusual
@@ -454,7 +466,13 @@ class _Compiler:
 
     def valid(self, value, ptr: str) -> bool:
         """Whether ``jsonschema`` accepts ``value`` against the schema at ``ptr``
-        (refs resolved in the whole document)."""
+        (refs resolved in the whole document).
+
+        When ``jsonschema`` itself fails (a ``pattern`` Python's ``re`` cannot
+        compile, a ``$ref`` it cannot resolve), which values the node admits is
+        unknown: that is :meth:`unsupported` at ``ptr`` (strict: an
+        :class:`UnsupportedSchemaError` that says why; else the value is taken
+        as rejected, which can only narrow the language)."""
         if ptr.startswith("<notall:"):
             return not isinstance(value, dict) or not all(k in value for k in _marker_names(ptr))
         node = self.node(ptr)
@@ -462,7 +480,10 @@ class _Compiler:
             return node
         try:
             return self.validator.evolve(schema=node).is_valid(value)
-        except Exception:
+        except Exception as e:
+            self.unsupported(ptr, f"jsonschema cannot check the value {_short(_json_text(value))} against "
+                                  f"this schema ({type(e).__name__}: {_short(str(e))}), so "
+                                  f"which enum/const values it admits is unknown")
             return False
 
     # -- normalisation -------------------------------------------------------------
@@ -1635,7 +1656,11 @@ class _Compiler:
         rules, terms = self.rules, self.terminal_defs
         productive, every = self._productive()
         if start not in productive:
-            raise UnsupportedSchemaError("the schema admits no JSON value", "")
+            why = ""
+            if self.ignored:
+                why = (" that Trellis can enforce (strict=False set aside what it could not, "
+                       "at " + ", ".join(p or "/" for p in self.ignored) + ")")
+            raise UnsupportedSchemaError("the schema admits no JSON value" + why, "")
         if every:
             return self._reachable(start, rules)
         # drop the alternatives that need an unproductive symbol (and the

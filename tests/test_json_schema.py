@@ -420,6 +420,26 @@ def test_enum_const_are_exact():
     check({"const": "x\"y"}, good=['"x\\"y"'], bad=['"xy"'])
 
 
+def test_enum_value_jsonschema_cannot_check_is_named():
+    # a sibling keyword jsonschema fails on (Python's re has no named groups
+    # spelled (?<x>...)): which enum values it admits is unknown, so strict
+    # compiles refuse at its pointer, and strict=False drops the values
+    # (narrowing, never widening) and says so when nothing is left
+    schema = {"enum": ["ab", "cd"], "allOf": [{"pattern": "(?<x>a)"}]}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark(schema)
+    assert e.value.pointer == "/allOf/0"
+    assert "jsonschema cannot check" in str(e.value) and '"ab"' in str(e.value)
+    with pytest.raises(UnsupportedSchemaError, match=r"strict=False set aside .* /allOf/0"):
+        json_schema_to_lark(schema, strict=False)
+    # what the checkable keywords decide stays (jsonschema itself cannot judge
+    # this schema's data: no oracle here)
+    with pytest.warns(UserWarning, match="/anyOf/1"):
+        p = parser_for({"enum": ["ab", 1], "anyOf": [{"type": "integer"}, {"pattern": "(?<x>a)"}]},
+                       strict=False)
+    assert accepts(p, "1") and not accepts(p, '"ab"') and not accepts(p, "2")
+
+
 def test_enum_values_checked_without_jsonschema_keep_their_type():
     # enum values are checked against the conjunction's other enum/const/type
     # nodes by the translator itself (not jsonschema): each check must still hold
