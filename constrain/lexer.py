@@ -21,7 +21,6 @@ only places where the parser is consulted.
 from __future__ import annotations
 
 import re
-import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -384,7 +383,9 @@ class LexerTables:
         self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
                         else _RowCache(max_rows_bytes))
         self._acc_lists: dict[int, tuple[int, ...]] = {}
-        self._skeys: dict[int, tuple] = {}
+        #: names this grammar's states across grammars; a shared walk keeps it
+        #: (not this object), so that the walk stays usable after the grammar is gone
+        self._names = _StateNames(self.pairs, self.poff, terms.uids)
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
         self._scratch = None
@@ -418,6 +419,7 @@ class LexerTables:
                 self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
                 self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags)
             if status == gk.EXPAND_DONE:
+                self._names.n = self.n
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
                 raise GrammarTooComplexError(
@@ -427,7 +429,7 @@ class LexerTables:
             if self.poff[self.n] + 2 * self.n_terminals > self.pairs.shape[0]:
                 grown = np.zeros(2 * self.pairs.shape[0] + 2 * self.n_terminals, dtype=np.int32)
                 grown[:self.pairs.shape[0]] = self.pairs
-                self.pairs = grown
+                self.pairs = self._names.pairs = grown
 
     def _grow(self, need: int) -> None:
         cap = self.trans.shape[0]
@@ -448,7 +450,7 @@ class LexerTables:
             setattr(self, name, new)
         poff = np.zeros(cap + 1, dtype=np.int64)
         poff[:self.poff.shape[0]] = self.poff
-        self.poff = poff
+        self.poff = self._names.poff = poff
         self._htab = kernels.table_rehash(self._hashes, self.n, 2 * cap)
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
@@ -483,18 +485,29 @@ class LexerTables:
             if origin is not None:
                 # first use outside the grammar that walked it: name the boundary
                 # states by their keys (done lazily: most walks are never shared,
-                # and naming every boundary state cost ~7 us per first visit)
-                src = origin()
-                if src is None:  # that grammar is gone, and its state ids with it
-                    self._shared.discard(key)
-                    states = None
-                elif src is not self:
-                    shared[2] = tuple(src._shared_key(x) for x in states.tolist())
+                # and naming every boundary state cost ~7 us per first visit).
+                # A walk's hundreds of boundary nodes hold a few distinct states:
+                # each is named once, the nodes point at them. The names come from
+                # the walking grammar's _StateNames, alive while its walks are
+                # cached: with a weak reference to the grammar instead, every walk
+                # of a grammar dropped before the next compile (a server's usual
+                # case) was discarded on its first reuse, then walked again
+                if origin is not self._names:
+                    if len(states) > 64:  # np.unique: ~5 us, then C speed
+                        uniq, which = np.unique(states, return_inverse=True)
+                        uniq = uniq.tolist()
+                    else:
+                        slot: dict = {}
+                        which = np.array([slot.setdefault(x, len(slot))
+                                          for x in states.tolist()], dtype=np.intp)
+                        uniq = slot
+                    shared[2] = (which, tuple(origin.key(x) for x in uniq))
                     shared[3] = None
-            if states is not None and shared[3] is None:
-                keys = shared[2]
-                states = np.fromiter((self._local_id(k) for k in keys), dtype=np.int32,
-                                     count=len(keys))
+            if shared[3] is None:
+                which, keys = shared[2]
+                local = [self._local_id(k) for k in keys]
+                states = np.array(local, dtype=np.int32)[which] if len(which) \
+                    else np.zeros(0, dtype=np.int32)
         if states is None:
             t = self.trie
             scratch = self.trans.shape[0]
@@ -509,23 +522,20 @@ class LexerTables:
                 pos, best, first, t.row_words, self.words32)
             if t.has_duplicates:
                 t.add_duplicates(row)
-            self._shared.put(key, [row, nodes, states, weakref.ref(self)])
+            self._shared.put(key, [row, nodes, states, self._names])
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
         return hit
 
+    def __del__(self):
+        names = getattr(self, "_names", None)
+        if names is not None:
+            names.compact()
+
     def _shared_key(self, s: int) -> tuple:
-        """The key of lexer state ``s`` across grammars: its (terminal uid, local
-        state) pairs — the same key in two grammars is the same automaton state.
-        Memoised: a walk names the state of every boundary node, mostly the same
-        few (Github_hard: ~1 ms of a 1.5 ms first visit went here)."""
-        hit = self._skeys.get(s)
-        if hit is None:
-            p = self.pairs[self.poff[s]:self.poff[s + 1]].tolist()
-            uids = self.terms.uids
-            hit = self._skeys[s] = tuple((uids[t], v) for t, v in zip(p[0::2], p[1::2]))
-        return hit
+        """The key of lexer state ``s`` across grammars (see :class:`_StateNames`)."""
+        return self._names.key(s)
 
     def _local_id(self, shared_key: tuple) -> int:
         """This grammar's lexer state with the shared key ``shared_key``."""
@@ -537,6 +547,40 @@ class LexerTables:
             if hit < 0:
                 raise AssertionError(f"lexer state {shared_key} is not in this grammar")
             self._local_ids[shared_key] = hit
+        return hit
+
+
+class _StateNames:
+    """Names the lexer states of one grammar across grammars: a state's key is
+    its (terminal uid, local state) pairs, and the same key in two grammars is
+    the same automaton state. Holds only the grammar's pair lists, so that the
+    walks it names outlive the grammar. Memoised: a walk names the state of
+    every boundary node, mostly the same few (Github_hard: ~1 ms of a 1.5 ms
+    first visit went here)."""
+
+    __slots__ = ("pairs", "poff", "uids", "memo", "n")
+
+    def __init__(self, pairs: np.ndarray, poff: np.ndarray, uids: list):
+        self.pairs, self.poff, self.uids = pairs, poff, uids
+        self.memo: dict[int, tuple] = {}
+        #: states in use (``poff[:n + 1]`` is meaningful)
+        self.n = 1
+
+    def compact(self) -> None:
+        """Keep only the pairs of the states in use: called when the grammar is
+        gone, whose tables had room to grow (64 kB and more, which its cached
+        walks would otherwise keep alive)."""
+        n = self.n
+        self.poff = self.poff[:n + 1].copy()
+        self.pairs = self.pairs[:int(self.poff[n])].copy()
+        self.memo = {}
+
+    def key(self, s: int) -> tuple:
+        hit = self.memo.get(s)
+        if hit is None:
+            p = self.pairs[self.poff[s]:self.poff[s + 1]].tolist()
+            uids = self.uids
+            hit = self.memo[s] = tuple((uids[t], v) for t, v in zip(p[0::2], p[1::2]))
         return hit
 
 
@@ -554,11 +598,6 @@ class _RowCache:
         if hit is not None:
             self.items.move_to_end(key)
         return hit
-
-    def discard(self, key) -> None:
-        old = self.items.pop(key, None)
-        if old is not None:
-            self.bytes -= old[0].nbytes + old[1].nbytes
 
     def put(self, key, value) -> None:
         if key in self.items:
