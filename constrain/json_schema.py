@@ -481,9 +481,10 @@ class _Compiler:
         try:
             return self.validator.evolve(schema=node).is_valid(value)
         except Exception as e:
-            self.unsupported(ptr, f"jsonschema cannot check the value {_short(_json_text(value))} against "
-                                  f"this schema ({type(e).__name__}: {_short(str(e))}), so "
-                                  f"which enum/const values it admits is unknown")
+            self.unsupported(ptr, f"jsonschema cannot check the value "
+                                  f"{_short(_json_text(value))} against this schema "
+                                  f"({type(e).__name__}: {_short(str(e))}), so which enum/const "
+                                  f"values it admits is unknown")
             return False
 
     # -- normalisation -------------------------------------------------------------

@@ -495,11 +495,11 @@ class LexerTables:
                 if origin is not self._names:
                     if len(states) > 64:  # np.unique: ~5 us, then C speed
                         uniq, which = np.unique(states, return_inverse=True)
-                        uniq = uniq.tolist()
+                        uniq, which = uniq.tolist(), which.astype(np.int32)
                     else:
                         slot: dict = {}
                         which = np.array([slot.setdefault(x, len(slot))
-                                          for x in states.tolist()], dtype=np.intp)
+                                          for x in states.tolist()], dtype=np.int32)
                         uniq = slot
                     shared[2] = (which, tuple(origin.key(x) for x in uniq))
                     shared[3] = None
