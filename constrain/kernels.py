@@ -107,6 +107,80 @@ def subtree_bytes(tbyte, tdepth, tskip, tok_start, tok_end):
     return below, tok_before
 
 
+# UTF-8 as JSON strings and Trellis's regexes spell it (no overlongs, no
+# surrogates, at most U+10FFFF): a decoder state per position, 0 at a character
+# boundary; -1 an invalid byte
+#   0 boundary  1-3 need 1-3 continuation bytes  4 after E0  5 after ED
+#   6 after F0  7 after F4
+@njit(cache=True, nogil=True, inline="always")
+def _utf8_next(u, b):
+    if u == 0:
+        if b < 0x80:
+            return 0
+        if 0xC2 <= b <= 0xDF:
+            return 1
+        if b == 0xE0:
+            return 4
+        if b == 0xED:
+            return 5
+        if 0xE1 <= b <= 0xEF:
+            return 2
+        if b == 0xF0:
+            return 6
+        if 0xF1 <= b <= 0xF3:
+            return 3
+        if b == 0xF4:
+            return 7
+        return -1
+    lo, hi = 0x80, 0xBF
+    if u == 4:
+        lo = 0xA0
+    elif u == 5:
+        hi = 0x9F
+    elif u == 6:
+        lo = 0x90
+    elif u == 7:
+        hi = 0x8F
+    if b < lo or b > hi:
+        return -1
+    if u == 1:
+        return 0
+    if u == 2 or u == 4 or u == 5:
+        return 1
+    return 2
+
+
+@njit(cache=True, nogil=True)
+def utf8_below(tbyte, tdepth, tskip):
+    """Per trie node, whether every byte path strictly below it is a prefix of
+    valid UTF-8 when read from a character boundary (ASCII included): where a
+    state that reads UTF-8 text back to itself stands at a node with this flag,
+    the whole subtree stays in the text (see :func:`grammar_kernels.lexer_walk`)."""
+    n = tbyte.shape[0]
+    # ok[i] bit u: every path below i is valid from decoder state u
+    ok = np.full(n, 0xFF, np.uint8)
+    # node 0 is the root; children come after their parent in preorder: fold
+    # each node into its parent, last node first
+    parent = np.zeros(n, np.int32)
+    stack = np.zeros(n + 1, np.int32)
+    for i in range(1, n):
+        parent[i] = stack[tdepth[i] - 1]
+        stack[tdepth[i]] = i
+    for i in range(n - 1, 0, -1):
+        b = tbyte[i]
+        # the states u from which byte b, then everything below i, is valid
+        good = 0
+        for u in range(8):
+            v = _utf8_next(u, b)
+            if v >= 0 and (ok[i] >> v) & 1:
+                good |= 1 << u
+        ok[parent[i]] &= np.uint8(good)
+    out = np.empty(n, np.bool_)
+    for i in range(n):
+        out[i] = (ok[i] & 1) != 0
+    return out
+
+
 @njit(cache=True, nogil=True)
 def subtree_height(tdepth, tskip):
     """Per trie node, how many bytes the longest token below it extends past it

@@ -361,6 +361,10 @@ class LexerTables:
         # once per compile)
         self.run = np.empty(cap, dtype=np.int32)
         self.run.fill(gk.RUN_UNKNOWN)
+        #: per state, whether it reads valid UTF-8 back to itself (-1: not yet
+        #: known; grammar_kernels._reads_utf8)
+        self.reads_utf8 = np.empty(cap, dtype=np.int8)
+        self.reads_utf8.fill(-1)
         self.good = np.zeros((cap, 2), dtype=np.uint64)
         self.live = np.zeros((cap, 3), dtype=np.uint64)
         self.n = 1
@@ -394,7 +398,7 @@ class LexerTables:
         # of attribute and method look-ups for them)
         self._trie_args = (trie.byte, trie.depth, trie.skip, trie.node_tok, below, tok_before,
                            trie.order, trie.max_depth, trie.full_row(), trie.subtree_height(),
-                           trie.first)
+                           trie.first, trie.utf8_below())
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
 
@@ -440,12 +444,14 @@ class LexerTables:
             # build, and each growth copies the [cap, 256] table
             cap *= 4
         for name in ("trans", "acc", "has_acc", "loops", "walk_flags", "_hashes", "run", "good",
-                     "live"):
+                     "live", "reads_utf8"):
             old = getattr(self, name)
             new = (np.empty if name == "trans" else np.zeros)((cap,) + old.shape[1:],
                                                               dtype=old.dtype)
             if name == "run":
                 new[:] = gk.RUN_UNKNOWN
+            elif name == "reads_utf8":
+                new[:] = -1
             new[:old.shape[0]] = old
             setattr(self, name, new)
         poff = np.zeros(cap + 1, dtype=np.int64)
@@ -514,12 +520,12 @@ class LexerTables:
             if self._scratch is None or self._scratch.shape[1] < scratch:
                 self._scratch = np.empty((3, scratch), dtype=np.int32)
             stk, pos, best = self._scratch
-            tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first = \
+            tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first, utf8 = \
                 self._trie_args
             row, nodes, states = gk.lexer_walk_rows(
                 self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td, ts, tn, below,
                 tok_before, order, max_depth, full, height, self.run, self.good, self.live, stk,
-                pos, best, first, t.row_words, self.words32)
+                pos, best, first, utf8, self.reads_utf8, t.row_words, self.words32)
             if t.has_duplicates:
                 t.add_duplicates(row)
             self._shared.put(key, [row, nodes, states, self._names])

@@ -47,6 +47,7 @@ class TokenTrie:
         self._below = None
         self._full_row = None
         self._height = None
+        self._utf8 = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -98,6 +99,15 @@ class TokenTrie:
             self._below = kernels.subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
                                                 self.tok_start[:n], self.tok_end[:n])
         return self._below
+
+    def utf8_below(self) -> np.ndarray:
+        """Per node, whether every byte path below it is a prefix of valid UTF-8
+        read from a character boundary (:func:`kernels.utf8_below`; computed on
+        first use and kept)."""
+        if self._utf8 is None:
+            n = self.num_nodes
+            self._utf8 = kernels.utf8_below(self.byte[:n], self.depth[:n], self.skip[:n])
+        return self._utf8
 
     def subtree_height(self) -> np.ndarray:
         """Per node, how many bytes the longest token below it extends past it

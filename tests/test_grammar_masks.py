@@ -233,6 +233,52 @@ def test_shared_walk_outlives_its_grammar(smollm2_vocab):
     assert second.lexer._local_ids, "did not reuse the walks of a grammar that is gone"
 
 
+def test_utf8_text_skip_matches_advance():
+    """Where a state reads any UTF-8 character back to itself (a JSON string's
+    body), the lexer walk takes whole subtrees of valid UTF-8 text at once
+    (kernels.utf8_below, grammar_kernels._reads_utf8). Tokens here are byte-level
+    fragments: whole characters, cut ones, stray continuation bytes, overlongs,
+    surrogates, code points past U+10FFFF, 0xFF, and characters a class leaves
+    out; masks equal advance token by token, in states that read UTF-8 and in
+    loop states that do not."""
+    from constrain import Vocabulary, compile_grammar, compile_json_schema
+
+    chars = ["é", "ж", "中", "𝄞", "\U0010ffff", "\ud7ff", "\ue000"]
+    frags = [b"a", b"ab", b'"', b'a"', b"\\", b"\\n", b"\\u00e9"]
+    for c in chars:
+        e = c.encode("utf-8")
+        frags += [e, e[:1], e[1:], e[:-1], b"a" + e, e + b"a", e + e[:1], e + b'"', e[1:] + e]
+    frags += [b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xff", b"a\xff", b"\xe0\x80",
+              b"\xf0\x80\x80", b"\x80a", b"\xc3", b"\xc3\xa9\xc3", b"x\x01", b"{", b"}", b":",
+              b"<", b">", b'{"', b'":"', b'"}', b"a>", "é>".encode(), b"</s>"]
+    # subtrees the walk may take at once (clean text below a node) and ones it may
+    # not (a bad sequence, or a character the state refuses, somewhere below)
+    for head in (b"x", b"y", "é".encode(), b"ab"):
+        frags += [head + c.encode("utf-8") for c in chars] + [head + "é".encode() * 2]
+    frags += [b"y\xff", b"y\xc0\x80", b"y\xed\xa0\x80", "é".encode() + b"\x80",
+              b"ab\xf4\x90\x80\x80"]
+    tokens = list(dict.fromkeys(frags))
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[tokens.index(b"</s>")])
+    grammars = [compile_json_schema({"type": "string"}, vocab),
+                compile_json_schema({"type": "object", "additionalProperties": {"type": "string"}},
+                                    vocab),
+                # bodies that loop on ASCII and read most characters, not all:
+                # no subtree with one of the others is taken at once
+                compile_grammar('start: TAG\nTAG: /<[^>é]*>/', vocab),
+                compile_grammar('start: TAG\nTAG: /<[^>\\u4e00-\\u9fff]*>/', vocab)]
+    rng = np.random.default_rng(7)
+    for g in grammars:
+        for _ in range(4):
+            state = g.initial_state()
+            for _ in range(12):
+                want = _brute_mask(g, state)
+                assert _mask_ids(g, state).tolist() == want.tolist()
+                ok = np.flatnonzero(want[:len(tokens) - 1])
+                if not len(ok):
+                    break
+                state = g.advance(state, int(rng.choice(ok)))
+
+
 # Length-bounded strings: their positions have no loop for the trie walk to skip,
 # so the walk skips subtrees by counting (grammar_kernels.count_run). Brute-force
 # masks at positions far from, near and at the bound, with bounds below and above
