@@ -507,6 +507,16 @@ def _reads_utf8(trans, flags, s, below):
     return True
 
 
+@njit(cache=True, nogil=True)
+def settle_reads_utf8(trans, flags, reads_utf8, below, lo, hi):
+    """:func:`_reads_utf8` for the loop states ``lo:hi`` (``flags`` 2) not yet
+    settled, so that a walk meeting one inside the trie can use it (the walk
+    settles only its own state: see :func:`lexer_walk`)."""
+    for s in range(lo, hi):
+        if flags[s] == 2 and reads_utf8[s] < 0:
+            reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _stays_below(below, loops, utf8_below, reads_utf8, i, s):
     """Whether the whole subtree under trie node ``i`` stays in state ``s`` (no
@@ -586,9 +596,9 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     ~45k bits one by one).
     """
     # whether a state reads UTF-8 text back to itself is settled here, for the
-    # walk's own state, not in the loop: a call there, even one never taken,
-    # made a string body's walk over SmolLM2 3x slower; a loop state met inside
-    # the walk skips by its memo once its own walk has settled it
+    # walk's own state, and for new loop states when they are built
+    # (settle_reads_utf8), not in the loop: a call there, even one never taken,
+    # made a string body's walk over SmolLM2 3x slower
     if flags[state] == 2 and reads_utf8[state] < 0:
         reads_utf8[state] = 1 if _reads_utf8(trans, flags, state, below) else 0
     stack = np.zeros(max_depth + 2, np.int32)

@@ -417,6 +417,7 @@ class LexerTables:
             return 0
         start = np.ones(2 * len(ids), dtype=np.int32)
         start[0::2] = ids
+        n0 = self.n
         while True:
             status, self.n, self._expanded, g = gk.expand_states(
                 terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
@@ -424,6 +425,12 @@ class LexerTables:
                 self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags)
             if status == gk.EXPAND_DONE:
                 self._names.n = self.n
+                if self.n > n0:
+                    # which new loop states read UTF-8 text back to themselves: a
+                    # walk that meets one mid-way (a key's body after the declared
+                    # names) takes its text subtrees whole
+                    gk.settle_reads_utf8(self.trans.reshape(-1), self.walk_flags,
+                                         self.reads_utf8, self._trie_args[4], n0, self.n)
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
                 raise GrammarTooComplexError(
