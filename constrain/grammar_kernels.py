@@ -451,42 +451,25 @@ def _reads_utf8(trans, flags, s, below):
     looping too, ``s`` keeps every valid UTF-8 text alive and boundary-free.
     Bytes no token has (not under the trie's root, ``below[0]``) are not asked
     about: lexer tables are restricted to the vocabulary's alphabet."""
+    # (decoder state, lexer state) pairs, breadth first from (boundary, s)
     cap = 64
     us = np.empty(cap, np.int32)
     qs = np.empty(cap, np.int32)
-    n = 0
-    base = s << 8
-    for b in range(0xC2, 0xF5):
-        u = _utf8_next(0, b)
-        q = trans[base | b]
-        if q == 0 and not (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-            continue
-        if q == 0 or flags[q] == 1:
-            return False
-        new = True
-        for k in range(n):
-            if us[k] == u and qs[k] == q:
-                new = False
-                break
-        if new:
-            if n == cap:
-                return False
-            us[n] = u
-            qs[n] = q
-            n += 1
-    k = 0
-    while k < n:  # (decoder state, lexer state) pairs, breadth first
+    us[0], qs[0] = 0, s
+    n, k = 1, 0
+    while k < n:
         u, q = us[k], qs[k]
         k += 1
-        for b in range(0x80, 0xC0):
+        lo, hi = (0xC2, 0xF5) if u == 0 else (0x80, 0xC0)
+        for b in range(lo, hi):
             v = _utf8_next(u, b)
             if v < 0:
                 continue
             q2 = trans[(q << 8) | b]
-            if q2 == 0 and not (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-                continue
             if q2 == 0:
-                return False
+                if (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+                    return False
+                continue
             if v == 0:
                 if q2 != s:
                     return False
@@ -501,8 +484,7 @@ def _reads_utf8(trans, flags, s, below):
             if new:
                 if n == cap:
                     return False
-                us[n] = v
-                qs[n] = q2
+                us[n], qs[n] = v, q2
                 n += 1
     return True
 

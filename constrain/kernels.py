@@ -81,6 +81,19 @@ def build_trie(data, offsets, order, n_nodes_max):
 
 
 @njit(cache=True, nogil=True)
+def trie_parents(tdepth):
+    """Per trie node, its parent (node 0 is the root: its own entry is 0); in
+    preorder a node's parent is the last node seen one level up."""
+    n = tdepth.shape[0]
+    parent = np.zeros(n, np.int32)
+    stack = np.zeros(n + 1, np.int32)
+    for i in range(1, n):
+        parent[i] = stack[tdepth[i] - 1]
+        stack[tdepth[i]] = i
+    return parent
+
+
+@njit(cache=True, nogil=True)
 def subtree_bytes(tbyte, tdepth, tskip, tok_start, tok_end):
     """Per trie node, the bytes that occur strictly below it (256 bits in four
     uint64 words), and ``tok_before[i]``: how many tokens end at nodes before
@@ -90,11 +103,7 @@ def subtree_bytes(tbyte, tdepth, tskip, tok_start, tok_end):
     below = np.zeros((n, 4), np.uint64)
     # children come after their parent in preorder: fold each node into its
     # parent, last node first
-    parent = np.zeros(n, np.int32)
-    stack = np.zeros(n + 1, np.int32)
-    for i in range(1, n):
-        parent[i] = stack[tdepth[i] - 1]
-        stack[tdepth[i]] = i
+    parent = trie_parents(tdepth)
     for i in range(n - 1, 0, -1):
         p = parent[i]
         b = tbyte[i]
@@ -159,13 +168,8 @@ def utf8_below(tbyte, tdepth, tskip):
     n = tbyte.shape[0]
     # ok[i] bit u: every path below i is valid from decoder state u
     ok = np.full(n, 0xFF, np.uint8)
-    # node 0 is the root; children come after their parent in preorder: fold
-    # each node into its parent, last node first
-    parent = np.zeros(n, np.int32)
-    stack = np.zeros(n + 1, np.int32)
-    for i in range(1, n):
-        parent[i] = stack[tdepth[i] - 1]
-        stack[tdepth[i]] = i
+    # fold each node into its parent, last node first (as subtree_bytes)
+    parent = trie_parents(tdepth)
     for i in range(n - 1, 0, -1):
         b = tbyte[i]
         # the states u from which byte b, then everything below i, is valid
