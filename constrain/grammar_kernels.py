@@ -492,8 +492,8 @@ def _reads_utf8(trans, flags, s, below):
 @njit(cache=True, nogil=True)
 def settle_reads_utf8(trans, flags, reads_utf8, below, lo, hi):
     """:func:`_reads_utf8` for the loop states ``lo:hi`` (``flags`` 2) not yet
-    settled, so that a walk meeting one inside the trie can use it (the walk
-    settles only its own state: see :func:`lexer_walk`)."""
+    settled: run after each build (flag 2 is only set there), so that
+    :func:`lexer_walk` only reads the memo."""
     for s in range(lo, hi):
         if flags[s] == 2 and reads_utf8[s] < 0:
             reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
@@ -505,7 +505,7 @@ def _stays_below(below, loops, utf8_below, reads_utf8, i, s):
     terminal ending): every byte under it loops on ``s``; or its ASCII bytes
     loop, the rest is valid UTF-8 from a character boundary and ``s`` reads any
     such character back to itself (``reads_utf8[s] == 1``, see
-    :func:`_reads_utf8`)."""
+    :func:`settle_reads_utf8`)."""
     if ((below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])) != np.uint64(0):
         return False
     if ((below[i, 2] & ~loops[s, 2]) | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
@@ -558,7 +558,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     holds where only the ASCII bytes under the node loop, the rest is valid
     UTF-8 from a character boundary (``utf8_below[i]``, per vocabulary) and the
     state reads any valid UTF-8 character back to itself (``reads_utf8[s]``,
-    settled for the walk's own state on entry): o200k's multilingual tokens had
+    settled when the state is built): o200k's multilingual tokens had
     a string body's walk visit most of its 420k nodes (1.2-2.0 ms; now 0.1-0.2
     ms, and SmolLM2's 12 -> 9 us).
 
@@ -577,12 +577,9 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     instead of one bit per token (the floor of a string body's walk was setting
     ~45k bits one by one).
     """
-    # whether a state reads UTF-8 text back to itself is settled here, for the
-    # walk's own state, and for new loop states when they are built
-    # (settle_reads_utf8), not in the loop: a call there, even one never taken,
-    # made a string body's walk over SmolLM2 3x slower
-    if flags[state] == 2 and reads_utf8[state] < 0:
-        reads_utf8[state] = 1 if _reads_utf8(trans, flags, state, below) else 0
+    # reads_utf8 is settled when loop states are built (settle_reads_utf8), not
+    # here: a call in the loop, even one never taken, made a string body's walk
+    # over SmolLM2 3x slower
     stack = np.zeros(max_depth + 2, np.int32)
     stack[0] = state
     n_nodes = tbyte.shape[0]
