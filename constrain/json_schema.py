@@ -870,12 +870,27 @@ class _Compiler:
             return name
         name = self.new_rule("value")
         self.memo[pieces] = name
+        dnf = self._flatten_pieces(pieces)
+        if any(all(self._unconstrained(p) for p in conj) for conj in dnf):
+            # one disjunct admits every value ({}, a description, a $ref to
+            # one): the shared any-value rules, not a copy of them per type
+            self.rules[name] = [_Alt([("sym", self.any_value())])]
+            return name
         alts: list[_Alt] = []
-        for conj in self._flatten_pieces(pieces):
+        for conj in dnf:
             for sym in self.compile_conjunction(conj):
                 alts.append(_Alt([("sym", sym)]))
         self.rules[name] = alts
         return name
+
+    def _unconstrained(self, ptr: str) -> bool:
+        """Whether the node at ``ptr`` adds nothing to a conjunction it is in:
+        only annotations, and combinators and ``$ref`` (which flattening has
+        already expanded into the conjunction)."""
+        if ptr.startswith("<notall:"):
+            return False
+        node = self.node(ptr)
+        return node is True or (isinstance(node, dict) and _UNCONSTRAINED_KEYS.issuperset(node))
 
     def any_value(self) -> str:
         """Rules for any JSON value."""
@@ -1892,6 +1907,10 @@ class _ObjectView:
 _IGNORABLE = {"title", "description", "examples", "example", "default", "$schema", "$id",
               "id", "$comment", "deprecated", "readOnly", "writeOnly", "$defs",
               "definitions", "$anchor", "contentEncoding", "contentMediaType", "nullable"}
+
+
+#: keys of a node that constrain nothing once flattened (see _Compiler._unconstrained)
+_UNCONSTRAINED_KEYS = frozenset(_IGNORABLE | {"$ref", "allOf", "anyOf", "oneOf"})
 
 
 def _is_number(v) -> bool:

@@ -345,6 +345,28 @@ def test_object_order_required_and_additional():
           good=['{"b":"","c":true,"d":false}'], bad=['{"b":"","c":1}'])
 
 
+@pytest.mark.parametrize("sub", [{}, True, {"description": "anything"}, {"$ref": "#/$defs/free"},
+                                 {"allOf": [{}, {"title": "t"}]}, {"anyOf": [{}, {"type": "string"}]}])
+def test_unconstrained_value_is_the_shared_any_value(sub):
+    schema = {"type": "object", "properties": {"a": sub, "b": {"type": "integer"}},
+              "required": ["a"], "$defs": {"free": {"title": "free"}}}
+    text = json_schema_to_lark(schema)
+    # "a" reads through the shared any-value rules, not a per-type copy of them
+    assert "array_" not in text and "object_" in text
+    check(schema, good=['{"a":null}', '{"a":[1,{"x":[]}],"b":2}', '{"a":{"":"s"}}', '{"a":-1.5e3}'],
+          bad=['{"a":1,"b":"x"}', '{"b":1}', '{"a":[1,]}', '{"a":{1:2}}'])
+
+
+def test_constrained_neighbours_of_an_unconstrained_node_still_bite():
+    # a $ref next to constraints, and a conjunction of a free node with a typed one
+    check({"$defs": {"free": {}}, "$ref": "#/$defs/free", "type": "integer"},
+          good=['1', '-20'], bad=['"x"', '1.5', 'null'])
+    check({"allOf": [{"description": "d"}, {"type": "array", "maxItems": 1}]},
+          good=['[]', '[{}]'], bad=['[1,2]', '{}'])
+    check({"not": {"required": ["x"]}, "type": "object"}, good=['{}', '{"y":1}'],
+          bad=['{"x":1}'])
+
+
 def test_pattern_properties():
     schema = {"type": "object", "properties": {"id": {"type": "integer"}},
               "patternProperties": {"^x-": {"type": "string"}}, "additionalProperties": False}
