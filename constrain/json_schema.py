@@ -892,6 +892,13 @@ class _Compiler:
         node = self.node(ptr)
         return node is True or (isinstance(node, dict) and _UNCONSTRAINED_KEYS.issuperset(node))
 
+    def _is_any(self, sym: str) -> bool:
+        """Whether ``sym`` is the any-value rule or a unit rule to it."""
+        if sym == "any_value":
+            return True
+        alts = self.rules.get(sym)
+        return alts is not None and len(alts) == 1 and list(alts[0]) == [("sym", "any_value")]
+
     def any_value(self) -> str:
         """Rules for any JSON value."""
         if self._any_value is not None:
@@ -1343,6 +1350,10 @@ class _Compiler:
                     pcs.append(rest)
             return self.value_symbol(tuple(pcs))
 
+        if k == 0 and lo == 0 and hi is None and self._is_any(elem(0)):
+            self.any_value()
+            return "any_array"  # {"type": "array"}: the shared any-array rule
+
         name = self.new_rule("array")
         # tails[i]: the elements from index i on, each after a comma; past
         # ``steady`` (unbounded arrays) every element has the same schema
@@ -1496,6 +1507,12 @@ class _Compiler:
         hidden = sorted(x for x in names_in_cons if x not in view.pieces)
         involved = [x for x in order if x in names_in_cons and x not in view.required]
         min_p, max_p = self._len_bounds(conj, "minProperties", "maxProperties")
+        if (not order and not hidden and not cons and view.extra == "any" and min_p == 0
+                and max_p is None and self._is_any(self.value_symbol(tuple(view.extra_pieces)))):
+            # {"type": "object"}: the shared any-object rule (its keys are any
+            # JSON string, escapes included: no name needs excluding)
+            self.any_value()
+            return "any_object"
         # min/maxProperties that the required members do not settle, on an object
         # without additional members: every subset of the optional members is an
         # alternative with an exact count, kept when the count is within bounds

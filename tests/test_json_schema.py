@@ -357,6 +357,19 @@ def test_unconstrained_value_is_the_shared_any_value(sub):
           bad=['{"a":1,"b":"x"}', '{"b":1}', '{"a":[1,]}', '{"a":{1:2}}'])
 
 
+def test_plain_object_and_array_are_the_shared_rules():
+    schema = {"type": "object", "properties": {"o": {"type": "object"}, "a": {"type": "array", "items": {}},
+                                               "m": {"type": "object", "minProperties": 1},
+                                               "n": {"type": "array", "maxItems": 1}}}
+    text = json_schema_to_lark(schema)
+    assert "KEY_" in text and " any_object " in text and " any_array " in text
+    # own rules only for n, m and the top object
+    assert len(re.findall(r"^array_\d+:", text, re.M)) == 1
+    assert len(re.findall(r"^object_\d+:", text, re.M)) == 2
+    check(schema, good=['{"o":{"k":[1]},"a":[{},[]],"m":{"":0},"n":[{}]}', '{"o":{}}', '{"a":[]}'],
+          bad=['{"o":[]}', '{"a":{}}', '{"m":{}}', '{"n":[1,2]}', '{"o":{"k"}}'])
+
+
 def test_constrained_neighbours_of_an_unconstrained_node_still_bite():
     # a $ref next to constraints, and a conjunction of a free node with a typed one
     check({"$defs": {"free": {}}, "$ref": "#/$defs/free", "type": "integer"},
