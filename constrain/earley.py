@@ -73,9 +73,15 @@ class EarleyRecognizer:
         n_r = len(lhs)
         flat_rules = np.array(lhs + off + flat, dtype=np.int64)
         # per terminal, whether the vocabulary can spell it
-        spelled = (np.ones(max(n_t, 1), dtype=np.bool_) if usable is None
-                   else np.asarray(usable, dtype=np.bool_))
-        check = not (ir.productive and (usable is None or spelled.all()))
+        if usable is None:
+            spelled = np.ones(max(n_t, 1), dtype=np.bool_)
+        elif isinstance(usable, np.ndarray) and usable.dtype == np.bool_:
+            spelled = usable
+        else:
+            spelled = np.asarray(usable, dtype=np.bool_)
+        # bytes, not spelled.all(): the ufunc reduction's first call costs ~20 us
+        # on a cold compile
+        check = not (ir.productive and (usable is None or 0 not in spelled.tobytes()))
         tables = ek.earley_tables(flat_rules[:n_r], flat_rules[n_r:2 * n_r + 1],
                                   flat_rules[2 * n_r + 1:], n_t, spelled, check, max_contexts)
         if not tables[0]:

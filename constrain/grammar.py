@@ -91,7 +91,7 @@ class GrammarConstraint(Constraint):
         self._start_of: dict[bytes, int] = {}
         self._ctx_start = np.empty(256, dtype=np.int32)
         self._ctx_start.fill(-2)
-        self._eos = np.asarray(vocab.eos_token_ids, dtype=np.int64)
+        self._eos = vocab.eos_token_array
         self._eos_set = vocab.eos_token_set
         self._grammar_token = vocab.grammar_token_list
         self._token_bytes = vocab.tokens

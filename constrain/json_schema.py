@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import json.encoder
 import math
 import re
 import time
@@ -201,7 +202,7 @@ def _number_text(v) -> list[str]:
     if isinstance(v, float):
         if v != v or v in (math.inf, -math.inf):
             return []
-        out = [json.dumps(v)]
+        out = [repr(v)]  # json.dumps of a finite float
         if v.is_integer():
             out.append(str(int(v)))
         return out
@@ -1019,9 +1020,11 @@ class _Compiler:
         texts = []
         for v in values:
             if isinstance(v, bool) or v is None:
-                texts.append(json.dumps(v))
+                texts.append("null" if v is None else "true" if v else "false")
             elif isinstance(v, (int, float)):
                 texts.extend(_number_text(v))
+            elif isinstance(v, str):
+                texts.append(_json_str(v))
             else:
                 texts.append(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
         texts = list(dict.fromkeys(texts))
@@ -1624,7 +1627,7 @@ class _Compiler:
 
     def key_terminal(self, name: str) -> str:
         """The terminal for one member name with its colon."""
-        text = json.dumps(name, ensure_ascii=False)
+        text = _json_str(name)
         return self.terminal(_lit(text) + self.ws + ":" + self.ws, "KEY",
                              None if self.ws else text + ":")
 
@@ -2034,12 +2037,18 @@ def _deviation_class(alphabet: tuple, kids: tuple, raw_only: bool) -> str | None
     return class_re(raw) if raw else None
 
 
+#: ``json.dumps(s, ensure_ascii=False)`` for a string ``s``: the C encoder json.dumps
+#: itself ends in, without building a JSONEncoder per call (a compile writes one
+#: per member name; the cold first json.dumps cost ~25 us of a median compile)
+_json_str = json.encoder.encode_basestring
+
+
 def _json_bytes(name: str) -> bytes | None:
     """``name`` as a canonical JSON string with its quotes, in UTF-8 (the encoding
     ``encoded_class`` allows); ``None`` for a lone surrogate, which no canonical
     encoding spells."""
     try:
-        return json.dumps(name, ensure_ascii=False).encode("utf-8")
+        return _json_str(name).encode("utf-8")
     except UnicodeEncodeError:
         return None
 

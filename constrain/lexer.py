@@ -35,6 +35,7 @@ from .lark_loader import GrammarIR, Terminal
 from .regex import EmptyLanguageError, regex_byte_dfa
 from .token_trie import TokenTrie
 
+_IGNORECASE = int(re.IGNORECASE)  # an int: RegexFlag operations run the enum module's Python
 _DFA_CACHE: OrderedDict = OrderedDict()
 _DFA_CACHE_SIZE = 4096
 _TERMINAL_UIDS: dict = {}
@@ -203,7 +204,7 @@ def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None 
     """A chain DFA for a string terminal; ``None`` to fall back to the regex
     route (case-insensitive non-ASCII text), ``False`` when the alphabet cannot
     spell it."""
-    icase = bool(flags & re.IGNORECASE)
+    icase = bool(flags & _IGNORECASE)
     if icase and not text.isascii():
         return None
     data = text.encode("utf-8")
@@ -322,7 +323,7 @@ class TerminalAutomata:
                 acc[o:o + size] = part.accepting
             else:  # a bounded string: over every byte, then restricted
                 part.write(table[o:o + size], acc[o:o + size])
-                if not alphabet.all():
+                if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
                     table[o:o + size, ~alphabet] = 0
 
 
@@ -415,8 +416,8 @@ class LexerTables:
         ids = sorted(t for t in expected if terms.usable[t])
         if not ids:
             return 0
-        start = np.ones(2 * len(ids), dtype=np.int32)
-        start[0::2] = ids
+        # (terminal, local start state 1) pairs
+        start = np.array([x for t in ids for x in (t, 1)], dtype=np.int32)
         n0 = self.n
         while True:
             status, self.n, self._expanded, g = gk.expand_states(

@@ -58,9 +58,7 @@ class TokenAutomaton:
         self.trie = trie = TokenTrie.of(vocab)
         self.num_states = n = dfa.num_states
         self.words = words = (len(vocab) + 31) // 32
-        self._eos = vocab._cache.get("eos_array")
-        if self._eos is None:
-            self._eos = vocab._cache["eos_array"] = np.asarray(vocab.eos_token_ids, dtype=np.int64)
+        self._eos = vocab.eos_token_array
         self._torch_pool = None
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()

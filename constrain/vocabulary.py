@@ -97,6 +97,8 @@ class Vocabulary:
         self._grammar.setflags(write=False)
         self._eos = eos
         self._eos_set = frozenset(eos)
+        # writable: numba types a read-only array apart (a second specialisation)
+        self._eos_array = np.array(eos, dtype=np.int64)
         self._special = frozenset(special) - frozenset(eos)
         self.name = name or f"vocab{n}"
 
@@ -299,6 +301,11 @@ class Vocabulary:
     def eos_token_set(self) -> frozenset[int]:
         """:attr:`eos_token_ids` as a frozenset."""
         return self._eos_set
+
+    @property
+    def eos_token_array(self) -> np.ndarray:
+        """:attr:`eos_token_ids` as an int64 array (shared: do not mutate)."""
+        return self._eos_array
 
     @property
     def special_token_ids(self) -> frozenset[int]:
