@@ -73,10 +73,11 @@ def clear_caches() -> None:
     automata, lexer products and ``multipleOf`` tables (compiled grammars keep
     what they use). Benchmarks call it to time each compile cold; a server may
     call it to release memory."""
-    from . import lexer, number_ranges
+    from . import json_schema, lexer, number_ranges
 
     lexer.clear_caches()
     number_ranges.clear_caches()
+    json_schema._EXCLUSION_IDS.clear()  # ids are never reused: forgetting is safe
 
 
 def __getattr__(name):

@@ -27,7 +27,7 @@ Design:
 from __future__ import annotations
 
 import functools
-import hashlib
+import itertools
 import json
 import json.encoder
 import math
@@ -328,9 +328,9 @@ class _Compiler:
         prefixes = sorted({p for p in map(_json_bytes, names) if p is not None})
         if not prefixes:
             return self.terminal(base, kind)
-        digest = hashlib.blake2b(repr((base, prefixes)).encode(), digest_size=12).hexdigest()
         # matches nothing as a regex: see GrammarIR.exclusions
-        name = self.terminal(r"[^\x00-\U0010ffff]trellis_exclusion_" + digest, kind)
+        name = self.terminal(r"[^\x00-\U0010ffff]trellis_exclusion_" + _exclusion_id(base, prefixes),
+                             kind)
         self.exclusions[name] = (base, tuple(prefixes))
         return name
 
@@ -2035,6 +2035,25 @@ def _deviation_class(alphabet: tuple, kids: tuple, raw_only: bool) -> str | None
         return encoded_class(rest)
     raw = iv_intersect(rest, _RAW_OK)
     return class_re(raw) if raw else None
+
+
+_EXCLUSION_IDS: dict[tuple, str] = {}
+_EXCLUSION_COUNTER = itertools.count()
+
+
+def _exclusion_id(base: str, prefixes: list) -> str:
+    """A process-wide id of the language "``base`` less ``prefixes``": the stand-in
+    terminal's pattern, which keys the terminal automata cached across grammars.
+    Ids are never reused (forgetting a set only costs a cache miss), so no two
+    sets share one; a dict, not a digest of the set (hashlib's first call cost
+    ~17 us of a cold compile)."""
+    key = (base, tuple(prefixes))
+    hit = _EXCLUSION_IDS.get(key)
+    if hit is None:
+        if len(_EXCLUSION_IDS) >= 4096:
+            _EXCLUSION_IDS.clear()
+        hit = _EXCLUSION_IDS[key] = str(next(_EXCLUSION_COUNTER))
+    return hit
 
 
 #: ``json.dumps(s, ensure_ascii=False)`` for a string ``s``: the C encoder json.dumps

@@ -1100,3 +1100,27 @@ def test_lit_escapes_every_character_as_before():
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
         assert _lit(text) == reference(text), text
         assert re.fullmatch(_lit(text), text, re.DOTALL), text
+
+
+def test_exclusion_ids_are_never_reused(smollm2_vocab):
+    # "any key but the declared ones" is a stand-in terminal named by a
+    # process-wide id; its automaton and lexer states are keyed by that name
+    # across grammars. Forgetting the ids (clear_caches does) must never hand one
+    # to another set, or a grammar could read another's cached automaton or walks
+    import constrain
+    import constrain.json_schema as js
+
+    base = '"[^"]*":'
+    a = js._exclusion_id(base, [b'"a"'])
+    assert js._exclusion_id(base, [b'"a"']) == a  # remembered: the caches hit
+    constrain.clear_caches()
+    b = js._exclusion_id(base, [b'"b"'])
+    assert b != a and js._exclusion_id(base, [b'"a"']) not in (a, b)
+    # and the grammars built around a forgetting stay right
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    first = compile_json_schema(schema, smollm2_vocab)
+    js._EXCLUSION_IDS.clear()
+    second = compile_json_schema({"type": "object", "properties": {"b": {"type": "integer"}}},
+                                 smollm2_vocab)
+    assert not first.matches('{"a":"x"}') and first.matches('{"b":"x"}')
+    assert not second.matches('{"b":"x"}') and second.matches('{"a":"x"}')
