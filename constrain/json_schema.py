@@ -325,13 +325,13 @@ class _Compiler:
         if sum(map(len, names)) > _MAX_TRIE and _trie_size(names) > _MAX_TRIE:
             return None
         base = '"' + any_char + ("+" if min_len else "*") + '"' + tail
-        prefixes = sorted({p for p in map(_json_bytes, names) if p is not None})
+        prefixes = tuple(sorted({p for p in map(_json_bytes, names) if p is not None}))
         if not prefixes:
             return self.terminal(base, kind)
         # matches nothing as a regex: see GrammarIR.exclusions
         name = self.terminal(r"[^\x00-\U0010ffff]trellis_exclusion_" + _exclusion_id(base, prefixes),
                              kind)
-        self.exclusions[name] = (base, tuple(prefixes))
+        self.exclusions[name] = (base, prefixes)
         return name
 
     def new_rule(self, hint: str) -> str:
@@ -2041,13 +2041,13 @@ _EXCLUSION_IDS: dict[tuple, str] = {}
 _EXCLUSION_COUNTER = itertools.count()
 
 
-def _exclusion_id(base: str, prefixes: list) -> str:
+def _exclusion_id(base: str, prefixes: tuple) -> str:
     """A process-wide id of the language "``base`` less ``prefixes``": the stand-in
     terminal's pattern, which keys the terminal automata cached across grammars.
     Ids are never reused (forgetting a set only costs a cache miss), so no two
     sets share one; a dict, not a digest of the set (hashlib's first call cost
     ~17 us of a cold compile)."""
-    key = (base, tuple(prefixes))
+    key = (base, prefixes)
     hit = _EXCLUSION_IDS.get(key)
     if hit is None:
         if len(_EXCLUSION_IDS) >= 4096:
