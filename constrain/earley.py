@@ -176,6 +176,12 @@ class EarleyRecognizer:
         the set (contexts with one expected set are many)."""
         return self._ctx[4][c].tobytes()
 
+    def expected_bits(self, c: int) -> np.ndarray:
+        """The terminals the parser accepts next in context ``c``, as a bitset:
+        uint64 words, terminal ``t`` bit ``t & 63`` of word ``t >> 6`` (a view:
+        do not modify)."""
+        return self._ctx[4][c]
+
     def accepts(self, c: int) -> bool:
         """Whether the terminals read to reach ``c`` form a sentence."""
         return bool(self._ctx[5][c])

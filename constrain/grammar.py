@@ -142,8 +142,8 @@ class GrammarConstraint(Constraint):
             key = self.parser.expected_key(c)
             v = self._start_of.get(key)
             if v is None:
-                v = self._start_of[key] = self.lexer.start_state(
-                    self.parser.expected(c) | self._ignore)
+                v = self._start_of[key] = self.lexer.start_state_bits(
+                    self.parser.expected_bits(c), self._ignore_bits)
             self._ctx_start[c] = v
         return v
 

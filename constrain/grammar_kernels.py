@@ -499,6 +499,48 @@ def settle_reads_utf8(trans, flags, reads_utf8, below, lo, hi):
             reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
 
 
+@njit(cache=True, nogil=True)
+def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, n, d, max_states,
+                 pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags,
+                 below, reads_utf8):
+    """The lexer state that starts the usable terminals of the bitset ``expected
+    | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
+    added by :func:`expand_states` with every state it reaches; when that is
+    done, the loop states from ``settle_from`` on are settled
+    (:func:`settle_reads_utf8`). Returns :func:`expand_states`' ``(status, n, d,
+    state)``, state 0 when no terminal is usable. One call where building the
+    start pairs in Python and calling the two kernels cost ~4 us per new
+    expected set, one of the steps of a new parser state's first mask."""
+    m = 0
+    for w in range(expected.shape[0]):
+        x = expected[w] | extra[w]
+        while x != np.uint64(0):
+            low = x & (~x + np.uint64(1))
+            x ^= low
+            if usable[w * 64 + bit_index(low)]:
+                m += 2
+    if m == 0:
+        return EXPAND_DONE, n, d, 0
+    start = np.empty(m, np.int32)
+    k = 0
+    for w in range(expected.shape[0]):
+        x = expected[w] | extra[w]
+        while x != np.uint64(0):
+            low = x & (~x + np.uint64(1))
+            x ^= low
+            t = w * 64 + bit_index(low)
+            if usable[t]:
+                start[k] = t
+                start[k + 1] = 1
+                k += 2
+    status, n, d, g = expand_states(tab, offsets, accepting, start, n, d, max_states, pairs, poff,
+                                    hashes, htab, single, row_byte, trans, acc, has_acc, loops,
+                                    flags)
+    if status == EXPAND_DONE:
+        settle_reads_utf8(trans.reshape(-1), flags, reads_utf8, below, settle_from, n)
+    return status, n, d, g
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _stays_below(below, loops, utf8_below, reads_utf8, i, s):
     """Whether the whole subtree under trie node ``i`` stays in state ``s`` (no

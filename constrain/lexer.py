@@ -408,30 +408,27 @@ class LexerTables:
         frozenset of terminal ids); 0 when none of them is usable."""
         s = self._starts.get(expected)
         if s is None:
-            s = self._starts[expected] = self._build(expected)
+            words = np.zeros(self.words64, dtype=np.uint64)
+            for t in expected:
+                words[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            s = self._starts[expected] = self.start_state_bits(words, words)
         return s
 
-    def _build(self, expected: frozenset) -> int:
+    def start_state_bits(self, expected: np.ndarray, extra: np.ndarray) -> int:
+        """:meth:`start_state` of the terminals in the bitset ``expected | extra``
+        (uint64 words, bit ``t & 63`` of word ``t >> 6`` for terminal ``t``: a
+        parser's expected set and the ``%ignore`` terminals), not cached (the
+        caller keys it)."""
         terms = self.terms
-        ids = sorted(t for t in expected if terms.usable[t])
-        if not ids:
-            return 0
-        # (terminal, local start state 1) pairs
-        start = np.array([x for t in ids for x in (t, 1)], dtype=np.int32)
         n0 = self.n
         while True:
-            status, self.n, self._expanded, g = gk.expand_states(
-                terms.table, terms.offsets, terms.accepting, start, self.n, self._expanded,
-                self.max_states, self.pairs, self.poff, self._hashes, self._htab, self._single,
-                self._row_byte, self.trans, self.acc, self.has_acc, self.loops, self.walk_flags)
+            status, self.n, self._expanded, g = gk.expand_start(
+                expected, extra, terms.usable, n0, terms.table, terms.offsets, terms.accepting,
+                self.n, self._expanded, self.max_states, self.pairs, self.poff, self._hashes,
+                self._htab, self._single, self._row_byte, self.trans, self.acc, self.has_acc,
+                self.loops, self.walk_flags, self._trie_args[4], self.reads_utf8)
             if status == gk.EXPAND_DONE:
                 self._names.n = self.n
-                if self.n > n0:
-                    # which new loop states read UTF-8 text back to themselves: a
-                    # walk that meets one mid-way (a key's body after the declared
-                    # names) takes its text subtrees whole
-                    gk.settle_reads_utf8(self.trans.reshape(-1), self.walk_flags,
-                                         self.reads_utf8, self._trie_args[4], n0, self.n)
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
                 raise GrammarTooComplexError(

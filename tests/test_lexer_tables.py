@@ -86,3 +86,19 @@ def test_json_schema_lexer_states_follow_their_pairs(smollm2_vocab):
     g = compile_json_schema(SCHEMA, smollm2_vocab)
     _visit(g, ['{"name":"abc","nickname":"x y","age":-4,"n":true,"nam":7}'])
     _check_tables(g)
+
+
+def test_start_state_of_a_terminal_set_is_the_parsers(smollm2_vocab):
+    """``LexerTables.start_state`` (a set of terminal ids) and the bitset path
+    the grammar takes name the same lexer state, whose pairs are the usable
+    terminals at their start."""
+    g = compile_grammar(KEYS, smollm2_vocab)
+    _visit(g, ['{"name":1,"n":3}'])
+    lex = g.lexer
+    for c in range(g.parser.num_contexts):
+        expected = g.parser.expected(c) | g._ignore
+        s = lex.start_state(expected)
+        assert s == g._start(c)
+        usable = sorted(t for t in expected if g.terms.usable[t])
+        assert _pairs(lex, s) == [(t, 1) for t in usable] if usable else s == 0
+    assert lex.start_state(frozenset()) == 0
