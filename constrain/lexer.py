@@ -488,7 +488,7 @@ class LexerTables:
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        key = self._shared_key(s)
+        key = self._names.key(s)
         states = None
         shared = self._shared.get(key)
         if shared is not None:
@@ -544,15 +544,12 @@ class LexerTables:
         if names is not None:
             names.compact()
 
-    def _shared_key(self, s: int) -> tuple:
-        """The key of lexer state ``s`` across grammars (see :class:`_StateNames`)."""
-        return self._names.key(s)
-
     def _local_id(self, shared_key: tuple) -> int:
         """This grammar's lexer state with the shared key ``shared_key``."""
         hit = self._local_ids.get(shared_key)
         if hit is None:
-            local = sorted((self._term_of_uid[u], v) for u, v in shared_key)
+            of_uid = self._term_of_uid
+            local = sorted(zip([of_uid[u] for u in shared_key[0::2]], shared_key[1::2]))
             buf = np.asarray(local, dtype=np.int32).reshape(-1)
             hit = int(gk.find_state(self.pairs, self.poff, self._hashes, self._htab, buf))
             if hit < 0:
@@ -587,11 +584,18 @@ class _StateNames:
         self.memo = {}
 
     def key(self, s: int) -> tuple:
+        """State ``s``'s pairs with each terminal's uid for its id, flattened:
+        ``(uid, local state, uid, local state, ...)``."""
         hit = self.memo.get(s)
         if hit is None:
-            p = self.pairs[self.poff[s]:self.poff[s + 1]].tolist()
+            poff = self.poff
+            p = self.pairs[poff.item(s):poff.item(s + 1)].tolist()
             uids = self.uids
-            hit = self.memo[s] = tuple((uids[t], v) for t, v in zip(p[0::2], p[1::2]))
+            if len(p) == 2:  # most states: one terminal alive
+                p[0] = uids[p[0]]
+            else:
+                p[0::2] = [uids[t] for t in p[0::2]]
+            hit = self.memo[s] = tuple(p)
         return hit
 
 
