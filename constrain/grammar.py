@@ -318,7 +318,10 @@ class GrammarConstraint(Constraint):
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_NEXT:
-                self._next(int(a), int(b))
+                # the walk would ask for the new context's start state next
+                c2 = self._next(int(a), int(b))
+                if c2 >= 0:
+                    self._start(c2)
             elif status == gk.NEED_START:
                 self._start(int(a))
             else:
