@@ -949,7 +949,7 @@ def exclusion_product(t, acc, m, data, starts, alphabet):
 
 
 #: the kinds of TerminalAutomata's write operations (write_terminal_table)
-TERMINAL_OTHER, TERMINAL_LITERAL, TERMINAL_LEXEME, TERMINAL_EXCLUSION = 0, 1, 2, 3
+TERMINAL_OTHER, TERMINAL_LITERAL, TERMINAL_LEXEME, TERMINAL_EXCLUSION, TERMINAL_TRIE = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, nogil=True)
@@ -983,6 +983,9 @@ def write_terminal_table(table, acc, usable, ops, data, starts, lex_rows, lex_ac
       less the ``count`` prefixes whose bounds in ``data`` are
       ``starts[first:first + count + 1]`` (:func:`exclusion_product`);
       ``usable[t]`` is cleared when nothing is left;
+    * ``TERMINAL_TRIE``: the trie of ``count`` strings (an alternation of
+      literals: ``true|false``, an enum), whose bounds in ``data`` are
+      ``starts[first:first + count + 1]``; ``rows`` is its node count plus 2;
     * ``TERMINAL_OTHER``: rows left zero (the caller writes a DFA there, or
       the terminal is unusable).
 
@@ -1006,6 +1009,18 @@ def write_terminal_table(table, acc, usable, ops, data, starts, lex_rows, lex_ac
         elif kind == TERMINAL_LEXEME:
             _write_lexeme(table, acc, o, ops[t, 3], ops[t, 4], ops[t, 7] != 0, data, ops[t, 5],
                           ops[t, 6], lex_rows, lex_acc, alphabet)
+        elif kind == TERMINAL_TRIE:
+            free = 2  # local states: 0 dead, 1 the root
+            for q in range(ops[t, 9], ops[t, 9] + ops[t, 10]):
+                r = o + 1
+                for j in range(starts[q], starts[q + 1]):
+                    s2 = table[r, data[j]]
+                    if s2 == 0:
+                        s2 = free
+                        free += 1
+                        table[r, data[j]] = s2
+                    r = o + s2
+                acc[r] = True
         elif kind == TERMINAL_EXCLUSION:
             m = ops[t, 8]
             _write_lexeme(table, acc, o + m, ops[t, 3], ops[t, 4], True, data, ops[t, 5],

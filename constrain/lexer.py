@@ -167,6 +167,25 @@ def _regex_alternatives(pattern: str) -> list[str] | None:
     return out
 
 
+def _spelled_alternatives(pattern: str, alphabet_key: bytes) -> list[bytes] | None:
+    """The UTF-8 strings of ``pattern`` when it is an alternation of literals
+    (:func:`_regex_alternatives`) that the alphabet (its ``tobytes()``) can
+    spell, without the others and without repeats; ``None`` when it is not such
+    an alternation or one of its strings is empty (:func:`terminal_dfa` then
+    reports it)."""
+    texts = _regex_alternatives(pattern) if "|" in pattern else None
+    if texts is None:
+        return None
+    out: dict[bytes, None] = {}
+    for text in texts:
+        raw = text.encode("utf-8")
+        if not raw:
+            return None
+        if 0 not in raw.translate(alphabet_key):
+            out[raw] = None
+    return list(out)
+
+
 def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
     """The DFA of a finite set of strings: the trie of their UTF-8 bytes, the
     strings the alphabet cannot spell left out; ``False`` when it spells none."""
@@ -269,6 +288,24 @@ class TerminalAutomata:
                     data += base.tail
                     op = (kernels.TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
                           1, m, first, len(excl[1]))
+            elif not text and term.flags == 0 and excl is None and term.literal is None and (
+                    alts := _spelled_alternatives(term.pattern, alphabet_key)) is not None:
+                # an alternation of literals (true|false, an enum): its trie,
+                # written by the kernel (as a DFA built in Python, ~60 us cold
+                # per compile, and most schemas have a boolean)
+                if alts:
+                    first = len(starts)
+                    nodes = set()
+                    for raw in alts:
+                        starts.append(len(data))
+                        data += raw
+                        nodes.update(raw[:i] for i in range(1, len(raw) + 1))
+                    starts.append(len(data))
+                    size = len(nodes) + 2
+                    op = (kernels.TERMINAL_TRIE, total, size, 0, 0, 0, 0, 0, 0, first, len(alts))
+                else:  # no string the vocabulary spells
+                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    size = 2
             elif text:
                 raw = text.encode("utf-8")
                 if 0 in raw.translate(alphabet_key):  # a byte no token spells

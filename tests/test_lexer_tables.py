@@ -102,3 +102,23 @@ def test_start_state_of_a_terminal_set_is_the_parsers(smollm2_vocab):
         usable = sorted(t for t in expected if g.terms.usable[t])
         assert _pairs(lex, s) == [(t, 1) for t in usable] if usable else s == 0
     assert lex.start_state(frozenset()) == 0
+
+
+def test_alternation_of_literals_is_its_trie(smollm2_vocab):
+    """An alternation of literals (``true|false``, an enum) is written as the trie of
+    its strings, repeats and shared prefixes merged, and accepts exactly them."""
+    import itertools
+    import re
+
+    alts = ["car", "cat", "ca", "dog", "car", "\u00e9t\u00e9"]
+    g = compile_grammar("start: W (\",\" W)*\nW: /" + "|".join(alts) + "/\n", smollm2_vocab)
+    terms = g.terms
+    w = [t for t, term in enumerate(g.ir.terminals) if term.name == "W"][0]
+    nodes = {a.encode()[:i] for a in set(alts) for i in range(1, len(a.encode()) + 1)}
+    assert terms.offsets[w + 1] - terms.offsets[w] == len(nodes) + 2
+    pieces = ["car", "cat", "ca", "c", "cats", "dog", "do", "\u00e9t\u00e9", "\u00e9t", ""]
+    word = re.compile("|".join(alts))
+    for a, b in itertools.product(pieces, repeat=2):
+        text = f"{a},{b}"
+        assert g.matches(text) == bool(word.fullmatch(a) and word.fullmatch(b)), text
+        assert g.matches(a) == bool(word.fullmatch(a)), a
