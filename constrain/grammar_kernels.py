@@ -510,18 +510,10 @@ def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, 
     (:func:`settle_reads_utf8`). Returns :func:`expand_states`' ``(status, n, d,
     state)``, state 0 when no terminal is usable. One call where building the
     start pairs in Python and calling the two kernels cost ~4 us per new
-    expected set, one of the steps of a new parser state's first mask."""
-    m = 0
-    for w in range(expected.shape[0]):
-        x = expected[w] | extra[w]
-        while x != np.uint64(0):
-            low = x & (~x + np.uint64(1))
-            x ^= low
-            if usable[w * 64 + bit_index(low)]:
-                m += 2
-    if m == 0:
-        return EXPAND_DONE, n, d, 0
-    start = np.empty(m, np.int32)
+    expected set, one of the steps of a new parser state's first mask. (The
+    settling is here so that a walk meeting a new loop state mid-way, a key's
+    body after the declared names, can take its text subtrees whole.)"""
+    start = np.empty(2 * usable.shape[0], np.int32)
     k = 0
     for w in range(expected.shape[0]):
         x = expected[w] | extra[w]
@@ -533,9 +525,11 @@ def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, 
                 start[k] = t
                 start[k + 1] = 1
                 k += 2
-    status, n, d, g = expand_states(tab, offsets, accepting, start, n, d, max_states, pairs, poff,
-                                    hashes, htab, single, row_byte, trans, acc, has_acc, loops,
-                                    flags)
+    if k == 0:
+        return EXPAND_DONE, n, d, 0
+    status, n, d, g = expand_states(tab, offsets, accepting, start[:k], n, d, max_states, pairs,
+                                    poff, hashes, htab, single, row_byte, trans, acc, has_acc,
+                                    loops, flags)
     if status == EXPAND_DONE:
         settle_reads_utf8(trans.reshape(-1), flags, reads_utf8, below, settle_from, n)
     return status, n, d, g

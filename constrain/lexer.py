@@ -448,6 +448,7 @@ class LexerTables:
             words = np.zeros(self.words64, dtype=np.uint64)
             for t in expected:
                 words[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            # the set once, as both operands of the union
             s = self._starts[expected] = self.start_state_bits(words, words)
         return s
 
