@@ -8,6 +8,9 @@ name"), and literals beside several wider ones."""
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import numpy as np
 import pytest
 
@@ -100,16 +103,13 @@ def test_start_state_of_a_terminal_set_is_the_parsers(smollm2_vocab):
         s = lex.start_state(expected)
         assert s == g._start(c)
         usable = sorted(t for t in expected if g.terms.usable[t])
-        assert _pairs(lex, s) == [(t, 1) for t in usable] if usable else s == 0
+        assert (_pairs(lex, s) == [(t, 1) for t in usable]) if usable else (s == 0)
     assert lex.start_state(frozenset()) == 0
 
 
 def test_alternation_of_literals_is_its_trie(smollm2_vocab):
     """An alternation of literals (``true|false``, an enum) is written as the trie of
     its strings, repeats and shared prefixes merged, and accepts exactly them."""
-    import itertools
-    import re
-
     alts = ["car", "cat", "ca", "dog", "car", "\u00e9t\u00e9"]
     g = compile_grammar("start: W (\",\" W)*\nW: /" + "|".join(alts) + "/\n", smollm2_vocab)
     terms = g.terms
