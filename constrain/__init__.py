@@ -22,15 +22,15 @@ from .errors import (
     UnsupportedSchemaError,
     VocabularyError,
 )
-from .bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
-from .matcher import Matcher
+from .runtime.bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
+from .runtime.matcher import Matcher
 from .protocol import Constraint
-from .regex import DFAConstraint, EmptyLanguageError, compile_regex
-from .grammar import GrammarConstraint, compile_grammar
-from .json_schema import compile_json_schema, json_schema_to_lark, order_instance
-from .sql import SqlSchemaError, load_schema, sql_grammar
+from .regular.regex import DFAConstraint, EmptyLanguageError, compile_regex
+from .cfg.grammar import GrammarConstraint, compile_grammar
+from .frontends.json_schema.compiler import compile_json_schema, json_schema_to_lark, order_instance
+from .frontends.sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
-from .vocabulary import Vocabulary
+from .vocab.vocabulary import Vocabulary
 from .warmup import warm_up
 
 __all__ = [
@@ -73,7 +73,9 @@ def clear_caches() -> None:
     automata, lexer products and ``multipleOf`` tables (compiled grammars keep
     what they use). Benchmarks call it to time each compile cold; a server may
     call it to release memory."""
-    from . import json_schema, lexer, number_ranges
+    from constrain.frontends.json_schema import compiler as json_schema
+    from constrain.cfg import lexer
+    from constrain.frontends.json_schema import number_ranges
 
     lexer.clear_caches()
     number_ranges.clear_caches()
@@ -81,9 +83,9 @@ def clear_caches() -> None:
 
 
 def __getattr__(name):
-    # constrain.hf needs torch and transformers: imported on first use only
+    # constrain.engines.hf needs torch and transformers: imported on first use only
     if name == "hf":
         import importlib
 
-        return importlib.import_module(".hf", __name__)
+        return importlib.import_module(".engines.hf", __name__)
     raise AttributeError(f"module 'constrain' has no attribute {name!r}")

@@ -24,7 +24,7 @@ from typing import Hashable
 
 import numpy as np
 
-from .vocabulary import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 State = Hashable
 
@@ -59,7 +59,7 @@ class Constraint(abc.ABC):
 
     def allowed_token_ids(self, state: State) -> np.ndarray:
         """The allowed token ids of ``state``, sorted, as an int64 numpy array."""
-        from .bitmask import allocate_bitmask, bitmask_to_ids
+        from constrain.runtime.bitmask import allocate_bitmask, bitmask_to_ids
 
         bm = allocate_bitmask(1, len(self.vocab), backend="numpy")
         self.fill_bitmask(state, bm, 0)

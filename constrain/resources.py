@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-from .errors import ConstraintError
+from constrain.errors import ConstraintError
 
 
 def grammar_path(name: str) -> str:

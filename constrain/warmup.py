@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 
-from .vocabulary import Vocabulary
+from constrain.vocab.vocabulary import Vocabulary
 
 # what the calls below exercise: every JSON lexeme, key exclusion, enums,
 # bounded and non-ASCII strings and integer ranges (the regex pipeline's
@@ -108,10 +108,10 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     """
     import numpy as np
 
-    from .bitmask import allocate_bitmask, apply_bitmask
-    from .grammar import compile_grammar
-    from .json_schema import compile_json_schema
-    from .regex import compile_regex
+    from constrain.runtime.bitmask import allocate_bitmask, apply_bitmask
+    from constrain.cfg.grammar import compile_grammar
+    from constrain.frontends.json_schema.compiler import compile_json_schema
+    from constrain.regular.regex import compile_regex
 
     t0 = time.perf_counter()
     vocab = _default_vocab() if vocab is None else vocab

@@ -1,10 +1,10 @@
 """DINGO versus per-position masking on a JSON Schema task, with the shipped
-synthetic masked-diffusion model (search.tiny_diffusion).
+synthetic masked-diffusion model (search.testing.tiny_diffusion).
 
     python examples/diffusion_json.py [--seeds 300] [--temperature 1.0]
 
 The schema {"name": string, maxLength 8; "age": integer 0..120} is written as a
-regex (search.tiny_diffusion.JSON_NAME_AGE_REGEX) and compiled with
+regex (search.testing.tiny_diffusion.JSON_NAME_AGE_REGEX) and compiled with
 constrain.compile_regex. For each seed the three methods decode the same 24
 positions (blocks of 8, 12 steps: 2 tokens kept per step) from the same Gumbel
 noise and the same random remasking draws:
@@ -17,7 +17,7 @@ noise and the same random remasking draws:
 
 With --grammar-seeds N (default 40) the same task is also decoded under a Lark
 grammar for the same language (SCHEMA_LARK below) with the infilling method
-(search.infill.can_complete checks every unmasking; rejected tokens are
+(constrain.analysis.infill.can_complete checks every unmasking; rejected tokens are
 resampled), next to unconstrained decoding of the same seeds.
 
 Reported per method: outputs outside the language, runs in which the canvas became
@@ -36,8 +36,8 @@ import statistics
 import numpy as np
 
 import constrain
-from search.diffusion import dingo_proposal, diffusion_generate, position_masks
-from search.tiny_diffusion import JSON_NAME_AGE_REGEX, tiny_json_model
+from search.diffusion.driver import dingo_proposal, diffusion_generate, position_masks
+from search.testing.tiny_diffusion import JSON_NAME_AGE_REGEX, tiny_json_model
 
 
 #: The schema's language as a Lark grammar (the same strings as the regex).

@@ -6,14 +6,14 @@ Run from the repository root after `bash .ci/setup`:
 
 1. search.generate with a regex constraint (greedy, then sampled with a seed);
 2. an unconstrained reply, for comparison;
-3. transformers' own model.generate with constrain.hf.LogitsProcessor and beam search.
+3. transformers' own model.generate with constrain.engines.hf.LogitsProcessor and beam search.
 """
 
 import time
 
 import constrain
 import search
-from constrain.hf import LogitsProcessor
+from constrain.engines.hf import LogitsProcessor
 
 
 def main():

@@ -10,7 +10,7 @@ step per line and to finish with ``#### <number>``. The answer line of every met
 is generated under the regex ``#### -?[0-9]+`` (see ``docs/reasoning.md``): A*,
 best-of-N, foresight and greedy enforce it on the final step; SMC, which has no
 notion of steps, samples whole outputs from the model restricted to
-``[^#]*#### -?[0-9]+``. The PRM is :class:`search.prm.ArithmeticCheckerPRM`; SMC
+``[^#]*#### -?[0-9]+``. The PRM is :class:`search.reasoning.prm.ArithmeticCheckerPRM`; SMC
 uses it as a critic (a twist) on the steps finished so far.
 
 Printed: accuracy (the extracted answer equals the reference ``final_answer``),
@@ -35,11 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 import constrain  # noqa: E402
 import search  # noqa: E402
-from search.astar import astar_search  # noqa: E402
-from search.best_of_n import best_of_n  # noqa: E402
-from search.foresight import foresight_search  # noqa: E402
-from search.prm import ArithmeticCheckerPRM  # noqa: E402
-from search.reasoning_steps import Budget, LMStepSampler, Solution, extract_answer  # noqa: E402
+from search.reasoning.astar import astar_search  # noqa: E402
+from search.reasoning.rerank import best_of_n  # noqa: E402
+from search.reasoning.foresight import foresight_search  # noqa: E402
+from search.reasoning.prm import ArithmeticCheckerPRM  # noqa: E402
+from search.reasoning.steps import Budget, LMStepSampler, Solution, extract_answer  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "gsm8k_test_100.jsonl"
 INSTRUCTION = ("\nSolve the problem step by step, one short step per line, writing each calculation "

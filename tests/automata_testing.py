@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def same_language(a, b) -> bool:
-    """Whether two trimmed byte DFAs (``constrain.byte_automaton.ByteDFA``: 0 dead,
+    """Whether two trimmed byte DFAs (``constrain.automata.byte_dfa.ByteDFA``: 0 dead,
     1 start) accept the same strings: a walk of their product from the start
     states, comparing acceptance and which bytes lead to a live state."""
     seen, todo = {(1, 1)}, [(1, 1)]

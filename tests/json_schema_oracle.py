@@ -1,4 +1,4 @@
-"""Lark as an exact oracle for the grammars of :mod:`constrain.json_schema`.
+"""Lark as an exact oracle for the grammars of :mod:`constrain.frontends.json_schema.compiler`.
 
 Lark's ``dynamic_complete`` lexer tries every prefix of a terminal's match, but
 with Python's ``re`` the match is the *first* alternative's (``1|1[0-9]`` matches

@@ -1,4 +1,4 @@
-"""``search.astar.astar_search`` on toy step trees and tiny models.
+"""``search.reasoning.astar.astar_search`` on toy step trees and tiny models.
 
 * Optimality: on random step trees (an ``expand`` hook) with a consistent PRM
   heuristic, the returned solution minimises ``g + 1 - r`` (brute force), for many
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from constrain import Vocabulary, compile_regex
-from search.astar import astar_search
-from search.lm import CallableLM
-from search.prm import ArithmeticCheckerPRM, CallablePRM
-from search.reasoning_steps import extract_answer
+from search.reasoning.astar import astar_search
+from search.lm.protocol import CallableLM
+from search.reasoning.prm import ArithmeticCheckerPRM, CallablePRM
+from search.reasoning.steps import extract_answer
 
 # -- random step trees -----------------------------------------------------------------
 
@@ -237,7 +237,7 @@ def test_smoke_default_model(default_lm):
 def test_the_answer_line_ends_at_the_end_of_its_line():
     """Refused the newline it wants after ``#### 2``, the model would append digits; an
     answer line that the constraint accepts ends at a token holding the delimiter."""
-    from search.reasoning_steps import Budget, LMStepSampler, Solution
+    from search.reasoning.steps import Budget, LMStepSampler, Solution
 
     def row(prefix):
         gen = prefix[1:]

@@ -20,7 +20,7 @@ import pytest
 
 import search
 from constrain import Vocabulary, compile_regex
-from search.awrs import _walk
+from search.autoregressive.awrs import _walk
 
 LETTERS = "abcde"
 
@@ -473,13 +473,11 @@ def test_smc_batches_model_calls_and_uses_prompt():
     assert math.isclose(np.logaddexp.reduce([p.log_weight for p in res.particles]) - math.log(30), res.log_z)
 
 
-def test_smc_reproducible_and_module_callable():
-    import search.smc as mod
-
+def test_smc_reproducible():
     c = compile_regex(SMC_CASES[0][0], letters_vocab(4))
     row = tiny_table(11, 5, 5)
     a = search.smc(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
-    b = mod(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
+    b = search.smc(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
     assert a.log_z == b.log_z and a.posterior == b.posterior
     with pytest.raises(ValueError):
         search.smc(tiny_lm(row), [], c, n_particles=4, max_new_tokens=3, resampling="residual")
@@ -487,7 +485,7 @@ def test_smc_reproducible_and_module_callable():
 
 @pytest.mark.parametrize("scheme", ["stratified", "systematic", "multinomial"])
 def test_resample_is_unbiased(scheme):
-    from search.smc import resample
+    from search.autoregressive.sequential_monte_carlo import resample
 
     w = np.array([0.5, 0.0, 0.2, 0.3, 0.0])
     rng = np.random.default_rng(0)

@@ -17,8 +17,8 @@ import pytest
 
 import constrain
 import search
-from search.beam import Hypothesis, beam_search, best_first_beam_search
-from search.lm import CallableLM, TransformersLMAdapter, as_lm
+from search.autoregressive.beam import Hypothesis, beam_search, best_first_beam_search
+from search.lm.protocol import CallableLM, TransformersLMAdapter, as_lm
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 

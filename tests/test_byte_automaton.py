@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import constrain.byte_automaton as ba
-from constrain.regex import regex_byte_dfa
+import constrain.automata.byte_dfa as ba
+from constrain.regular.regex import regex_byte_dfa
 
 PATTERNS = [
     r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}){0,20}"',
@@ -39,8 +39,8 @@ def test_literal_alternation_terminal_equals_regex(pattern):
     strings; it accepts what the regex accepts, also over an alphabet missing a
     byte some alternatives need."""
     from automata_testing import same_language
-    from constrain.lark_loader import Terminal
-    from constrain.lexer import _regex_alternatives, terminal_dfa
+    from constrain.frontends.lark import Terminal
+    from constrain.cfg.lexer import _regex_alternatives, terminal_dfa
 
     assert _regex_alternatives(pattern) is not None
     for alphabet in (np.ones(256, dtype=np.bool_), np.arange(256) != ord("1")):
@@ -49,7 +49,7 @@ def test_literal_alternation_terminal_equals_regex(pattern):
 
 
 def test_literal_alternation_edge_cases():
-    from constrain.lexer import _regex_alternatives
+    from constrain.cfg.lexer import _regex_alternatives
 
     assert _regex_alternatives("abc") is None and _regex_alternatives("a|b*") is None
     assert _regex_alternatives("a|(b)") is None and _regex_alternatives(r"a\|b") is None
@@ -88,7 +88,7 @@ def test_minus_prefixes_trims_dead_trie_nodes(base, prefixes, same_as, good, bad
     # in_place: the product TerminalAutomata writes into its stacked table
     # (kernels.exclusion_product), unused trie rows left zero
     from automata_testing import same_language
-    from constrain.kernels import exclusion_product
+    from constrain.automata.kernels import exclusion_product
     alphabet = np.ones(256, dtype=np.bool_)
     dfa = regex_byte_dfa(base, alphabet)
     if in_place:

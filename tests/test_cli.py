@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from search import cli
+from search.cli import app as cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -124,7 +124,7 @@ def test_fill_bitmask_numpy_torch_and_wide(tiny):
 
 
 def test_row_writer_writes_exactly_the_row():
-    from constrain.bitmask import _PACK_MIN_BYTES, row_writer
+    from constrain.runtime.bitmask import _PACK_MIN_BYTES, row_writer
 
     rng = np.random.default_rng(0)
     for trial in range(300):

@@ -1,4 +1,4 @@
-"""``search.diffusion`` and ``search.tiny_diffusion``: the synthetic denoiser's
+"""``search.diffusion`` and ``search.testing.tiny_diffusion``: the synthetic denoiser's
 marginals are exact, per-position masks equal enumeration, DINGO decoding never
 leaves the language while per-position masking does, the infilling method keeps
 grammar outputs valid, and the transformers adapter follows the protocol."""
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from constrain import Vocabulary, compile_regex
-from search.diffusion import (
+from search.diffusion.driver import (
     DiffusionResult,
     MaskedDiffusionLM,
     TransformersDiffusionLM,
@@ -21,7 +21,7 @@ from search.diffusion import (
     diffusion_generate,
     position_masks,
 )
-from search.tiny_diffusion import (
+from search.testing.tiny_diffusion import (
     JSON_NAME_AGE_REGEX,
     SyntheticDiffusionLM,
     tiny_json_model,
@@ -235,9 +235,9 @@ def test_infill_method_keeps_grammar_outputs_valid(arith_model):
 
 def test_infill_json_schema_grammar(json_model):
     """The colleague's JSON Schema → Lark compiler, when present."""
-    js = pytest.importorskip("constrain.json_schema")
+    js = pytest.importorskip("constrain.frontends.json_schema.compiler")
     if not hasattr(js, "json_schema_to_lark"):
-        pytest.skip("constrain.json_schema.json_schema_to_lark is not there yet")
+        pytest.skip("constrain.frontends.json_schema.compiler.json_schema_to_lark is not there yet")
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                                "age": {"type": "integer", "minimum": 0,
                                                        "maximum": 120}},

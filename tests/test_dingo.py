@@ -19,7 +19,7 @@ from constrain import (
     compile_regex,
 )
 from search import DingoResult, dingo
-from search.dingo import MASK
+from search.diffusion.dingo_dp import MASK
 
 N_CASES = 2000
 

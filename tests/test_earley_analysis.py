@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from constrain.earley import EarleyRecognizer
+from constrain.cfg.earley import EarleyRecognizer
 
 
 def _naive(rules, n_t, n_nt, base_ok):

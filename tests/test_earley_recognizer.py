@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from constrain.earley import EarleyRecognizer
-from constrain.lark_loader import GrammarIR, Terminal
+from constrain.cfg.earley import EarleyRecognizer
+from constrain.frontends.lark import GrammarIR, Terminal
 
 
 def _reference(rules, n_t, start, word) -> bool:

@@ -1,4 +1,4 @@
-"""``search.foresight.foresight_search`` (φ-decoding) and ``search.best_of_n.best_of_n``
+"""``search.reasoning.foresight.foresight_search`` (φ-decoding) and ``search.best_of_n.best_of_n``
 on tiny models whose tokens are whole lines.
 
 * best-of-N: the argmax choice has the top PRM score, the weighted vote the answer of
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from constrain import Vocabulary, compile_regex
-from search.best_of_n import _choose, best_of_n
-from search.foresight import foresight_search
-from search.lm import CallableLM
-from search.prm import ArithmeticCheckerPRM, CallablePRM
-from search.reasoning_steps import Budget, LMStepSampler, Solution, Step
+from search.reasoning.rerank import _choose, best_of_n
+from search.reasoning.foresight import foresight_search
+from search.lm.protocol import CallableLM
+from search.reasoning.prm import ArithmeticCheckerPRM, CallablePRM
+from search.reasoning.steps import Budget, LMStepSampler, Solution, Step
 
 TOKENS = [b"Q", b"2+2=4\n", b"2+2=5\n", b"#### 4", b"#### 5", b"hmm\n", b"\n", b"<eos>"]
 EOS = len(TOKENS) - 1

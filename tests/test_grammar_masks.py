@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from constrain import InvalidStateError, allocate_bitmask, compile_grammar
-from constrain.grammar import TERMINATED
+from constrain.cfg.grammar import TERMINATED
 
 GRAMMARS = {
     "keywords": 'start: "select"i _WS NAME (_C NAME)* _WS "from"i _WS NAME\n'
@@ -207,7 +207,7 @@ def test_shared_walk_outlives_its_grammar(smollm2_vocab):
     import gc
 
     from constrain import compile_json_schema
-    from constrain.token_trie import TokenTrie
+    from constrain.vocab.trie import TokenTrie
 
     # walks left by other tests may already be named by keys (shared for good)
     TokenTrie.of(smollm2_vocab).__dict__.pop("_lexer_rows", None)

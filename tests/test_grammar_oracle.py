@@ -16,7 +16,7 @@ import pytest
 lark = pytest.importorskip("lark")
 
 from constrain import GrammarError, GrammarTooComplexError, grammar_path  # noqa: E402
-from constrain.grammar import compile_grammar  # noqa: E402
+from constrain.cfg.grammar import compile_grammar  # noqa: E402
 from grammar_sampling import GrammarSampler, mutate  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "grammar_cases"
@@ -189,7 +189,7 @@ def test_eval_escaping_matches_lark():
     from lark.exceptions import GrammarError as LarkGrammarError
     from lark.load_grammar import eval_escaping as lark_eval
 
-    from constrain.lark_loader import eval_escaping
+    from constrain.frontends.lark import eval_escaping
 
     rng = random.Random(0)
     alphabet = ['\\', '\\', '\\', 'n', 't', 'x', '4', '1', 'u', 'U', '0', '"', "'", 'a', '/', 'é', '[', ']']

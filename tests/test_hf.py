@@ -1,4 +1,4 @@
-"""constrain.hf.LogitsProcessor with transformers' model.generate: greedy, sampling,
+"""constrain.engines.hf.LogitsProcessor with transformers' model.generate: greedy, sampling,
 beam search, a padded batch; and its bookkeeping on its own."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 import constrain  # noqa: E402
-from constrain.hf import LogitsProcessor  # noqa: E402
+from constrain.engines.hf import LogitsProcessor  # noqa: E402
 
 EOS = 2
 PHONE = r"(?a)\d{3}-\d{4}"

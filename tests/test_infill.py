@@ -1,8 +1,8 @@
-"""``search.infill``: the infilling check agrees with bounded brute force.
+"""``constrain.analysis.infill``: the infilling check agrees with bounded brute force.
 
 For three small grammars (balanced brackets, arithmetic, JSON) and a small
 vocabulary each, random partial outputs (fixed token runs and holes of a known
-number of tokens) are decided by :func:`search.infill.can_complete` and by trying
+number of tokens) are decided by :func:`constrain.analysis.infill.can_complete` and by trying
 every filling of the holes with Lark's own Earley parser (the reference
 semantics). With holes of known length the enumeration is exhaustive, so the two
 must agree exactly. Holes of unknown length are checked both ways: a witness
@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from constrain import GrammarTooComplexError, Vocabulary, compile_regex, grammar_path
-from search.infill import (
+from constrain.analysis.infill import (
     Hole,
     can_complete,
     can_complete_regex,

@@ -1,4 +1,4 @@
-"""Tests of :mod:`constrain.json_schema`: JSON Schema → Lark grammar text.
+"""Tests of :mod:`constrain.frontends.json_schema.compiler`: JSON Schema → Lark grammar text.
 
 Lark (Earley, scannerless, POSIX terminal matching; see
 ``tests/json_schema_oracle.py``) parses the grammars, so these tests do not
@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 
 from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
-from constrain.json_schema import compile_json_schema, json_schema_to_lark, order_instance
-from constrain.json_schema_formats import FORMATS, translate_pattern
-from constrain.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
+from constrain.frontends.json_schema.compiler import compile_json_schema, json_schema_to_lark, order_instance
+from constrain.frontends.json_schema.formats import FORMATS, translate_pattern
+from constrain.frontends.json_schema.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
 
 from automata_testing import same_language
 from json_schema_oracle import accepts, lark_parser
@@ -121,7 +121,7 @@ def test_not_in_set_brute_force(seed):
     min_len characters, that are not among the names."""
     from itertools import product
 
-    from constrain.json_schema import _not_in_set
+    from constrain.frontends.json_schema.compiler import _not_in_set
 
     rng = random.Random(seed)
     chars = "ab\"\\\n\x01é" if seed % 4 == 0 else "abé"
@@ -197,7 +197,7 @@ def test_float_multiple_of():
 def test_float_multiple_regex_against_jsonschema(m, bounds):
     """Sound for every text; complete for texts with at most the digits of m's
     shortest text below the cap."""
-    from constrain.number_ranges import float_multiple_regex, multiple_digits
+    from constrain.frontends.json_schema.number_ranges import float_multiple_regex, multiple_digits
 
     lo, lo_x, hi, hi_x = bounds
     rx, cap = float_multiple_regex((m,), lo, lo_x, hi, hi_x, integers=True)
@@ -681,7 +681,7 @@ def test_terminals_never_empty_and_names_deterministic():
 
 
 def test_compile_json_schema_passes_options(monkeypatch):
-    import constrain.json_schema
+    import constrain.frontends.json_schema.compiler
 
     seen = {}
 
@@ -689,7 +689,7 @@ def test_compile_json_schema_passes_options(monkeypatch):
         seen.update(ir=ir, source=source, vocab=vocab, budget=budget)
         return "compiled"
 
-    monkeypatch.setattr(constrain.json_schema, "GrammarConstraint", grammar_constraint)
+    monkeypatch.setattr(constrain.frontends.json_schema.compiler, "GrammarConstraint", grammar_constraint)
     out = compile_json_schema({"type": "integer"}, "VOCAB", whitespace="flexible",
                               time_budget=3.0)
     assert out == "compiled" and seen["vocab"] == "VOCAB"
@@ -802,7 +802,7 @@ def test_maskbench_subset_present():
 
 
 def test_compile_json_schema_with_the_grammar_engine(smollm2_tokenizer, smollm2_vocab):
-    pytest.importorskip("constrain.grammar")
+    pytest.importorskip("constrain.cfg.grammar")
     schema = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
               "properties": {"name": {"type": "string", "maxLength": 20},
                              "age": {"type": "integer", "minimum": 0, "maximum": 150},
@@ -820,8 +820,8 @@ def test_compile_json_schema_with_the_grammar_engine(smollm2_tokenizer, smollm2_
 def test_escape_lark_regex_round_trip():
     """A regex escaped for a Lark ``/.../`` literal reads back (as lark reads it)
     to a regex that matches the same strings."""
-    from constrain.json_schema_formats import escape_lark_regex
-    from constrain.lark_loader import eval_escaping
+    from constrain.frontends.json_schema.formats import escape_lark_regex
+    from constrain.frontends.lark import eval_escaping
 
     rng = random.Random(1)
     pieces = ["a", '"', "/", "\\\\", '\\"', "\\/", "\\d", "[/\"]", "x*", "(?:a|/)", "\\x22", "é", "'"]
@@ -873,7 +873,8 @@ def test_clear_caches_drops_shared_tables():
     """constrain.clear_caches() empties the process-wide terminal and multipleOf
     caches; compiling afterwards rebuilds them with the same language."""
     import constrain
-    from constrain import lexer, number_ranges
+    from constrain.cfg import lexer
+    from constrain.frontends.json_schema import number_ranges
 
     schema = {"type": "number", "multipleOf": 0.01}
     before = json_schema_to_lark(schema)
@@ -897,9 +898,9 @@ def test_exclusion_terminal_product_equals_regex(seed):
     characters, the empty name, alphabets and a minimum length."""
     import numpy as np
 
-    from constrain.json_schema import _Compiler
-    from constrain.lark_loader import Terminal
-    from constrain.lexer import terminal_dfa
+    from constrain.frontends.json_schema.compiler import _Compiler
+    from constrain.frontends.lark import Terminal
+    from constrain.cfg.lexer import terminal_dfa
 
     rng = random.Random(seed)
     chars = ["a", "b", "ab"[seed % 2] * 2, "é", '"', "\\", "\n", "\x01", "\x7f", "€", "😀", " "]
@@ -933,10 +934,10 @@ def test_exclusion_written_in_place_equals_regex(seed):
     import numpy as np
 
     from automata_testing import same_language
-    from constrain.byte_automaton import ByteDFA
-    from constrain.json_schema import _Compiler
-    from constrain.lark_loader import GrammarIR, Terminal
-    from constrain.lexer import TerminalAutomata, terminal_dfa
+    from constrain.automata.byte_dfa import ByteDFA
+    from constrain.frontends.json_schema.compiler import _Compiler
+    from constrain.frontends.lark import GrammarIR, Terminal
+    from constrain.cfg.lexer import TerminalAutomata, terminal_dfa
 
     rng = random.Random(seed)
     chars = ["a", "b", "ab"[seed % 2] * 2, "é", '"', "\\", "\n", "\x01", "€", "😀", " "]
@@ -1046,9 +1047,9 @@ def test_literal_terminals_match_their_regex():
     import numpy as np
 
     from automata_testing import same_language
-    from constrain.json_schema import _translated
-    from constrain.lexer import _literal_dfa
-    from constrain.regex import regex_byte_dfa
+    from constrain.frontends.json_schema.compiler import _translated
+    from constrain.cfg.lexer import _literal_dfa
+    from constrain.regular.regex import regex_byte_dfa
 
     names = ["a", "first name", 'say "hi"', "back\\slash", "tab\there", "é€😀", "\ud800", "x:y"]
     schema = {"type": "object", "properties": {n: {"const": n} for n in names},
@@ -1075,7 +1076,7 @@ def test_lit_escapes_every_character_as_before():
     per-character rules say: letters and digits bare, space as \\x20, other
     printable ASCII backslash-escaped, the rest as \\x, \\u or \\U escapes; and
     the regex matches exactly the text."""
-    from constrain.json_schema import _lit
+    from constrain.frontends.json_schema.compiler import _lit
 
     def reference(text):
         out = []
@@ -1108,7 +1109,7 @@ def test_exclusion_ids_are_never_reused(smollm2_vocab):
     # across grammars. Forgetting the ids (clear_caches does) must never hand one
     # to another set, or a grammar could read another's cached automaton or walks
     import constrain
-    import constrain.json_schema as js
+    import constrain.frontends.json_schema.compiler as js
 
     base = '"[^"]*":'
     a = js._exclusion_id(base, (b'"a"',))

@@ -1,4 +1,4 @@
-"""The JSON lexemes written down state by state (constrain.json_terminals) accept
+"""The JSON lexemes written down state by state (constrain.cfg.lexemes) accept
 exactly what the regex pipeline builds from the same patterns, over full and
 restricted alphabets."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from automata_testing import same_language
-from constrain.json_schema_formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
+from constrain.frontends.json_schema.formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
                                           JSON_NUMBER)
-from constrain.json_terminals import builtin_dfa
-from constrain.lexer import _regex_literal
-from constrain.regex import regex_byte_dfa
+from constrain.cfg.lexemes import builtin_dfa
+from constrain.cfg.lexer import _regex_literal
+from constrain.regular.regex import regex_byte_dfa
 
 PATTERNS = [JSON_NUMBER, JSON_INTEGER] + [
     '"' + char + quant + '"' + tail
@@ -80,10 +80,10 @@ def test_key_terminal_walks():
 def test_terminal_automata_write_builtins_in_place(pattern):
     # TerminalAutomata writes a JSON lexeme's table straight into its stacked
     # table (builtin_template): the rows must spell what builtin_dfa builds
-    from constrain.byte_automaton import ByteDFA
-    from constrain.json_terminals import builtin_template
-    from constrain.lark_loader import GrammarIR, Terminal
-    from constrain.lexer import TerminalAutomata
+    from constrain.automata.byte_dfa import ByteDFA
+    from constrain.cfg.lexemes import builtin_template
+    from constrain.frontends.lark import GrammarIR, Terminal
+    from constrain.cfg.lexer import TerminalAutomata
 
     terminals = [Terminal("A", "a"), Terminal("X", pattern), Terminal("B", "b")]
     ir = GrammarIR(terminals, ["start"], [(0, (0, 1, 2))], 0)

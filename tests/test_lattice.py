@@ -20,8 +20,8 @@ import pytest
 
 import constrain
 import search
-from search.lattice import Lattice, lattice_search
-from search.lm import CallableLM
+from search.autoregressive.lattice import Lattice, lattice_search
+from search.lm.protocol import CallableLM
 
 
 class NgramLM:

@@ -1,4 +1,4 @@
-"""PRM adapters (``search.prm``): the step-tag HF PRM on tiny random transformers
+"""PRM adapters (``search.reasoning.prm``): the step-tag HF PRM on tiny random transformers
 models built from a config (nothing downloaded), the LM as its own judge (a tiny
 CallableLM, and one call of the default model), callables, and the arithmetic checker.
 """
@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from search.lm import CallableLM
-from search.prm import ArithmeticCheckerPRM, CallablePRM, HFStepPRM, LMJudgePRM, check_arithmetic
-from search.reasoning_steps import aggregate_scores, prm_score_last
+from search.lm.protocol import CallableLM
+from search.reasoning.prm import ArithmeticCheckerPRM, CallablePRM, HFStepPRM, LMJudgePRM, check_arithmetic
+from search.reasoning.steps import aggregate_scores, prm_score_last
 
 # -- arithmetic checker -------------------------------------------------------------------
 
@@ -186,8 +186,8 @@ def test_lm_judge_default_model(default_lm):
 def test_batched_sampling_path_matches_logprobs(tiny_hf):
     """The step sampler's batched path over a ``TransformersLM`` (cache repeated over
     the streams, rows selected as streams end) gives the rows ``logprobs`` gives."""
-    from search.models import TransformersLM
-    from search.reasoning_steps import _HFBackend
+    from search.lm.transformers import TransformersLM
+    from search.reasoning.steps import _HFBackend
 
     tokenizer, causal, _ = tiny_hf
     tokenizer.eos_token = "####"

@@ -114,7 +114,7 @@ def test_fast_parser_code_escapes_match_re():
     malformed ones to re's parser and its errors."""
     import re as _re
 
-    from constrain.regex_parser import _parse_simple, parse_regex
+    from constrain.automata.regex_syntax import _parse_simple, parse_regex
 
     cases = [r"\x41\u00e9\U0001F600", r"[\x20\!\#-\[\]-\ud7ff\ue000-\U0010ffff]+",
              r"a\tb\nc", r"[\x00-\x1f]", r"\u00e9{2}"]
@@ -133,7 +133,7 @@ def test_fast_parser_code_escapes_match_re():
 def _accepts(pattern, text):
     import numpy as np
 
-    from constrain.regex import regex_byte_dfa
+    from constrain.regular.regex import regex_byte_dfa
 
     try:
         dfa = regex_byte_dfa(pattern, np.ones(256, dtype=np.bool_))

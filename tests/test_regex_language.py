@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from constrain import GrammarTooComplexError
-from constrain.byte_automaton import char_dfa_to_bytes, trim_and_minimize
-from constrain.char_automaton import build_char_dfa
-from constrain.regex_parser import parse_regex
+from constrain.automata.byte_dfa import char_dfa_to_bytes, trim_and_minimize
+from constrain.automata.char_dfa import build_char_dfa
+from constrain.automata.regex_syntax import parse_regex
 from regex_strategies import ALPHABET, OracleTimeout, fullmatch_oracle, regex_and_string
 
 
@@ -83,7 +83,7 @@ def test_overlong_and_surrogate_encodings_are_dead():
 
 
 def test_every_live_state_can_still_accept():
-    from constrain.kernels import coreachable_dense
+    from constrain.automata.kernels import coreachable_dense
 
     dfa = byte_dfa(r"a\bb|ab\d{2}")  # the first branch can never match
     live = coreachable_dense(dfa.transitions, dfa.accepting)

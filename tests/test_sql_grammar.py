@@ -1,4 +1,4 @@
-"""grammars/sql.lark and constrain.sql.sql_grammar, checked through Lark's Earley
+"""grammars/sql.lark and constrain.frontends.sql.sql_grammar, checked through Lark's Earley
 parser (``lexer="dynamic_complete"``, the language Trellis compiles) against
 Spider's gold queries and SQLite's own parser.
 
@@ -15,7 +15,7 @@ import sqlite3
 import pytest
 
 from constrain.errors import ConstraintError
-from constrain.sql import (
+from constrain.frontends.sql import (
     RESERVED_WORDS,
     SqlSchemaError,
     identifier_regex,

@@ -380,7 +380,7 @@ def test_sentencepiece_through_transformers(llama_style):
 
 def test_full_json_fallback(monkeypatch, gpt2_tokenizer, llama_style, unigram_metaspace):
     """Without per-component JSON the whole ``to_str()`` is read, to the same end."""
-    import constrain.vocabulary as vocabulary
+    import constrain.vocab.vocabulary as vocabulary
 
     expected = [
         Vocabulary.from_huggingface(t, eos_token_ids=2)

@@ -67,8 +67,8 @@ def test_warm_up_loads_every_kernel_later_work_needs():
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["seconds"] > 0
     assert not res["before"]  # nothing was loaded at import
-    assert "constrain.grammar_kernels.lexer_walk_rows" in res["warm"]
-    assert "constrain.earley_kernels.earley_next" in res["warm"]
-    assert "constrain.grammar_kernels.boundary_walk" in res["warm"]
-    assert "constrain.kernels.determinize" in res["warm"]
+    assert "constrain.cfg.lexer_kernels.lexer_walk_rows" in res["warm"]
+    assert "constrain.cfg.earley_kernels.earley_next" in res["warm"]
+    assert "constrain.cfg.lexer_kernels.boundary_walk" in res["warm"]
+    assert "constrain.automata.kernels.determinize" in res["warm"]
     assert res["new"] == [], f"kernels loaded after warm_up: {res['new']}"

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
 
     import constrain
     import search
-    from search.awrs import AWRS
+    from search.autoregressive.awrs import AWRS
 
     lm = search.load_default_model()
     V = len(lm.vocab)

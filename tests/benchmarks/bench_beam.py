@@ -139,7 +139,7 @@ class MemoLM:
     through it mean nothing."""
 
     def __init__(self, lm, keep: int = 64):
-        from search.lm import TransformersLMAdapter
+        from search.lm.protocol import TransformersLMAdapter
 
         self.inner = TransformersLMAdapter(lm, kv_cache_size=64)
         self.vocab_size = self.inner.vocab_size

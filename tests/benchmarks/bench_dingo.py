@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import constrain  # noqa: E402
 import search  # noqa: E402
-from search.smollm2 import load_tokenizer  # noqa: E402
+from search.models.smollm2 import load_tokenizer  # noqa: E402
 
 JSON_REGEX = r'\{"name": "[a-zA-Z ]{1,20}", "age": [0-9]{1,3}, "zip": "[0-9]{5}"\}'
 

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from maskbench_peers import load_vocab  # noqa: E402
 
 from constrain import Vocabulary, compile_json_schema  # noqa: E402
-from constrain import grammar_kernels as gk  # noqa: E402
+from constrain.cfg import lexer_kernels as gk  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {
     "description": {"type": "string"}, "name": {"type": "string"},

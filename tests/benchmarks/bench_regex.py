@@ -120,7 +120,7 @@ class VocabSpec:
 
 
 def load_smollm2() -> VocabSpec:
-    from search.smollm2 import load_tokenizer
+    from search.models.smollm2 import load_tokenizer
 
     t0 = time.perf_counter()
     tok = load_tokenizer()

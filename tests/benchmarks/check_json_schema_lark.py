@@ -1,4 +1,4 @@
-"""MaskBench check of ``constrain.json_schema`` with Lark as the parser.
+"""MaskBench check of ``constrain.frontends.json_schema.compiler`` with Lark as the parser.
 
 For every split of MaskBench (one ``*.jsonl.gz`` per split), report:
 
@@ -46,8 +46,8 @@ import jsonschema  # noqa: E402
 import lark  # noqa: E402
 
 from constrain.errors import ConstraintError  # noqa: E402
-from constrain.json_schema import json_schema_to_lark, order_instance  # noqa: E402
-from constrain.json_schema_formats import FORMATS  # noqa: E402
+from constrain.frontends.json_schema.compiler import json_schema_to_lark, order_instance  # noqa: E402
+from constrain.frontends.json_schema.formats import FORMATS  # noqa: E402
 from json_schema_oracle import lark_parser  # noqa: E402
 
 

@@ -126,9 +126,9 @@ def check_job(eng, payload, send) -> None:
 
 def _alt_ids(case, inst, spec):
     """The ids of the instance serialized in Trellis's own member order
-    (``constrain.json_schema.order_instance``), when that differs from ours."""
+    (``constrain.frontends.json_schema.compiler.order_instance``), when that differs from ours."""
     try:
-        from constrain.json_schema import order_instance
+        from constrain.frontends.json_schema.compiler import order_instance
     except ImportError:
         return None
     try:

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import constrain
-    from search.smollm2 import load_tokenizer
+    from search.models.smollm2 import load_tokenizer
 
     tok = load_tokenizer()
     vocab = constrain.Vocabulary.from_huggingface(tok)

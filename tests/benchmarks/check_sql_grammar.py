@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from constrain.sql import load_schema, sql_grammar  # noqa: E402
+from constrain.frontends.sql import load_schema, sql_grammar  # noqa: E402
 from sql_testing import (  # noqa: E402
     SPIDER_DIR,
     DerivationSampler,

@@ -330,10 +330,10 @@ class TrellisJSON(bench_regex.TrellisEngine):
         self.source = "constrain.compile_json_schema"
         if fn is None:
             try:
-                from constrain.json_schema import compile_json_schema as fn
+                from constrain.frontends.json_schema.compiler import compile_json_schema as fn
             except ImportError:
                 raise ImportError("constrain.compile_json_schema does not exist yet") from None
-            self.source = "constrain.json_schema.compile_json_schema (not exported by constrain yet)"
+            self.source = "constrain.frontends.json_schema.compiler.compile_json_schema (not exported by constrain yet)"
         super().__init__()
         self.compile_json_schema = fn
         self.version += f" ({self.source})"

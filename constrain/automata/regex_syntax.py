@@ -1,0 +1,630 @@
+"""Python regex syntax → the regex IR.
+
+The language of a pattern is what ``re.fullmatch(pattern, text)`` accepts. To keep
+that exact, parsing is done by Python's own parser (``re._parser``, the one
+``re.compile`` uses), and the character classes by Python's own matcher (see
+:func:`constrain.automata.charset.oracle_charset`). This module turns that parse tree into
+a small IR of character sets, concatenation, alternation, counted repetition and
+zero-width assertions, and rejects what no finite automaton can recognise with an
+error that names the offset in the pattern.
+
+Limits (each raises :class:`~constrain.errors.RegexTooLargeError`):
+
+* a repetition bound ``{m,n}`` above :data:`MAX_REPEAT` (10,000 by default);
+* an expanded pattern of more than :data:`MAX_POSITIONS` character positions
+  (100,000), counting every copy a counted repetition makes.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+try:  # Python 3.11+
+    import re._constants as sre_c
+    import re._parser as sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre_c  # type: ignore
+    import sre_parse  # type: ignore
+
+import _sre
+
+from constrain.automata.charset import CharSet, oracle_charset
+from constrain.errors import RegexSyntaxError, RegexTooLargeError, UnsupportedRegexError
+
+MAX_REPEAT = 10_000
+MAX_POSITIONS = 100_000
+
+# -- IR ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Chars:
+    """One character from a set."""
+
+    charset: CharSet
+
+
+@dataclass(slots=True)
+class Concat:
+    items: tuple
+
+
+@dataclass(slots=True)
+class Alt:
+    items: tuple
+
+
+@dataclass(slots=True)
+class Repeat:
+    """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
+
+    item: object
+    lo: int
+    hi: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Assert:
+    """A zero-width assertion. ``kind`` is one of ``begin`` (``\\A``, ``^``),
+    ``begin_line`` (``^`` under MULTILINE), ``end`` (``$``: end, or before a final
+    newline), ``end_line`` (``$`` under MULTILINE), ``end_string`` (``\\Z``),
+    ``boundary``/``non_boundary`` (``\\b``/``\\B``) with ``ascii`` telling which
+    word characters count."""
+
+    kind: str
+    ascii: bool = False
+
+
+EMPTY = Concat(())
+
+# -- entry point ---------------------------------------------------------------------
+
+_I, _M, _S, _A, _X, _L = (
+    sre_c.SRE_FLAG_IGNORECASE, sre_c.SRE_FLAG_MULTILINE, sre_c.SRE_FLAG_DOTALL,
+    sre_c.SRE_FLAG_ASCII, sre_c.SRE_FLAG_VERBOSE, sre_c.SRE_FLAG_LOCALE,
+)
+
+
+def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
+                max_positions: int = MAX_POSITIONS):
+    """Parse ``pattern`` (Python ``re`` syntax, with ``re`` ``flags`` such as
+    ``re.ASCII | re.IGNORECASE``) into the regex IR.
+
+    Raises:
+        RegexSyntaxError: the pattern is not valid Python regex syntax.
+        UnsupportedRegexError: backreferences, lookaround, conditionals, atomic
+            groups or possessive quantifiers.
+        RegexTooLargeError: a size limit was exceeded.
+    """
+    if not isinstance(pattern, str):
+        raise RegexSyntaxError(
+            f"a regex must be a str, not {type(pattern).__name__}", str(pattern))
+    if not flags:
+        node = _parse_simple(pattern, max_repeat, max_positions)
+        if node is not None:
+            return node
+    try:
+        # Python's own parser: the same tree and syntax errors as re.compile (the
+        # few checks re.compile adds concern lookbehind, refused below anyway)
+        tree = sre_parse.parse(pattern, int(flags))
+    except re.error as e:
+        raise RegexSyntaxError(e.msg, pattern, e.pos) from None
+    except (OverflowError, RecursionError, ValueError) as e:
+        raise RegexSyntaxError(str(e), pattern, None) from None
+    flags = tree.state.flags
+    # source offsets are only needed for error messages: scanned on demand
+    constructs = _LazyScan(pattern, bool(flags & _X))
+    conv = _Converter(pattern, constructs, max_repeat)
+    node = conv.subpattern(tree, flags)
+    if "{" in pattern or 2 * len(pattern) > max_positions:
+        # without counted repetition the expansion is at most twice the source
+        _positions(node, pattern, constructs, max_positions)
+    return node
+
+
+# -- fast path for the common syntax ---------------------------------------------------
+
+_SIMPLE_QUANT = re.compile(r"\{([0-9]+)(?:(,)([0-9]*))?\}")
+_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
+_NOT_LITERAL = frozenset(".^$[](){}|*+?\\")
+_QUANTIFIERS = frozenset("*+?{")
+_DOUBLED_WARN = frozenset("-&~|")  # doubled in a class, re warns of set operations
+
+
+def _parse_simple(p: str, max_repeat: int, max_positions: int):
+    """The IR of ``p`` (no flags) when it uses only literals, escaped
+    punctuation, code escapes (``\\x``, ``\\u``, ``\\U``, ``\\n`` ...), ``[...]`` classes of literals and ranges, groups ``(...)`` and
+    ``(?:...)``, ``|`` and the quantifiers ``* + ? {m} {m,} {m,n}`` (lazy or not)
+    within the limits; else ``None`` and :func:`parse_regex` uses ``re``'s parser,
+    which then also reports any error. For short patterns ``re``'s parser and the
+    tree conversion were the largest fixed cost of a compilation.
+
+    Any construct whose meaning in ``re`` is not plain (``.``, anchors, ``\\d`` and
+    other letter escapes, stray ``] } )``, a ``{`` that is not a quantifier,
+    ``[]...]``, nested ``[``, doubled ``-&~|`` in a class) gives ``None``, as does
+    any syntax error, so the result equals the ``re``-parsed IR's language."""
+    n = len(p)
+    i = 0
+    memo = {}      # source text of a literal or class -> its node (repeats are common)
+    outer = []     # enclosing groups: (branches, seq)
+    branches = []  # finished alternatives of the current group: (node, size)
+    seq = []       # items of the current alternative: [node, size, quantified]
+    while i < n:
+        c = p[i]
+        if c not in _NOT_LITERAL:
+            node = memo.get(c)
+            if node is None:
+                node = memo[c] = _literal_node(ord(c), 0)
+            seq.append([node, 1, False])
+            i += 1
+        elif c == "\\":
+            if i + 1 >= n:
+                return None
+            if p[i + 1] in _PUNCT:
+                code, i = ord(p[i + 1]), i + 2
+            else:
+                code, i = _code_escape(p, i)
+                if code < 0:
+                    return None
+            c = chr(code)
+            node = memo.get(c)
+            if node is None:
+                node = memo[c] = _literal_node(code, 0)
+            seq.append([node, 1, False])
+        elif c == "[":
+            end = p.find("]", i + 2)
+            node = memo.get(p[i:end + 1]) if end > 0 else None
+            if node is not None:
+                seq.append([node, 1, False])
+                i = end + 1
+                continue
+            j = i + 1
+            negate = j < n and p[j] == "^"
+            if negate:
+                j += 1
+            if j >= n or p[j] == "]":
+                return None
+            intervals = []
+            while True:
+                if j >= n:
+                    return None
+                ch = p[j]
+                if ch == "]":
+                    break
+                if ch == "[" or (ch in _DOUBLED_WARN and j + 1 < n and p[j + 1] == ch):
+                    return None
+                if ch == "\\":
+                    if j + 1 >= n:
+                        return None
+                    if p[j + 1] in _PUNCT:
+                        lo = ord(p[j + 1])
+                        j += 2
+                    else:
+                        lo, j = _code_escape(p, j)
+                        if lo < 0:
+                            return None
+                else:
+                    lo = ord(ch)
+                    j += 1
+                if j + 1 < n and p[j] == "-" and p[j + 1] != "]":
+                    ch = p[j + 1]
+                    if ch in "[-":
+                        return None
+                    if ch == "\\":
+                        if j + 2 >= n:
+                            return None
+                        if p[j + 2] in _PUNCT:
+                            hi = ord(p[j + 2])
+                            j += 3
+                        else:
+                            hi, j = _code_escape(p, j + 1)
+                            if hi < 0:
+                                return None
+                    else:
+                        hi = ord(ch)
+                        j += 2
+                    if hi < lo:
+                        return None
+                    intervals.append((lo, hi))
+                else:
+                    intervals.append((lo, lo))
+            cs = CharSet(intervals)
+            node = memo[p[i:j + 1]] = Chars(cs.complement() if negate else cs)
+            seq.append([node, 1, False])
+            i = j + 1
+        elif c == "(":
+            if p.startswith("?", i + 1):
+                if not p.startswith(":", i + 2):
+                    return None
+                i += 3
+            else:
+                i += 1
+            outer.append((branches, seq))
+            branches, seq = [], []
+        elif c == "|":
+            branches.append(_simple_seq(seq))
+            seq = []
+            i += 1
+        elif c == ")":
+            if not outer:
+                return None
+            branches.append(_simple_seq(seq))
+            node, size = _simple_alt(branches)
+            branches, seq = outer.pop()
+            seq.append([node, size, False])
+            i += 1
+        elif c in _QUANTIFIERS:
+            if not seq or seq[-1][2]:
+                return None  # nothing to repeat, or a repeated repetition
+            if c == "{":
+                m = _SIMPLE_QUANT.match(p, i)
+                if m is None:
+                    return None
+                lo = int(m.group(1))
+                hi = lo if m.group(2) is None else (int(m.group(3)) if m.group(3) else None)
+                if lo > max_repeat or (hi is not None and (hi < lo or hi > max_repeat)):
+                    return None
+                i = m.end()
+            else:
+                lo, hi = (0, None) if c == "*" else (1, None) if c == "+" else (0, 1)
+                i += 1
+            if i < n and p[i] == "?":
+                i += 1
+            elif i < n and p[i] == "+":
+                return None
+            last = seq[-1]
+            size = last[1] * (hi if hi is not None else max(lo, 1))
+            if size > max_positions:
+                return None
+            seq[-1] = [Repeat(last[0], lo, hi), size, True]
+        else:
+            return None
+    if outer:
+        return None
+    branches.append(_simple_seq(seq))
+    return _simple_alt(branches)[0]
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+_CODE_WIDTH = {"x": 2, "u": 4, "U": 8}
+_CONTROL_ESCAPES = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11}
+
+
+def _code_escape(p: str, i: int) -> tuple[int, int]:
+    """The code point of the escape at ``p[i]`` (a backslash) when it is one whose
+    meaning is the same inside and outside a class (``\\xHH``, ``\\uHHHH``,
+    ``\\UHHHHHHHH``, ``\\n \\t \\r \\f \\v``), and the index after it;
+    ``(-1, i)`` otherwise (the caller falls back to ``re``'s parser). Generated
+    patterns (JSON strings, a schema's key exclusions) are full of these."""
+    k = p[i + 1] if i + 1 < len(p) else ""
+    width = _CODE_WIDTH.get(k)
+    if width is None:
+        code = _CONTROL_ESCAPES.get(k)
+        return (code, i + 2) if code is not None else (-1, i)
+    digits = p[i + 2:i + 2 + width]
+    if len(digits) != width or not _HEX.issuperset(digits):
+        return -1, i
+    code = int(digits, 16)
+    if code > 0x10FFFF:
+        return -1, i
+    return code, i + 2 + width
+
+
+def _simple_seq(seq: list) -> tuple:
+    items = [it[0] for it in seq if not (type(it[0]) is Concat and not it[0].items)]
+    size = sum(it[1] for it in seq)
+    return (items[0] if len(items) == 1 else Concat(tuple(items))), size
+
+
+def _simple_alt(branches: list) -> tuple:
+    if len(branches) == 1:
+        return branches[0]
+    return Alt(tuple(b[0] for b in branches)), sum(b[1] for b in branches)
+
+
+class _LazyScan:
+    def __init__(self, pattern: str, verbose: bool):
+        self.pattern, self.verbose, self._items = pattern, verbose, None
+
+    def __iter__(self):
+        if self._items is None:
+            self._items = _scan(self.pattern, self.verbose)
+        return iter(self._items)
+
+
+# -- conversion -------------------------------------------------------------------
+
+_CATEGORY_TEXT = {
+    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D",
+    sre_c.CATEGORY_SPACE: r"\s", sre_c.CATEGORY_NOT_SPACE: r"\S",
+    sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+_NEWLINE = CharSet.of(10)
+
+
+def _u(cp: int) -> str:
+    return f"\\U{cp:08x}"
+
+
+class _Converter:
+    def __init__(self, pattern: str, constructs, max_repeat: int):
+        self.pattern = pattern
+        self.constructs = constructs
+        self.max_repeat = max_repeat
+
+    def offset_of(self, kind: str, pred=lambda c: True) -> int | None:
+        for c in self.constructs:
+            if c[0] == kind and pred(c):
+                return c[1]
+        return None
+
+    def unsupported(self, kind: str, what: str):
+        raise UnsupportedRegexError(
+            f"{what} cannot be recognised by a finite automaton and is not supported",
+            self.pattern, self.offset_of(kind))
+
+    def subpattern(self, sub, flags: int):
+        items = [self.item(op, av, flags) for op, av in sub]
+        items = [i for i in items if not (type(i) is Concat and not i.items)]
+        if len(items) == 1:
+            return items[0]
+        return Concat(tuple(items))
+
+    def item(self, op, av, flags: int):
+        if op is sre_c.LITERAL:
+            return _literal_node(av, flags & (_I | _A))
+        if op is sre_c.NOT_LITERAL:
+            return Chars(_literal_set(av, flags).complement())
+        if op is sre_c.ANY:
+            full = CharSet.full()
+            return Chars(full if flags & _S else full.difference(_NEWLINE))
+        if op is sre_c.IN:
+            return Chars(_class_set(av, flags))
+        if op is sre_c.BRANCH:
+            return Alt(tuple(self.subpattern(s, flags) for s in av[1]))
+        if op is sre_c.SUBPATTERN:
+            _group, add, delete, sub = av
+            return self.subpattern(sub, (flags | add) & ~delete)
+        if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
+            lo, hi, sub = av
+            hi = None if hi is sre_c.MAXREPEAT else int(hi)
+            for bound in (lo, hi):
+                if bound is not None and bound > self.max_repeat:
+                    raise RegexTooLargeError(
+                        f"repetition bound {bound} exceeds the limit of {self.max_repeat} "
+                        f"(pass max_repeat= to raise it)",
+                        self.pattern,
+                        self.offset_of("repeat", lambda c: bound in (c[2], c[3])))
+            return Repeat(self.subpattern(sub, flags), int(lo), hi)
+        if op is sre_c.AT:
+            return self.at(av, flags)
+        if op is sre_c.GROUPREF:
+            self.unsupported("backref", "a backreference")
+        if op is sre_c.GROUPREF_EXISTS:
+            self.unsupported("conditional", "a conditional group (?(id)yes|no)")
+        if op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
+            direction = av[0]
+            if direction < 0:
+                self.unsupported("lookbehind", "a lookbehind assertion")
+            self.unsupported("lookahead", "a lookahead assertion")
+        if getattr(sre_c, "ATOMIC_GROUP", None) is op:
+            self.unsupported("atomic", "an atomic group (?>...)")
+        if getattr(sre_c, "POSSESSIVE_REPEAT", None) is op:
+            self.unsupported("possessive", "a possessive quantifier")
+        raise UnsupportedRegexError(f"regex construct {op} is not supported", self.pattern)
+
+    def at(self, code, flags: int):
+        ascii_words = bool(flags & _A)
+        if code is sre_c.AT_BEGINNING:
+            return Assert("begin_line" if flags & _M else "begin")
+        if code is sre_c.AT_BEGINNING_STRING:
+            return Assert("begin")
+        if code is sre_c.AT_END:
+            return Assert("end_line" if flags & _M else "end")
+        if code is sre_c.AT_END_STRING:
+            return Assert("end_string")
+        if code is sre_c.AT_BOUNDARY:
+            return Assert("boundary", ascii_words)
+        if code is sre_c.AT_NON_BOUNDARY:
+            return Assert("non_boundary", ascii_words)
+        raise UnsupportedRegexError(f"assertion {code} is not supported", self.pattern)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _literal_node(cp: int, flags: int) -> Chars:
+    # IR nodes are never mutated, so one node per literal can be shared
+    return Chars(_literal_set(cp, flags))
+
+
+def _literal_set(cp: int, flags: int) -> CharSet:
+    if flags & _I:
+        iscased = _sre.ascii_iscased if flags & _A else _sre.unicode_iscased
+        if iscased(cp):
+            # only cased characters can match a cased literal case-insensitively
+            rx = re.compile(re.escape(chr(cp)), flags & (_I | _A))
+            cased, _ = _cased(bool(flags & _A))
+            return CharSet((c, c) for c in cased if rx.fullmatch(chr(c)))
+    return CharSet.of(cp)
+
+
+def _class_set(items, flags: int) -> CharSet:
+    return _class_set_cached(tuple(items), flags)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _class_set_cached(items: tuple, flags: int) -> CharSet:
+    if all(op is not sre_c.CATEGORY for op, _ in items):
+        intervals = []
+        negate = False
+        for op, av in items:
+            if op is sre_c.NEGATE:
+                negate = True
+            elif op is sre_c.LITERAL:
+                intervals.append((av, av))
+            elif op is sre_c.RANGE:
+                intervals.append(av)
+        cs = CharSet(intervals)
+        if negate:
+            cs = cs.complement()
+        if flags & _I:
+            # case-insensitivity changes the answer only for cased characters: an
+            # uncased one matches iff it is in the class as written. The cased ones
+            # (a few thousand) are asked of re itself, so the result stays exact.
+            cased, cased_set = _cased(bool(flags & _A))
+            rx = re.compile(_class_text(items), flags & (_I | _A))
+            hits = [c for c in cased if rx.fullmatch(chr(c))]
+            cs = cs.difference(cased_set).union(CharSet((c, c) for c in hits))
+        return cs
+    parts = []
+    for op, av in items:
+        if op is sre_c.NEGATE:
+            parts.append("^")
+        elif op is sre_c.LITERAL:
+            parts.append(_u(av))
+        elif op is sre_c.RANGE:
+            parts.append(f"{_u(av[0])}-{_u(av[1])}")
+        elif op is sre_c.CATEGORY:
+            parts.append(_CATEGORY_TEXT[av])
+        else:  # pragma: no cover - the parser emits nothing else in a class
+            raise UnsupportedRegexError(f"class item {op} is not supported", "")
+    return oracle_charset("[" + "".join(parts) + "]", flags & (_I | _A))
+
+
+def _class_text(items) -> str:
+    parts = []
+    for op, av in items:
+        if op is sre_c.NEGATE:
+            parts.append("^")
+        elif op is sre_c.LITERAL:
+            parts.append(_u(av))
+        elif op is sre_c.RANGE:
+            parts.append(f"{_u(av[0])}-{_u(av[1])}")
+    return "[" + "".join(parts) + "]"
+
+
+@functools.lru_cache(maxsize=2)
+def _cased(ascii_only: bool) -> tuple[list[int], CharSet]:
+    """The scalar values that have case (per ``re``'s own test), as a list and a set."""
+    iscased = _sre.ascii_iscased if ascii_only else _sre.unicode_iscased
+    limit = 128 if ascii_only else 0x110000
+    cps = [c for c in range(limit) if not 0xD800 <= c <= 0xDFFF and iscased(c)]
+    return cps, CharSet((c, c) for c in cps)
+
+
+# -- size ---------------------------------------------------------------------------
+
+
+def _positions(node, pattern: str, constructs, limit: int) -> int:
+    """Character positions of the fully expanded pattern; raises past ``limit``.
+
+    Repetitions are visited in postorder, the order of their quantifiers in the
+    source, so the k-th one visited is the k-th quantifier scanned."""
+    seen = 0
+
+    def size(n) -> int:
+        nonlocal seen
+        if isinstance(n, Chars):
+            return 1
+        if isinstance(n, Assert):
+            return 0
+        if isinstance(n, (Concat, Alt)):
+            return sum(size(i) for i in n.items)
+        inner = size(n.item)
+        k = seen
+        seen += 1
+        copies = n.hi if n.hi is not None else max(n.lo, 1)
+        total = inner * copies
+        if total > limit:
+            repeats = [c for c in constructs if c[0] == "repeat"]
+            offset = None
+            if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
+                offset = repeats[k][1]
+            else:
+                for c in repeats:
+                    if (c[2], c[3]) == (n.lo, n.hi):
+                        offset = c[1]
+                        break
+            raise RegexTooLargeError(
+                f"the pattern expands to more than {limit} character positions "
+                f"(a repetition of {copies} copies of a {inner}-position item; "
+                f"pass max_positions= to raise the limit)", pattern, offset)
+        return total
+
+    return size(node)
+
+
+# -- locating constructs in the source ---------------------------------------------
+
+_QUANT = re.compile(r"\{(\d*)(,?)(\d*)\}")
+
+
+def _scan(p: str, verbose: bool) -> list:
+    """Source offsets of the constructs error messages point at, in order:
+    ``(kind, offset)`` and ``("repeat", offset, lo, hi)`` for counted repetitions."""
+    out: list = []
+    n = len(p)
+    i = 0
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            if i + 1 < n and p[i + 1] in "123456789":
+                out.append(("backref", i))
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            if i < n and p[i] == "^":
+                i += 1
+            if i < n and p[i] == "]":
+                i += 1
+            while i < n and p[i] != "]":
+                i += 2 if p[i] == "\\" else 1
+            i += 1
+            continue
+        if verbose and c == "#":
+            while i < n and p[i] != "\n":
+                i += 1
+            continue
+        if c == "(" and p.startswith("?", i + 1):
+            rest = p[i + 2:i + 5]
+            if rest.startswith(("=", "!")):
+                out.append(("lookahead", i))
+            elif rest.startswith(("<=", "<!")):
+                out.append(("lookbehind", i))
+            elif rest.startswith(">"):
+                out.append(("atomic", i))
+            elif rest.startswith("("):
+                out.append(("conditional", i))
+            elif rest.startswith("P="):
+                out.append(("backref", i))
+            elif rest.startswith("#"):
+                while i < n and p[i] != ")":
+                    i += 1
+            i += 1
+            continue
+        if c in "*+?":
+            if i + 1 < n and p[i + 1] == "+":
+                out.append(("possessive", i + 1))
+                i += 2
+                continue
+            i += 1
+            continue
+        if c == "{":
+            m = _QUANT.match(p, i)
+            if m and (m.group(1) or m.group(3)):
+                lo = int(m.group(1)) if m.group(1) else 0
+                if m.group(2):
+                    hi = int(m.group(3)) if m.group(3) else None
+                else:
+                    hi = lo
+                out.append(("repeat", i, lo, hi))
+                j = m.end()
+                if j < n and p[j] == "+":
+                    out.append(("possessive", j))
+                    j += 1
+                i = j
+                continue
+        i += 1
+    return out

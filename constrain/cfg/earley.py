@@ -1,0 +1,215 @@
+"""An Earley recognizer over terminals whose chart columns are interned.
+
+Any context-free grammar works: ambiguous, left- or right-recursive, with empty
+rules (Aycock and Horspool's nullable completion). A parser *context* is a small
+int naming one chart column; a column's items refer to earlier columns by their
+context ids, so columns are shared between every hypothesis that reached them and
+two histories that leave the same items behind get the same id. Scanning a
+terminal from a context is computed once and cached (``next``), which makes a
+loop such as ``value ("," value)*`` cycle through a handful of contexts however
+long it runs: only nesting creates new ones.
+
+A column is stored as its *explicit* items -- those that scanned or completed
+into it, which all have an earlier origin -- and not its predicted ones: these
+follow from the nonterminals the explicit items wait for, and their closure per
+nonterminal is computed once per grammar. Building a column then touches only
+the handful of items nesting put there, not the dozens a JSON value position
+predicts (new columns were ~16 µs each on MaskBench schema grammars with the
+predictions spelled out, and the first mask of a parser state makes several).
+
+An item is one int: ``(origin + 1) * n_rd + rd``, where ``rd`` numbers the dotted
+rules so that advancing the dot is ``+ 1``.
+
+The recognizer's work runs in numba kernels (:mod:`constrain.cfg.earley_kernels`)
+over flat arrays this class owns: a new column is made inside a mask's first
+computation, where the Python version cost ~14 us per column and was a quarter
+of the slowest masks on MaskBench; the kernel takes ~2 us.
+
+Reference: J. Earley, "An efficient context-free parsing algorithm", CACM 1970;
+J. Aycock and R. N. Horspool, "Practical Earley parsing", Computer Journal 2002.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from itertools import accumulate
+
+import numpy as np
+
+from constrain.cfg import earley_kernels as ek
+from constrain.errors import GrammarError, GrammarTooComplexError
+from constrain.automata.kernels import table_rehash
+from constrain.frontends.lark import GrammarIR
+
+_LITTLE = sys.byteorder == "little"
+
+
+class EarleyRecognizer:
+    """Earley recognition over the terminal ids of a :class:`GrammarIR`.
+
+    Contexts are ints from 0 (the start); ``next(c, t)`` is the context after
+    terminal ``t`` or -1, ``expected(c)`` the terminals allowed next,
+    ``accepts(c)`` whether the terminals so far form a sentence.
+    """
+
+    def __init__(self, ir: GrammarIR, usable=None, *, max_contexts: int = 2_000_000):
+        self.ir = ir
+        n_t = ir.n_terminals
+        self.n_t = n_t
+        n_nt = len(ir.nonterminals)
+        rules = ir.rules
+        self.max_contexts = max_contexts
+        # the rules as one flat array (left-hand sides, offsets, right-hand
+        # sides), the augmented start rule S' -> start last; the kernel does
+        # the rest
+        lhs: list[int] = []
+        off = [0]
+        flat: list[int] = []
+        for left, rhs in rules:
+            lhs.append(left)
+            flat += rhs
+            off.append(len(flat))
+        lhs.append(n_nt)
+        flat.append(n_t + ir.start)
+        off.append(len(flat))
+        n_r = len(lhs)
+        flat_rules = np.array(lhs + off + flat, dtype=np.int64)
+        # per terminal, whether the vocabulary can spell it
+        if usable is None:
+            spelled = np.ones(max(n_t, 1), dtype=np.bool_)
+        elif isinstance(usable, np.ndarray) and usable.dtype == np.bool_:
+            spelled = usable
+        else:
+            spelled = np.asarray(usable, dtype=np.bool_)
+        # bytes, not spelled.all(): the ufunc reduction's first call costs ~20 us
+        # on a cold compile
+        check = not (ir.productive and (usable is None or 0 not in spelled.tobytes()))
+        tables = ek.earley_tables(flat_rules[:n_r], flat_rules[n_r:2 * n_r + 1],
+                                  flat_rules[2 * n_r + 1:], n_t, spelled, check, max_contexts)
+        if not tables[0]:
+            raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no "
+                               f"string the vocabulary can spell")
+        self._meta = tables[1]
+        self._grammar = tables[2:6]
+        self._pred = list(tables[6:11])
+        self._ctx = list(tables[11:])
+        self._kernel_args()
+        self._expected: dict[int, frozenset] = {}
+        self._next: dict = {}
+
+    # -- grammar analysis ---------------------------------------------------------
+
+    @staticmethod
+    def _fixpoint(rules, n_t, n_nt, base_ok) -> list[bool]:
+        """The nonterminals with a rule whose every symbol is ok, where a terminal
+        is ok when ``base_ok(t)`` and a nonterminal when it is in the result (the
+        analysis :func:`earley_kernels.derives` runs, from Python rules)."""
+        off = array("q", accumulate((len(rhs) for _, rhs in rules), initial=0))
+        term_ok = np.array([bool(base_ok(t)) for t in range(n_t)] or [False], dtype=np.bool_)
+        done = ek.derives(np.array([lhs for lhs, _ in rules], dtype=np.int64),
+                          np.frombuffer(off, dtype=np.int64),
+                          np.array([x for _, rhs in rules for x in rhs], dtype=np.int64),
+                          n_t, n_nt, term_ok, np.ones(len(rules), dtype=np.bool_))
+        return done.tolist()
+
+    def _kernel_args(self) -> None:
+        # the kernels' array arguments as one tuple, remade when an array grows
+        # (joining the three lists per call cost ~0.4 us of a new context's ~3)
+        self._kargs = (self._meta, *self._grammar, *self._pred, *self._ctx)
+
+    def _run(self, kernel, *args) -> int:
+        """Call an Earley kernel, growing its arrays until it has room."""
+        while True:
+            status, value = kernel(*args, *self._kargs)
+            if status == ek.DONE:
+                return int(value)
+            if status == ek.TOO_MANY_CONTEXTS:
+                raise GrammarTooComplexError(
+                    f"the parser created more than {self.max_contexts} chart columns "
+                    f"(pass max_contexts= to raise the limit)")
+            self._grow(status, int(value))
+
+    def _grow(self, status: int, need: int) -> None:
+        def bigger(a, size):
+            out = np.zeros((size,) + a.shape[1:], dtype=a.dtype)
+            out[:a.shape[0]] = a
+            return out
+
+        if status == ek.GROW_PRED:
+            size = max(2 * self._pred[2].shape[0], need)
+            self._pred[2] = bigger(self._pred[2], size)
+            self._pred[3] = bigger(self._pred[3], size)
+        elif status == ek.GROW_ITEMS:
+            self._ctx[1] = bigger(self._ctx[1], max(2 * self._ctx[1].shape[0], need))
+        elif status == ek.GROW_ROOTS:
+            self._ctx[3] = bigger(self._ctx[3], max(2 * self._ctx[3].shape[0], need))
+        else:
+            c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, _ = self._ctx
+            cap = max(2 * c_acc.shape[0], need)
+            n = int(self._meta[ek.M_CONTEXTS])
+            self._ctx = [bigger(c_ioff, cap + 1), items, bigger(c_roff, cap + 1), roots,
+                         bigger(c_exp, cap), bigger(c_acc, cap), bigger(c_hash, cap),
+                         # context 0 is not interned
+                         table_rehash(c_hash, n, 4 * cap, 1)]
+        self._kernel_args()
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def num_contexts(self) -> int:
+        """Number of distinct chart columns created so far."""
+        return int(self._meta[ek.M_CONTEXTS])
+
+    def expected(self, c: int) -> frozenset:
+        """The terminals the parser accepts next in context ``c``."""
+        hit = self._expected.get(c)
+        if hit is None:
+            # the bitset as one int, not .tolist(): one numpy path fewer on a
+            # cold compile (words in order, each little-endian: bit k is terminal k)
+            words = self._ctx[4][c]
+            x = int.from_bytes((words if _LITTLE else words.byteswap()).tobytes(), "little")
+            out = []
+            while x:
+                low = x & -x
+                out.append(low.bit_length() - 1)
+                x ^= low
+            hit = self._expected[c] = frozenset(out)
+        return hit
+
+    def expected_key(self, c: int) -> bytes:
+        """The terminals the parser accepts next in context ``c``, as the bytes of
+        their bitset: a dict key as good as :meth:`expected`, without building
+        the set (contexts with one expected set are many)."""
+        return self._ctx[4][c].tobytes()
+
+    def expected_bits(self, c: int) -> np.ndarray:
+        """The terminals the parser accepts next in context ``c``, as a bitset:
+        uint64 words, terminal ``t`` bit ``t & 63`` of word ``t >> 6`` (a view:
+        do not modify)."""
+        return self._ctx[4][c]
+
+    def accepts(self, c: int) -> bool:
+        """Whether the terminals read to reach ``c`` form a sentence."""
+        return bool(self._ctx[5][c])
+
+    def next(self, c: int, t: int) -> int:
+        """The context after terminal ``t`` in context ``c``, or -1."""
+        key = (c, t)
+        hit = self._next.get(key)
+        if hit is None:
+            # the kernel trusts its indices: a bad one must not reach it
+            if not (0 <= c < self._meta[ek.M_CONTEXTS] and 0 <= t < self.n_t):
+                raise IndexError(f"no context {c} or terminal {t} in this recognizer "
+                                 f"({self.num_contexts} contexts, {self.n_t} terminals)")
+            hit = self._next[key] = self._run(ek.earley_next, c, t)
+        return hit
+
+    def recognize(self, terminals) -> bool:
+        """Whether a sequence of terminal ids is a sentence (for tests)."""
+        c = 0
+        for t in terminals:
+            c = self.next(c, t)
+            if c < 0:
+                return False
+        return self.accepts(c)

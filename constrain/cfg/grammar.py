@@ -1,0 +1,421 @@
+"""``compile_grammar``: a Lark grammar → a token-level constraint.
+
+The language
+------------
+A grammar denotes what ``lark.Lark(text, parser="earley",
+lexer="dynamic_complete", start=start)`` accepts: every terminal stands for its
+regular language, a string is in the language when it splits into terminal
+strings — *any* split, no longest-match lexing — that form a sentence of the
+context-free grammar, with ``%ignore`` terminals allowed between any two
+terminals. Overlapping terminals (``1`` vs ``1.5``, a keyword vs an identifier)
+therefore never make a valid string unreachable: every way of splitting stays
+alive until the bytes decide. See ``docs/grammars.md``.
+
+The runtime
+-----------
+A state is a small set of *configurations* ``(context, lexer state)``: the Earley
+chart column reached (:mod:`~constrain.cfg.earley`) and the terminals in progress
+since the last boundary (:mod:`~constrain.cfg.lexer`). The mask of a configuration is
+
+* the tokens that stay inside the current terminals — one bitset per lexer state,
+  independent of the parse stack, computed once per grammar;
+* for a terminal that may end right now, the mask of the configuration that
+  starts the next terminal (cached);
+* the tokens that cross a terminal boundary inside them: a numba walk below only
+  the trie nodes where a boundary can occur, consulting the parser's cached
+  transition table there.
+
+Masks are cached per state. Every step is bounded: a mask is at most one walk of
+the token trie per configuration (and per pair alive at a trie node, at most
+``max_width`` of them) plus one Earley step per (context, terminal) pair met.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from constrain.cfg import lexer_kernels as gk
+from constrain.runtime.bitmask import _last_rows, numpy_view, row_views, row_writer
+from constrain.automata.char_dfa import DEFAULT_MAX_STATES
+from constrain.cfg.earley import EarleyRecognizer
+from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
+from constrain.frontends.lark import GrammarIR, load_lark_grammar
+from constrain.cfg.lexer import LexerTables, TerminalAutomata
+from constrain.protocol import Constraint
+from constrain.vocab.trie import TokenTrie
+from constrain.vocab.vocabulary import Vocabulary
+
+TERMINATED = -1
+DEFAULT_MASK_CACHE_BYTES = 256 * 1024 * 1024
+
+
+class GrammarConstraint(Constraint):
+    """A context-free grammar over a vocabulary. Build it with
+    :func:`compile_grammar` (or :func:`constrain.compile_json_schema`).
+
+    States are hashable tuples ``(fresh, ((context, lexer_state), ...))``, or
+    ``-1`` after EOS; they are immutable, so search can fork them freely.
+    """
+
+    def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, source: str = "",
+                 max_states: int = DEFAULT_MAX_STATES, time_budget: float = 30.0,
+                 max_contexts: int = 2_000_000, max_width: int = 256,
+                 mask_cache_bytes: int = DEFAULT_MASK_CACHE_BYTES):
+        if not isinstance(vocab, Vocabulary):
+            raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+        deadline = time.perf_counter() + time_budget
+        self.vocab = vocab
+        self.ir = ir
+        self.source = source
+        self.trie = trie = TokenTrie.of(vocab)
+        self.words = (len(vocab) + 31) // 32
+        self.terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline)
+        self.parser = EarleyRecognizer(ir, self.terms.usable, max_contexts=max_contexts)
+        self.lexer = LexerTables(self.terms, ir.n_terminals, trie, words32=self.words,
+                                 max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
+        self.max_width = max_width
+        n_t = ir.n_terminals
+        self._ignore = frozenset(ir.ignore)
+        self._ignore_bits = np.zeros(self.lexer.words64, dtype=np.uint64)
+        for t in ir.ignore:
+            self._ignore_bits[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+        # np.empty and fill, not np.full (a Python-level wrapper): this runs
+        # once per compile, on a cold cache
+        self._ctx_next = np.empty((256, max(n_t, 1)), dtype=np.int32)
+        self._ctx_next.fill(-2)
+        # the lexer state that starts the terminals of an expected set, keyed
+        # by the parser's bitset of it
+        self._start_of: dict[bytes, int] = {}
+        self._ctx_start = np.empty(256, dtype=np.int32)
+        self._ctx_start.fill(-2)
+        self._ctx_cap = 256
+        self._eos = vocab.eos_token_array
+        self._eos_set = vocab.eos_token_set
+        self._grammar_token = vocab.grammar_token_list
+        self._token_bytes = vocab.tokens
+        self._masks: OrderedDict = OrderedDict()
+        # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
+        # as the mask cache holds, dropped together when full
+        self._writers: dict = {}
+        self._last_fill = (None, None)  # the last CPU bitmask and its row views
+        self._config_masks: OrderedDict = OrderedDict()
+        self._max_masks = max(64, mask_cache_bytes // 2 // (4 * self.words))
+        # the terminals' automata are what the time budget bounds (their
+        # construction checks it); the rest is linear in the grammar's size
+        self._initial = (True, ((0, self._start(0)),))
+
+    def __repr__(self) -> str:
+        return (f"GrammarConstraint(terminals={self.ir.n_terminals}, "
+                f"rules={len(self.ir.rules)}, vocab={self.vocab.name})")
+
+    # -- parser tables, filled on demand ----------------------------------------------
+
+    def _ensure_ctx(self, c: int) -> None:
+        cap = self._ctx_cap
+        if c < cap:
+            return
+        while cap <= c:
+            cap *= 2
+        nn = np.full((cap, self._ctx_next.shape[1]), -2, dtype=np.int32)
+        nn[:self._ctx_next.shape[0]] = self._ctx_next
+        ns = np.full(cap, -2, dtype=np.int32)
+        ns[:self._ctx_start.shape[0]] = self._ctx_start
+        self._ctx_next, self._ctx_start, self._ctx_cap = nn, ns, cap
+
+    # _next and _start run a few times in each new state's first mask: the
+    # capacity test inline and .item (a Python int, no numpy scalar) made them
+    # ~2x cheaper
+    def _next(self, c: int, t: int) -> int:
+        if t in self._ignore:
+            return c
+        if c >= self._ctx_cap:
+            self._ensure_ctx(c)
+        v = self._ctx_next.item(c, t)
+        if v == -2:
+            v = self.parser.next(c, t)
+            if v >= self._ctx_cap:
+                self._ensure_ctx(v)
+            self._ctx_next[c, t] = v
+        return v
+
+    def _start(self, c: int) -> int:
+        if c >= self._ctx_cap:
+            self._ensure_ctx(c)
+        v = self._ctx_start.item(c)
+        if v == -2:
+            key = self.parser.expected_key(c)
+            v = self._start_of.get(key)
+            if v is None:
+                v = self._start_of[key] = self.lexer.start_state_bits(
+                    self.parser.expected_bits(c), self._ignore_bits)
+            self._ctx_start[c] = v
+        return v
+
+    # -- stepping over bytes ------------------------------------------------------------
+
+    def _step(self, configs, data: bytes):
+        """The configurations after ``data``; empty when refused. (A fresh lexer
+        state accepts nothing, so no terminal ends before the first byte.)"""
+        lex = self.lexer
+        for b in data:
+            trans = lex.trans
+            new = set()
+            for (c, s) in configs:
+                s2 = int(trans[s, b])
+                if s2:
+                    new.add((c, s2))
+                if lex.has_acc[s]:
+                    for t in lex.accepting_terminals(s):
+                        c2 = self._next(c, t)
+                        if c2 < 0:
+                            continue
+                        l0 = self._start(c2)
+                        trans = lex.trans  # a new lexer automaton may have been appended
+                        s3 = int(trans[l0, b])
+                        if s3:
+                            new.add((c2, s3))
+            if not new:
+                return ()
+            configs = new
+        return tuple(sorted(configs))
+
+    def _accepting(self, fresh: bool, configs) -> bool:
+        lex = self.lexer
+        for (c, s) in configs:
+            if fresh and self.parser.accepts(c):
+                return True
+            if lex.has_acc[s]:
+                for t in lex.accepting_terminals(s):
+                    c2 = self._next(c, t)
+                    if c2 >= 0 and self.parser.accepts(c2):
+                        return True
+        return False
+
+    # -- protocol -----------------------------------------------------------------------
+
+    def initial_state(self):
+        """The state before any token."""
+        return self._initial
+
+    def advance(self, state, token_id: int):
+        """The state after ``token_id``, or ``None`` if it is not allowed."""
+        if state == TERMINATED:
+            return None
+        try:
+            fresh, configs = state
+        except (TypeError, ValueError):
+            raise InvalidStateError(f"{state!r} is not a state of this grammar") from None
+        try:
+            grammar_token = self._grammar_token[token_id]
+        except (IndexError, TypeError):
+            raise InvalidStateError(
+                f"token id {token_id!r} is outside the vocabulary of {len(self.vocab)}") from None
+        if not grammar_token:
+            if token_id in self._eos_set and self._accepting(fresh, configs):
+                return TERMINATED
+            return None
+        out = self._step(configs, self._token_bytes[token_id])
+        if not out:
+            return None
+        return (False, out)
+
+    def is_accepting(self, state) -> bool:
+        """Whether the bytes so far form a complete string of the language."""
+        if state == TERMINATED:
+            return False
+        return self._accepting(*state)
+
+    def is_terminated(self, state) -> bool:
+        """Whether EOS has been generated."""
+        return state == TERMINATED
+
+    def matches(self, text) -> bool:
+        """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        fresh, configs = self._initial
+        if data:
+            configs = self._step(configs, data)
+            fresh = False
+            if not configs:
+                return False
+        return self._accepting(fresh, configs)
+
+    def mask_row(self, state) -> np.ndarray:
+        """The allowed tokens of ``state`` as uint32 words (cached; do not modify)."""
+        row = self._masks.get(state)
+        if row is not None:
+            self._masks.move_to_end(state)
+            return row
+        if state == TERMINATED:
+            return np.zeros(self.words, dtype=np.uint32)
+        fresh, configs = state
+        accepting = self._accepting(fresh, configs)
+        if len(configs) == 1:
+            row = self._config_mask(*configs[0])
+            if accepting:
+                row = row.copy()
+        else:
+            row = self._config_mask(*configs[0]) | self._config_mask(*configs[1])
+            for c, s in configs[2:]:
+                row |= self._config_mask(c, s)
+        if accepting:
+            for e in self._eos:
+                row[e >> 5] |= np.uint32(1 << (int(e) & 31))
+        # rows are shared between the caches (a state's row is often its one
+        # configuration's): copying each cost ~1 us per first visit
+        row.flags.writeable = False
+        self._masks[state] = row
+        if len(self._masks) > self._max_masks:
+            self._masks.popitem(last=False)
+        return row
+
+    def _config_mask(self, c: int, s: int) -> np.ndarray:
+        lex = self.lexer
+        key = (c, s)
+        row = self._config_masks.get(key)
+        if row is not None:
+            return row
+        cont, nodes, states = lex.walk(s)
+        row = cont
+        if lex.has_acc[s]:
+            for t in lex.accepting_terminals(s):
+                c2 = self._next(c, t)
+                if c2 >= 0:
+                    other = self._config_mask(c2, self._start(c2))
+                    if row is cont:
+                        row = cont | other
+                    else:
+                        row |= other
+        if len(nodes):
+            if row is cont:
+                row = cont.copy()
+            self._boundaries(c, nodes, states, row)
+        row.flags.writeable = False
+        self._config_masks[key] = row
+        if len(self._config_masks) > self._max_masks:
+            self._config_masks.popitem(last=False)
+        return row
+
+    def _boundaries(self, c: int, nodes, states, row) -> None:
+        t = self.trie
+        lex = self.lexer
+        # the first boundary of every node, resolved up front: most kernel calls
+        # then run to the end
+        for s in set(states.tolist()):
+            for term in lex.accepting_terminals(s):
+                c2 = self._next(c, term)
+                if c2 >= 0:
+                    self._start(c2)
+        j = 0
+        while True:
+            status, a, b, j = gk.boundary_walk(
+                lex.trans, lex.acc, self._ctx_next, self._ctx_start, self._ignore_bits,
+                nodes, states, c, j, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
+                t.max_depth, self.max_width, row)
+            if status == gk.NEED_NONE:
+                return
+            if status == gk.NEED_NEXT:
+                # the walk would ask for the new context's start state next
+                c2 = self._next(int(a), int(b))
+                if c2 >= 0:
+                    self._start(c2)
+            elif status == gk.NEED_START:
+                self._start(int(a))
+            else:
+                raise GrammarTooComplexError(
+                    f"more than {self.max_width} ways to split one token between terminals "
+                    f"(the grammar is very ambiguous here; pass max_width= to raise the limit)")
+
+    def fill_bitmask(self, state, bitmask, row: int = 0) -> None:
+        """Write the allowed tokens of ``state`` into row ``row`` of ``bitmask``."""
+        last = self._last_fill
+        if bitmask is last[0]:
+            w = self._writers.get(state)
+            if w is None:
+                w = self._writer(state)
+            if w.__class__ is tuple:
+                w[0](last[1][row], 0, *w[1])
+            else:
+                last[1][row][:] = w
+            return
+        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        if rows is not None and len(rows[0]) == 4 * self.words:
+            self._last_fill = (bitmask, rows)
+            self.fill_bitmask(state, bitmask, row)
+            return
+        self._fill_other(state, bitmask, row)
+
+    def _writer(self, state):
+        if len(self._writers) >= self._max_masks:
+            self._writers.clear()
+        w = self._writers[state] = row_writer(memoryview(self.mask_row(state)).cast("B"))
+        return w
+
+    def _fill_other(self, state, bitmask, row: int) -> None:
+        src = self.mask_row(state)
+        view = numpy_view(bitmask)
+        if view is None:  # a tensor on a GPU
+            import torch
+
+            dst = bitmask[row]
+            w = self.words
+            # cached rows are read-only, which torch.from_numpy refuses to wrap
+            dst[:w].copy_(torch.from_numpy(src.view(np.int32).copy()).to(dst.dtype),
+                          non_blocking=True)
+            if dst.shape[0] > w:
+                dst[w:].zero_()
+            return
+        w = self.words
+        if view.shape[1] < w:
+            raise ConstraintError(
+                f"the bitmask has {view.shape[1]} words per row but the vocabulary needs {w} "
+                f"(allocate it with allocate_bitmask(batch, len(vocab)))")
+        view[row, :w] = src.view(np.int32)
+        if view.shape[1] > w:
+            view[row, w:] = 0
+
+    def allowed_token_ids(self, state) -> np.ndarray:
+        """The allowed token ids of ``state`` (EOS included when accepting), sorted."""
+        from constrain.automata.kernels import bits_to_ids
+
+        return bits_to_ids(self.mask_row(state), len(self.vocab))
+
+
+def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
+                    max_states: int = DEFAULT_MAX_STATES, time_budget: float = 30.0,
+                    max_contexts: int = 2_000_000, max_width: int = 256,
+                    mask_cache_bytes: int = DEFAULT_MASK_CACHE_BYTES) -> GrammarConstraint:
+    """Compile a context-free grammar in Lark syntax into a token-level constraint.
+
+    The language is what ``lark.Lark(text, parser="earley",
+    lexer="dynamic_complete", start=start)`` accepts (see the module docstring and
+    ``docs/grammars.md``). Any context-free grammar works: ambiguous and
+    left-recursive ones included.
+
+    Args:
+        source: the grammar text, or a path to a ``.lark`` file (``%import`` of
+            files next to it works; ``%import common.X`` always does).
+        vocab: the tokenizer's vocabulary.
+        start: the start rule.
+        max_states: size limit of one terminal's automaton (the lexer automata
+            together may use eight times as many states).
+        time_budget: seconds compilation may take.
+        max_contexts: limit on distinct parser chart columns (memory bound of a
+            long-running server).
+        max_width: limit on the ways one token may be split between terminals.
+        mask_cache_bytes: memory for cached masks.
+
+    Raises:
+        GrammarError: bad grammar, with line and column where lark gives them.
+        GrammarTooComplexError: a limit was exceeded.
+    """
+    ir = load_lark_grammar(source, start=start)
+    return GrammarConstraint(ir, vocab, source=ir.source, max_states=max_states,
+                             time_budget=time_budget, max_contexts=max_contexts,
+                             max_width=max_width, mask_cache_bytes=mask_cache_bytes)
+
+
+__all__ = ["GrammarConstraint", "compile_grammar", "TERMINATED"]

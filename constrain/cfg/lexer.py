@@ -1,0 +1,682 @@
+"""The lexer side of a grammar: one byte DFA per terminal, and the lexer automata
+that run the terminals the parser expects side by side.
+
+A *lexer state* is the set of terminals that may still be in progress after the
+bytes read since the last boundary, with where each is in its own DFA: a set of
+(terminal, local state) pairs. The terminals started at a boundary are those the
+parser expects there (plus ``%ignore`` terminals). All lexer states of a grammar
+live in one global table, so that a kernel can follow a token across terminal
+boundaries; a state is added on first use with every state it reaches
+(:func:`grammar_kernels.expand_states`), and since it is keyed by its pairs, not by
+the expected set that led to it, the expected sets of one grammar share states (a
+JSON object's key positions expect different sets, but past a key's first bytes
+they meet states seen before).
+
+Per lexer state, one walk of the token trie (built on first use, cached) gives
+the tokens that stay inside the current terminals — a mask that does not depend on
+the parse stack — and the trie nodes where a terminal may end inside a token, the
+only places where the parser is consulted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import numpy as np
+
+from constrain.cfg import lexer_kernels as gk
+from constrain.automata import kernels
+from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
+from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
+from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
+                             builtin_template)
+from constrain.frontends.lark import GrammarIR, Terminal
+from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
+from constrain.vocab.trie import TokenTrie
+
+_IGNORECASE = int(re.IGNORECASE)  # an int: RegexFlag operations run the enum module's Python
+_DFA_CACHE: OrderedDict = OrderedDict()
+_DFA_CACHE_SIZE = 4096
+_TERMINAL_UIDS: dict = {}
+
+
+def terminal_uid(term: Terminal, alphabet: np.ndarray | bytes) -> int:
+    """A process-wide id of a terminal's automaton (same pattern, flags and
+    alphabet → same id), so that lexer states can be recognised across grammars.
+    ``alphabet``: the 256 booleans, or their ``tobytes()``."""
+    key = (term.pattern, term.flags, term.literal,
+           alphabet if isinstance(alphabet, bytes) else alphabet.tobytes())
+    uid = _TERMINAL_UIDS.get(key)
+    if uid is None:
+        uid = _TERMINAL_UIDS[key] = len(_TERMINAL_UIDS)
+    return uid
+
+
+def clear_caches() -> None:
+    """Drop the process-wide cache of terminal automata (compiled grammars keep
+    what they use). Benchmarks call it to time each grammar cold; a server may
+    call it to release memory."""
+    _DFA_CACHE.clear()
+
+
+def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
+                 deadline: float | None, exclusion: tuple | None = None) -> ByteDFA | None:
+    """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
+    no string the alphabet can spell. Cached across grammars (JSON Schemas reuse
+    the same few terminals).
+
+    ``exclusion``: ``(pattern, prefixes)`` when the terminal is the language of
+    ``pattern`` less the strings starting with one of ``prefixes`` (bytes); its
+    own pattern is then only a name for that language (see
+    :attr:`GrammarIR.exclusions`)."""
+    key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
+    hit = _DFA_CACHE.get(key)
+    if hit is not None:
+        _DFA_CACHE.move_to_end(key)
+        return hit[0]
+    if exclusion is not None:
+        base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
+                            deadline=deadline)
+        dfa = minus_prefixes(base, exclusion[1]) if base is not None else False
+    elif term.literal is not None:
+        dfa = _literal_dfa(term.literal, term.flags, alphabet)
+    else:
+        # a regex that spells one string (a JSON Schema's member names, its
+        # punctuation: most of its terminals) skips the regex pipeline
+        text = _regex_literal(term.pattern) if term.flags == 0 else None
+        dfa = _literal_dfa(text, 0, alphabet) if text else None
+        if dfa is None and term.flags == 0:
+            # JSON strings, keys and numbers: written down, not compiled
+            dfa = builtin_dfa(term.pattern, alphabet, _regex_literal, max_states)
+        if dfa is None and term.flags == 0:
+            # an alternation of literals (an enum, true|false): the trie of its
+            # strings is its DFA (an enum of 200 strings took 5.8 ms as a regex)
+            alts = _regex_alternatives(term.pattern)
+            dfa = _literals_dfa(alts, alphabet) if alts else None
+    if dfa is None:
+        try:
+            dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
+                                 deadline=deadline)
+        except EmptyLanguageError:
+            dfa = False
+        except GrammarTooComplexError as e:
+            raise GrammarTooComplexError(f"terminal {term.name}: {e}") from None
+        except RegexError as e:
+            raise GrammarError(f"terminal {term.name} has a pattern Trellis cannot compile: "
+                               f"{e.msg} (pattern {term.pattern[:80]!r}, offset {e.offset})") from None
+    if dfa is not False and (dfa.transitions.shape[0] < 2 or not dfa.accepting.any()):
+        dfa = False
+    if dfa is not False and dfa.accepting[1]:
+        raise GrammarError(f"terminal {term.name} matches the empty string "
+                           f"(pattern {term.pattern[:80]!r}); terminals must consume input")
+    _DFA_CACHE[key] = (dfa or None,)
+    if len(_DFA_CACHE) > _DFA_CACHE_SIZE:
+        _DFA_CACHE.popitem(last=False)
+    return dfa or None
+
+
+_REGEX_SPECIAL = frozenset(".^$[](){}|*+?\\")
+_ESCAPABLE = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
+
+
+def _regex_literal(pattern: str) -> str | None:
+    """The one string ``pattern`` matches when it is only literal characters and
+    backslash-escaped punctuation; else ``None``."""
+    if not pattern:
+        return None
+    out = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or pattern[i + 1] not in _ESCAPABLE:
+                return None
+            out.append(pattern[i + 1])
+            i += 2
+        elif c in _REGEX_SPECIAL:
+            return None
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _regex_alternatives(pattern: str) -> list[str] | None:
+    """The strings of ``pattern`` when it is two or more literals (as
+    :func:`_regex_literal` reads them) joined by ``|``; else ``None``."""
+    parts, start, i, n = [], 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "|":
+            parts.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if not parts:
+        return None
+    parts.append(pattern[start:])
+    out = []
+    for p in parts:
+        text = _regex_literal(p) if p else ""
+        if text is None:
+            return None
+        out.append(text)
+    return out
+
+
+def _spelled_alternatives(pattern: str, alphabet_key: bytes) -> list[bytes] | None:
+    """The UTF-8 strings of ``pattern`` when it is an alternation of literals
+    (:func:`_regex_alternatives`) that the alphabet (its ``tobytes()``) can
+    spell, without the others and without repeats; ``None`` when it is not such
+    an alternation or one of its strings is empty (:func:`terminal_dfa` then
+    reports it)."""
+    texts = _regex_alternatives(pattern) if "|" in pattern else None
+    if texts is None:
+        return None
+    out: dict[bytes, None] = {}
+    for text in texts:
+        raw = text.encode("utf-8")
+        if not raw:
+            return None
+        if 0 not in raw.translate(alphabet_key):
+            out[raw] = None
+    return list(out)
+
+
+def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
+    """The DFA of a finite set of strings: the trie of their UTF-8 bytes, the
+    strings the alphabet cannot spell left out; ``False`` when it spells none."""
+    kids: list[dict] = [{}]
+    final = [False]
+    for text in texts:
+        data = text.encode("utf-8")
+        if not all(alphabet[b] for b in data):
+            continue
+        node = 0
+        for b in data:
+            k = kids[node].get(b)
+            if k is None:
+                k = kids[node][b] = len(kids)
+                kids.append({})
+                final.append(False)
+            node = k
+        final[node] = True
+    if not any(final):
+        return False
+    # trie node k is state k + 1 (0 is dead)
+    table = np.zeros((len(kids) + 1, 256), dtype=np.int32)
+    for k, d in enumerate(kids):
+        row = table[k + 1]
+        for b, c in d.items():
+            row[b] = c + 1
+    accepting = np.zeros(len(kids) + 1, dtype=np.bool_)
+    accepting[1:] = final
+    # every node lies on a spellable string: the trie is trimmed as it is, and
+    # minimising it (merging the ends of the strings) cost ~80 us cold
+    return ByteDFA(table, accepting)
+
+
+def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None | bool:
+    """A chain DFA for a string terminal; ``None`` to fall back to the regex
+    route (case-insensitive non-ASCII text), ``False`` when the alphabet cannot
+    spell it."""
+    icase = bool(flags & _IGNORECASE)
+    if icase and not text.isascii():
+        return None
+    data = text.encode("utf-8")
+    if not data:
+        raise GrammarError("an empty string terminal (\"\") matches the empty string")
+    n = len(data) + 2
+    table = np.zeros((n, 256), dtype=np.int32)
+    for i, b in enumerate(data):
+        choices = {b}
+        if icase and 65 <= (b | 32) - 32 <= 90:
+            choices = {b | 32, (b | 32) - 32}
+        ok = [c for c in choices if alphabet[c]]
+        if not ok:
+            return False
+        for c in ok:
+            table[i + 1, c] = i + 2
+    accepting = np.zeros(n, dtype=np.bool_)
+    accepting[n - 1] = True
+    return ByteDFA(table, accepting)
+
+
+class TerminalAutomata:
+    """The byte DFAs of a grammar's terminals, stacked into one table (terminal
+    ``t`` owns rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1 start).
+    ``usable[t]`` is false for a terminal the vocabulary cannot spell."""
+
+    def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
+                 deadline: float | None):
+        n_t = ir.n_terminals
+        self.usable = usable = np.zeros(n_t, dtype=np.bool_)
+        alphabet_key = alphabet.tobytes()
+        self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
+        # literals (most of a JSON Schema's terminals: member names,
+        # punctuation), JSON lexemes and "any key but the declared ones" are
+        # operations of one kernel (kernels.write_terminal_table), which writes
+        # them straight into the stacked table; other terminals are DFAs,
+        # copied in after it
+        ops: list = []
+        data = bytearray()
+        starts: list[int] = []
+        later: list = []
+        offsets = [0]
+        total = 0
+        for t, term in enumerate(ir.terminals):
+            op = part = None
+            excl = ir.exclusions.get(term.name) if term.flags == 0 else None
+            text = None
+            if term.flags == 0 and excl is None:
+                text = term.literal if term.literal is not None else _regex_literal(term.pattern)
+            if excl is not None:
+                base = builtin_template(excl[0], alphabet_key, _regex_literal, max_states)
+                if base is not None and base.string and base.bounded is None:
+                    # the key lexeme after a bound on the names' trie
+                    m = 1 + sum(len(p) - 1 for p in excl[1])
+                    size = m + base.rows
+                    first = len(starts)
+                    for p in excl[1]:
+                        starts.append(len(data))
+                        data += p
+                    starts.append(len(data))
+                    ta = len(data)
+                    data += base.tail
+                    op = (kernels.TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
+                          1, m, first, len(excl[1]))
+            elif not text and term.flags == 0 and excl is None and term.literal is None and (
+                    alts := _spelled_alternatives(term.pattern, alphabet_key)) is not None:
+                # an alternation of literals (true|false, an enum): its trie,
+                # written by the kernel (as a DFA built in Python, ~60 us cold
+                # per compile, and most schemas have a boolean)
+                if alts:
+                    first = len(starts)
+                    nodes = set()
+                    for raw in alts:
+                        starts.append(len(data))
+                        data += raw
+                        nodes.update(raw[:i] for i in range(1, len(raw) + 1))
+                    starts.append(len(data))
+                    size = len(nodes) + 2
+                    op = (kernels.TERMINAL_TRIE, total, size, 0, 0, 0, 0, 0, 0, first, len(alts))
+                else:  # no string the vocabulary spells
+                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    size = 2
+            elif text:
+                raw = text.encode("utf-8")
+                if 0 in raw.translate(alphabet_key):  # a byte no token spells
+                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    size = 2
+                else:
+                    size = len(raw) + 2
+                    op = (kernels.TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
+                          0, 0, 0, 0, 0, 0)
+                    data += raw
+            elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet_key,
+                                                               _regex_literal,
+                                                               max_states)) is not None:
+                # a JSON string, key or number; a length-bounded string is
+                # written after the kernel
+                if lex.bounded is None:
+                    size = lex.rows
+                    ta = len(data)
+                    data += lex.tail
+                    op = (kernels.TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
+                          int(lex.string), 0, 0, 0)
+                else:
+                    part = lex
+            if op is None and part is None:
+                part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
+                                    exclusion=excl)
+            if op is None:
+                size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
+                    else part.transitions.shape[0]
+                op = (kernels.TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
+                if part is not None:
+                    later.append((t, part))
+            usable[t] = op[0] != kernels.TERMINAL_OTHER or part is not None
+            ops.append(op)
+            total += size
+            offsets.append(total)
+            if total > 4 * max_states:
+                raise GrammarTooComplexError(
+                    f"the grammar's terminals need more than {4 * max_states} automaton states "
+                    f"(pass max_states= to raise the limit)")
+        self.offsets = np.array(offsets, dtype=np.int64)
+        self.table = table = np.empty((total, 256), dtype=np.int32)
+        self.accepting = acc = np.empty(total, dtype=np.bool_)
+        kernels.write_terminal_table(
+            table, acc, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
+            np.frombuffer(bytes(data), dtype=np.uint8), np.array(starts, dtype=np.int64),
+            LEXEME_ROWS, LEXEME_ACCEPTING, alphabet)
+        for t, part in later:
+            o, size = offsets[t], offsets[t + 1] - offsets[t]
+            if isinstance(part, ByteDFA):
+                table[o:o + size] = part.transitions
+                acc[o:o + size] = part.accepting
+            else:  # a bounded string: over every byte, then restricted
+                part.write(table[o:o + size], acc[o:o + size])
+                if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
+                    table[o:o + size, ~alphabet] = 0
+
+
+class LexerTables:
+    """All lexer automata of one compiled grammar, in one growing global table.
+
+    Attributes:
+        trans: ``[n, 256]`` int32, global lexer states (0 dead).
+        acc: ``[n, W]`` uint64 bitsets of the terminals accepting in each state.
+        has_acc: ``[n]`` whether some terminal accepts.
+    """
+
+    def __init__(self, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
+                 words32: int, max_states: int, max_rows_bytes: int):
+        self.terms = terms
+        self.n_terminals = n_terminals
+        self.trie = trie
+        self.words64 = max(1, (n_terminals + 63) // 64)
+        self.max_states = max_states
+        cap = 1024
+        # not zeroed (1 MB, ~40 us of a compile): expand_states writes all 256
+        # entries of a state's row before any kernel reads it; row 0 is the
+        # dead state
+        self.trans = np.empty((cap, 256), dtype=np.int32)
+        self.trans[0] = 0
+        self.acc = np.zeros((cap, self.words64), dtype=np.uint64)
+        self.has_acc = np.zeros(cap, dtype=np.bool_)
+        #: ``[n, 4]`` uint64: the bytes on which each state stays itself (256 bits)
+        self.loops = np.zeros((cap, 4), dtype=np.uint64)
+        #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops,
+        #: else 0, which the walk turns into 3 (a counted run) or 4 (plain)
+        self.walk_flags = np.zeros(cap, dtype=np.uint8)
+        # per state, for lexer_walk's counted skip (grammar_kernels.count_run):
+        # the run length (-1: not yet known), its bytes, the ASCII bytes taken
+        # np.empty and fill, not np.full (a Python-level wrapper, paid cold
+        # once per compile)
+        self.run = np.empty(cap, dtype=np.int32)
+        self.run.fill(gk.RUN_UNKNOWN)
+        #: per state, whether it reads valid UTF-8 back to itself (-1: not yet
+        #: known; grammar_kernels._reads_utf8)
+        self.reads_utf8 = np.empty(cap, dtype=np.int8)
+        self.reads_utf8.fill(-1)
+        self.good = np.zeros((cap, 2), dtype=np.uint64)
+        self.live = np.zeros((cap, 3), dtype=np.uint64)
+        self.n = 1
+        #: states below ``_expanded`` have their transitions (see expand_states)
+        self._expanded = 1
+        self._starts: dict[frozenset, int] = {}
+        #: per lexer state ``g``, its alive (terminal, local state) pairs, flattened
+        #: and sorted by terminal, are ``pairs[poff[g]:poff[g + 1]]``
+        self.pairs = np.zeros(16 * cap, dtype=np.int32)
+        self.poff = np.zeros(cap + 1, dtype=np.int64)
+        self._hashes = np.zeros(cap, dtype=np.uint64)
+        self._htab = np.empty(2 * cap, dtype=np.int64)
+        self._htab.fill(-1)
+        self._single = np.empty(terms.table.shape[0], dtype=np.int32)
+        self._single.fill(-1)
+        self._row_byte = np.empty(terms.table.shape[0], dtype=np.int16)
+        self._row_byte.fill(-2)
+        self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
+        # two terminals with one pattern would make keys ambiguous: keep walks private
+        self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
+                        else _RowCache(max_rows_bytes))
+        self._acc_lists: dict[int, tuple[int, ...]] = {}
+        #: names this grammar's states across grammars; a shared walk keeps it
+        #: (not this object), so that the walk stays usable after the grammar is gone
+        self._names = _StateNames(self.pairs, self.poff, terms.uids)
+        self._local_ids: dict[tuple, int] = {}
+        self._rows: OrderedDict = OrderedDict()
+        self._scratch = None
+        below, tok_before = trie.subtree_bytes()
+        # lexer_walk's trie arguments, looked up once (a first visit paid ~2 us
+        # of attribute and method look-ups for them)
+        self._trie_args = (trie.byte, trie.depth, trie.skip, trie.node_tok, below, tok_before,
+                           trie.order, trie.max_depth, trie.full_row(), trie.subtree_height(),
+                           trie.first, trie.utf8_below())
+        self.words32 = words32
+        self._max_rows = max(64, max_rows_bytes // (4 * words32))
+
+    def start_state(self, expected: frozenset) -> int:
+        """The lexer state that starts any of the terminals ``expected`` (a
+        frozenset of terminal ids); 0 when none of them is usable."""
+        s = self._starts.get(expected)
+        if s is None:
+            words = np.zeros(self.words64, dtype=np.uint64)
+            for t in expected:
+                words[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            # the set once, as both operands of the union
+            s = self._starts[expected] = self.start_state_bits(words, words)
+        return s
+
+    def start_state_bits(self, expected: np.ndarray, extra: np.ndarray) -> int:
+        """:meth:`start_state` of the terminals in the bitset ``expected | extra``
+        (uint64 words, bit ``t & 63`` of word ``t >> 6`` for terminal ``t``: a
+        parser's expected set and the ``%ignore`` terminals), not cached (the
+        caller keys it)."""
+        terms = self.terms
+        n0 = self.n
+        while True:
+            status, self.n, self._expanded, g = gk.expand_start(
+                expected, extra, terms.usable, n0, terms.table, terms.offsets, terms.accepting,
+                self.n, self._expanded, self.max_states, self.pairs, self.poff, self._hashes,
+                self._htab, self._single, self._row_byte, self.trans, self.acc, self.has_acc,
+                self.loops, self.walk_flags, self._trie_args[4], self.reads_utf8)
+            if status == gk.EXPAND_DONE:
+                self._names.n = self.n
+                return int(g)
+            if status == gk.EXPAND_OVERFLOW:
+                raise GrammarTooComplexError(
+                    f"the lexer automata need more than {self.max_states} states "
+                    f"(pass max_states= to raise the limit)")
+            self._grow(self.n + 1)
+            if self.poff[self.n] + 2 * self.n_terminals > self.pairs.shape[0]:
+                grown = np.zeros(2 * self.pairs.shape[0] + 2 * self.n_terminals, dtype=np.int32)
+                grown[:self.pairs.shape[0]] = self.pairs
+                self.pairs = self._names.pairs = grown
+
+    def _grow(self, need: int) -> None:
+        cap = self.trans.shape[0]
+        if need <= cap:
+            return
+        while cap < need:
+            # 4x: a length-bounded string adds tens of thousands of states in one
+            # build, and each growth copies the [cap, 256] table
+            cap *= 4
+        for name in ("trans", "acc", "has_acc", "loops", "walk_flags", "_hashes", "run", "good",
+                     "live", "reads_utf8"):
+            old = getattr(self, name)
+            new = (np.empty if name == "trans" else np.zeros)((cap,) + old.shape[1:],
+                                                              dtype=old.dtype)
+            if name == "run":
+                new[:] = gk.RUN_UNKNOWN
+            elif name == "reads_utf8":
+                new[:] = -1
+            new[:old.shape[0]] = old
+            setattr(self, name, new)
+        poff = np.zeros(cap + 1, dtype=np.int64)
+        poff[:self.poff.shape[0]] = self.poff
+        self.poff = self._names.poff = poff
+        self._htab = kernels.table_rehash(self._hashes, self.n, 2 * cap)
+
+    def accepting_terminals(self, s: int) -> tuple[int, ...]:
+        """The terminals that may end in lexer state ``s``."""
+        hit = self._acc_lists.get(s)
+        if hit is None:
+            out = []
+            for w in range(self.words64):
+                x = int(self.acc[s, w])
+                while x:
+                    low = x & -x
+                    out.append(w * 64 + low.bit_length() - 1)
+                    x ^= low
+            hit = self._acc_lists[s] = tuple(out)
+        return hit
+
+    def walk(self, s: int):
+        """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
+        inside the current terminals (uint32 words) and the trie nodes where a
+        terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
+        Computed on first use and kept in an LRU; the walk itself is shared by
+        every grammar over the same vocabulary that has this lexer state."""
+        hit = self._rows.get(s)
+        if hit is not None:
+            self._rows.move_to_end(s)
+            return hit
+        key = self._names.key(s)
+        states = None
+        shared = self._shared.get(key)
+        if shared is not None:
+            row, nodes, states, origin = shared
+            if origin is not None:
+                # first use outside the grammar that walked it: name the boundary
+                # states by their keys (done lazily: most walks are never shared,
+                # and naming every boundary state cost ~7 us per first visit).
+                # A walk's hundreds of boundary nodes hold a few distinct states:
+                # each is named once, the nodes point at them. The names come from
+                # the walking grammar's _StateNames, alive while its walks are
+                # cached: with a weak reference to the grammar instead, every walk
+                # of a grammar dropped before the next compile (a server's usual
+                # case) was discarded on its first reuse, then walked again
+                if origin is not self._names:
+                    if len(states) > 64:  # np.unique: ~5 us, then C speed
+                        uniq, which = np.unique(states, return_inverse=True)
+                        uniq, which = uniq.tolist(), which.astype(np.int32)
+                    else:
+                        slot: dict = {}
+                        which = np.array([slot.setdefault(x, len(slot))
+                                          for x in states.tolist()], dtype=np.int32)
+                        uniq = slot
+                    shared[2] = (which, tuple(origin.key(x) for x in uniq))
+                    shared[3] = None
+            if shared[3] is None:
+                which, keys = shared[2]
+                local = [self._local_id(k) for k in keys]
+                states = np.array(local, dtype=np.int32)[which] if len(which) \
+                    else np.zeros(0, dtype=np.int32)
+        if states is None:
+            t = self.trie
+            scratch = self.trans.shape[0]
+            if self._scratch is None or self._scratch.shape[1] < scratch:
+                self._scratch = np.empty((3, scratch), dtype=np.int32)
+            stk, pos, best = self._scratch
+            tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first, utf8 = \
+                self._trie_args
+            row, nodes, states = gk.lexer_walk_rows(
+                self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td, ts, tn, below,
+                tok_before, order, max_depth, full, height, self.run, self.good, self.live, stk,
+                pos, best, first, utf8, self.reads_utf8, t.row_words, self.words32)
+            if t.has_duplicates:
+                t.add_duplicates(row)
+            self._shared.put(key, [row, nodes, states, self._names])
+        hit = self._rows[s] = (row, nodes, states)
+        if len(self._rows) > self._max_rows:
+            self._rows.popitem(last=False)
+        return hit
+
+    def __del__(self):
+        names = getattr(self, "_names", None)
+        if names is not None:
+            names.compact()
+
+    def _local_id(self, shared_key: tuple) -> int:
+        """This grammar's lexer state with the shared key ``shared_key``."""
+        hit = self._local_ids.get(shared_key)
+        if hit is None:
+            of_uid = self._term_of_uid
+            local = sorted(zip([of_uid[u] for u in shared_key[0::2]], shared_key[1::2]))
+            buf = np.asarray(local, dtype=np.int32).reshape(-1)
+            hit = int(gk.find_state(self.pairs, self.poff, self._hashes, self._htab, buf))
+            if hit < 0:
+                raise AssertionError(f"lexer state {shared_key} is not in this grammar")
+            self._local_ids[shared_key] = hit
+        return hit
+
+
+class _StateNames:
+    """Names the lexer states of one grammar across grammars: a state's key is
+    its (terminal uid, local state) pairs, and the same key in two grammars is
+    the same automaton state. Holds only the grammar's pair lists, so that the
+    walks it names outlive the grammar. Memoised: a walk names the state of
+    every boundary node, mostly the same few (Github_hard: ~1 ms of a 1.5 ms
+    first visit went here)."""
+
+    __slots__ = ("pairs", "poff", "uids", "memo", "n")
+
+    def __init__(self, pairs: np.ndarray, poff: np.ndarray, uids: list):
+        self.pairs, self.poff, self.uids = pairs, poff, uids
+        self.memo: dict[int, tuple] = {}
+        #: states in use (``poff[:n + 1]`` is meaningful)
+        self.n = 1
+
+    def compact(self) -> None:
+        """Keep only the pairs of the states in use: called when the grammar is
+        gone, whose tables had room to grow (64 kB and more, which its cached
+        walks would otherwise keep alive)."""
+        n = self.n
+        self.poff = self.poff[:n + 1].copy()
+        self.pairs = self.pairs[:int(self.poff[n])].copy()
+        self.memo = {}
+
+    def key(self, s: int) -> tuple:
+        """State ``s``'s pairs with each terminal's uid for its id, flattened:
+        ``(uid, local state, uid, local state, ...)``."""
+        hit = self.memo.get(s)
+        if hit is None:
+            poff = self.poff
+            p = self.pairs[poff.item(s):poff.item(s + 1)].tolist()
+            uids = self.uids
+            if len(p) == 2:  # most states: one terminal alive
+                p[0] = uids[p[0]]
+            else:
+                p[0::2] = [uids[t] for t in p[0::2]]
+            hit = self.memo[s] = tuple(p)
+        return hit
+
+
+class _RowCache:
+    """An LRU of lexer-state walks bounded in bytes, shared by the grammars of one
+    vocabulary."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.items: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        hit = self.items.get(key)
+        if hit is not None:
+            self.items.move_to_end(key)
+        return hit
+
+    def put(self, key, value) -> None:
+        if key in self.items:
+            return
+        self.items[key] = value
+        self.bytes += value[0].nbytes + value[1].nbytes
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            _, old = self.items.popitem(last=False)
+            self.bytes -= old[0].nbytes + old[1].nbytes
+
+
+SHARED_ROWS_BYTES = 512 * 1024 * 1024
+
+
+def trie_cache(trie: TokenTrie) -> _RowCache:
+    """The shared walk cache of a vocabulary's trie."""
+    cache = getattr(trie, "_lexer_rows", None)
+    if cache is None:
+        cache = trie._lexer_rows = _RowCache(SHARED_ROWS_BYTES)
+    return cache
+
+
+def compile_terminals(ir: GrammarIR, trie: TokenTrie, *, max_states: int,
+                      deadline: float | None) -> TerminalAutomata:
+    """The terminal automata of ``ir`` over the bytes the vocabulary can spell."""
+    return TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline)
+
+
+__all__ = ["LexerTables", "TerminalAutomata", "compile_terminals", "terminal_dfa"]

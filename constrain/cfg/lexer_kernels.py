@@ -1,0 +1,853 @@
+"""numba kernels of the grammar runtime: the lexer product automaton and the two
+token-trie walks (per lexer state, and across terminal boundaries).
+
+Conventions: a *lexer state* is a global ``int32`` id into one table ``[n, 256]``
+(0 is dead). ``acc`` holds, per lexer state, a bitset (uint64 words) of the
+terminals whose automaton accepts there. Parser contexts are ``int32`` ids;
+``ctx_next[c, t]`` is the context after terminal ``t`` (-1: refused, -2: not yet
+computed) and ``ctx_start[c]`` the lexer state that starts the next terminal
+(-2: not yet computed). A kernel that meets a -2 stops and reports it, Python fills
+the entry in, and the kernel runs again: the tables only ever grow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from constrain.automata.kernels import _utf8_next, bit_index
+
+NEED_NONE = 0
+NEED_NEXT = 1
+NEED_START = 2
+OVERFLOW = 3
+
+
+@njit(cache=True, nogil=True)
+def _hash_pairs(buf, m):
+    h = np.uint64(1469598103934665603)
+    for j in range(m):
+        h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
+        h ^= h >> np.uint64(29)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _probe(htab, hashes, pairs, poff, buf, m, h):
+    """Open-addressing lookup of the pair list ``buf[:m]``: ``(slot, state)``,
+    state -1 when absent (``slot`` is then where it goes)."""
+    mask = np.uint64(htab.shape[0] - 1)
+    slot = h & mask
+    while htab[slot] >= 0:
+        g = htab[slot]
+        if hashes[g] == h and poff[g + 1] - poff[g] == m:
+            base = poff[g]
+            same = True
+            for j in range(m):
+                if pairs[base + j] != buf[j]:
+                    same = False
+                    break
+            if same:
+                return slot, g
+        slot = (slot + np.uint64(1)) & mask
+    return slot, -1
+
+
+@njit(cache=True, nogil=True)
+def find_state(pairs, poff, hashes, htab, buf):
+    """The lexer state whose alive (terminal, local state) pairs, flattened and
+    sorted by terminal, are ``buf``; -1 when there is none."""
+    m = buf.shape[0]
+    return _probe(htab, hashes, pairs, poff, buf, m, _hash_pairs(buf, m))[1]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_state(buf, m, h, slot, n, pairs, poff, hashes, htab, single, offsets):
+    """Append the state with pairs ``buf[:m]`` (hash ``h``, free hash slot
+    ``slot``) as state ``n``; returns the new count."""
+    pairs[poff[n]:poff[n] + m] = buf[:m]
+    poff[n + 1] = poff[n] + m
+    hashes[n] = h
+    htab[slot] = n
+    if m == 2:
+        single[offsets[buf[0]] + buf[1]] = n
+    return n + 1
+
+
+EXPAND_DONE = 0
+EXPAND_GROW = 1
+EXPAND_OVERFLOW = 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rename_row(tab, offsets, t, s, skip, d, n, max_states, buf, pairs, poff, hashes, htab,
+                single, trans, loops):
+    """Row ``d`` of ``trans`` as terminal ``t``'s row ``s`` alone, on every byte
+    not in ``skip``: each successor ``(t, s2)`` renamed to its lexer state, added
+    when new; runs of bytes with one target are renamed once (~5x faster than
+    combining pairs byte by byte). Sets ``loops[d]`` for those bytes. Returns
+    ``(status, n, looped)``, ``status`` as :func:`expand_states` reports room."""
+    off = offsets[t]
+    row = off + s
+    last_s2 = -1
+    g = 0
+    looped = False
+    for b in range(256):
+        s2 = tab[row, b]
+        if s2 == 0 or skip[b]:
+            trans[d, b] = 0
+            continue
+        if s2 != last_s2:
+            g = single[off + s2]
+            if g < 0:
+                buf[0] = t
+                buf[1] = s2
+                h = _hash_pairs(buf, 2)
+                slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
+                if g < 0:
+                    if n >= max_states:
+                        return EXPAND_OVERFLOW, n, looped
+                    if n >= trans.shape[0] or poff[n] + 2 > pairs.shape[0]:
+                        return EXPAND_GROW, n, looped
+                    g = n
+                    n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single, offsets)
+            last_s2 = s2
+        trans[d, b] = g
+        if g == d:
+            loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+            looped = True
+    return EXPAND_DONE, n, looped
+
+
+@njit(cache=True, nogil=True)
+def expand_states(tab, offsets, accepting, start, n, d, max_states,
+                  pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags):
+    """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
+    sorted by terminal) and every state it reaches to the global tables, running
+    the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
+
+    A lexer state is the set of pairs alive, so states are shared by every
+    expected set that reaches them: a known state is never expanded again (a
+    JSON object's key positions differ in their expected sets, but past the
+    first bytes of a key they mostly meet states seen before). States below
+    ``d`` are expanded, ``d:n`` are pending. Returns ``(status, n, d, state)``:
+    ``EXPAND_GROW`` when the tables are full (grow them and call again; the work
+    done is kept), ``EXPAND_OVERFLOW`` past ``max_states``. ``single[offsets[t] +
+    s]`` memoises the state where only terminal ``t`` is alive, in local state
+    ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
+    string's thousands of states, every successor is one, and the array lookup
+    replaces the hash probe. ``row_byte`` (per terminal row, see below) is
+    filled in as rows are met."""
+    cap = trans.shape[0]
+    m0 = start.shape[0]
+    h0 = _hash_pairs(start, m0)
+    slot, g0 = _probe(htab, hashes, pairs, poff, start, m0, h0)
+    if g0 < 0:
+        if n >= max_states:
+            return EXPAND_OVERFLOW, n, d, -1
+        if n >= cap or poff[n] + m0 > pairs.shape[0]:
+            return EXPAND_GROW, n, d, -1
+        g0 = n
+        n = _add_state(start, m0, h0, slot, n, pairs, poff, hashes, htab, single, offsets)
+    width = 2 * (m0 if m0 > 64 else 64)
+    buf = np.empty(width, np.int32)
+    prev = np.empty(width, np.int32)
+    live = np.zeros(256, np.bool_)
+    while d < n:
+        base = poff[d]
+        m = poff[d + 1] - base
+        if m > width:
+            width = m
+            buf = np.empty(width, np.int32)
+            prev = np.empty(width, np.int32)
+        if m == 2:
+            # one terminal alive (deep inside a string, a number, a name): its
+            # row is the terminal's row renamed, and runs of bytes with one
+            # target are renamed once (~5x faster than the general loop below,
+            # which most new states used to take). _rename_row does the same
+            # for a wide pair beside literals; called here, it made a
+            # length-bounded string's 28k states 8% slower
+            t = pairs[base]
+            off = offsets[t]
+            row = off + pairs[base + 1]
+            ends = accepting[row]
+            if ends:
+                acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+            has_acc[d] = ends
+            looped = False
+            last_s2 = -1
+            g = 0
+            for b in range(256):
+                s2 = tab[row, b]
+                if s2 == 0:
+                    trans[d, b] = 0
+                    continue
+                if s2 != last_s2:
+                    g = single[off + s2]
+                    if g < 0:
+                        buf[0] = t
+                        buf[1] = s2
+                        h = _hash_pairs(buf, 2)
+                        slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
+                        if g < 0:
+                            if n >= max_states:
+                                return EXPAND_OVERFLOW, n, d, g0
+                            if n >= cap or poff[n] + 2 > pairs.shape[0]:
+                                return EXPAND_GROW, n, d, g0
+                            g = n
+                            n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single,
+                                           offsets)
+                    last_s2 = s2
+                trans[d, b] = g
+                if g == d:
+                    loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                    looped = True
+            flags[d] = 1 if ends else (2 if looped else 0)
+            d += 1
+            continue
+        ends = False
+        for j in range(0, m, 2):
+            t = pairs[base + j]
+            if accepting[offsets[t] + pairs[base + j + 1]]:
+                acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+                ends = True
+        has_acc[d] = ends
+        looped = False
+        prev_m = -1
+        prev_g = 0
+        # bytes on which some pair lives: a start state of many literals (a
+        # JSON object's member names) lives on a handful of bytes. A terminal row
+        # with one live byte is memoised in ``row_byte`` (-2: not yet known, -1:
+        # several, -3: none), so a literal's row is scanned once, not once per
+        # lexer state it appears in
+        live[:] = False
+        wide = -1
+        n_wide = 0
+        for j in range(0, m, 2):
+            row = offsets[pairs[base + j]] + pairs[base + j + 1]
+            rb = row_byte[row]
+            if rb == -2:
+                rb = -3
+                for b in range(256):
+                    if tab[row, b] != 0:
+                        rb = b if rb == -3 else -1
+                        if rb == -1:
+                            break
+                row_byte[row] = rb
+            if rb >= 0:
+                live[rb] = True
+            elif rb == -1:
+                wide = j
+                n_wide += 1
+        if n_wide <= 1:
+            # literals beside at most one wider terminal (member names and "any
+            # other name", a name's prefix and that other name): the row is the
+            # wide terminal's alone, renamed as for one pair above, but on the
+            # literals' few bytes, which are combined in full below (the general
+            # loop ran every pair on every byte: ~1.2 us per state, and a
+            # Kubernetes object's names made 200 of them in one first visit)
+            if n_wide == 1:
+                status, n, looped = _rename_row(tab, offsets, pairs[base + wide],
+                                                pairs[base + wide + 1], live, d, n, max_states,
+                                                buf, pairs, poff, hashes, htab, single, trans,
+                                                loops)
+                if status != EXPAND_DONE:
+                    return status, n, d, g0
+            else:
+                trans[d, :] = 0
+        else:
+            for j in range(0, m, 2):
+                row = offsets[pairs[base + j]] + pairs[base + j + 1]
+                if row_byte[row] == -1:
+                    for b in range(256):
+                        if tab[row, b] != 0:
+                            live[b] = True
+        for b in range(256):
+            if not live[b]:
+                if n_wide > 1:
+                    trans[d, b] = 0
+                continue
+            k = 0
+            for j in range(0, m, 2):
+                t = pairs[base + j]
+                s2 = tab[offsets[t] + pairs[base + j + 1], b]
+                if s2 != 0:
+                    buf[k] = t
+                    buf[k + 1] = s2
+                    k += 2
+            if k == 0:
+                trans[d, b] = 0
+                continue
+            if k == prev_m:
+                same = True
+                for j in range(k):
+                    if buf[j] != prev[j]:
+                        same = False
+                        break
+                if same:
+                    trans[d, b] = prev_g
+                    if prev_g == d:
+                        loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                        looped = True
+                    continue
+            g = single[offsets[buf[0]] + buf[1]] if k == 2 else -1
+            if g < 0:
+                h = _hash_pairs(buf, k)
+                slot, g = _probe(htab, hashes, pairs, poff, buf, k, h)
+            if g < 0:
+                if n >= max_states:
+                    return EXPAND_OVERFLOW, n, d, g0
+                if n >= cap or poff[n] + k > pairs.shape[0]:
+                    return EXPAND_GROW, n, d, g0
+                g = n
+                n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets)
+            trans[d, b] = g
+            if g == d:
+                loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+                looped = True
+            prev[:k] = buf[:k]
+            prev_m = k
+            prev_g = g
+        flags[d] = 1 if ends else (2 if looped else 0)
+        d += 1
+    return EXPAND_DONE, n, d, g0
+
+
+RUN_UNKNOWN = -1
+_RUN_OPEN = -2
+
+
+@njit(cache=True, nogil=True)
+def _ascii_live(trans, s, live):
+    """The ASCII bytes state ``s`` takes (128 bits), memoised in ``live[s]``
+    (``live[s, 2]`` is 1 once known)."""
+    if live[s, 2] == np.uint64(0):
+        lo = np.uint64(0)
+        hi = np.uint64(0)
+        base = s << 8
+        for b in range(64):
+            if trans[base + b] != 0:
+                lo |= np.uint64(1) << np.uint64(b)
+            if trans[base + 64 + b] != 0:
+                hi |= np.uint64(1) << np.uint64(b)
+        live[s, 0] = lo
+        live[s, 1] = hi
+        live[s, 2] = np.uint64(1)
+
+
+@njit(cache=True, nogil=True)
+def _set_good(trans, flags, s, live, good):
+    """``good[s]``: the ASCII bytes on which ``s`` goes to a state where no
+    terminal ends that takes the same ASCII bytes as ``s`` (a counter's next
+    position); none when ``s`` takes fewer than 16 ASCII bytes (literals, digits:
+    walks that are cheap anyway)."""
+    _ascii_live(trans, s, live)
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    n_live = 0
+    for b in range(128):
+        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+            n_live += 1
+    if n_live >= 16:
+        base = s << 8
+        for b in range(128):
+            x = trans[base + b]
+            if x == 0 or flags[x] == 1:
+                continue
+            _ascii_live(trans, x, live)
+            if live[x, 0] == live[s, 0] and live[x, 1] == live[s, 1]:
+                if b < 64:
+                    lo |= np.uint64(1) << np.uint64(b)
+                else:
+                    hi |= np.uint64(1) << np.uint64(b - 64)
+    good[s, 0] = lo
+    good[s, 1] = hi
+
+
+@njit(cache=True, nogil=True)
+def _covers(good, x, s):
+    return (good[s, 0] & ~good[x, 0]) == np.uint64(0) and (good[s, 1] & ~good[x, 1]) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True)
+def count_run(trans, flags, s0, cap, run, good, live, stk, pos, best):
+    """``run[s0]``: a length ``r <= cap`` such that every string of at most ``r``
+    bytes from ``good[s0]`` leads from ``s0`` through states where no terminal
+    ends, that take the same ASCII bytes as ``s0`` -- so a token subtree no
+    deeper than ``r`` whose bytes are all in ``good[s0]`` is allowed whole. This
+    is what a length-bounded string's positions have instead of a loop: ``r`` is
+    the distance to the bound (capped at the longest token).
+
+    ``r(s) = min(cap, 1 + min over good bytes b of r'(t))``, ``t`` the successor,
+    where ``r'(t) = r(t)`` when ``good[t]`` covers ``good[s]``, else 0. Computed
+    by an iterative depth-first search, memoised in ``run`` (states of a cycle
+    met again count 0: a lower bound, hence still sound); ``stk``, ``pos``,
+    ``best`` are scratch of one entry per lexer state. ``flags`` as for
+    :func:`lexer_walk` (1: some terminal ends)."""
+    if run[s0] >= 0:
+        return run[s0]
+    _set_good(trans, flags, s0, live, good)
+    top = 0
+    stk[0] = s0
+    pos[0] = 0
+    best[0] = cap
+    run[s0] = _RUN_OPEN
+    while top >= 0:
+        s = stk[top]
+        b = pos[top]
+        pushed = False
+        while b < 128:
+            if (good[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+                x = trans[(s << 8) + b]
+                rx = run[x]
+                if rx == RUN_UNKNOWN:
+                    _set_good(trans, flags, x, live, good)
+                    run[x] = _RUN_OPEN
+                    pos[top] = b + 1
+                    top += 1
+                    stk[top] = x
+                    pos[top] = 0
+                    best[top] = cap
+                    pushed = True
+                    break
+                r2 = rx if (rx >= 0 and _covers(good, x, s)) else 0
+                if r2 + 1 < best[top]:
+                    best[top] = r2 + 1
+            b += 1
+        if pushed:
+            continue
+        r = best[top] if (good[s, 0] | good[s, 1]) != np.uint64(0) else 0
+        run[s] = r
+        top -= 1
+        if top >= 0:
+            p = stk[top]
+            r2 = r if _covers(good, s, p) else 0
+            if r2 + 1 < best[top]:
+                best[top] = r2 + 1
+    return run[s0]
+
+
+#: a state's count_run is at least this long: worth checking at every node (below
+#: it, a bounded string's last positions, most subtrees are deeper than the run
+#: and the check only slows the walk down: ~30% at 8 of 16 characters)
+MIN_RUN = 8
+
+
+@njit(cache=True, nogil=True)
+def _classify(trans, flags, s, cap, run, good, live, stk, pos, best):
+    """Turn ``flags[s]`` from 0 (neither ends nor loops) into 3 (a counted run of
+    at least ``MIN_RUN`` bytes, see :func:`count_run`) or 4 (plain); returns it."""
+    r = count_run(trans, flags, s, cap, run, good, live, stk, pos, best)
+    f = 3 if r >= MIN_RUN else 4
+    flags[s] = f
+    return f
+
+
+@njit(cache=True, nogil=True)
+def _reads_utf8(trans, flags, s, below):
+    """Whether state ``s`` reads any valid UTF-8 character (one of two to four
+    bytes) back to itself without ending a terminal on the way: a JSON string's
+    body, and a regex body over ``.`` or a broad class. With its ASCII bytes
+    looping too, ``s`` keeps every valid UTF-8 text alive and boundary-free.
+    Bytes no token has (not under the trie's root, ``below[0]``) are not asked
+    about: lexer tables are restricted to the vocabulary's alphabet."""
+    # (decoder state, lexer state) pairs, breadth first from (boundary, s)
+    cap = 64
+    us = np.empty(cap, np.int32)
+    qs = np.empty(cap, np.int32)
+    us[0], qs[0] = 0, s
+    n, k = 1, 0
+    while k < n:
+        u, q = us[k], qs[k]
+        k += 1
+        lo, hi = (0xC2, 0xF5) if u == 0 else (0x80, 0xC0)
+        for b in range(lo, hi):
+            v = _utf8_next(u, b)
+            if v < 0:
+                continue
+            q2 = trans[(q << 8) | b]
+            if q2 == 0:
+                if (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+                    return False
+                continue
+            if v == 0:
+                if q2 != s:
+                    return False
+                continue
+            if flags[q2] == 1:
+                return False
+            new = True
+            for m in range(n):
+                if us[m] == v and qs[m] == q2:
+                    new = False
+                    break
+            if new:
+                if n == cap:
+                    return False
+                us[n], qs[n] = v, q2
+                n += 1
+    return True
+
+
+@njit(cache=True, nogil=True)
+def settle_reads_utf8(trans, flags, reads_utf8, below, lo, hi):
+    """:func:`_reads_utf8` for the loop states ``lo:hi`` (``flags`` 2) not yet
+    settled: run after each build (flag 2 is only set there), so that
+    :func:`lexer_walk` only reads the memo."""
+    for s in range(lo, hi):
+        if flags[s] == 2 and reads_utf8[s] < 0:
+            reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
+
+
+@njit(cache=True, nogil=True)
+def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, n, d, max_states,
+                 pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags,
+                 below, reads_utf8):
+    """The lexer state that starts the usable terminals of the bitset ``expected
+    | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
+    added by :func:`expand_states` with every state it reaches; when that is
+    done, the loop states from ``settle_from`` on are settled
+    (:func:`settle_reads_utf8`). Returns :func:`expand_states`' ``(status, n, d,
+    state)``, state 0 when no terminal is usable. One call where building the
+    start pairs in Python and calling the two kernels cost ~4 us per new
+    expected set, one of the steps of a new parser state's first mask. (The
+    settling is here so that a walk meeting a new loop state mid-way, a key's
+    body after the declared names, can take its text subtrees whole.)"""
+    start = np.empty(2 * usable.shape[0], np.int32)
+    k = 0
+    for w in range(expected.shape[0]):
+        x = expected[w] | extra[w]
+        while x != np.uint64(0):
+            low = x & (~x + np.uint64(1))
+            x ^= low
+            t = w * 64 + bit_index(low)
+            if usable[t]:
+                start[k] = t
+                start[k + 1] = 1
+                k += 2
+    if k == 0:
+        return EXPAND_DONE, n, d, 0
+    status, n, d, g = expand_states(tab, offsets, accepting, start[:k], n, d, max_states, pairs,
+                                    poff, hashes, htab, single, row_byte, trans, acc, has_acc,
+                                    loops, flags)
+    if status == EXPAND_DONE:
+        settle_reads_utf8(trans.reshape(-1), flags, reads_utf8, below, settle_from, n)
+    return status, n, d, g
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _stays_below(below, loops, utf8_below, reads_utf8, i, s):
+    """Whether the whole subtree under trie node ``i`` stays in state ``s`` (no
+    terminal ending): every byte under it loops on ``s``; or its ASCII bytes
+    loop, the rest is valid UTF-8 from a character boundary and ``s`` reads any
+    such character back to itself (``reads_utf8[s] == 1``, see
+    :func:`settle_reads_utf8`)."""
+    if ((below[i, 0] & ~loops[s, 0]) | (below[i, 1] & ~loops[s, 1])) != np.uint64(0):
+        return False
+    if ((below[i, 2] & ~loops[s, 2]) | (below[i, 3] & ~loops[s, 3])) == np.uint64(0):
+        return True
+    # this order: with the per-state memo read first, a string body's walk over
+    # SmolLM2 took 26 instead of 12 us (numba's code for the loop, not the work)
+    return utf8_below[i] and reads_utf8[s] == 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _run_covers(below, good, height, run, i, s):
+    """Whether state ``s``'s counted run covers the subtree under node ``i``: no
+    deeper than the run, and only run bytes (ASCII) below it."""
+    return height[i] <= run[s] and (
+        (below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])
+        | below[i, 2] | below[i, 3]) == np.uint64(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_tokens(row, order, lo, hi):
+    """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's) in ``row``."""
+    for k in range(lo, hi):
+        t = order[k]
+        row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@njit(cache=True, nogil=True)
+def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+               tok_before, order, max_depth, full_row, row, out_node, out_state,
+               height, run, good, ascii_live, stk, pos, best, first, utf8_below, reads_utf8):
+    """Walk the token trie from lexer state ``state`` without ending a terminal.
+
+    ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
+    (uint32 words, one scratch word past the vocabulary for ``node_tok``'s "no
+    token") the tokens along which the current terminals stay alive, and writes to
+    ``out_node``/``out_state`` the trie nodes below the root, with children, at
+    which some terminal could end, and the lexer state there -- where a token may
+    cross into the next terminal. Returns their number, or -1 when the output
+    arrays are too small (call again with larger ones; the buffers are
+    preallocated because growing them inside the loop makes it three times
+    slower).
+
+    ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
+    some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes
+    on which ``s`` stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
+    every byte under a node loops in a state where no terminal ends (a JSON
+    string's body), the whole subtree is allowed and stays there, and its tokens
+    (``order[tok_before[i + 1]:tok_before[tskip[i]]]``) are set without walking
+    it -- a string body's walk over SmolLM2 went from 380 to 62 us. The same
+    holds where only the ASCII bytes under the node loop, the rest is valid
+    UTF-8 from a character boundary (``utf8_below[i]``, per vocabulary) and the
+    state reads any valid UTF-8 character back to itself (``reads_utf8[s]``,
+    settled when the state is built): o200k's multilingual tokens had
+    a string body's walk visit most of its 420k nodes (1.2-2.0 ms; now 0.1-0.2
+    ms, and SmolLM2's 12 -> 9 us).
+
+    A state with neither (``flags[s] == 0``) may be a position of a
+    length-bounded string: on first sight :func:`count_run` finds how many more
+    bytes of which kind it takes without changing kind (``flags[s]`` becomes 3, or
+    4 when that run is short), and a subtree no deeper than that (``height``)
+    over those bytes is allowed whole the same way (a ``maxLength``
+    position's walk visited most of the trie: ~400 us on SmolLM2). ``run``,
+    ``good``, ``ascii_live`` are its per-state memos, ``stk``, ``pos``, ``best`` its
+    scratch.
+
+    When most tokens start with a byte the state takes, the walk runs the other
+    way round: ``row`` starts as ``full_row`` (every token of the trie) and the
+    tokens of dead subtrees are cleared, so that a skipped subtree costs nothing
+    instead of one bit per token (the floor of a string body's walk was setting
+    ~45k bits one by one).
+    """
+    # reads_utf8 is settled when loop states are built (settle_reads_utf8), not
+    # here: a call in the loop, even one never taken, made a string body's walk
+    # over SmolLM2 3x slower
+    stack = np.zeros(max_depth + 2, np.int32)
+    stack[0] = state
+    n_nodes = tbyte.shape[0]
+    cap = out_node.shape[0]
+    n = 0
+    # tokens below the root children the state takes, against all tokens; root
+    # children are found through ``first``, not by chasing ``tskip`` across the
+    # trie (256 scattered reads, a third of a literal's walk)
+    base = state << 8
+    live = 0
+    for b in range(256):
+        i = first[b]
+        if i >= 0 and trans[base | b] != 0:
+            live += tok_before[tskip[i]] - tok_before[i]
+    if 2 * live > tok_before[n_nodes]:
+        row[:] = full_row
+        for b in range(256):
+            i = first[b]
+            if i < 0:
+                continue
+            end = tskip[i]
+            while i < end:
+                d = tdepth[i]
+                s = trans[(stack[d - 1] << 8) | tbyte[i]]
+                nxt = tskip[i]
+                if s == 0:
+                    for k in range(tok_before[i], tok_before[nxt]):
+                        t = order[k]
+                        row[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+                    i = nxt
+                    continue
+                stack[d] = s
+                f = flags[s]
+                if f == 1:
+                    if nxt > i + 1:
+                        if n < cap:
+                            out_node[n] = i
+                            out_state[n] = s
+                        n += 1
+                elif f == 2:
+                    if nxt > i + 1 and _stays_below(
+                            below, loops, utf8_below, reads_utf8, i, s):
+                        i = nxt
+                        continue
+                elif f != 4 and nxt > i + 1:
+                    if f == 0:
+                        f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos,
+                                      best)
+                    if f == 3 and _run_covers(below, good, height, run, i, s):
+                        i = nxt
+                        continue
+                i += 1
+        return n if n <= cap else -1
+    for b in range(256):
+        i = first[b]
+        if i < 0 or trans[base | b] == 0:
+            continue
+        end = tskip[i]
+        while i < end:
+            d = tdepth[i]
+            s = trans[(stack[d - 1] << 8) | tbyte[i]]
+            if s == 0:
+                i = tskip[i]
+                continue
+            stack[d] = s
+            t = node_tok[i]
+            row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            # test the per-state flags first: they branch the same way for long runs
+            # of nodes, where "has children" is a coin flip the CPU mispredicts (in
+            # the other order a counting state's walk took 620 instead of 350 us)
+            f = flags[s]
+            if f == 4:
+                i += 1
+                continue
+            if f == 0:
+                f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos, best)
+                if f == 4:
+                    i += 1
+                    continue
+            if f == 3:
+                nxt = tskip[i]
+                if nxt > i + 1 and _run_covers(below, good, height, run, i, s):
+                    _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
+                    i = nxt
+                    continue
+                i += 1
+                continue
+            if f == 1:
+                if tskip[i] > i + 1:
+                    if n < cap:
+                        out_node[n] = i
+                        out_state[n] = s
+                    n += 1
+            else:
+                nxt = tskip[i]
+                if nxt > i + 1 and _stays_below(
+                        below, loops, utf8_below, reads_utf8, i, s):
+                    _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
+                    i = nxt
+                    continue
+            i += 1
+    return n if n <= cap else -1
+
+
+@njit(cache=True, nogil=True)
+def lexer_walk_rows(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+                    tok_before, order, max_depth, full_row, height, run, good, ascii_live, stk,
+                    pos, best, first, utf8_below, reads_utf8, row_words, words32):
+    """:func:`lexer_walk` with its outputs allocated here: ``(row, nodes,
+    states)``, the row cut to ``words32`` words and the boundary nodes to their
+    number (a first visit paid ~5 us for the same allocations from Python)."""
+    cap = 1024
+    while True:
+        row = np.zeros(row_words + 1, np.uint32)
+        out_node = np.empty(cap, np.int32)
+        out_state = np.empty(cap, np.int32)
+        n = lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
+                       tok_before, order, max_depth, full_row, row, out_node, out_state, height,
+                       run, good, ascii_live, stk, pos, best, first, utf8_below, reads_utf8)
+        if n >= 0:
+            return row[:words32], out_node[:n].copy(), out_state[:n].copy()
+        cap = tbyte.shape[0]
+
+
+@njit(cache=True, nogil=True)
+def _push(ls, lc, d, m, width, s, c):
+    """Add the pair ``(s, c)`` at depth ``d`` (``m`` pairs there so far) unless
+    present; the new count, or -1 past ``width``."""
+    for q in range(m):
+        if ls[d, q] == s and lc[d, q] == c:
+            return m
+    if m == width:
+        return -1
+    ls[d, m] = s
+    lc[d, m] = c
+    return m + 1
+
+
+@njit(cache=True, nogil=True)
+def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m, width):
+    """End each terminal accepting in lexer state ``s`` (context ``c``), start the
+    next one and, when ``b >= 0``, read byte ``b`` with it; add the pairs at depth
+    ``d``. Returns ``(status, m, a, t)`` as :func:`boundary_walk` reports a
+    missing table entry or an overflow."""
+    W = acc.shape[1]
+    for w in range(W):
+        x = acc[s, w]
+        while x != np.uint64(0):
+            low = x & (~x + np.uint64(1))
+            t = w * 64 + bit_index(low)
+            x ^= low
+            if (ignore_bits[w] & low) != np.uint64(0):
+                c2 = c
+            else:
+                c2 = ctx_next[c, t]
+                if c2 == -2:
+                    return NEED_NEXT, m, c, t
+                if c2 < 0:
+                    continue
+            l0 = ctx_start[c2]
+            if l0 == -2:
+                return NEED_START, m, c2, 0
+            s3 = l0 if b < 0 else trans[l0, b]
+            if s3 == 0:
+                continue
+            m = _push(ls, lc, d, m, width, s3, c2)
+            if m < 0:
+                return OVERFLOW, m, 0, 0
+    return NEED_NONE, m, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0,
+                  tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth, width, row):
+    """The tokens that cross at least one terminal boundary below given trie nodes.
+
+    For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
+    current lexer state without a boundary, where some terminal may end — end each
+    accepting terminal there (the parser, through ``ctx_next``, decides which may),
+    start the next terminal (``ctx_start``) and walk the node's subtree, where
+    terminals may end again. Every node keeps the set of ``(lexer state, context)``
+    pairs alive along its path, at most ``width``.
+
+    Returns ``(status, a, b, j)``: ``status`` 0 when done (bits set in ``row``),
+    ``NEED_NEXT`` with ``(a, b) = (context, terminal)`` or ``NEED_START`` with
+    ``a`` the context whose start state is missing, ``OVERFLOW`` when a node had
+    more than ``width`` pairs; ``j`` is the start node being walked, where a call
+    after the missing entry is filled in may resume (bits only ever get set, so
+    walking node ``j`` again is harmless).
+    """
+    # not zeroed (2 x 50 KB on SmolLM2, paid on every call): depth d's pairs are
+    # written before they are read, as the walk goes down the trie
+    ls = np.empty((max_depth + 2, width), np.int32)
+    lc = np.empty((max_depth + 2, width), np.int32)
+    cnt = np.zeros(max_depth + 2, np.int32)
+    for j in range(j0, starts_node.shape[0]):
+        root = starts_node[j]
+        d0 = tdepth[root]
+        # the pairs at the root node: each accepting terminal ended, next one started
+        status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
+                                         starts_state[j], ctx, -1, ls, lc, d0, 0, width)
+        if status != NEED_NONE:
+            return status, a, t, j
+        if m == 0:
+            continue
+        cnt[d0] = m
+        end = tskip[root]
+        i = root + 1
+        while i < end:
+            d = tdepth[i]
+            b = tbyte[i]
+            m = 0
+            for p in range(cnt[d - 1]):
+                s = ls[d - 1, p]
+                c = lc[d - 1, p]
+                # the terminal goes on
+                s2 = trans[s, b]
+                if s2 != 0:
+                    m = _push(ls, lc, d, m, width, s2, c)
+                    if m < 0:
+                        return OVERFLOW, 0, 0, j
+                # or it ends before this byte and the next one begins with it
+                status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
+                                                 s, c, b, ls, lc, d, m, width)
+                if status != NEED_NONE:
+                    return status, a, t, j
+            if m == 0:
+                i = tskip[i]
+                continue
+            cnt[d] = m
+            for k in range(tok_start[i], tok_end[i]):
+                t = order[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            i += 1
+    return NEED_NONE, 0, 0, 0

@@ -1,0 +1,141 @@
+"""Hugging Face ``transformers`` integration: a logits processor that constrains
+``model.generate`` with any compiled grammar.
+
+Example::
+
+    import constrain
+    from constrain.engines.hf import LogitsProcessor
+
+    vocab = constrain.Vocabulary.from_huggingface(tok, vocab_size=model.config.vocab_size)
+    grammar = constrain.compile_regex(r"(yes|no)", vocab)
+    out = model.generate(**inputs, logits_processor=[LogitsProcessor(grammar)],
+                         max_new_tokens=8, num_beams=3)
+
+It works with greedy search, sampling, beam search and batches (left-padded
+prompts): every row's generated suffix — the tokens after the prompt length seen at
+the first call — is looked up in a cache from generated-token tuples to grammar
+states, so rows may be reordered between steps (as beam search does) and each step
+costs one ``advance`` per row. Rows whose grammar state is terminated (EOS was
+chosen) or dead (a token the grammar refuses, e.g. one forced by another
+processor) allow only EOS and the pad id, so they end cleanly.
+
+Use one processor per ``generate`` call, or call :meth:`LogitsProcessor.reset`
+between calls; a call with prompts the processor has not seen resets it by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+try:  # subclass transformers' base class when it is there (not required)
+    from transformers import LogitsProcessor as _Base
+except Exception:  # pragma: no cover - transformers missing or broken
+    _Base = object
+
+__all__ = ["LogitsProcessor"]
+
+_DEAD = object()  # the state of a row the grammar refused, or that went past EOS
+
+
+class LogitsProcessor(_Base):
+    """Masks the scores of ``model.generate`` so every row follows ``grammar``.
+
+    Args:
+        grammar: a compiled constraint (see :mod:`constrain.protocol`) whose
+            vocabulary is the model's tokenizer's.
+        pad_token_id: also allowed in finished rows (default: none besides EOS;
+            transformers replaces the tokens of finished rows with the pad id itself).
+        eos_token_ids: the ids allowed in terminated or dead rows (default: the
+            grammar vocabulary's EOS ids).
+    """
+
+    def __init__(self, grammar, pad_token_id: int | None = None, eos_token_ids: Iterable[int] | None = None):
+        self.grammar = grammar
+        self.vocab_size = len(grammar.vocab)
+        ends = set(grammar.vocab.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        if pad_token_id is not None:
+            ends.add(int(pad_token_id))
+        self.end_token_ids = sorted(int(i) for i in ends if 0 <= int(i) < self.vocab_size)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the rows of the previous ``generate`` call."""
+        self.prompt_len: int | None = None
+        self._prompts: set | None = None
+        self._states: dict = {(): self.grammar.initial_state()}
+        self._bitmask = None
+        self._end_row = None
+
+    # -- state tracking ---------------------------------------------------------
+
+    def state_of(self, suffix: tuple[int, ...]):
+        """The grammar state after the generated tokens ``suffix`` (``None`` if the
+        grammar refuses them or they continue past EOS)."""
+        st = self._state(tuple(suffix))
+        return None if st is _DEAD else st
+
+    def _state(self, suffix: tuple[int, ...]):
+        st = self._states.get(suffix)
+        if st is not None:
+            return st
+        # walk back to the longest known prefix (normally the parent, one token up)
+        k = len(suffix) - 1
+        while k > 0 and suffix[:k] not in self._states:
+            k -= 1
+        st = self._states[suffix[:k]]
+        g = self.grammar
+        for i in range(k, len(suffix)):
+            if st is not _DEAD:
+                if g.is_terminated(st):
+                    st = _DEAD
+                else:
+                    nxt = g.advance(st, suffix[i])
+                    st = _DEAD if nxt is None else nxt
+            self._states[suffix[: i + 1]] = st
+        return st
+
+    def _allows_only_end(self, st) -> bool:
+        return st is _DEAD or self.grammar.is_terminated(st)
+
+    # -- the processor ------------------------------------------------------------
+
+    def __call__(self, input_ids, scores):
+        """Mask ``scores`` ``(rows, V)`` in place for the rows ``input_ids``
+        ``(rows, seq)`` and return it."""
+        from constrain.runtime.bitmask import allocate_bitmask, apply_bitmask
+
+        rows, seq = input_ids.shape
+        ids = input_ids.tolist()
+        if self.prompt_len is not None:
+            p = self.prompt_len
+            if seq < p or any(tuple(r[:p]) not in self._prompts for r in ids):
+                self.reset()  # a new generate call
+        if self.prompt_len is None:
+            self.prompt_len = seq
+            self._prompts = {tuple(r) for r in ids}
+        p = self.prompt_len
+
+        if self._bitmask is None or self._bitmask.shape[0] != rows:
+            self._bitmask = allocate_bitmask(rows, self.vocab_size, backend="torch")
+        bm = self._bitmask
+        for r, row in enumerate(ids):
+            st = self._state(tuple(row[p:]))
+            if self._allows_only_end(st):
+                bm[r] = self._end_bits(bm)
+            else:
+                self.grammar.fill_bitmask(st, bm, r)
+
+        apply_bitmask(scores, bm)  # moves the bitmask to the scores' device
+        return scores
+
+    def _end_bits(self, bm):
+        if self._end_row is None:
+            import torch
+
+            row = torch.zeros(bm.shape[1], dtype=torch.int64)
+            for t in self.end_token_ids:
+                row[t // 32] |= 1 << (t % 32)
+            # reinterpret as int32 words (two's complement for bit 31)
+            row = torch.where(row >= 2**31, row - 2**32, row)
+            self._end_row = row.to(torch.int32)
+        return self._end_row

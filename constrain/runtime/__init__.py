@@ -1,0 +1,1 @@
+"""Run-time state over compiled constraints: bitmask allocation and application, and the stateful ``Matcher``."""

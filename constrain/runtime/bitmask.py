@@ -1,0 +1,212 @@
+"""Token bitmasks: allocation, application to logits, conversion.
+
+Layout (the one XGrammar and llguidance use): an int32 array of shape
+``(batch, ceil(V/32))``; bit ``t % 32`` of word ``t // 32`` of a row is set iff token
+``t`` is allowed. Works with numpy arrays and torch tensors (CPU or CUDA).
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+
+import numpy as np
+
+from constrain.automata import kernels
+from constrain.errors import ConstraintError
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """Number of int32 words per row for a vocabulary of ``vocab_size`` tokens."""
+    return (int(vocab_size) + 31) // 32
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is an optional dependency
+        return None
+    return torch
+
+
+def allocate_bitmask(batch: int, vocab_size: int, *, backend: str | None = None):
+    """A bitmask of ``batch`` rows for ``vocab_size`` tokens, every token allowed
+    (all bits set).
+
+    Args:
+        backend: ``"torch"`` (a CPU int32 tensor; move it to the GPU yourself or use
+            :func:`apply_bitmask`, which does) or ``"numpy"``. Default: torch when it
+            is installed, else numpy.
+    """
+    shape = (int(batch), bitmask_words(vocab_size))
+    if backend is None:
+        backend = "torch" if _torch() is not None else "numpy"
+    if backend == "torch":
+        torch = _torch()
+        if torch is None:
+            raise ConstraintError("backend='torch' needs torch installed")
+        return torch.full(shape, -1, dtype=torch.int32)
+    if backend == "numpy":
+        return np.full(shape, -1, dtype=np.int32)
+    raise ConstraintError(f"unknown bitmask backend {backend!r}; use 'torch' or 'numpy'")
+
+
+def apply_bitmask(logits, bitmask) -> None:
+    """Set the logits of disallowed tokens to ``-inf``, in place.
+
+    Args:
+        logits: float ``(batch, V)`` (or ``(V,)``) torch tensor (CPU or CUDA) or
+            numpy array.
+        bitmask: int32 ``(batch, W)`` (or ``(W,)``), numpy or torch, on any device.
+            Tokens past ``32 * W`` (logits wider than the bitmask's vocabulary) are
+            masked too.
+    """
+    if isinstance(logits, np.ndarray):
+        bm = bitmask if isinstance(bitmask, np.ndarray) else bitmask.detach().cpu().numpy()
+        lg = logits if logits.ndim == 2 else logits[None, :]
+        bm = bm if bm.ndim == 2 else bm[None, :]
+        _check_batch(lg.shape[0], bm.shape[0])
+        if not np.issubdtype(lg.dtype, np.floating):
+            raise ConstraintError(f"logits must be floating point, not {lg.dtype}")
+        kernels.apply_bitmask_rows(lg, bm.astype(np.int32, copy=False), lg.dtype.type(-np.inf))
+        return
+    torch = _torch()
+    if torch is None or not isinstance(logits, torch.Tensor):
+        raise ConstraintError(f"logits must be a numpy array or torch tensor, not {type(logits).__name__}")
+    if isinstance(bitmask, np.ndarray):
+        bitmask = torch.from_numpy(np.ascontiguousarray(bitmask, dtype=np.int32))
+    lg = logits if logits.dim() == 2 else logits.unsqueeze(0)
+    bm = bitmask if bitmask.dim() == 2 else bitmask.unsqueeze(0)
+    _check_batch(lg.shape[0], bm.shape[0])
+    if (lg.device.type == "cpu" and lg.dtype in (torch.float32, torch.float64)
+            and lg.is_contiguous() and bm.device.type == "cpu"):
+        kernels.apply_bitmask_rows(lg.numpy(), bm.to(torch.int32).numpy(), -np.inf)
+        return
+    v = lg.shape[-1]
+    bm = bm.to(device=lg.device, dtype=torch.int32, non_blocking=True)
+    shifts = torch.arange(32, device=lg.device, dtype=torch.int32)
+    bits = ((bm.unsqueeze(-1) >> shifts) & 1).bool().reshape(bm.shape[0], -1)
+    width = bits.shape[1]
+    if width >= v:
+        allowed = bits[:, :v]
+    else:
+        pad = torch.zeros((bits.shape[0], v - width), dtype=torch.bool, device=lg.device)
+        allowed = torch.cat([bits, pad], dim=1)
+    lg.masked_fill_(~allowed, float("-inf"))
+
+
+def _check_batch(n_logits: int, n_mask: int) -> None:
+    if n_logits != n_mask:
+        raise ConstraintError(f"logits have {n_logits} rows but the bitmask has {n_mask}")
+
+
+def bitmask_to_ids(row, vocab_size: int) -> np.ndarray:
+    """The ids of the set bits of one bitmask row (numpy or torch), below
+    ``vocab_size``."""
+    if not isinstance(row, np.ndarray):
+        row = row.detach().cpu().numpy()
+    return kernels.bits_to_ids(np.ascontiguousarray(row).view(np.uint32), int(vocab_size))
+
+
+_views: dict = {}
+
+
+def numpy_view(bitmask):
+    """A numpy array sharing memory with ``bitmask`` (itself if it is one; for a
+    CPU int32 torch tensor a view cached per tensor, so the per-call cost is a dict
+    look-up), or ``None`` for a tensor on another device or of another dtype."""
+    if type(bitmask) is np.ndarray:
+        return bitmask
+    key = id(bitmask)
+    hit = _views.get(key)
+    if hit is not None and hit[0]() is bitmask:
+        return hit[1]
+    torch = _torch()
+    if torch is None or not isinstance(bitmask, torch.Tensor):
+        raise ConstraintError(
+            f"a bitmask must be a numpy array or torch tensor, not {type(bitmask).__name__}")
+    if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32:
+        return None
+    view = bitmask.numpy()
+    _views[key] = (weakref.ref(bitmask, lambda _r, key=key, d=_views: d.pop(key, None)), view)
+    return view
+
+
+# The bitmask used last and its rows as byte memoryviews: serving loops fill the
+# same bitmask every step, so the common case costs one identity check. A few
+# more are kept by id; each entry's memoryviews hold their bitmask alive, so an id
+# cannot be reused while its entry exists.
+_last_rows: list = [None, None]
+_rows_by_id: dict = {}
+_MAX_ROW_VIEWS = 8
+
+
+def row_views(bitmask):
+    """Per-row writable byte memoryviews of a C-contiguous CPU bitmask (cached for
+    the last few bitmasks, which the cache keeps alive), or ``None`` for a GPU
+    tensor or an unusual layout."""
+    if bitmask is _last_rows[0]:
+        return _last_rows[1]
+    key = id(bitmask)
+    hit = _rows_by_id.get(key)
+    if hit is not None and hit[0] is bitmask:
+        rows = hit[1]
+    else:
+        # one memoryview sliced per row: the first fill of a new bitmask right
+        # after a garbage collection (cold caches) costs ~60 us less than one
+        # memoryview per numpy row
+        view = bitmask if type(bitmask) is np.ndarray else numpy_view(bitmask)
+        if view is None:
+            return None
+        flat = memoryview(view)
+        if flat.ndim != 2 or flat.itemsize != 4 or not flat.c_contiguous or not flat.nbytes:
+            return None
+        n = flat.shape[0]
+        flat = flat.cast("B")
+        width = len(flat) // n
+        rows = [flat[i * width:(i + 1) * width] for i in range(n)]
+        if len(_rows_by_id) >= _MAX_ROW_VIEWS:
+            _rows_by_id.clear()
+        _rows_by_id[key] = (bitmask, rows)
+    _last_rows[0], _last_rows[1] = bitmask, rows
+    return rows
+
+
+# A row writer copies one precomputed mask row into a bitmask row. Copying a 25 KB
+# o200k row with memoryview assignment reads 25 KB and writes 25 KB (~0.5 us);
+# most grammar states allow few tokens, and for them ``struct.pack_into`` of a
+# format like "460s24544x" zeroes the row (pack_into memsets its whole size
+# first) and copies only the non-zero spans: 0.29-0.38 us on o200k. Below ~14 KB
+# both buffers fit the L1 cache and the plain copy is faster (6 KB SmolLM2 row:
+# copy 0.13 us, pack_into 0.18 us).
+_PACK_MIN_BYTES = 14 * 1024
+_MAX_SPANS = 8  # each span is one argument of the pack_into call
+_SPAN_GAP = 64  # zero bytes between two non-zero spans worth a separate span
+
+
+def row_writer(row: memoryview):
+    """How to write the byte row ``row`` into a bitmask row of the same length:
+    ``(pack_into, spans)`` for a mostly-zero row (call ``pack_into(dst, 0, *spans)``),
+    or ``row`` itself for a dense one (``dst[:] = row``)."""
+    if len(row) < _PACK_MIN_BYTES:
+        return row
+    nz = np.flatnonzero(np.frombuffer(row, dtype=np.uint8))
+    if len(nz) == 0:
+        return struct.Struct(f"{len(row)}x").pack_into, ()
+    breaks = np.flatnonzero(np.diff(nz) > _SPAN_GAP)
+    starts = np.concatenate(([nz[0]], nz[breaks + 1]))
+    ends = np.concatenate((nz[breaks] + 1, [nz[-1] + 1]))
+    if len(starts) > _MAX_SPANS:  # one span from the first non-zero byte to the last
+        starts, ends = starts[:1], ends[-1:]
+    if int((ends - starts).sum()) * 2 > len(row):
+        return row
+    fmt, spans, at = [], [], 0
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        if a > at:
+            fmt.append(f"{a - at}x")
+        fmt.append(f"{b - a}s")
+        spans.append(bytes(row[a:b]))
+        at = b
+    if len(row) > at:
+        fmt.append(f"{len(row) - at}x")
+    return struct.Struct("".join(fmt)).pack_into, tuple(spans)

@@ -1,0 +1,208 @@
+"""The plain decoding loop: greedy or sampled, with an optional constraint.
+
+Example::
+
+    import constrain, search
+    lm = search.load_default_model()
+    phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
+    result = search.generate(lm, "Give me a phone number", phone)
+    print(result.text, result.stop_reason, result.accepted)
+
+Each step masks the model's logits with the constraint's bitmask (one bitmask is
+allocated per call and refilled every step), picks a token (argmax at temperature 0,
+else a draw from a seeded ``torch.Generator``), advances the constraint state and
+feeds the token back through the KV cache. Generation stops at an EOS token — which
+the constraint allows only once its input is a complete string of its language — or
+after ``max_new_tokens``; in the latter case ``result.accepted`` tells whether the
+text is complete anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["GenerationResult", "generate"]
+
+#: the values of :attr:`GenerationResult.stop_reason`
+STOP_EOS = "eos"
+STOP_MAX_TOKENS = "max_new_tokens"
+STOP_NO_TOKEN = "no_allowed_token"
+
+
+@dataclass
+class GenerationResult:
+    """What :func:`generate` produced. ``str(result)`` is the text.
+
+    Attributes:
+        text: the generated text (EOS excluded), decoded from the tokens' exact bytes.
+        token_ids: the generated token ids, EOS excluded.
+        stop_reason: ``"eos"`` (the model ended the text), ``"max_new_tokens"``
+            (cut off) or ``"no_allowed_token"`` (the constraint allowed nothing; a
+            bug in a constraint).
+        accepted: with a constraint, whether ``text`` is a complete string of its
+            language (always true when ``stop_reason == "eos"``); ``None`` without one.
+        prompt_token_ids: the ids the model was conditioned on.
+        eos_token_id: the EOS id that ended generation, if one did.
+        seconds: wall time of the whole call (prefill included).
+        prefill_seconds: wall time of the prompt's forward pass.
+    """
+
+    text: str
+    token_ids: list[int]
+    stop_reason: str
+    accepted: bool | None
+    prompt_token_ids: list[int] = field(repr=False, default_factory=list)
+    eos_token_id: int | None = None
+    seconds: float = 0.0
+    prefill_seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def finished(self) -> bool:
+        """Whether the model ended the text itself (EOS) rather than being cut off."""
+        return self.stop_reason == STOP_EOS
+
+    @property
+    def num_steps(self) -> int:
+        """Decoding steps taken: generated tokens plus the final EOS, if any."""
+        return len(self.token_ids) + (self.eos_token_id is not None)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decoding steps per second of wall time, prefill excluded."""
+        dt = self.seconds - self.prefill_seconds
+        return self.num_steps / dt if dt > 0 else float("inf")
+
+
+def _check_vocab(constraint, lm) -> None:
+    from constrain import VocabularyError
+
+    cv = constraint.vocab
+    if len(cv) > lm.vocab_size:
+        raise VocabularyError(
+            f"the constraint was compiled for a vocabulary of {len(cv)} tokens, "
+            f"but {lm.name} has {lm.vocab_size} logits"
+        )
+    mv = lm.vocab
+    if cv is mv or cv == mv:
+        return
+    n = len(cv)
+    if mv.tokens[:n] != cv.tokens[:n]:
+        raise VocabularyError(
+            f"the constraint was compiled against vocabulary {cv.name!r}, whose tokens differ "
+            f"from {lm.name}'s; compile it with lm.vocab"
+        )
+
+
+def generate(
+    model,
+    prompt,
+    constraint=None,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    *,
+    system: str | None = None,
+    chat_template: bool | None = None,
+) -> GenerationResult:
+    """Generate a continuation of ``prompt`` with ``model``, optionally constrained.
+
+    Args:
+        model: a :class:`search.lm.transformers.TransformersLM` (e.g. from
+            :func:`search.load_default_model`).
+        prompt: a string, or a sequence of token ids used as they are.
+        constraint: a compiled grammar (:mod:`constrain.protocol`), compiled against
+            ``model.vocab``; ``None`` for free generation.
+        max_new_tokens: the most tokens to generate (EOS included).
+        temperature: 0 for greedy decoding, else the softmax temperature to sample at.
+        seed: seeds the sampler (same seed, same model, same device: same output);
+            ``None`` draws a fresh seed.
+        system: a system message for the chat template.
+        chat_template: wrap a string prompt in the model's chat template; ``None``
+            (default) does so for chat models.
+
+    Returns:
+        a :class:`GenerationResult`; check ``result.accepted`` when it may have been
+        cut off by ``max_new_tokens``.
+    """
+    import torch
+
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    t0 = time.perf_counter()
+    prompt_ids = model.prompt_ids(prompt, chat_template=chat_template, system=system)
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+
+    device = model.device
+    if constraint is not None:
+        from constrain import allocate_bitmask, apply_bitmask
+
+        _check_vocab(constraint, model)
+        eos_ids = set(constraint.vocab.eos_token_ids)
+        state = constraint.initial_state()
+        bitmask = allocate_bitmask(1, len(constraint.vocab))
+    else:
+        eos_ids = set(model.eos_token_ids)
+        state = None
+    generator = None
+    if temperature > 0:
+        generator = torch.Generator(device=device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(int(seed))
+
+    out: list[int] = []
+    stop, eos_hit = STOP_MAX_TOKENS, None
+    logits, past = (None, None)
+    prefill = 0.0
+    if max_new_tokens > 0:
+        logits, past = model.forward(prompt_ids)
+        prefill = time.perf_counter() - t0
+    for step in range(max_new_tokens):
+        scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
+        if constraint is not None:
+            constraint.fill_bitmask(state, bitmask, 0)
+            apply_bitmask(scores, bitmask)  # moves the bitmask to the logits' device
+            if not bool(torch.isfinite(scores).any()):
+                stop = STOP_NO_TOKEN
+                break
+        if generator is None:
+            tok = int(torch.argmax(scores[0]))
+        else:
+            probs = torch.softmax(scores[0] / temperature, dim=-1)
+            tok = int(torch.multinomial(probs, 1, generator=generator))
+        if constraint is not None:
+            nxt = constraint.advance(state, tok)
+            if nxt is None:  # the bitmask and advance disagree: a constraint bug
+                raise RuntimeError(
+                    f"constraint refused token {tok} that its bitmask allowed (state {state!r})"
+                )
+            state = nxt
+        if tok in eos_ids:
+            stop, eos_hit = STOP_EOS, tok
+            break
+        out.append(tok)
+        if step + 1 < max_new_tokens:
+            logits, past = model.forward([tok], past)
+
+    if constraint is None:
+        accepted = None
+    else:
+        accepted = bool(constraint.is_terminated(state) or constraint.is_accepting(state))
+    return GenerationResult(
+        text=model.decode(out),
+        token_ids=out,
+        stop_reason=stop,
+        accepted=accepted,
+        prompt_token_ids=list(prompt_ids),
+        eos_token_id=eos_hit,
+        seconds=time.perf_counter() - t0,
+        prefill_seconds=prefill,
+    )

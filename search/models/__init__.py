@@ -1,0 +1,1 @@
+"""The default model, SmolLM2-135M-Instruct: discovery of its GGUF, conversion and cache."""
