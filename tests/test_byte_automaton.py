@@ -39,7 +39,7 @@ def test_literal_alternation_terminal_equals_regex(pattern):
     strings; it accepts what the regex accepts, also over an alphabet missing a
     byte some alternatives need."""
     from automata_testing import same_language
-    from constrain.frontends.lark import Terminal
+    from constrain.cfg.ir import Terminal
     from constrain.cfg.lexer import _regex_alternatives, terminal_dfa
 
     assert _regex_alternatives(pattern) is not None
@@ -86,9 +86,9 @@ def _coreachable_from_start(dfa) -> bool:
 @pytest.mark.parametrize("in_place", [False, True])
 def test_minus_prefixes_trims_dead_trie_nodes(base, prefixes, same_as, good, bad, in_place):
     # in_place: the product TerminalAutomata writes into its stacked table
-    # (kernels.exclusion_product), unused trie rows left zero
+    # (exclusion_product), unused trie rows left zero
     from automata_testing import same_language
-    from constrain.automata.kernels import exclusion_product
+    from constrain.cfg.terminal_kernels import exclusion_product
     alphabet = np.ones(256, dtype=np.bool_)
     dfa = regex_byte_dfa(base, alphabet)
     if in_place:

@@ -10,14 +10,14 @@ import random
 import pytest
 
 from constrain.cfg.earley import EarleyRecognizer
-from constrain.frontends.lark import GrammarIR, Terminal
+from constrain.cfg.ir import GrammarIR, Terminal
 
 
 def _reference(rules, n_t, start, word) -> bool:
     """Earley (1970) with each column closed by iterating to a fixpoint, which
     handles empty rules without any nullable analysis."""
     aug = len(rules)
-    rules = rules + [(10**6, (n_t + start,))]  # S' -> start, S' used nowhere
+    rules = list(rules) + [(10**6, (n_t + start,))]  # S' -> start, S' used nowhere
     cols = [{(aug, 0, 0)}]
     for i in range(len(word) + 1):
         col = cols[i]

@@ -236,7 +236,7 @@ def test_shared_walk_outlives_its_grammar(smollm2_vocab):
 def test_utf8_text_skip_matches_advance():
     """Where a state reads any UTF-8 character back to itself (a JSON string's
     body), the lexer walk takes whole subtrees of valid UTF-8 text at once
-    (kernels.utf8_below, grammar_kernels._reads_utf8). Tokens here are byte-level
+    (utf8_below, grammar_kernels._reads_utf8). Tokens here are byte-level
     fragments: whole characters, cut ones, stray continuation bytes, overlongs,
     surrogates, code points past U+10FFFF, 0xFF, and characters a class leaves
     out; masks equal advance token by token, in states that read UTF-8 and in

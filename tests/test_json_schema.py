@@ -899,7 +899,7 @@ def test_exclusion_terminal_product_equals_regex(seed):
     import numpy as np
 
     from constrain.frontends.json_schema.compiler import _Compiler
-    from constrain.frontends.lark import Terminal
+    from constrain.cfg.ir import Terminal
     from constrain.cfg.lexer import terminal_dfa
 
     rng = random.Random(seed)
@@ -928,7 +928,7 @@ def test_exclusion_terminal_product_equals_regex(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_exclusion_written_in_place_equals_regex(seed):
     """TerminalAutomata writes "any key but these names" straight into its
-    stacked table (kernels.exclusion_product): the rows spell the regex's
+    stacked table (exclusion_product): the rows spell the regex's
     language, trimmed, on alphabets that restrict the names' bytes; a name set
     that excludes every string leaves the terminal unusable."""
     import numpy as np
@@ -936,7 +936,7 @@ def test_exclusion_written_in_place_equals_regex(seed):
     from automata_testing import same_language
     from constrain.automata.byte_dfa import ByteDFA
     from constrain.frontends.json_schema.compiler import _Compiler
-    from constrain.frontends.lark import GrammarIR, Terminal
+    from constrain.cfg.ir import GrammarIR, Terminal
     from constrain.cfg.lexer import TerminalAutomata, terminal_dfa
 
     rng = random.Random(seed)

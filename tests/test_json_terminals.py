@@ -82,7 +82,7 @@ def test_terminal_automata_write_builtins_in_place(pattern):
     # table (builtin_template): the rows must spell what builtin_dfa builds
     from constrain.automata.byte_dfa import ByteDFA
     from constrain.cfg.lexemes import builtin_template
-    from constrain.frontends.lark import GrammarIR, Terminal
+    from constrain.cfg.ir import GrammarIR, Terminal
     from constrain.cfg.lexer import TerminalAutomata
 
     terminals = [Terminal("A", "a"), Terminal("X", pattern), Terminal("B", "b")]

@@ -83,7 +83,7 @@ def test_overlong_and_surrogate_encodings_are_dead():
 
 
 def test_every_live_state_can_still_accept():
-    from constrain.automata.kernels import coreachable_dense
+    from constrain.automata.liveness import coreachable_dense
 
     dfa = byte_dfa(r"a\bb|ab\d{2}")  # the first branch can never match
     live = coreachable_dense(dfa.transitions, dfa.accepting)

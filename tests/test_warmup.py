@@ -70,5 +70,5 @@ def test_warm_up_loads_every_kernel_later_work_needs():
     assert "constrain.cfg.lexer_kernels.lexer_walk_rows" in res["warm"]
     assert "constrain.cfg.earley_kernels.earley_next" in res["warm"]
     assert "constrain.cfg.lexer_kernels.boundary_walk" in res["warm"]
-    assert "constrain.automata.kernels.determinize" in res["warm"]
+    assert "constrain.automata.determinize_kernels.determinize" in res["warm"]
     assert res["new"] == [], f"kernels loaded after warm_up: {res['new']}"

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.automata.liveness import trim_dead
+from constrain.automata.minimize_kernels import trim_minimize
 from constrain.automata.char_dfa import CharDFA
 from constrain.errors import GrammarTooComplexError
 
@@ -224,7 +225,7 @@ def minimize_char_dfa(dfa: CharDFA, *, max_rounds: int = 256) -> CharDFA:
     table[1:] = dfa.table + 1  # dead 0, start 1
     accepting = np.zeros(n + 1, dtype=np.bool_)
     accepting[1:] = dfa.accepting
-    out, acc = kernels.trim_minimize(table, accepting, np.ones(k, dtype=np.bool_), max_rounds)
+    out, acc = trim_minimize(table, accepting, np.ones(k, dtype=np.bool_), max_rounds)
     if out.shape[0] - 1 >= n:
         return dfa
     return CharDFA(dfa.atoms, out[1:] - 1, acc[1:])
@@ -242,7 +243,7 @@ def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
     on other bytes go to the dead state first."""
     if alphabet is None:
         alphabet = _ALL_BYTES
-    out, acc = kernels.trim_minimize(np.ascontiguousarray(dfa.transitions), dfa.accepting,
+    out, acc = trim_minimize(np.ascontiguousarray(dfa.transitions), dfa.accepting,
                                      alphabet, max_rounds)
     return ByteDFA(out, acc)
 
@@ -317,7 +318,7 @@ def minus_prefixes(dfa: ByteDFA, prefixes) -> ByteDFA:
         d = kids[node]
         live[node] = outdeg[state_of[node]] > len(d) or any(k > 0 and live[k] for k in d.values())
     if not all(live):
-        out, acc = kernels.trim_dead(out, acc)
+        out, acc = trim_dead(out, acc)
         if not acc[START] and not out[START].any():  # every string excluded
             return ByteDFA(np.zeros((2, 256), np.int32), np.zeros(2, np.bool_))
     return ByteDFA(out, acc)

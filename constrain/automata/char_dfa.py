@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.automata.determinize_kernels import determinize
 from constrain.automata.charset import CharSet, oracle_charset
 from constrain.errors import GrammarTooComplexError
 from constrain.automata.regex_syntax import Alt, Assert, Chars, Concat, Repeat
@@ -172,7 +172,7 @@ def build_nfa(node) -> _NFA:
 
 
 def ascii_nfa_arrays(nfa: _NFA):
-    """The array :func:`constrain.automata.kernels.ascii_byte_dfa` takes, or ``None`` when
+    """The array :func:`constrain.automata.determinize_kernels.ascii_byte_dfa` takes, or ``None`` when
     that shortcut does not apply: a character outside ASCII, an assertion, or an
     NFA too large for the kernel's closure bitsets."""
     if nfa.has_asserts:
@@ -239,7 +239,7 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
         if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
             # bounded by max_states; the time budget is checked once it returns,
             # unless that call JIT-compiled the kernel (not the pattern's cost)
-            jitted = bool(kernels.determinize.signatures)
+            jitted = bool(determinize.signatures)
             dfa = _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states, pattern)
             if jitted and deadline is not None:
                 _StateIndex(None, max_states, deadline, pattern).done(0)
@@ -385,7 +385,7 @@ def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
             edge_atom.extend(lst)
             edge_dst.extend([t] * len(lst))
         edge_ptr[s + 1] = len(edge_atom)
-    table, accepting, count = kernels.determinize(
+    table, accepting, count = determinize(
         len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
         np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
         start, final, max_states)

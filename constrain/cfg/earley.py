@@ -39,8 +39,8 @@ import numpy as np
 
 from constrain.cfg import earley_kernels as ek
 from constrain.errors import GrammarError, GrammarTooComplexError
-from constrain.automata.kernels import table_rehash
-from constrain.frontends.lark import GrammarIR
+from constrain.automata.hash_table import table_rehash
+from constrain.cfg.ir import GrammarIR
 
 _LITTLE = sys.byteorder == "little"
 

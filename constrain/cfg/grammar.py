@@ -42,7 +42,8 @@ from constrain.runtime.bitmask import _last_rows, numpy_view, row_views, row_wri
 from constrain.automata.char_dfa import DEFAULT_MAX_STATES
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
-from constrain.frontends.lark import GrammarIR, load_lark_grammar
+from constrain.cfg.ir import GrammarIR
+from constrain.frontends.lark import load_lark_grammar
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.protocol import Constraint
 from constrain.vocab.trie import TokenTrie
@@ -379,7 +380,7 @@ class GrammarConstraint(Constraint):
 
     def allowed_token_ids(self, state) -> np.ndarray:
         """The allowed token ids of ``state`` (EOS included when accepting), sorted."""
-        from constrain.automata.kernels import bits_to_ids
+        from constrain.automata.bits import bits_to_ids
 
         return bits_to_ids(self.mask_row(state), len(self.vocab))
 

@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.cfg.terminal_kernels import TERMINAL_LEXEME, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, trim_and_minimize
 from constrain.frontends.json_schema.formats import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
                                   JSON_NUMBER)
@@ -331,9 +331,9 @@ class LexemeTable:
             write_bounded_string(t, acc, *self.bounded, self.tail)
             return
         # the one operation of TerminalAutomata's kernel, over every byte
-        op = np.array([[kernels.TERMINAL_LEXEME, 0, self.rows, self.row0, self.k, 0,
+        op = np.array([[TERMINAL_LEXEME, 0, self.rows, self.row0, self.k, 0,
                         len(self.tail), int(self.string), 0, 0, 0]], dtype=np.int64)
-        kernels.write_terminal_table(t, acc, np.ones(1, dtype=np.bool_), op,
+        write_terminal_table(t, acc, np.ones(1, dtype=np.bool_), op,
                                      np.frombuffer(self.tail, dtype=np.uint8),
                                      np.zeros(0, dtype=np.int64), LEXEME_ROWS, LEXEME_ACCEPTING,
                                      _EVERY_BYTE)

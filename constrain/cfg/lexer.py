@@ -26,12 +26,13 @@ from collections import OrderedDict
 import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
-from constrain.automata import kernels
+from constrain.automata.hash_table import table_rehash
+from constrain.cfg.terminal_kernels import TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              builtin_template)
-from constrain.frontends.lark import GrammarIR, Terminal
+from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
@@ -258,7 +259,7 @@ class TerminalAutomata:
         self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
         # literals (most of a JSON Schema's terminals: member names,
         # punctuation), JSON lexemes and "any key but the declared ones" are
-        # operations of one kernel (kernels.write_terminal_table), which writes
+        # operations of one kernel (write_terminal_table), which writes
         # them straight into the stacked table; other terminals are DFAs,
         # copied in after it
         ops: list = []
@@ -286,7 +287,7 @@ class TerminalAutomata:
                     starts.append(len(data))
                     ta = len(data)
                     data += base.tail
-                    op = (kernels.TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
+                    op = (TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
                           1, m, first, len(excl[1]))
             elif not text and term.flags == 0 and excl is None and term.literal is None and (
                     alts := _spelled_alternatives(term.pattern, alphabet_key)) is not None:
@@ -302,18 +303,18 @@ class TerminalAutomata:
                         nodes.update(raw[:i] for i in range(1, len(raw) + 1))
                     starts.append(len(data))
                     size = len(nodes) + 2
-                    op = (kernels.TERMINAL_TRIE, total, size, 0, 0, 0, 0, 0, 0, first, len(alts))
+                    op = (TERMINAL_TRIE, total, size, 0, 0, 0, 0, 0, 0, first, len(alts))
                 else:  # no string the vocabulary spells
-                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
             elif text:
                 raw = text.encode("utf-8")
                 if 0 in raw.translate(alphabet_key):  # a byte no token spells
-                    op = (kernels.TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
                 else:
                     size = len(raw) + 2
-                    op = (kernels.TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
+                    op = (TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
                           0, 0, 0, 0, 0, 0)
                     data += raw
             elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet_key,
@@ -325,7 +326,7 @@ class TerminalAutomata:
                     size = lex.rows
                     ta = len(data)
                     data += lex.tail
-                    op = (kernels.TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
+                    op = (TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
                           int(lex.string), 0, 0, 0)
                 else:
                     part = lex
@@ -335,10 +336,10 @@ class TerminalAutomata:
             if op is None:
                 size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
                     else part.transitions.shape[0]
-                op = (kernels.TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
+                op = (TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
                 if part is not None:
                     later.append((t, part))
-            usable[t] = op[0] != kernels.TERMINAL_OTHER or part is not None
+            usable[t] = op[0] != TERMINAL_OTHER or part is not None
             ops.append(op)
             total += size
             offsets.append(total)
@@ -349,7 +350,7 @@ class TerminalAutomata:
         self.offsets = np.array(offsets, dtype=np.int64)
         self.table = table = np.empty((total, 256), dtype=np.int32)
         self.accepting = acc = np.empty(total, dtype=np.bool_)
-        kernels.write_terminal_table(
+        write_terminal_table(
             table, acc, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
             np.frombuffer(bytes(data), dtype=np.uint8), np.array(starts, dtype=np.int64),
             LEXEME_ROWS, LEXEME_ACCEPTING, alphabet)
@@ -500,7 +501,7 @@ class LexerTables:
         poff = np.zeros(cap + 1, dtype=np.int64)
         poff[:self.poff.shape[0]] = self.poff
         self.poff = self._names.poff = poff
-        self._htab = kernels.table_rehash(self._hashes, self.n, 2 * cap)
+        self._htab = table_rehash(self._hashes, self.n, 2 * cap)
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
         """The terminals that may end in lexer state ``s``."""

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from constrain.automata.kernels import _utf8_next, bit_index
+from constrain.vocab.trie_kernels import utf8_next
+from constrain.automata.bits import bit_index
 
 NEED_NONE = 0
 NEED_NEXT = 1
@@ -462,7 +463,7 @@ def _reads_utf8(trans, flags, s, below):
         k += 1
         lo, hi = (0xC2, 0xF5) if u == 0 else (0x80, 0xC0)
         for b in range(lo, hi):
-            v = _utf8_next(u, b)
+            v = utf8_next(u, b)
             if v < 0:
                 continue
             q2 = trans[(q << 8) | b]

@@ -8,61 +8,13 @@ regular expressions. Everything after this module is ours.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from ast import literal_eval
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.errors import GrammarError
-
-
-@dataclass(frozen=True)
-class Terminal:
-    """A terminal: its lark name and the Python ``re`` pattern it matches."""
-
-    name: str
-    pattern: str
-    flags: int = 0
-    #: the literal text of a string terminal (``"if"``, ``"select"i``), else None
-    literal: str | None = None
-
-
-@dataclass
-class GrammarIR:
-    """A context-free grammar over regular terminals.
-
-    Symbols are ints: terminal ``t`` is ``t`` (``0 <= t < len(terminals)``),
-    nonterminal ``n`` is ``len(terminals) + n``. ``rules[i] = (lhs, rhs)`` with
-    ``lhs`` a nonterminal index (not offset) and ``rhs`` a tuple of symbols.
-    ``ignore`` lists the terminals that may appear between any two terminals.
-    """
-
-    terminals: list[Terminal]
-    nonterminals: list[str]
-    rules: list[tuple[int, tuple[int, ...]]]
-    start: int
-    ignore: list[int] = field(default_factory=list)
-    source: str = ""
-    #: terminals defined as a regular language less some prefixes: terminal name
-    #: → ``(pattern, prefixes)`` (byte strings). Their own pattern is a stand-in
-    #: matching nothing, so a grammar that loses this map loses those terminals
-    #: (never accepts more). JSON Schema's "any key but the declared ones" uses it.
-    exclusions: dict = field(default_factory=dict)
-    #: whether every nonterminal is known to derive some string of terminals
-    #: (the JSON Schema translator prunes its rules so); the recognizer then
-    #: checks productivity only when the vocabulary cannot spell some terminal
-    productive: bool = False
-
-    @property
-    def n_terminals(self) -> int:
-        """Number of terminals."""
-        return len(self.terminals)
-
-    def symbol_name(self, sym: int) -> str:
-        """The lark name of a symbol."""
-        if sym < len(self.terminals):
-            return self.terminals[sym].name
-        return self.nonterminals[sym - len(self.terminals)]
 
 
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": 0, "x": re.VERBOSE,
@@ -97,8 +49,7 @@ def load_lark_grammar(source, start: str = "start") -> GrammarIR:
     text, directory = read_grammar_source(source)
     fast = _load_plain(text, start)
     if fast is not None:
-        fast.source = text
-        return fast
+        return dataclasses.replace(fast, source=text)
     import_paths = [directory] if directory else []
     try:
         grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
@@ -419,17 +370,4 @@ def _locate_name(name: str, text: str) -> tuple[int | None, int | None]:
     return line, col
 
 
-def grammar_fingerprint(ir: GrammarIR) -> str:
-    """A stable digest of a grammar's terminals and rules (for caches)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for t in ir.terminals:
-        h.update(f"{t.name}\0{t.pattern}\0{t.flags}\n".encode("utf-8", "surrogatepass"))
-    for lhs, rhs in ir.rules:
-        h.update(f"{lhs}:{','.join(map(str, rhs))}\n".encode())
-    h.update(f"start={ir.start} ignore={ir.ignore}".encode())
-    return h.hexdigest()
-
-
-__all__ = ["GrammarIR", "Terminal", "load_lark_grammar", "read_grammar_source", "grammar_fingerprint"]
+__all__ = ["load_lark_grammar", "read_grammar_source", "eval_escaping"]

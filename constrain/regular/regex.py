@@ -18,7 +18,7 @@ import numpy as np
 from constrain.runtime.bitmask import _last_rows, numpy_view, row_views, row_writer
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
-from constrain.automata import kernels
+from constrain.automata.determinize_kernels import ascii_byte_dfa
 from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
                              too_many_states)
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
@@ -184,7 +184,7 @@ class DFAConstraint(Constraint):
         """The allowed token ids of ``state`` (EOS included when accepting), sorted."""
         if state == TERMINATED:
             return np.zeros(0, dtype=np.int64)
-        from constrain.automata.kernels import bits_to_ids
+        from constrain.automata.bits import bits_to_ids
 
         return bits_to_ids(self.tokens.row(state), len(self.vocab))
 
@@ -268,8 +268,8 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
         # fixed cost of the general pipeline's Python and numpy steps). Its first
         # call in a process also JIT-compiles it or loads it from numba's cache,
         # not the pattern's cost: the time budget is not applied to that call.
-        jitted = bool(kernels.ascii_byte_dfa.signatures)
-        table, accepting, status = kernels.ascii_byte_dfa(
+        jitted = bool(ascii_byte_dfa.signatures)
+        table, accepting, status = ascii_byte_dfa(
             prog, nfa.start, nfa.final, max_states, alphabet, 256)
         if status < 0:
             raise too_many_states(pattern, max_states)

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.regular.token_kernels import coreachable_states, token_transitions
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -85,7 +85,7 @@ class TokenAutomaton:
 
     def _walk(self, states: np.ndarray, rows: np.ndarray, eos: np.ndarray):
         t = self.trie
-        return kernels.token_transitions(
+        return token_transitions(
             self.dfa.transitions, states, t.first, t.byte, t.depth, t.skip, t.tok_start, t.tok_end,
             t.order, t.max_depth, rows, 0, self.dfa.accepting, eos)
 
@@ -95,7 +95,7 @@ class TokenAutomaton:
 
     def _token_liveness(self, indptr, toks, nexts):
         n = self.num_states
-        live = kernels.coreachable_states(n, indptr, nexts, self.dfa.accepting.copy())
+        live = coreachable_states(n, indptr, nexts, self.dfa.accepting.copy())
         live[0] = False
         self.live = live
         keep = live[nexts]

@@ -12,7 +12,8 @@ import weakref
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.automata.bits import bits_to_ids
+from constrain.runtime.bitmask_kernels import apply_bitmask_rows
 from constrain.errors import ConstraintError
 
 
@@ -68,7 +69,7 @@ def apply_bitmask(logits, bitmask) -> None:
         _check_batch(lg.shape[0], bm.shape[0])
         if not np.issubdtype(lg.dtype, np.floating):
             raise ConstraintError(f"logits must be floating point, not {lg.dtype}")
-        kernels.apply_bitmask_rows(lg, bm.astype(np.int32, copy=False), lg.dtype.type(-np.inf))
+        apply_bitmask_rows(lg, bm.astype(np.int32, copy=False), lg.dtype.type(-np.inf))
         return
     torch = _torch()
     if torch is None or not isinstance(logits, torch.Tensor):
@@ -80,7 +81,7 @@ def apply_bitmask(logits, bitmask) -> None:
     _check_batch(lg.shape[0], bm.shape[0])
     if (lg.device.type == "cpu" and lg.dtype in (torch.float32, torch.float64)
             and lg.is_contiguous() and bm.device.type == "cpu"):
-        kernels.apply_bitmask_rows(lg.numpy(), bm.to(torch.int32).numpy(), -np.inf)
+        apply_bitmask_rows(lg.numpy(), bm.to(torch.int32).numpy(), -np.inf)
         return
     v = lg.shape[-1]
     bm = bm.to(device=lg.device, dtype=torch.int32, non_blocking=True)
@@ -105,7 +106,7 @@ def bitmask_to_ids(row, vocab_size: int) -> np.ndarray:
     ``vocab_size``."""
     if not isinstance(row, np.ndarray):
         row = row.detach().cpu().numpy()
-    return kernels.bits_to_ids(np.ascontiguousarray(row).view(np.uint32), int(vocab_size))
+    return bits_to_ids(np.ascontiguousarray(row).view(np.uint32), int(vocab_size))
 
 
 _views: dict = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from constrain.automata import kernels
+from constrain.vocab.trie_kernels import build_trie, subtree_bytes, subtree_height, utf8_below
 from constrain.vocab.vocabulary import Vocabulary
 
 
@@ -27,7 +27,7 @@ class TokenTrie:
 
     Attributes:
         byte, depth, skip, tok_start, tok_end: per-node arrays (see
-            :func:`constrain.automata.kernels.build_trie`); node 0 is the root.
+            :func:`constrain.vocab.trie_kernels.build_trie`); node 0 is the root.
         order: token ids sorted by bytes; node ``i`` holds
             ``order[tok_start[i]:tok_end[i]]``.
         max_depth: the longest token, in bytes.
@@ -41,7 +41,7 @@ class TokenTrie:
         lengths = offsets[order + 1] - offsets[order]
         n_max = int(lengths.sum()) + 1
         (self.byte, self.depth, self.skip, self.tok_start, self.tok_end,
-         self.num_nodes) = kernels.build_trie(data, offsets, order, n_max)
+         self.num_nodes) = build_trie(data, offsets, order, n_max)
         self.order = order
         self._node_tokens(len(vocab))
         self._below = None
@@ -92,21 +92,21 @@ class TokenTrie:
         self.has_duplicates = bool(src)
 
     def subtree_bytes(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(below, tok_before)`` of :func:`kernels.subtree_bytes`, computed on
+        """``(below, tok_before)`` of :func:`subtree_bytes`, computed on
         first use (32 bytes per node: 3 MB for SmolLM2) and kept."""
         if self._below is None:
             n = self.num_nodes
-            self._below = kernels.subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
+            self._below = subtree_bytes(self.byte[:n], self.depth[:n], self.skip[:n],
                                                 self.tok_start[:n], self.tok_end[:n])
         return self._below
 
     def utf8_below(self) -> np.ndarray:
         """Per node, whether every byte path below it is a prefix of valid UTF-8
-        read from a character boundary (:func:`kernels.utf8_below`; computed on
+        read from a character boundary (:func:`utf8_below`; computed on
         first use and kept)."""
         if self._utf8 is None:
             n = self.num_nodes
-            self._utf8 = kernels.utf8_below(self.byte[:n], self.depth[:n], self.skip[:n])
+            self._utf8 = utf8_below(self.byte[:n], self.depth[:n], self.skip[:n])
         return self._utf8
 
     def subtree_height(self) -> np.ndarray:
@@ -114,7 +114,7 @@ class TokenTrie:
         (computed on first use and kept)."""
         if self._height is None:
             n = self.num_nodes
-            self._height = kernels.subtree_height(self.depth[:n], self.skip[:n])
+            self._height = subtree_height(self.depth[:n], self.skip[:n])
         return self._height
 
     def full_row(self) -> np.ndarray:

@@ -26,6 +26,7 @@ Design:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -42,7 +43,7 @@ from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSch
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
-from constrain.frontends.lark import GrammarIR, Terminal
+from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.frontends.json_schema.formats import (
     _NEEDS_ESCAPE,
     _RAW_OK,
@@ -2285,8 +2286,7 @@ def compile_json_schema(schema, vocab, **options):
     t0 = time.perf_counter()
     exclusions: dict = {}
     comp = _translated(schema, exclusions, time_budget=budget, **schema_opts)
-    ir = comp.to_ir("start")
-    ir.exclusions = exclusions
+    ir = dataclasses.replace(comp.to_ir("start"), exclusions=exclusions)
     comp.warn_ignored("compile_json_schema")
     left = max(0.0, budget - (time.perf_counter() - t0))
     return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)

@@ -333,7 +333,7 @@ def _float_multiples(ms: tuple, digits: int) -> np.ndarray:
     ``k / 10**digits`` in float64 is correctly rounded, hence equal to the float a
     JSON parser reads from the text, and the kernel divides as Python does (IEEE,
     no fast-math)."""
-    from constrain.automata.kernels import float_multiples
+    from constrain.frontends.json_schema.number_kernels import float_multiples
 
     scale = 10 ** digits
     return float_multiples(np.asarray(ms, dtype=np.float64), scale,
@@ -367,7 +367,7 @@ def _float_multiple_cap(ms: tuple, digits: int) -> tuple[int, np.ndarray]:
 
 def _run_starts(rows: np.ndarray) -> np.ndarray:
     """The first row of each run of equal rows."""
-    from constrain.automata.kernels import run_starts
+    from constrain.frontends.json_schema.number_kernels import run_starts
 
     return run_starts(np.ascontiguousarray(rows))
 

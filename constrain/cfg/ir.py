@@ -1,0 +1,89 @@
+"""The compiler's one context-free grammar IR: :class:`GrammarIR` over regular
+:class:`Terminal` s. Every front end (Lark, JSON Schema, SQL) produces it; the
+Earley recogniser, the lexer tables and the analysis passes consume it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """A terminal: its lark name and the Python ``re`` pattern it matches."""
+
+    name: str
+    pattern: str
+    flags: int = 0
+    #: the literal text of a string terminal (``"if"``, ``"select"i``), else None
+    literal: str | None = None
+
+
+@dataclass(frozen=True)
+class GrammarIR:
+    """A context-free grammar over regular terminals.
+
+    Symbols are ints: terminal ``t`` is ``t`` (``0 <= t < len(terminals)``),
+    nonterminal ``n`` is ``len(terminals) + n``. ``rules[i] = (lhs, rhs)`` with
+    ``lhs`` a nonterminal index (not offset) and ``rhs`` a tuple of symbols.
+    ``ignore`` lists the terminals that may appear between any two terminals.
+
+    Frozen: the sequences are stored as tuples and ``exclusions`` as a read-only
+    mapping, so one IR can be shared by every constraint compiled from it; a front
+    end that needs a variant makes one with :func:`dataclasses.replace`.
+    """
+
+    terminals: tuple[Terminal, ...]
+    nonterminals: tuple[str, ...]
+    rules: tuple[tuple[int, tuple[int, ...]], ...]
+    start: int
+    ignore: tuple[int, ...] = ()
+    source: str = ""
+    #: terminals defined as a regular language less some prefixes: terminal name
+    #: → ``(pattern, prefixes)`` (byte strings). Their own pattern is a stand-in
+    #: matching nothing, so a grammar that loses this map loses those terminals
+    #: (never accepts more). JSON Schema's "any key but the declared ones" uses it.
+    exclusions: Mapping[str, tuple] = field(default_factory=dict)
+    #: whether every nonterminal is known to derive some string of terminals
+    #: (the JSON Schema translator prunes its rules so); the recognizer then
+    #: checks productivity only when the vocabulary cannot spell some terminal
+    productive: bool = False
+
+    def __post_init__(self):
+        # tuples in, whatever the caller built the IR from
+        put = object.__setattr__
+        put(self, "terminals", tuple(self.terminals))
+        put(self, "nonterminals", tuple(self.nonterminals))
+        rules = self.rules
+        if type(rules) is not tuple or any(type(rhs) is not tuple for _, rhs in rules):
+            put(self, "rules", tuple((lhs, tuple(rhs)) for lhs, rhs in rules))
+        put(self, "ignore", tuple(self.ignore))
+        put(self, "exclusions", MappingProxyType(dict(self.exclusions)))
+
+    def __reduce__(self):
+        # a mappingproxy does not pickle: the exclusions travel as a dict
+        return (GrammarIR, (self.terminals, self.nonterminals, self.rules, self.start,
+                            self.ignore, self.source, dict(self.exclusions), self.productive))
+
+    @property
+    def n_terminals(self) -> int:
+        """Number of terminals."""
+        return len(self.terminals)
+
+
+def grammar_fingerprint(ir: GrammarIR) -> str:
+    """A stable digest of a grammar's terminals and rules (for caches)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in ir.terminals:
+        h.update(f"{t.name}\0{t.pattern}\0{t.flags}\n".encode("utf-8", "surrogatepass"))
+    for lhs, rhs in ir.rules:
+        h.update(f"{lhs}:{','.join(map(str, rhs))}\n".encode())
+    h.update(f"start={ir.start} ignore={ir.ignore}".encode())
+    return h.hexdigest()
+
+
+__all__ = ["GrammarIR", "Terminal", "grammar_fingerprint"]

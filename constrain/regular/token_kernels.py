@@ -1,0 +1,118 @@
+"""numba kernels of token automata: walking a byte DFA down the token trie, and liveness over token transitions.
+
+Kernels are compiled once and cached on disk (``cache=True``) and release the GIL
+(``nogil=True``); they work on flat numpy arrays only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def walk_state(trans, state, first, tbyte, tdepth, tskip, tok_start, tok_end, order, stack,
+          row, out_tok, out_next, n):
+    """Walk the trie from DFA ``state``; set allowed tokens in ``row`` (uint32
+    words) and append ``(token, next state)`` pairs from position ``n``.
+    ``first[b]`` is the trie node of byte ``b`` at depth 1 (-1: none): the walk
+    enters only the subtrees of the bytes the state can take, not every root child
+    scattered over the trie's arrays (cache misses that dominated short patterns)."""
+    for b in range(256):
+        i = first[b]
+        if i < 0:
+            continue
+        s = trans[state, b]
+        if s == 0:
+            continue
+        stack[1] = s
+        end = tskip[i]
+        while i < end:
+            d = tdepth[i]
+            if d > 1:
+                s = trans[stack[d - 1], tbyte[i]]
+                if s == 0:
+                    i = tskip[i]
+                    continue
+                stack[d] = s
+            for k in range(tok_start[i], tok_end[i]):
+                t = order[k]
+                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                out_tok[n] = t
+                out_next[n] = s
+                n += 1
+            i += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def token_transitions(trans, states, first, tbyte, tdepth, tskip, tok_start, tok_end, order,
+                      max_depth, rows, capacity, accepting, eos):
+    """Allowed-token rows and the sparse token → next-state map of ``states``.
+
+    ``rows[j]`` receives the bits of ``states[j]``, and the bits of the ``eos`` ids
+    when ``accepting[states[j]]``. Returns CSR arrays
+    ``(indptr, tokens, nexts)``: the transitions of ``states[j]`` are
+    ``tokens[indptr[j]:indptr[j+1]]`` → ``nexts[...]``, tokens ascending in byte
+    order of the trie (not by id).
+    """
+    n_tokens = order.shape[0]
+    out_tok = np.empty(max(capacity, n_tokens), np.int32)
+    out_next = np.empty(max(capacity, n_tokens), np.int32)
+    indptr = np.zeros(states.shape[0] + 1, np.int64)
+    stack = np.zeros(max_depth + 2, np.int32)
+    n = 0
+    for j in range(states.shape[0]):
+        if out_tok.shape[0] - n < n_tokens:
+            grow = max(out_tok.shape[0] * 2, n + n_tokens)
+            nt = np.empty(grow, np.int32)
+            nn = np.empty(grow, np.int32)
+            nt[:n] = out_tok[:n]
+            nn[:n] = out_next[:n]
+            out_tok = nt
+            out_next = nn
+        n = walk_state(trans, states[j], first, tbyte, tdepth, tskip, tok_start, tok_end, order,
+                  stack, rows[j], out_tok, out_next, n)
+        indptr[j + 1] = n
+        if accepting[states[j]]:
+            for e in eos:
+                rows[j, e >> 5] |= np.uint32(1) << np.uint32(e & 31)
+    return indptr, out_tok[:n], out_next[:n]
+
+
+@njit(cache=True, nogil=True)
+def coreachable_states(n_states, indptr, nexts, accepting):
+    """States from which a token path reaches an accepting state (token-level
+    liveness), given each state's CSR of next states."""
+    # reverse edges
+    counts = np.zeros(n_states + 1, np.int64)
+    for s in range(n_states):
+        for k in range(indptr[s], indptr[s + 1]):
+            counts[nexts[k] + 1] += 1
+    for s in range(n_states):
+        counts[s + 1] += counts[s]
+    rev = np.empty(counts[n_states], np.int32)
+    fill = counts[:-1].copy()
+    for s in range(n_states):
+        for k in range(indptr[s], indptr[s + 1]):
+            t = nexts[k]
+            rev[fill[t]] = s
+            fill[t] += 1
+    live = accepting.copy()
+    queue = np.empty(n_states, np.int32)
+    head = 0
+    tail = 0
+    for s in range(n_states):
+        if live[s]:
+            queue[tail] = s
+            tail += 1
+    while head < tail:
+        t = queue[head]
+        head += 1
+        for k in range(counts[t], counts[t + 1]):
+            s = rev[k]
+            if not live[s]:
+                live[s] = True
+                queue[tail] = s
+                tail += 1
+    return live
