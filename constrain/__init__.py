@@ -13,6 +13,7 @@ from .errors import (
     ConstraintError,
     GrammarError,
     GrammarTooComplexError,
+    InvalidLimitError,
     InvalidStateError,
     RegexError,
     RegexSyntaxError,
@@ -27,13 +28,20 @@ from .runtime.matcher import Matcher
 from .protocol import Constraint
 from .regular.regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .cfg.grammar import GrammarConstraint, compile_grammar
-from .frontends.json_schema.compiler import compile_json_schema, json_schema_to_lark, order_instance
+from .compiler import Compiler, compile_json_schema, default_compiler
+from .frontends.json_schema import json_schema_to_lark, order_instance
+from .limits import Limits
 from .frontends.sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
 from .vocab.vocabulary import Vocabulary
 from .warmup import warm_up
+from .cache import registry
+from .frontends.json_schema import caches as json_schema_caches
 
 __all__ = [
+    "Compiler",
+    "Limits",
+    "default_compiler",
     "clear_caches",
     "allocate_bitmask",
     "apply_bitmask",
@@ -55,6 +63,7 @@ __all__ = [
     "ConstraintError",
     "GrammarError",
     "GrammarTooComplexError",
+    "InvalidLimitError",
     "InvalidStateError",
     "RegexError",
     "RegexSyntaxError",
@@ -69,17 +78,15 @@ __all__ = [
 
 
 def clear_caches() -> None:
-    """Drop every process-wide cache that compiled grammars share: terminal
-    automata, lexer products and ``multipleOf`` tables (compiled grammars keep
-    what they use). Benchmarks call it to time each compile cold; a server may
-    call it to release memory."""
-    from constrain.frontends.json_schema import compiler as json_schema
-    from constrain.cfg import lexer
-    from constrain.frontends.json_schema import number_ranges
-
-    lexer.clear_caches()
-    number_ranges.clear_caches()
-    json_schema._EXCLUSION_IDS.clear()  # ids are never reused: forgetting is safe
+    """Empty every cache that outlives a compile: those of every live
+    :class:`Compiler` (the default compiler of each vocabulary included:
+    terminal automata, terminal ids, lexer walks) and the process-wide memos
+    (character classes, regex literals, ``multipleOf`` tables, bitmask row
+    views, the JSON Schema front end's encodings and exclusion ids). Compiled
+    constraints keep working: they hold what they use. Benchmarks call it to
+    time each compile cold; a server may call it to release memory."""
+    registry.clear()
+    json_schema_caches.clear()
 
 
 def __getattr__(name):

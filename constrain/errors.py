@@ -59,6 +59,20 @@ class RegexTooLargeError(GrammarTooComplexError, RegexError):
         RegexError.__init__(self, message, pattern, offset)
 
 
+class InvalidLimitError(ConstraintError):
+    """A budget (a field of :class:`constrain.Limits`, or a cache size) is not a
+    positive number: zero, negative, NaN, a bool or not a number at all.
+
+    Attributes:
+        field: the name of the budget.
+    """
+
+    def __init__(self, message: str, field: str):
+        self.field = field
+        self.msg = message
+        super().__init__(message)
+
+
 class InvalidStateError(ConstraintError):
     """A state was passed to a grammar it does not belong to, or a terminated state
     was advanced."""

@@ -110,7 +110,7 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
 
     from constrain.runtime.bitmask import allocate_bitmask, apply_bitmask
     from constrain.cfg.grammar import compile_grammar
-    from constrain.frontends.json_schema.compiler import compile_json_schema
+    from constrain.compiler import compile_json_schema
     from constrain.regular.regex import compile_regex
 
     t0 = time.perf_counter()

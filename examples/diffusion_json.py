@@ -17,7 +17,7 @@ noise and the same random remasking draws:
 
 With --grammar-seeds N (default 40) the same task is also decoded under a Lark
 grammar for the same language (SCHEMA_LARK below) with the infilling method
-(constrain.analysis.infill.can_complete checks every unmasking; rejected tokens are
+(constrain.analysis.can_complete checks every unmasking; rejected tokens are
 resampled), next to unconstrained decoding of the same seeds.
 
 Reported per method: outputs outside the language, runs in which the canvas became
@@ -122,7 +122,7 @@ def main() -> None:
           f"blocks of {args.block_length}, {args.steps} steps")
     runs = {}
     for method in ("none", "naive", "dingo"):
-        runs[method] = [diffusion_generate(model, grammar, gen_length=model.length,
+        runs[method] = [diffusion_generate(model, constraint=grammar, gen_length=model.length,
                                            block_length=args.block_length, steps=args.steps,
                                            remasking=args.remasking, method=method,
                                            temperature=args.temperature, seed=s)
@@ -170,7 +170,7 @@ def grammar_runs(model, regex, args) -> None:
     for method, constraint in (("none", SCHEMA_LARK), ("infill", SCHEMA_LARK),
                                ("dingo", regex)):
         t0 = time.perf_counter()
-        rs = [diffusion_generate(model, constraint, gen_length=model.length,
+        rs = [diffusion_generate(model, constraint=constraint, gen_length=model.length,
                                  block_length=args.block_length, steps=args.steps,
                                  remasking=args.remasking, method=method,
                                  temperature=args.temperature, seed=s, vocab=model.vocab)

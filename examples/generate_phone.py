@@ -24,10 +24,10 @@ def main():
 
     # `(?a)` makes \d mean [0-9] (Python's re is Unicode-aware by default).
     phone = constrain.compile_regex(r"(?a)\(\d{3}\) \d{3}-\d{4}", lm.vocab)
-    r = search.generate(lm, "Give me a phone number", phone)
+    r = search.generate(lm, "Give me a phone number", constraint=phone)
     print(f"greedy:    {r.text!r}  ({r.stop_reason}, {r.tokens_per_second:.1f} tokens/s)")
     for seed in (1, 2):
-        r = search.generate(lm, "Give me a phone number", phone, temperature=1.0, seed=seed)
+        r = search.generate(lm, "Give me a phone number", constraint=phone, temperature=1.0, seed=seed)
         print(f"seed {seed}:    {r.text!r}")
 
     free = search.generate(lm, "Give me a phone number", max_new_tokens=40)

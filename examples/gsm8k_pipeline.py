@@ -57,14 +57,9 @@ class LockstepLM:
     float rounding of batched kernels."""
 
     def __init__(self, tlm):
-        import inspect
-
         self.tlm = tlm
         self.vocab_size = tlm.vocab_size
         self.eos_token_ids = tlm.eos_token_ids
-        params = inspect.signature(tlm.model.forward).parameters
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.extra = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
         self.keys: dict[tuple[int, ...], int] = {}
         self.cache = None
 
@@ -74,14 +69,12 @@ class LockstepLM:
         return self.tlm.calls
 
     def _run(self, ids, cache):
+        """One batched forward pass (counted by the model): rows and the new cache."""
         import torch
 
-        x = torch.tensor(ids, dtype=torch.long, device=self.tlm.device)
+        logits, cache = self.tlm.forward_batch(ids, cache)
         with torch.inference_mode():
-            out = self.tlm.model(input_ids=x, use_cache=True, **{self.cache_kw: cache}, **self.extra)
-            rows = torch.log_softmax(out.logits[:, -1].float(), -1).cpu().numpy()
-        new = getattr(out, "cache", None)
-        return rows, (out.past_key_values if new is None else new)
+            return torch.log_softmax(logits.float(), -1).cpu().numpy(), cache
 
     def logprobs(self, prefixes):
         """Next-token log-probabilities after each prefix, ``(n, vocab_size)``."""
@@ -100,7 +93,6 @@ class LockstepLM:
             self.cache, self.keys = None, {}
             return self.tlm.logprobs(prefixes)  # counts its own calls
         self.keys = {p: i for i, p in enumerate(prefixes)}
-        self.tlm.calls += len(prefixes)
         return rows
 
 
@@ -168,8 +160,8 @@ def run_question(lm, row, args, answer_c, full_c, prm):
     fast = LockstepLM(lm)
     critic, counter = step_critic(lm, prm, q)
     # the others get max_tokens plus an answer line; SMC the same room in one piece
-    res = search.smc(fast, ids, full_c, n_particles=args.n, max_new_tokens=args.max_tokens + args.max_step_tokens,
-                     seed=args.seed, critic=critic)
+    res = search.smc(fast, ids, constraint=full_c, n_particles=args.n,
+                     max_new_tokens=args.max_tokens + args.max_step_tokens, seed=args.seed, critic=critic)
     best = res.best()
     ans = extract_answer(lm.decode(best)) if best is not None else None
     # SMC samples one token per live particle per step; particles sharing a prefix share

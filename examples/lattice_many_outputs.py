@@ -29,20 +29,20 @@ def main():
     """Compare a 16-beam search with a lattice of the same model-call budget."""
     lm = search.load_default_model()
     person = constrain.compile_regex("(?a)" + PATTERN, lm.vocab)
-    ids = lm.apply_chat_template(PROMPT)
+    ids = lm.prompt_ids(PROMPT)  # the chat template: the same ids every driver makes of the text
 
     c0, t = lm.calls, time.perf_counter()
-    beam = search.beam_search(lm, ids, beam_size=BEAM, max_new_tokens=MAX_NEW_TOKENS, constraint=person)
+    beam = search.beam_search(lm, ids, constraint=person, beam_size=BEAM, max_new_tokens=MAX_NEW_TOKENS)
     budget = lm.calls - c0
     finished = [h for h in beam if h.finished]
     print(f"beam search (k={BEAM}, {MAX_NEW_TOKENS} tokens): {budget} calls, {time.perf_counter() - t:.1f} s, "
           f"{len(finished)} finished outputs")
     for h in finished[:3]:
-        print(f"  {h.score:8.3f}  {lm.decode(h.tokens[:-1])}")
+        print(f"  {h.score:8.3f}  {h.text}")
 
     for n_merge in (4, 2):  # the default, then more aggressive recombination
         t = time.perf_counter()
-        lat = search.lattice_search(lm, ids, budget=budget, constraint=person, max_new_tokens=MAX_NEW_TOKENS,
+        lat = search.lattice_search(lm, ids, constraint=person, budget=budget, max_new_tokens=MAX_NEW_TOKENS,
                                     merge_ngram=n_merge)
         n = lat.count_paths()
         print(f"\nlattice (same budget, merge_ngram={n_merge}): {lat.calls} calls, {time.perf_counter() - t:.1f} s, "

@@ -1,12 +1,19 @@
-"""Trellis decoding drivers: the default model, plain (constrained) generation and,
-later, search over constrained continuations.
+"""Trellis decoding drivers: the default model, plain (constrained) generation and
+search over constrained continuations.
 
 Example::
 
     import constrain, search
     lm = search.load_default_model()            # SmolLM2-135M-Instruct, CPU float32
     phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
-    print(search.generate(lm, "Give me a phone number", phone))
+    print(search.generate(lm, "Give me a phone number", constraint=phone))
+
+Every autoregressive driver is ``driver(lm, prompt, *, constraint=None, ...)``:
+``prompt`` is text (through ``lm.prompt_ids``: the chat template for chat models)
+or token ids, and the results share the base :class:`search.SearchResult`.
+The layers: :mod:`search.lm` (the model protocols and wrappers),
+:mod:`search.autoregressive`, :mod:`search.reasoning`, :mod:`search.diffusion`
+(drivers), :mod:`search.models` (the default model), :mod:`search.cli`.
 
 ``import search`` does not import torch or transformers; the model names are
 imported lazily.
@@ -15,9 +22,11 @@ imported lazily.
 from __future__ import annotations
 
 import importlib
+import warnings
 
 from .autoregressive.sampling import GenerationResult, generate
 from .diffusion.dingo_dp import DingoResult, dingo
+from .results import SearchResult
 
 _LAZY = {
     "load_default_model": ("search.models.smollm2", "load_default_model"),
@@ -39,15 +48,13 @@ _LAZY = {
     "lattice_search": ("search.autoregressive.lattice", "lattice_search"),
     "diffusion_generate": ("search.diffusion.driver", "diffusion_generate"),
     "DiffusionResult": ("search.diffusion.driver", "DiffusionResult"),
-    "MaskedDiffusionLM": ("search.diffusion.driver", "MaskedDiffusionLM"),
-    "TransformersDiffusionLM": ("search.diffusion.driver", "TransformersDiffusionLM"),
-    "SyntheticDiffusionLM": ("search.testing.tiny_diffusion", "SyntheticDiffusionLM"),
-    "tiny_json_model": ("search.testing.tiny_diffusion", "tiny_json_model"),
-    "can_complete": ("constrain.analysis.infill", "can_complete"),
-    "find_completion": ("constrain.analysis.infill", "find_completion"),
-    "can_complete_regex": ("constrain.analysis.infill", "can_complete_regex"),
-    "fim_allowed": ("constrain.analysis.infill", "fim_allowed"),
-    "Hole": ("constrain.analysis.infill", "Hole"),
+    "MaskedDiffusionLM": ("search.lm.diffusion", "MaskedDiffusionLM"),
+    "TransformersDiffusionLM": ("search.lm.diffusion", "TransformersDiffusionLM"),
+    "can_complete": ("constrain.analysis", "can_complete"),
+    "find_completion": ("constrain.analysis", "find_completion"),
+    "can_complete_regex": ("constrain.analysis", "can_complete_regex"),
+    "fim_allowed": ("constrain.analysis", "fim_allowed"),
+    "Hole": ("constrain.analysis", "Hole"),
     "astar_search": ("search.reasoning.astar", "astar_search"),
     "foresight_search": ("search.reasoning.foresight", "foresight_search"),
     "best_of_n": ("search.reasoning.rerank", "best_of_n"),
@@ -65,11 +72,23 @@ _LAZY = {
     "extract_answer": ("search.reasoning.steps", "extract_answer"),
 }
 
-__all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult"})
+#: test helpers once exported here; they live in search.testing.tiny_diffusion
+_DEPRECATED = {
+    "SyntheticDiffusionLM": ("search.testing.tiny_diffusion", "SyntheticDiffusionLM"),
+    "tiny_json_model": ("search.testing.tiny_diffusion", "tiny_json_model"),
+}
+
+__all__ = sorted(set(_LAZY) | {"generate", "GenerationResult", "dingo", "DingoResult", "SearchResult"})
 
 
 def __getattr__(name: str):
     """Import the public names of this package on first use."""
+    if name in _DEPRECATED:
+        module, attr = _DEPRECATED[name]
+        # not cached in the module: every use warns (once per call site)
+        warnings.warn(f"search.{name} is a test helper and leaves the search namespace in the next "
+                      f"release; import it from {module}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), attr)
     try:
         module, attr = _LAZY[name]
     except KeyError:

@@ -267,7 +267,7 @@ def test_awrs_few_checks_when_model_and_constraint_agree():
 
     for agree in (True, False):
         lm = search.CallableLM(table(agree), v, eos)
-        res = search.smc(lm, [1, 2], c, n_particles=50, max_new_tokens=6, seed=0)
+        res = search.smc(lm, [1, 2], constraint=c, n_particles=50, max_new_tokens=6, seed=0)
         per_step = res.checks / (6 * 50)
         assert len(res.posterior) > 0 and all(len(k) == 6 for k in res.posterior)
         if agree:
@@ -292,7 +292,7 @@ SMC_CASES = [  # (regex, letters, max_len, table seed)
 
 def _z_check(row, c, z, **kw):
     lm = tiny_lm(row)
-    vals = np.array([search.smc(lm, [], c, seed=s, **kw).z for s in range(200)])
+    vals = np.array([search.smc(lm, [], constraint=c, seed=s, **kw).z for s in range(200)])
     mean, se = vals.mean(), vals.std(ddof=1) / math.sqrt(len(vals))
     assert abs(mean - z) <= 3 * se + 1e-12, (mean, z, se)
     return mean, se
@@ -401,7 +401,7 @@ def test_smc_posterior_beats_local_masking():
     tv_local = tv(local, exact)
     tvs = []
     for seed in range(3):
-        res = search.smc(lm, [], c, n_particles=n, max_new_tokens=max_len + 1, seed=seed)
+        res = search.smc(lm, [], constraint=c, n_particles=n, max_new_tokens=max_len + 1, seed=seed)
         tvs.append(tv(res.posterior, exact))
         assert abs(res.z / z - 1) < 0.1
         assert math.isclose(sum(res.posterior.values()), 1.0)
@@ -421,7 +421,7 @@ def test_smc_posterior_random_cases(pattern, n_letters, max_len, seed):
     c = compile_regex(pattern, letters_vocab(n_letters))
     row = tiny_table(seed, n_letters + 1, max_len)
     _, exact, local = brute_force(row, c, n_letters)
-    runs = [search.smc(tiny_lm(row), [], c, n_particles=4000, max_new_tokens=max_len + 1, seed=s)
+    runs = [search.smc(tiny_lm(row), [], constraint=c, n_particles=4000, max_new_tokens=max_len + 1, seed=s)
             for s in range(2)]
     total = sum(r.z for r in runs)
     pooled: dict = {}
@@ -441,7 +441,7 @@ def test_smc_all_particles_die():
     """No valid complete string within the model's forced length: ``log_z = -inf``."""
     c = compile_regex("a{5}", letters_vocab(2))
     row = tiny_table(3, 3, 2)
-    res = search.smc(tiny_lm(row), [], c, n_particles=20, max_new_tokens=8, seed=0)
+    res = search.smc(tiny_lm(row), [], constraint=c, n_particles=20, max_new_tokens=8, seed=0)
     assert res.log_z == -math.inf and res.z == 0.0 and res.posterior == {} and res.best() is None
     assert all(p.log_weight == -math.inf for p in res.particles)
 
@@ -449,9 +449,9 @@ def test_smc_all_particles_die():
 def test_smc_cut_off_by_max_new_tokens():
     c = compile_regex("a{3}", letters_vocab(2))
     row = tiny_table(3, 3, 10)
-    res = search.smc(tiny_lm(row), [], c, n_particles=10, max_new_tokens=3, seed=0)
+    res = search.smc(tiny_lm(row), [], constraint=c, n_particles=10, max_new_tokens=3, seed=0)
     assert res.log_z == -math.inf  # EOS would be the fourth token
-    res = search.smc(tiny_lm(row), [], c, n_particles=10, max_new_tokens=4, seed=0)
+    res = search.smc(tiny_lm(row), [], constraint=c, n_particles=10, max_new_tokens=4, seed=0)
     assert res.best() == (0, 0, 0, 2) and res.posterior == {(0, 0, 0, 2): pytest.approx(1.0)}
     p = math.exp(sum(row((0,) * k)[0] for k in range(3)) + row((0, 0, 0))[2])
     assert res.z == pytest.approx(p)  # a single valid string: the estimate is exact
@@ -467,7 +467,7 @@ def test_smc_batches_model_calls_and_uses_prompt():
 
     lm = search.CallableLM(fn, 4, 3, batched=True)
     c = compile_regex("[ab]*c", letters_vocab(3))
-    res = search.smc(lm, [4, 4], c, n_particles=30, max_new_tokens=5, seed=1)
+    res = search.smc(lm, [4, 4], constraint=c, n_particles=30, max_new_tokens=5, seed=1)
     assert len(seen) == res.steps and lm.calls == sum(seen) == res.lm_calls
     assert all(k <= 30 for k in seen)
     assert math.isclose(np.logaddexp.reduce([p.log_weight for p in res.particles]) - math.log(30), res.log_z)
@@ -476,11 +476,28 @@ def test_smc_batches_model_calls_and_uses_prompt():
 def test_smc_reproducible():
     c = compile_regex(SMC_CASES[0][0], letters_vocab(4))
     row = tiny_table(11, 5, 5)
-    a = search.smc(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
-    b = search.smc(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
+    a = search.smc(tiny_lm(row), [], constraint=c, n_particles=16, max_new_tokens=6, seed=3)
+    b = search.smc(tiny_lm(row), [], constraint=c, n_particles=16, max_new_tokens=6, seed=3)
     assert a.log_z == b.log_z and a.posterior == b.posterior
     with pytest.raises(ValueError):
-        search.smc(tiny_lm(row), [], c, n_particles=4, max_new_tokens=3, resampling="residual")
+        search.smc(tiny_lm(row), [], constraint=c, n_particles=4, max_new_tokens=3, resampling="residual")
+
+
+def test_smc_result_and_the_old_call_form():
+    """The result is a search result (``token_ids``: the best output without its
+    EOS; no text without a decoder); the old form, a positional constraint and
+    ``prompt_ids=``, still works with a DeprecationWarning; no constraint is an error."""
+    c = compile_regex(SMC_CASES[0][0], letters_vocab(4))
+    row = tiny_table(11, 5, 5)
+    new = search.smc(tiny_lm(row), [], constraint=c, n_particles=16, max_new_tokens=6, seed=3)
+    assert isinstance(new, search.SearchResult) and new.text is None and new.token_ids == new.best()[:-1]
+    with pytest.warns(DeprecationWarning, match="pass constraint by keyword"):
+        old = search.smc(tiny_lm(row), [], c, n_particles=16, max_new_tokens=6, seed=3)
+    with pytest.warns(DeprecationWarning, match="write prompt= for prompt_ids="):
+        renamed = search.smc(tiny_lm(row), prompt_ids=[], constraint=c, n_particles=16, max_new_tokens=6, seed=3)
+    assert old.posterior == renamed.posterior == new.posterior and old.log_z == new.log_z
+    with pytest.raises(TypeError, match="needs a constraint"):
+        search.smc(tiny_lm(row), [], constraint=None, n_particles=4, max_new_tokens=3)
 
 
 @pytest.mark.parametrize("scheme", ["stratified", "systematic", "multinomial"])

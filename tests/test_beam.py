@@ -432,6 +432,23 @@ def test_memory_reduced_variant_stays_close():
         assert abs(_rescore(tiny, small.tokens) - small.score) <= 1e-9
 
 
+def test_results_and_the_old_keyword():
+    """Hypotheses are search results (``token_ids`` without the EOS; no text from a
+    model without a decoder); ``prompt_ids=``, the old keyword, still works with a
+    DeprecationWarning; a text prompt needs a model with ``prompt_ids``."""
+    tiny = TinyLM(5, 4, 0, 4, 2.0)
+    want = beam_search(tiny.lm(), (1,), beam_size=2, max_new_tokens=4)
+    h = want[0]
+    assert isinstance(h, search.SearchResult) and h.text is None
+    assert h.token_ids == (h.tokens[:-1] if h.finished else h.tokens)
+    for fn in (beam_search, best_first_beam_search):
+        with pytest.warns(DeprecationWarning, match=r"write prompt= for prompt_ids="):
+            got = fn(tiny.lm(), prompt_ids=(1,), beam_size=2, max_new_tokens=4)
+        assert got[0] == h
+        with pytest.raises(TypeError, match="prompt_ids"):
+            fn(tiny.lm(), "a text", beam_size=2, max_new_tokens=4)
+
+
 # -- the default model -------------------------------------------------------------
 
 
@@ -454,3 +471,7 @@ def test_default_model_smoke(default_lm):
                      max_new_tokens=3, constraint=digits)
     assert rb[0].finished and digits.accepts_tokens(rb[0].tokens)
     assert default_lm.decode(rb[0].tokens[:-1]).isdigit()
+    # a text prompt goes through the chat template; the results carry their text
+    by_text = beam_search(default_lm, "A number?", beam_size=3, max_new_tokens=3, constraint=digits)
+    assert [h.tokens for h in by_text] == [h.tokens for h in rb]
+    assert by_text[0].text == default_lm.decode(rb[0].token_ids) and by_text[0].text.isdigit()

@@ -13,14 +13,8 @@ import numpy as np
 import pytest
 
 from constrain import Vocabulary, compile_regex
-from search.diffusion.driver import (
-    DiffusionResult,
-    MaskedDiffusionLM,
-    TransformersDiffusionLM,
-    dingo_proposal,
-    diffusion_generate,
-    position_masks,
-)
+from search.diffusion.driver import DiffusionResult, dingo_proposal, diffusion_generate, position_masks
+from search.lm.diffusion import MaskedDiffusionLM, TransformersDiffusionLM
 from search.testing.tiny_diffusion import (
     JSON_NAME_AGE_REGEX,
     SyntheticDiffusionLM,
@@ -122,10 +116,10 @@ def test_dingo_never_leaves_the_language_naive_does(json_model, json_regex):
         for remasking in ("low_confidence", "random"):
             kw = dict(gen_length=24, block_length=8, steps=12, temperature=1.0, seed=seed,
                       remasking=remasking)
-            d = diffusion_generate(json_model, json_regex, method="dingo", **kw)
+            d = diffusion_generate(json_model, constraint=json_regex, method="dingo", **kw)
             assert d.valid and d.stuck_step is None, (seed, d.text)
             assert json_regex.matches(d.text)
-            n = diffusion_generate(json_model, json_regex, method="naive", **kw)
+            n = diffusion_generate(json_model, constraint=json_regex, method="naive", **kw)
             naive_bad += not n.valid
             assert n.valid == (n.stuck_step is None)
     assert naive_bad >= 5
@@ -137,7 +131,7 @@ def test_dingo_step_is_the_best_completable_block(json_model, json_regex):
     rng = np.random.default_rng(0)
     mask = json_model.mask_token_id
     for seed in range(15):
-        r = diffusion_generate(json_model, json_regex, method="dingo", gen_length=24,
+        r = diffusion_generate(json_model, constraint=json_regex, method="dingo", gen_length=24,
                                block_length=8, steps=12, temperature=1.0, seed=seed)
         gen = [mask] * 24
         for kept in r.history[:6]:
@@ -166,20 +160,59 @@ def test_dingo_step_is_the_best_completable_block(json_model, json_regex):
 def test_schedule_and_blocks(json_model, json_regex):
     """Blocks are decoded left to right, each step keeps its share of the block,
     greedy decoding is deterministic."""
-    r = diffusion_generate(json_model, json_regex, gen_length=24, block_length=8, steps=12)
+    r = diffusion_generate(json_model, constraint=json_regex, gen_length=24, block_length=8, steps=12)
     assert isinstance(r, DiffusionResult) and r.steps == 12 and r.calls == 12
     assert [len(k) for k in r.history] == [2] * 12
     blocks = [max(i for i, _ in k) // 8 for k in r.history]
     assert blocks == sorted(blocks)
     assert r.valid and len(r.tokens) == 24
-    again = diffusion_generate(json_model, json_regex, gen_length=24, block_length=8, steps=12)
+    again = diffusion_generate(json_model, constraint=json_regex, gen_length=24, block_length=8, steps=12)
     assert again.tokens == r.tokens
     with pytest.raises(ValueError):
-        diffusion_generate(json_model, json_regex, gen_length=24, block_length=7)
+        diffusion_generate(json_model, constraint=json_regex, gen_length=24, block_length=7)
     with pytest.raises(TypeError):
-        diffusion_generate(json_model, "start: \"a\"", gen_length=24, method="dingo")
+        diffusion_generate(json_model, constraint="start: \"a\"", gen_length=24, method="dingo")
     with pytest.raises(TypeError):
-        diffusion_generate(json_model, json_regex, gen_length=24, method="infill")
+        diffusion_generate(json_model, constraint=json_regex, gen_length=24, method="infill")
+
+
+def test_result_prompt_and_the_old_call_form(json_model, json_regex):
+    """The result is a search result (``token_ids``: the ids before the first EOS,
+    ``text`` their bytes); the prompt is the second argument; the old form, the
+    constraint second and the prompt as ``prompt=``, still works with a
+    DeprecationWarning."""
+    import search
+
+    kw = dict(gen_length=24, block_length=8, steps=12)
+    r = diffusion_generate(json_model, constraint=json_regex, **kw)
+    assert isinstance(r, search.SearchResult)
+    eos = set(json_model.vocab.eos_token_ids)
+    assert r.token_ids == tuple(r.tokens[: next(i for i, t in enumerate(r.tokens + [1]) if t in eos)])
+    assert r.text == b"".join(json_model.vocab.tokens[t] for t in r.token_ids)
+    prompt = [int(t) for t in json_model.support[0][:8]]  # the model's canvases are 24 long
+    short = dict(gen_length=16, block_length=8, steps=8)
+    new = diffusion_generate(json_model, prompt, constraint=json_regex, **short)
+    assert len(new.tokens) == 16
+    assert new.tokens == diffusion_generate(json_model, prompt=prompt, constraint=json_regex, **short).tokens
+    with pytest.warns(DeprecationWarning, match="pass constraint by keyword"):
+        assert diffusion_generate(json_model, json_regex, prompt=prompt, **short).tokens == new.tokens
+    with pytest.warns(DeprecationWarning, match="pass constraint by keyword"):
+        assert diffusion_generate(json_model, None, **kw).tokens == diffusion_generate(json_model, **kw).tokens
+    with pytest.warns(DeprecationWarning, match="write lm= for model="):
+        assert diffusion_generate(model=json_model, constraint=json_regex, **kw).tokens == r.tokens
+    # this model takes no text prompt: a text second argument is the old form's Lark grammar
+    with pytest.raises(TypeError, match="multiple values for argument 'constraint'"):
+        diffusion_generate(json_model, "a text", constraint=json_regex, **kw)
+
+
+def test_test_helpers_left_the_top_level():
+    """``search.tiny_json_model`` / ``search.SyntheticDiffusionLM`` still resolve,
+    with a DeprecationWarning that names their module."""
+    import search
+
+    for name in ("tiny_json_model", "SyntheticDiffusionLM"):
+        with pytest.warns(DeprecationWarning, match="search.testing.tiny_diffusion"):
+            assert getattr(search, name) is globals()[name]
 
 
 # -- grammars: the infilling method ----------------------------------------------------------
@@ -225,10 +258,10 @@ def test_infill_method_keeps_grammar_outputs_valid(arith_model):
     bad_none = 0
     for seed in range(12):
         kw = dict(gen_length=12, block_length=4, steps=6, temperature=1.0, seed=seed)
-        r = diffusion_generate(arith_model, ARITH, method="infill", **kw)
+        r = diffusion_generate(arith_model, constraint=ARITH, method="infill", **kw)
         assert r.valid and r.stuck_step is None, (seed, r.text)
         parser.parse(r.text.decode())
-        n = diffusion_generate(arith_model, ARITH, method="none", **kw)
+        n = diffusion_generate(arith_model, constraint=ARITH, method="none", **kw)
         bad_none += not n.valid
     assert bad_none >= 1
 
@@ -245,7 +278,7 @@ def test_infill_json_schema_grammar(json_model):
     grammar = js.json_schema_to_lark(schema)
     # the model wants spaces the compact grammar forbids: hundreds of resamples, so
     # the cheaper check (exact only for the last 8 masked positions) keeps it quick
-    r = diffusion_generate(json_model, grammar, gen_length=24, block_length=8, steps=12,
+    r = diffusion_generate(json_model, constraint=grammar, gen_length=24, block_length=8, steps=12,
                            method="infill", seed=0, trailing_exact=8)
     assert r.valid and json_model.mask_token_id not in r.tokens
     obj = json.loads(r.text)
@@ -289,6 +322,6 @@ def test_transformers_adapter(json_model, json_regex):
     assert np.allclose(s[0, 1:], got[0, :-1]) and np.allclose(s[0, 0], got[0, 0])
     wide = TransformersDiffusionLM(Fake(), 0, json_model.vocab_size + 10).logprobs(canvas)
     assert wide.shape[2] == json_model.vocab_size + 10 and np.isneginf(wide[0, 0, -3:]).all()
-    r = diffusion_generate(lm, json_regex, gen_length=24, block_length=8, steps=12,
+    r = diffusion_generate(lm, constraint=json_regex, gen_length=24, block_length=8, steps=12,
                            temperature=1.0, seed=3)
     assert r.valid

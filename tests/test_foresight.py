@@ -1,4 +1,4 @@
-"""``search.reasoning.foresight.foresight_search`` (φ-decoding) and ``search.best_of_n.best_of_n``
+"""``search.reasoning.foresight.foresight_search`` (φ-decoding) and ``search.reasoning.rerank.best_of_n``
 on tiny models whose tokens are whole lines.
 
 * best-of-N: the argmax choice has the top PRM score, the weighted vote the answer of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -84,7 +85,7 @@ def test_sampling_with_a_seed_is_reproducible(lm):
 )
 def test_regex_output_fullmatches(lm, pattern, prompt):
     grammar = constrain.compile_regex(pattern, lm.vocab)
-    r = search.generate(lm, prompt, grammar, max_new_tokens=40)
+    r = search.generate(lm, prompt, constraint=grammar, max_new_tokens=40)
     assert r.stop_reason == "eos" and r.finished and r.accepted
     assert r.eos_token_id in lm.eos_token_ids
     assert re.fullmatch(pattern, r.text), r.text
@@ -94,7 +95,7 @@ def test_regex_output_fullmatches(lm, pattern, prompt):
 def test_sampled_regex_output_fullmatches(lm):
     grammar = constrain.compile_regex(r"(?a)\d{3}-\d{4}", lm.vocab)
     for seed in (1, 2):
-        r = search.generate(lm, "Give me a phone number", grammar, max_new_tokens=20,
+        r = search.generate(lm, "Give me a phone number", constraint=grammar, max_new_tokens=20,
                             temperature=1.0, seed=seed)
         assert r.accepted and re.fullmatch(r"[0-9]{3}-[0-9]{4}", r.text), r.text
 
@@ -103,7 +104,7 @@ def test_eos_only_once_accepting(lm):
     """The stand-in constraint forces a reply the model would never give; EOS is
     masked until the whole text is there, and chosen right then."""
     c = LiteralConstraint("Zebra stripes", lm.vocab)
-    r = search.generate(lm, "Say hi", c, max_new_tokens=20)
+    r = search.generate(lm, "Say hi", constraint=c, max_new_tokens=20)
     assert r.text == "Zebra stripes" and r.stop_reason == "eos" and r.accepted
     # one bitmask per step; EOS allowed only in the last (accepting) one
     assert c.filled[-1] == len(c.target)
@@ -113,7 +114,7 @@ def test_eos_only_once_accepting(lm):
 
 def test_cut_off_before_accepting_is_reported(lm):
     grammar = constrain.compile_regex(r"[0-9]{12}", lm.vocab)
-    r = search.generate(lm, "Give me a phone number", grammar, max_new_tokens=3)
+    r = search.generate(lm, "Give me a phone number", constraint=grammar, max_new_tokens=3)
     assert r.stop_reason == "max_new_tokens" and not r.finished
     assert r.accepted is False
     assert len(r.token_ids) == 3 and r.text.isdigit()
@@ -132,4 +133,22 @@ def test_bad_arguments(lm):
         search.generate(lm, "x", temperature=-1)
     small = constrain.Vocabulary.from_tokens([b"a", b"b", b"</s>"], eos_token_ids=[2])
     with pytest.raises(constrain.VocabularyError):
-        search.generate(lm, "x", constrain.compile_regex("a+", small), max_new_tokens=2)
+        search.generate(lm, "x", constraint=constrain.compile_regex("a+", small), max_new_tokens=2)
+
+
+def test_old_call_forms_warn_and_give_the_same_result(lm):
+    """The README's ``search.generate(lm, prompt, constraint)`` (a positional
+    constraint, and positional decoding settings) keeps working for one release,
+    with a DeprecationWarning, and means what the keyword form means."""
+    phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
+    new = search.generate(lm, "Give me a phone number", constraint=phone, max_new_tokens=12)
+    assert isinstance(new, search.SearchResult) and str(new) == new.text
+    with pytest.warns(DeprecationWarning, match=r"pass constraint, max_new_tokens by keyword"):
+        old = search.generate(lm, "Give me a phone number", phone, 12)
+    untimed = lambda r: dataclasses.replace(r, seconds=0.0, prefill_seconds=0.0)  # noqa: E731
+    assert untimed(old) == untimed(new)
+    with pytest.warns(DeprecationWarning, match=r"write lm= for model="):
+        assert search.generate(model=lm, prompt="Give me a phone number", constraint=phone,
+                               max_new_tokens=12).token_ids == new.token_ids
+    with pytest.raises(TypeError, match="multiple values"):
+        search.generate(lm, "x", phone, constraint=phone)

@@ -206,11 +206,10 @@ def test_shared_walk_outlives_its_grammar(smollm2_vocab):
     states in use. Masks still equal advance."""
     import gc
 
-    from constrain import compile_json_schema
-    from constrain.vocab.trie import TokenTrie
+    from constrain import compile_json_schema, default_compiler
 
     # walks left by other tests may already be named by keys (shared for good)
-    TokenTrie.of(smollm2_vocab).__dict__.pop("_lexer_rows", None)
+    default_compiler(smollm2_vocab).lexer_walks.clear()
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     first = compile_json_schema(schema, smollm2_vocab)
     tok = {b: next(t for t in range(len(smollm2_vocab)) if smollm2_vocab.token_bytes(t) == bytes([b]))

@@ -1,8 +1,8 @@
-"""``constrain.analysis.infill``: the infilling check agrees with bounded brute force.
+"""``constrain.analysis``: the infilling check agrees with bounded brute force.
 
 For three small grammars (balanced brackets, arithmetic, JSON) and a small
 vocabulary each, random partial outputs (fixed token runs and holes of a known
-number of tokens) are decided by :func:`constrain.analysis.infill.can_complete` and by trying
+number of tokens) are decided by :func:`constrain.analysis.can_complete` and by trying
 every filling of the holes with Lark's own Earley parser (the reference
 semantics). With holes of known length the enumeration is exhaustive, so the two
 must agree exactly. Holes of unknown length are checked both ways: a witness
@@ -12,6 +12,7 @@ bounded search.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import re
@@ -21,8 +22,18 @@ import lark
 import numpy as np
 import pytest
 
-from constrain import GrammarTooComplexError, Vocabulary, compile_regex, grammar_path
-from constrain.analysis.infill import (
+from constrain import (
+    GrammarError,
+    GrammarTooComplexError,
+    Vocabulary,
+    clear_caches,
+    compile_grammar,
+    compile_json_schema,
+    compile_regex,
+    grammar_path,
+    json_schema_to_lark,
+)
+from constrain.analysis import (
     Hole,
     can_complete,
     can_complete_regex,
@@ -31,6 +42,8 @@ from constrain.analysis.infill import (
     load_grammar,
     partial_output,
 )
+from constrain.analysis.prepared import prepare
+from constrain.frontends.lark import load_lark_grammar
 
 BRACKETS = r"""
 start: "(" start ")" start | "[" start "]" start |
@@ -238,10 +251,103 @@ def test_budget():
         can_complete(JSON, ["[", Hole(300, 300), "]"], max_states=100)
 
 
-def test_loader_is_swappable():
-    g = load_grammar(BRACKETS)
-    assert g.start == "start" and g.ignore
+def test_grammar_forms_agree():
+    """Lark text, its GrammarIR and the compiled GrammarConstraint are one grammar
+    to the check; a regular constraint is pointed to can_complete_regex."""
+    pieces = ["1", "2", "+", "*", "(", ")", "-", " "]
+    vocab = make_vocab(pieces)
+    forms = [ARITH, load_lark_grammar(ARITH), compile_grammar(ARITH, vocab)]
+    cases = [["1+", Hole(0, None)], ["(", Hole(1, 1), "*2"], ["1+", Hole(0, 2), "))"],
+             ["-", Hole(0, None), "+"], [[4, 0, 2], Hole(2, 2), [5]]]
+    for segs in cases:
+        answers = {can_complete(g, segs, vocab=vocab) for g in forms}
+        assert len(answers) == 1, segs
+    assert [can_complete(ARITH, s, vocab=vocab) for s in cases] == [True, False, False, False, True]
+    with pytest.raises(TypeError, match="can_complete_regex"):
+        can_complete(compile_regex("[0-9]+", vocab), ["1"])
+
+
+def test_grammars_are_cached_by_content():
+    """Two IRs with the same content share their prepared grammar, until
+    ``constrain.clear_caches()``; IRs that differ only in their key exclusions
+    (which the fingerprint leaves out) do not."""
+    a, b = load_lark_grammar(BRACKETS), load_lark_grammar(BRACKETS)
+    assert a is not b and prepare(a) is prepare(b)
+    kept = prepare(BRACKETS)
+    assert prepare(BRACKETS) is kept
+    clear_caches()
+    assert prepare(BRACKETS) is not kept
+    ir = compile_json_schema(SCHEMA, make_vocab(SCHEMA_PIECES)).ir
+    assert ir.exclusions
+    assert prepare(ir) is not prepare(dataclasses.replace(ir, exclusions={}))
+
+
+def test_load_grammar_is_deprecated():
+    """``load_grammar`` still loads, into the compiler's GrammarIR, and warns."""
+    with pytest.warns(DeprecationWarning, match="load_lark_grammar"):
+        g = load_grammar(BRACKETS)
+    assert g == load_lark_grammar(BRACKETS) and g.ignore
     assert can_complete(g, ["(", Hole(0, None)])
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}},
+          "additionalProperties": {"type": "string"}}
+SCHEMA_PIECES = ['{', '}', '"', 'a', 'b', ':', ',', '1', ' ']
+
+
+def test_json_schema_key_exclusions():
+    """A compiled JSON Schema's "any key but the declared ones" terminals
+    (GrammarIR.exclusions) mean what they mean to the compiler: the check agrees
+    with the schema's Lark text, whose key is a plain regex, and with the
+    compiled constraint on complete outputs."""
+    vocab = make_vocab(SCHEMA_PIECES)
+    g = compile_json_schema(SCHEMA, vocab)
+    assert g.ir.exclusions
+    text = json_schema_to_lark(SCHEMA)
+    cases = [['{"a":1}'], ['{"b":"a"}'], ['{"a":"a"}'], ['{"b":1'], ['{"b":', Hole(0, None)],
+             ['{"', Hole(1, 1), '":1}'], ['{"', Hole(0, None), '":1}'], ['{"a":1,"b', Hole(0, None)],
+             ['{"ab":1}'], ['{"ab":"1"}']]
+    for segs in cases:
+        got = can_complete(g, segs)
+        assert got == can_complete(text, segs), segs
+        if all(isinstance(s, str) for s in segs):
+            ids = greedy_tokenize("".join(segs), SCHEMA_PIECES)
+            assert got == g.accepts_tokens(ids), segs
+    assert [can_complete(g, s) for s in cases] == [True, True, False, False, True, True, True,
+                                                   True, False, True]
+
+
+def test_terminal_flags():
+    """Case-insensitive literals and ``%ignore`` terminals with flags are honoured,
+    as Lark honours them."""
+    source = r"""
+start: "select"i WORD ("," WORD)*
+WORD: /[a-z]+/
+SP: /\s+/
+NOTE: /rem/i
+%ignore SP
+%ignore NOTE
+"""
+    oracle = Oracle(source)
+    for text in ["SeLeCt foo", "SELECT REM foo", "select rEm foo,bar", "select Foo", "selec foo",
+                 "select foo REMX", "REM select x"]:
+        assert can_complete(source, [text]) == oracle(text), text
+    w = find_completion(source, ["SELECT", Hole(0, None), "Rem"])
+    assert w is not None and oracle(w.decode())
+
+
+def test_minimized_partial_output():
+    """``minimize=True`` gives a deterministic automaton of the same language
+    (for an unbounded character hole, the four states of "a UTF-8 character
+    needs 0 to 3 more bytes")."""
+    rng = random.Random(5)
+    for segs in (["a", Hole(0, 3), "b"], [Hole(2, 2), "ab", Hole(0, None)], ["é", Hole(1, 2)]):
+        p, m = partial_output(segs), partial_output(segs, minimize=True)
+        assert all(len({b for b, _ in edges}) == len(edges) for edges in m.out)
+        for _ in range(300):
+            data = bytes(rng.choice(b"ab\xc3\xa9") for _ in range(rng.randint(0, 6)))
+            assert p.accepts(data) == m.accepts(data), (segs, data)
+    assert partial_output([Hole(0, None)], minimize=True).n == 4
 
 
 # -- regular constraints -----------------------------------------------------------------
@@ -307,15 +413,16 @@ def test_fim_allowed():
 
 def test_grammar_errors():
     """Lark's rejections become constrain.GrammarError; a terminal no automaton
-    can match is refused, not approximated."""
-    from constrain import GrammarError, UnsupportedRegexError
-
+    can match is refused, not approximated, and so is one that matches the empty
+    string (Lark's dynamic Earley refuses it too)."""
     with pytest.raises(GrammarError, match="foo"):
         can_complete("start: foo", ["a"])
     with pytest.raises(GrammarError):
         can_complete('start: "a" "', ["a"])
-    with pytest.raises(UnsupportedRegexError):
+    with pytest.raises(GrammarError, match="cannot compile"):
         can_complete("start: A\nA: /a(?=b)/", ["a"])
+    with pytest.raises(GrammarError, match="empty string"):
+        can_complete("start: A \"b\"\nA: /a*/", ["b"])
 
 
 def test_terminals_are_regular_languages():

@@ -19,8 +19,9 @@ import jsonschema
 import pytest
 
 from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
-from constrain.frontends.json_schema.compiler import compile_json_schema, json_schema_to_lark, order_instance
-from constrain.frontends.json_schema.formats import FORMATS, translate_pattern
+from constrain.frontends.json_schema import compile_json_schema, json_schema_to_lark, order_instance
+from constrain.frontends.json_schema.formats import FORMATS
+from constrain.frontends.json_schema.patterns import translate_pattern
 from constrain.frontends.json_schema.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
 
 from automata_testing import same_language
@@ -121,7 +122,7 @@ def test_not_in_set_brute_force(seed):
     min_len characters, that are not among the names."""
     from itertools import product
 
-    from constrain.frontends.json_schema.compiler import _not_in_set
+    from constrain.frontends.json_schema.exclusions import not_in_set as _not_in_set
 
     rng = random.Random(seed)
     chars = "ab\"\\\n\x01é" if seed % 4 == 0 else "abé"
@@ -820,7 +821,7 @@ def test_compile_json_schema_with_the_grammar_engine(smollm2_tokenizer, smollm2_
 def test_escape_lark_regex_round_trip():
     """A regex escaped for a Lark ``/.../`` literal reads back (as lark reads it)
     to a regex that matches the same strings."""
-    from constrain.frontends.json_schema.formats import escape_lark_regex
+    from constrain.frontends.json_schema.encoding import escape_lark_regex
     from constrain.frontends.lark import eval_escaping
 
     rng = random.Random(1)
@@ -873,7 +874,6 @@ def test_clear_caches_drops_shared_tables():
     """constrain.clear_caches() empties the process-wide terminal and multipleOf
     caches; compiling afterwards rebuilds them with the same language."""
     import constrain
-    from constrain.cfg import lexer
     from constrain.frontends.json_schema import number_ranges
 
     schema = {"type": "number", "multipleOf": 0.01}
@@ -883,7 +883,7 @@ def test_clear_caches_drops_shared_tables():
     constrain.clear_caches()
     assert number_ranges.float_multiple_regex.cache_info().currsize == 0
     assert number_ranges._float_multiples.cache_info().currsize == 0
-    assert len(lexer._DFA_CACHE) == 0
+    assert all(len(c.terminal_automata) == 0 for c in constrain.cache.registry.compilers())
     assert json_schema_to_lark(schema) == before
     check(schema, good=["99.99", "3"], bad=["0.07"])
 
@@ -898,7 +898,8 @@ def test_exclusion_terminal_product_equals_regex(seed):
     characters, the empty name, alphabets and a minimum length."""
     import numpy as np
 
-    from constrain.frontends.json_schema.compiler import _Compiler
+    from constrain.frontends.json_schema.exclusions import exclusion_terminal
+    from constrain.frontends.json_schema.rules import GrammarBuilder
     from constrain.cfg.ir import Terminal
     from constrain.cfg.lexer import terminal_dfa
 
@@ -916,9 +917,8 @@ def test_exclusion_terminal_product_equals_regex(seed):
             ivs, min_len = None, 0
         dfas = []
         for exclusions in (None, {}):
-            comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
-                             max_string_length=1000, max_array_length=1000, exclusions=exclusions)
-            name = comp.exclusion_terminal(names, tail, "KEY", ivs, min_len)
+            comp = GrammarBuilder("", exclusions)
+            name = exclusion_terminal(comp, names, tail, "KEY", ivs, min_len)
             term = Terminal(name, comp.terminal_defs[name])
             dfas.append(terminal_dfa(term, alphabet, max_states=50_000, deadline=None,
                                      exclusion=(exclusions or {}).get(name)))
@@ -935,7 +935,8 @@ def test_exclusion_written_in_place_equals_regex(seed):
 
     from automata_testing import same_language
     from constrain.automata.byte_dfa import ByteDFA
-    from constrain.frontends.json_schema.compiler import _Compiler
+    from constrain.frontends.json_schema.exclusions import exclusion_terminal
+    from constrain.frontends.json_schema.rules import GrammarBuilder
     from constrain.cfg.ir import GrammarIR, Terminal
     from constrain.cfg.lexer import TerminalAutomata, terminal_dfa
 
@@ -950,12 +951,10 @@ def test_exclusion_written_in_place_equals_regex(seed):
         names = sorted({"".join(rng.choice(chars) for _ in range(rng.randint(0, 4)))
                         for _ in range(rng.randint(1, 7))})
         tail = rng.choice(["", ":"])
-        comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
-                         max_string_length=1000, max_array_length=1000, exclusions={})
-        name = comp.exclusion_terminal(names, tail, "KEY")
-        plain = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
-                          max_string_length=1000, max_array_length=1000, exclusions=None)
-        want_name = plain.exclusion_terminal(names, tail, "KEY")
+        comp = GrammarBuilder("", {})
+        name = exclusion_terminal(comp, names, tail, "KEY")
+        plain = GrammarBuilder("", None)
+        want_name = exclusion_terminal(plain, names, tail, "KEY")
         terms = [Terminal("A", "a"), Terminal(name, comp.terminal_defs[name]), Terminal("B", "b")]
         ir = GrammarIR(terms, ["start"], [(0, (0, 1, 2))], 0, exclusions=comp.exclusions)
         for alphabet in alphabets:
@@ -976,9 +975,8 @@ def test_exclusion_written_in_place_equals_regex(seed):
     # alphabet of '"' alone the one key is "", excluded by the empty name
     quote = np.zeros(256, dtype=np.bool_)
     quote[ord('"')] = True
-    comp = _Compiler({}, strict=True, whitespace="compact", max_whitespace=1,
-                     max_string_length=1000, max_array_length=1000, exclusions={})
-    name = comp.exclusion_terminal([""], "", "KEY")
+    comp = GrammarBuilder("", {})
+    name = exclusion_terminal(comp, [""], "", "KEY")
     ir = GrammarIR([Terminal(name, comp.terminal_defs[name])], ["start"], [(0, (0,))], 0,
                    exclusions=comp.exclusions)
     ta = TerminalAutomata(ir, quote, max_states=100_000, deadline=None)
@@ -1047,7 +1045,9 @@ def test_literal_terminals_match_their_regex():
     import numpy as np
 
     from automata_testing import same_language
-    from constrain.frontends.json_schema.compiler import _translated
+    from constrain.frontends.json_schema.compiler import translate
+    from constrain.frontends.json_schema.ir import to_ir
+    from constrain.frontends.json_schema.options import Options
     from constrain.cfg.lexer import _literal_dfa
     from constrain.regular.regex import regex_byte_dfa
 
@@ -1057,8 +1057,8 @@ def test_literal_terminals_match_their_regex():
     schema["properties"]["e"] = {"enum": ["only one\n"]}
     alphabet = np.ones(256, dtype=np.bool_)
     for whitespace in ("compact", "flexible"):
-        comp = _translated(schema, {}, whitespace=whitespace)
-        ir = comp.to_ir("start")
+        comp = translate(schema, Options(whitespace=whitespace), {})
+        ir = to_ir(comp.grammar, "start", comp.diag)
         marked = [t for t in ir.terminals if t.literal is not None]
         if whitespace == "flexible":
             assert not [t for t in marked if t.name.startswith(("KEY", "LBRACE", "COMMA"))]
@@ -1076,7 +1076,7 @@ def test_lit_escapes_every_character_as_before():
     per-character rules say: letters and digits bare, space as \\x20, other
     printable ASCII backslash-escaped, the rest as \\x, \\u or \\U escapes; and
     the regex matches exactly the text."""
-    from constrain.frontends.json_schema.compiler import _lit
+    from constrain.frontends.json_schema.encoding import lit as _lit
 
     def reference(text):
         out = []
@@ -1109,14 +1109,14 @@ def test_exclusion_ids_are_never_reused(smollm2_vocab):
     # across grammars. Forgetting the ids (clear_caches does) must never hand one
     # to another set, or a grammar could read another's cached automaton or walks
     import constrain
-    import constrain.frontends.json_schema.compiler as js
+    import constrain.frontends.json_schema.caches as js
 
     base = '"[^"]*":'
-    a = js._exclusion_id(base, (b'"a"',))
-    assert js._exclusion_id(base, (b'"a"',)) == a  # remembered: the caches hit
+    a = js.exclusion_id(base, (b'"a"',))
+    assert js.exclusion_id(base, (b'"a"',)) == a  # remembered: the caches hit
     constrain.clear_caches()
-    b = js._exclusion_id(base, (b'"b"',))
-    assert b != a and js._exclusion_id(base, (b'"a"',)) not in (a, b)
+    b = js.exclusion_id(base, (b'"b"',))
+    assert b != a and js.exclusion_id(base, (b'"a"',)) not in (a, b)
     # and the grammars built around a forgetting stay right
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     first = compile_json_schema(schema, smollm2_vocab)

@@ -227,8 +227,11 @@ def test_argument_checks():
     lat = lattice_search(lm, (), budget=0)
     assert lat.count_paths() == 0 and lat.k_best(3) == [] and lat.sample(3, seed=0) == [] and lm.calls == 0
     assert search.lattice_search is lattice_search and search.Lattice is Lattice
-
-
+    with pytest.warns(DeprecationWarning, match="write prompt= for prompt_ids="):
+        old = lattice_search(lm, prompt_ids=(1,), budget=6)
+    assert sorted(old.paths()) == sorted(lattice_search(lm, (1,), budget=6).paths())
+    with pytest.raises(TypeError, match="prompt_ids"):  # a text prompt needs the model's prompt_ids
+        lattice_search(lm, "a text", budget=3)
 
 
 def test_default_model_small_budget(default_lm):
@@ -245,8 +248,10 @@ def test_default_model_small_budget(default_lm):
         # outputs of <= 4 tokens whose 4-gram keys include the prompt's tail never
         # merge here, so every path is exact and recomputes with the model
         # (float32 logits); a path through a merge would be an approximation by
-        # design (see search/lattice.py and test_exactness_flag_and_rescore...)
+        # design (see search/autoregressive/lattice.py and test_exactness_flag_and_rescore...)
         assert lat.is_exact(p)
         assert lat.rescore(p) == pytest.approx(lat.score(p), abs=1e-4)
     best = lat.k_best(3)
     assert best[0][0] >= best[-1][0]
+    by_text = lattice_search(lm, "Pick a number between 1 and 100.", budget=20, constraint=digits, max_new_tokens=4)
+    assert sorted(by_text.paths()) == sorted(paths) and by_text.prompt_ids == tuple(ids)

@@ -186,19 +186,23 @@ def test_lm_judge_default_model(default_lm):
 def test_batched_sampling_path_matches_logprobs(tiny_hf):
     """The step sampler's batched path over a ``TransformersLM`` (cache repeated over
     the streams, rows selected as streams end) gives the rows ``logprobs`` gives."""
-    from search.lm.transformers import TransformersLM
-    from search.reasoning.steps import _HFBackend
+    from search.lm.protocol import LogprobStreams, as_lm, open_streams
+    from search.lm.transformers import KVStreams, TransformersLM
 
     tokenizer, causal, _ = tiny_hf
     tokenizer.eos_token = "####"
     tlm = TransformersLM(causal, tokenizer, eos_token_ids=[WORDS.index("####")])
-    be = _HFBackend(tlm)
     head = (5, 6, 7, 2, 8)
-    handle, rows = be.open(head, 3)
+    streams, rows = open_streams(as_lm(tlm), head, 3)  # the adapter hands over to the model
+    assert isinstance(streams, KVStreams)
     want = tlm.logprobs([head])
     np.testing.assert_allclose(rows, np.repeat(want, 3, axis=0), atol=1e-4)
-    got = be.advance(handle, [0, 1, 2], [9, 10, 11])
+    got = streams.advance([0, 1, 2], [9, 10, 11])
     np.testing.assert_allclose(got, tlm.logprobs([head + (t,) for t in (9, 10, 11)]), atol=1e-4)
-    got = be.advance(handle, [0, 2], [4, 12])  # stream 1 ended
+    got = streams.advance([0, 2], [4, 12])  # stream 1 ended
     np.testing.assert_allclose(got, tlm.logprobs([head + (9, 4), head + (11, 12)]), atol=1e-4)
-    assert tlm.calls == 1 + 3 + 2 + (1 + 3 + 2)  # rows scored by the backend, then by logprobs
+    assert tlm.calls == 1 + 3 + 2 + (1 + 3 + 2)  # rows scored by the streams, then by logprobs
+    # any other model of the protocol: one logprobs batch per position
+    plain, rows = open_streams(judge_lm(), (1, 2), 2)
+    assert isinstance(plain, LogprobStreams) and rows.shape == (2, len(CHARS))
+    assert plain.advance([1], [3]).shape == (1, len(CHARS)) and plain.prefixes == [(1, 2), (1, 2, 3)]

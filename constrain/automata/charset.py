@@ -18,6 +18,8 @@ from typing import Iterable
 
 import numpy as np
 
+from constrain.cache import registry
+
 MAX_CODE_POINT = 0x10FFFF
 SURROGATE_LO, SURROGATE_HI = 0xD800, 0xDFFF
 
@@ -140,11 +142,14 @@ def _normalize(intervals: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], .
 _FULL = CharSet([(0, MAX_CODE_POINT)])
 
 
+@registry.register
 @functools.lru_cache(maxsize=1 << 16)
 def _single(cp: int) -> CharSet:
     return CharSet(((cp, cp),))
 
 
+# a constant (the same string for every pattern, ~50 ms to make), so not a
+# cache clear_caches() empties
 @functools.lru_cache(maxsize=1)
 def _all_scalars() -> str:
     """A string of every Unicode scalar value in order (surrogates left out)."""
@@ -159,6 +164,7 @@ def _position_to_code_point(pos: int) -> int:
     return pos if pos < SURROGATE_LO else pos + (SURROGATE_HI - SURROGATE_LO + 1)
 
 
+@registry.register
 @functools.lru_cache(maxsize=4096)
 def oracle_charset(one_char_pattern: str, flags: int) -> CharSet:
     """The exact set of scalar values ``re.fullmatch(one_char_pattern, ch, flags)``

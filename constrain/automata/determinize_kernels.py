@@ -10,9 +10,9 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.bits import bit_index
-from constrain.automata.hash_table import grow_rows, hash_words, table_probe, table_rehash
+from constrain.automata.hash_table import grow_rows, hash_ints, table_probe, table_rehash
 from constrain.automata.liveness import coreachable_dense
-from constrain.automata.minimize_kernels import moore_classes, quotient_renumber
+from constrain.automata.minimize_kernels import column_classes, moore_classes, quotient_renumber
 
 
 @njit(cache=True, nogil=True)
@@ -64,7 +64,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     htab = np.full(hcap, -1, np.int64)
     hashes = np.zeros(cap, np.uint64)
     sets[0] = clo[start]
-    hashes[0] = hash_words(sets[0])
+    hashes[0] = hash_ints(sets[0], W, 0)
     htab[hashes[0] & np.uint64(hcap - 1)] = 0
     count = 1
     moves = np.zeros((n_atoms, W), np.uint64)
@@ -95,7 +95,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
         for a in range(n_atoms):
             if not used[a]:
                 continue
-            h = hash_words(moves[a])
+            h = hash_ints(moves[a], W, 0)
             slot, found = table_probe(htab, hashes, sets, moves[a], h)
             if found < 0:
                 if count >= max_states:
@@ -162,32 +162,22 @@ def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
     for b in range(128):
         member[n_sets, b] = alphabet[b]
     edges = prog[p:].reshape(-1, 3)
-    # atoms: bytes with equal membership columns (bytes in no set have no atom)
-    atom_of = np.full(128, -1, np.int64)
-    reps = np.empty(128, np.int64)
-    n_atoms = 0
+    # atoms: bytes with equal membership columns, numbered by their first byte
+    # (bytes in no set have no atom)
+    covered = np.empty(128, np.int64)
+    n_covered = 0
     for b in range(128):
-        covered = False
         for c in range(n_sets):
             if member[c, b]:
-                covered = True
+                covered[n_covered] = b
+                n_covered += 1
                 break
-        if not covered:
-            continue
-        for j in range(n_atoms):
-            r = reps[j]
-            same = True
-            for c in range(n_sets + 1):
-                if member[c, b] != member[c, r]:
-                    same = False
-                    break
-            if same:
-                atom_of[b] = j
-                break
-        if atom_of[b] < 0:
-            reps[n_atoms] = b
-            atom_of[b] = n_atoms
-            n_atoms += 1
+    covered = covered[:n_covered]
+    cls, first = column_classes(member[:, covered])
+    atom_of = np.full(128, -1, np.int64)
+    atom_of[covered] = cls
+    reps = covered[first]
+    n_atoms = reps.shape[0]
     m = 0
     for k in range(edges.shape[0]):
         c = edges[k, 1]

@@ -11,10 +11,13 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def hash_words(words):
-    h = np.uint64(1469598103934665603)
-    for w in words:
-        h = (h ^ w) * np.uint64(1099511628211)
+def hash_ints(key, m, seed):
+    """The hash of the non-negative integers ``key[:m]`` under which the tables
+    here file them: FNV-1a over the values (not their bytes), each step mixed by
+    a shift, from the offset basis xor ``seed``."""
+    h = np.uint64(1469598103934665603) ^ np.uint64(seed)
+    for j in range(m):
+        h = (h ^ np.uint64(key[j])) * np.uint64(1099511628211)
         h ^= h >> np.uint64(29)
     return h
 

@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import _sre
 
 from constrain.automata.charset import CharSet, oracle_charset
+from constrain.cache import registry
 from constrain.errors import RegexSyntaxError, RegexTooLargeError, UnsupportedRegexError
 
 MAX_REPEAT = 10_000
@@ -432,6 +433,7 @@ class _Converter:
         raise UnsupportedRegexError(f"assertion {code} is not supported", self.pattern)
 
 
+@registry.register
 @functools.lru_cache(maxsize=1 << 16)
 def _literal_node(cp: int, flags: int) -> Chars:
     # IR nodes are never mutated, so one node per literal can be shared
@@ -453,6 +455,7 @@ def _class_set(items, flags: int) -> CharSet:
     return _class_set_cached(tuple(items), flags)
 
 
+@registry.register
 @functools.lru_cache(maxsize=1 << 14)
 def _class_set_cached(items: tuple, flags: int) -> CharSet:
     if all(op is not sre_c.CATEGORY for op, _ in items):
@@ -504,6 +507,8 @@ def _class_text(items) -> str:
     return "[" + "".join(parts) + "]"
 
 
+# two constants of this Python's Unicode database (a scan of every code point,
+# ~0.1 s), so not a cache clear_caches() empties
 @functools.lru_cache(maxsize=2)
 def _cased(ascii_only: bool) -> tuple[list[int], CharSet]:
     """The scalar values that have case (per ``re``'s own test), as a list and a set."""

@@ -90,10 +90,8 @@ class EarleyRecognizer:
         if not tables[0]:
             raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no "
                                f"string the vocabulary can spell")
-        self._meta = tables[1]
-        self._grammar = tables[2:6]
-        self._pred = list(tables[6:11])
-        self._ctx = list(tables[11:])
+        self._meta, self._grammar = tables[1], tables[2]
+        self._pred, self._ctx = list(tables[3]), list(tables[4])
         self._kernel_args()
         self._expected: dict[int, frozenset] = {}
         self._next: dict = {}
@@ -114,8 +112,17 @@ class EarleyRecognizer:
         return done.tolist()
 
     def _kernel_args(self) -> None:
-        # the kernels' array arguments as one tuple, remade when an array grows
-        # (joining the three lists per call cost ~0.4 us of a new context's ~3)
+        """The arrays as :func:`~constrain.cfg.earley_kernels.earley_next`
+        takes them, remade when an array grows (joining them per call cost ~0.4
+        us of a new context's ~3): ``meta``, the int64 counters (``M_*``), then
+        the fields of three structures (see :mod:`constrain.cfg.earley_kernels`),
+        loose (a tuple argument costs numba's dispatcher more, see there):
+
+        - ``grammar``: ``(rd_next, nullable, lhs_off, lhs_rd)``, fixed;
+        - ``pred``: ``(pred_off, pred_len, pred_sym, pred_rd, pexp)``, the
+          predictions per nonterminal (``_pred``);
+        - ``chart``: ``(c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash,
+          htab)``, the interned columns (``_ctx``)."""
         self._kargs = (self._meta, *self._grammar, *self._pred, *self._ctx)
 
     def _run(self, kernel, *args) -> int:

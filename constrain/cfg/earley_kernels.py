@@ -19,6 +19,14 @@ The recognizer's state lives in flat arrays that the kernels read and append to
   hash of its items ``c_hash[c]``, under which ``htab`` interns it;
 * ``meta``: the counters (see the ``M_*`` indices).
 
+The kernels take them as ``meta`` and three tuples, unpacked on entry:
+``grammar = (rd_next, nullable, lhs_off, lhs_rd)``, ``pred = (pred_off,
+pred_len, pred_sym, pred_rd, pexp)`` and ``chart = (c_ioff, items, c_roff,
+roots, c_exp, c_acc, c_hash, htab)``, as :func:`earley_tables` returns them;
+:func:`earley_next`, which Python calls once per new (context, terminal) pair,
+takes the same arrays loose, in that order (see there for why;
+:meth:`constrain.cfg.earley.EarleyRecognizer._kernel_args` lines them up).
+
 A kernel that runs out of room returns a ``GROW_*`` status with the size it
 needs; Python grows the arrays and calls again. Only predictions and whole
 contexts are ever written, each complete before it is published, so a call
@@ -29,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from constrain.automata.hash_table import hash_ints
 
 #: ``meta`` indices
 M_CONTEXTS = 0     # contexts so far
@@ -63,11 +73,12 @@ def _pushed(buf, n, v):
 
 
 @njit(cache=True, nogil=True)
-def _predict(x, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
-             pred_rd, pexp):
+def _predict(x, meta, grammar, pred):
     """Compute the prediction of nonterminal symbol ``x`` (the dotted rules
     predicted from it, advanced over nullable symbols) unless it is known.
     Returns the room it needs in ``pred_sym`` when that is too small, else 0."""
+    rd_next, nullable, lhs_off, lhs_rd = grammar
+    pred_off, pred_len, pred_sym, pred_rd, pexp = pred
     n_t = meta[M_N_T]
     nt = x - n_t
     if pred_off[nt] >= 0:
@@ -151,10 +162,12 @@ def _first_wait_at_least(items, lo, hi, v, rd_next, n_rd):
 
 
 @njit(cache=True, nogil=True)
-def _push_advanced(c, sym, stack, top, meta, rd_next, pred_off, pred_len, pred_sym, pred_rd,
-                   c_ioff, items, c_roff, roots):
+def _push_advanced(c, sym, stack, top, meta, grammar, pred, chart):
     """Push the items of context ``c`` that wait for ``sym``, the dot moved past
     it (predicted ones get origin ``c``); returns the new stack (and its top)."""
+    rd_next = grammar[0]
+    pred_off, pred_len, pred_sym, pred_rd, _ = pred
+    c_ioff, items, c_roff, roots, _, _, _, _ = chart
     n_rd = meta[M_N_RD]
     n_t = meta[M_N_T]
     lo = _first_wait_at_least(items, c_ioff[c], c_ioff[c + 1], sym, rd_next, n_rd)
@@ -183,25 +196,16 @@ def _push_advanced(c, sym, stack, top, meta, rd_next, pred_off, pred_len, pred_s
 
 
 @njit(cache=True, nogil=True)
-def _hash_items(buf, k, accepts):
-    h = np.uint64(1469598103934665603) ^ np.uint64(accepts)
-    for j in range(k):
-        h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
-        h ^= h >> np.uint64(29)
-    return h
-
-
-@njit(cache=True, nogil=True)
-def add_context(buf, k, root_buf, n_roots, accepts, h, slot, meta, rd_next, nullable, lhs_off,
-                lhs_rd, pred_off, pred_len, pred_sym, pred_rd, pexp, c_ioff,
-                items, c_roff, roots, c_exp, c_acc, c_hash, htab):
+def add_context(buf, k, root_buf, n_roots, accepts, h, slot, meta, grammar, pred, chart):
     """Append a context with items ``buf[:k]`` (sorted by waited symbol, then
     item) and predicted nonterminals ``root_buf[:n_roots]``; interned under
     ``slot`` of ``htab`` unless ``slot`` is negative. Returns ``(status, c)``."""
+    rd_next = grammar[0]
+    pexp = pred[4]
+    c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab = chart
     n_t = meta[M_N_T]
     for r in range(n_roots):
-        need = _predict(root_buf[r], meta, rd_next, nullable, lhs_off, lhs_rd, pred_off,
-                        pred_len, pred_sym, pred_rd, pexp)
+        need = _predict(root_buf[r], meta, grammar, pred)
         if need:
             return GROW_PRED, need
     c = meta[M_CONTEXTS]
@@ -240,19 +244,26 @@ def add_context(buf, k, root_buf, n_roots, accepts, h, slot, meta, rd_next, null
 
 @njit(cache=True, nogil=True)
 def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
-                pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc,
-                c_hash, htab):
+                pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab):
     """The context after terminal ``t`` in context ``c``: ``(DONE, context)``
     (context -1 when ``t`` is refused), or a ``GROW_*`` / ``TOO_MANY_CONTEXTS``
-    status with the size needed."""
+    status with the size needed. The arrays are ``meta`` and the fields of
+    ``grammar``, ``pred`` and ``chart`` in order."""
+    # loose arrays, not the three tuples: numba's dispatcher types a tuple
+    # argument through its generic fingerprint path (~33 ns per array inside)
+    # where a bare array takes a cached fast path, and this kernel runs once per
+    # new (context, terminal) pair: the tuples cost 0.6 us, +20% of its 3.1 us
+    # (in-process A/B over the 1,258 calls of 20 MaskBench first walks)
+    grammar = (rd_next, nullable, lhs_off, lhs_rd)
+    pred = (pred_off, pred_len, pred_sym, pred_rd, pexp)
+    chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
     if not (c_exp[c, t >> 6] >> np.uint64(t & 63)) & np.uint64(1):
         return DONE, -1
     n_rd = meta[M_N_RD]
     n_t = meta[M_N_T]
     accept_item = meta[M_ACCEPT_ITEM]
     stack = np.empty(64, np.int64)
-    stack, top = _push_advanced(c, t, stack, 0, meta, rd_next, pred_off, pred_len, pred_sym,
-                                pred_rd, c_ioff, items, c_roff, roots)
+    stack, top = _push_advanced(c, t, stack, 0, meta, grammar, pred, chart)
     # the closure: what the scanned items complete, and the items after nullable
     # symbols; ``seen`` is an open-addressing set of items
     cap = 64
@@ -293,9 +304,8 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
         if y < 0:
             if it == accept_item:
                 accepts = True
-            stack, top = _push_advanced(it // n_rd - 1, -1 - y, stack, top, meta, rd_next,
-                                        pred_off, pred_len, pred_sym, pred_rd, c_ioff, items,
-                                        c_roff, roots)
+            stack, top = _push_advanced(it // n_rd - 1, -1 - y, stack, top, meta, grammar, pred,
+                                        chart)
         else:
             inc = _pushed(inc, k, it)
             k += 1
@@ -309,7 +319,7 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
         syms[j] = rd_next[buf[j] % n_rd]
     order = np.argsort(syms, kind="mergesort")
     buf = buf[order]
-    h = _hash_items(buf, k, accepts)
+    h = hash_ints(buf, k, accepts)
     mask = htab.shape[0] - 1
     slot = h & np.uint64(mask)
     while htab[slot] >= 0:
@@ -334,9 +344,8 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
             root_buf[n_roots] = y
             n_roots += 1
             last = y
-    return add_context(buf, k, root_buf, n_roots, accepts, h, np.int64(slot), meta, rd_next,
-                       nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym, pred_rd, pexp,
-                       c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
+    return add_context(buf, k, root_buf, n_roots, accepts, h, np.int64(slot), meta, grammar,
+                       pred, chart)
 
 
 @njit(cache=True, nogil=True)
@@ -407,9 +416,8 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
     made. Rules using a symbol that derives nothing ``term_ok`` allows are left
     out when ``check_productive`` (else every rule is known productive).
 
-    Returns ``(ok, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len,
-    pred_sym, pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash,
-    htab)``; ``ok`` is false when the start symbol derives nothing."""
+    Returns ``(ok, meta, grammar, pred, chart)`` (the tuples of the module
+    docstring); ``ok`` is false when the start symbol derives nothing."""
     n_r = lhs.shape[0]
     n_sym = lhs[n_r - 1] + 1  # the augmented start symbol is the last
     rule_ok = np.ones(n_r, np.bool_)
@@ -464,6 +472,8 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
     c_acc = np.zeros(cap, np.uint8)
     c_hash = np.zeros(cap, np.uint64)
     htab = np.full(4 * cap, -1, np.int64)
+    grammar = (rd_next, nullable, lhs_off, lhs_rd)
+    chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
     if ok:
         # context 0: nothing read, the start symbol predicted (not interned: a
         # column with no items and nothing predicted is another context).
@@ -471,14 +481,12 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
         start = np.empty(1, np.int64)
         start[0] = n_t + n_sym - 1
         while True:
+            pred = (pred_off, pred_len, pred_sym, pred_rd, pexp)
             status, need = add_context(start[:0], 0, start, 1, nullable[n_sym - 1], np.uint64(0), -1,
-                                    meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len,
-                                    pred_sym, pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp,
-                                    c_acc, c_hash, htab)
+                                       meta, grammar, pred, chart)
             if status == DONE:
                 break
             # nothing is written before the room is checked
             pred_sym = np.empty(max(2 * pred_sym.shape[0], need), np.int64)
             pred_rd = np.empty(pred_sym.shape[0], np.int64)
-    return (ok, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym, pred_rd,
-            pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
+    return ok, meta, grammar, (pred_off, pred_len, pred_sym, pred_rd, pexp), chart

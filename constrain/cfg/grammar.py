@@ -34,46 +34,71 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
-from constrain.runtime.bitmask import _last_rows, numpy_view, row_views, row_writer
-from constrain.automata.char_dfa import DEFAULT_MAX_STATES
+from constrain.runtime.bitmask import numpy_view, row_views, row_writer
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
 from constrain.cfg.ir import GrammarIR
-from constrain.frontends.lark import load_lark_grammar
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
+from constrain.limits import Limits
 from constrain.protocol import Constraint
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
 
+if TYPE_CHECKING:
+    from constrain.compiler import Compiler
+
 TERMINATED = -1
-DEFAULT_MASK_CACHE_BYTES = 256 * 1024 * 1024
+_DEFAULT = Limits()
 
 
 class GrammarConstraint(Constraint):
     """A context-free grammar over a vocabulary. Build it with
-    :func:`compile_grammar` (or :func:`constrain.compile_json_schema`).
+    :func:`compile_grammar`, :func:`constrain.compile_json_schema` or a
+    :class:`constrain.Compiler`.
 
     States are hashable tuples ``(fresh, ((context, lexer_state), ...))``, or
     ``-1`` after EOS; they are immutable, so search can fork them freely.
+
+    The budgets are the grammar fields of :class:`constrain.Limits`.
+    ``compiler``: the :class:`constrain.Compiler` whose caches of terminal
+    automata and lexer walks the grammar uses (it keeps it); by default the
+    vocabulary's default compiler (:func:`constrain.compiler.default_compiler`).
     """
 
     def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, source: str = "",
-                 max_states: int = DEFAULT_MAX_STATES, time_budget: float = 30.0,
-                 max_contexts: int = 2_000_000, max_width: int = 256,
-                 mask_cache_bytes: int = DEFAULT_MASK_CACHE_BYTES):
+                 max_states: int = _DEFAULT.max_states, time_budget: float = _DEFAULT.time_budget,
+                 max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
+                 mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
+                 compiler: Compiler | None = None):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+        if compiler is None:
+            # here, not at the top: the compiler module builds on this one
+            from constrain.compiler import default_compiler
+
+            compiler = default_compiler(vocab)
+            # a compiler checked the budgets it passes; these come from the
+            # caller. Not time_budget: a front end passes what its translation
+            # left, which may be nothing (the first deadline check then fails)
+            _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
+                             max_width=max_width, mask_cache_bytes=mask_cache_bytes)
+        elif compiler.vocab is not vocab and compiler.vocab != vocab:
+            raise ConstraintError(f"the compiler is for the vocabulary {compiler.vocab.name}, "
+                                  f"not {vocab.name}")
         deadline = time.perf_counter() + time_budget
         self.vocab = vocab
         self.ir = ir
         self.source = source
+        self.compiler = compiler
         self.trie = trie = TokenTrie.of(vocab)
         self.words = (len(vocab) + 31) // 32
-        self.terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline)
+        self.terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,
+                                      compiler=compiler)
         self.parser = EarleyRecognizer(ir, self.terms.usable, max_contexts=max_contexts)
         self.lexer = LexerTables(self.terms, ir.n_terminals, trie, words32=self.words,
                                  max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
@@ -301,7 +326,6 @@ class GrammarConstraint(Constraint):
         return row
 
     def _boundaries(self, c: int, nodes, states, row) -> None:
-        t = self.trie
         lex = self.lexer
         # the first boundary of every node, resolved up front: most kernel calls
         # then run to the end
@@ -310,12 +334,12 @@ class GrammarConstraint(Constraint):
                 c2 = self._next(c, term)
                 if c2 >= 0:
                     self._start(c2)
+        trie = self.trie.kernel_arrays()[0]
         j = 0
         while True:
             status, a, b, j = gk.boundary_walk(
                 lex.trans, lex.acc, self._ctx_next, self._ctx_start, self._ignore_bits,
-                nodes, states, c, j, t.byte, t.depth, t.skip, t.tok_start, t.tok_end, t.order,
-                t.max_depth, self.max_width, row)
+                nodes, states, c, j, *trie, self.max_width, row)
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_NEXT:
@@ -342,7 +366,7 @@ class GrammarConstraint(Constraint):
             else:
                 last[1][row][:] = w
             return
-        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        rows = row_views(bitmask)
         if rows is not None and len(rows[0]) == 4 * self.words:
             self._last_fill = (bitmask, rows)
             self.fill_bitmask(state, bitmask, row)
@@ -386,9 +410,10 @@ class GrammarConstraint(Constraint):
 
 
 def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
-                    max_states: int = DEFAULT_MAX_STATES, time_budget: float = 30.0,
-                    max_contexts: int = 2_000_000, max_width: int = 256,
-                    mask_cache_bytes: int = DEFAULT_MASK_CACHE_BYTES) -> GrammarConstraint:
+                    max_states: int = _DEFAULT.max_states,
+                    time_budget: float = _DEFAULT.time_budget,
+                    max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
+                    mask_cache_bytes: int = _DEFAULT.mask_cache_bytes) -> GrammarConstraint:
     """Compile a context-free grammar in Lark syntax into a token-level constraint.
 
     The language is what ``lark.Lark(text, parser="earley",
@@ -409,14 +434,22 @@ def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
         max_width: limit on the ways one token may be split between terminals.
         mask_cache_bytes: memory for cached masks.
 
+    The budgets override those of the vocabulary's default compiler
+    (:func:`constrain.compiler.default_compiler`), whose caches the grammar
+    shares; :meth:`constrain.Compiler.compile_grammar` is the same with a
+    compiler of your own.
+
     Raises:
         GrammarError: bad grammar, with line and column where lark gives them.
         GrammarTooComplexError: a limit was exceeded.
+        InvalidLimitError: a budget is not a positive number.
     """
-    ir = load_lark_grammar(source, start=start)
-    return GrammarConstraint(ir, vocab, source=ir.source, max_states=max_states,
-                             time_budget=time_budget, max_contexts=max_contexts,
-                             max_width=max_width, mask_cache_bytes=mask_cache_bytes)
+    # here, not at the top: the compiler module builds on this one
+    from constrain.compiler import default_compiler
+
+    return default_compiler(vocab).compile_grammar(
+        source, start, max_states=max_states, time_budget=time_budget,
+        max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes)
 
 
 __all__ = ["GrammarConstraint", "compile_grammar", "TERMINATED"]

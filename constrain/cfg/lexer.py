@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
+from constrain.cache import BoundedCache, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              builtin_template)
@@ -36,49 +38,48 @@ from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
+if TYPE_CHECKING:
+    from constrain.compiler import Compiler
+
 _IGNORECASE = int(re.IGNORECASE)  # an int: RegexFlag operations run the enum module's Python
-_DFA_CACHE: OrderedDict = OrderedDict()
-_DFA_CACHE_SIZE = 4096
-_TERMINAL_UIDS: dict = {}
 
 
-def terminal_uid(term: Terminal, alphabet: np.ndarray | bytes) -> int:
-    """A process-wide id of a terminal's automaton (same pattern, flags and
-    alphabet → same id), so that lexer states can be recognised across grammars.
-    ``alphabet``: the 256 booleans, or their ``tobytes()``."""
-    key = (term.pattern, term.flags, term.literal,
-           alphabet if isinstance(alphabet, bytes) else alphabet.tobytes())
-    uid = _TERMINAL_UIDS.get(key)
-    if uid is None:
-        uid = _TERMINAL_UIDS[key] = len(_TERMINAL_UIDS)
-    return uid
+def terminal_key(term: Terminal, alphabet_key: bytes) -> tuple:
+    """What names a terminal's automaton across grammars: its pattern, flags and
+    literal, and the alphabet (``alphabet.tobytes()``) it is built over. The key
+    of a compiler's terminal ids (:meth:`constrain.Compiler.terminal_id`)."""
+    return (term.pattern, term.flags, term.literal, alphabet_key)
 
 
-def clear_caches() -> None:
-    """Drop the process-wide cache of terminal automata (compiled grammars keep
-    what they use). Benchmarks call it to time each grammar cold; a server may
-    call it to release memory."""
-    _DFA_CACHE.clear()
+def automaton_bytes(key, dfa) -> int:
+    """What a cached terminal automaton costs: its tables and its key (the
+    pattern can be long: an enum of many strings)."""
+    size = len(key[0]) + len(key[3]) + 64
+    return size if dfa is False else size + dfa.transitions.nbytes + dfa.accepting.nbytes
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
-                 deadline: float | None, exclusion: tuple | None = None) -> ByteDFA | None:
+                 deadline: float | None, exclusion: tuple | None = None,
+                 cache: BoundedCache | None = None) -> ByteDFA | None:
     """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
-    no string the alphabet can spell. Cached across grammars (JSON Schemas reuse
-    the same few terminals).
+    no string the alphabet can spell.
 
     ``exclusion``: ``(pattern, prefixes)`` when the terminal is the language of
     ``pattern`` less the strings starting with one of ``prefixes`` (bytes); its
     own pattern is then only a name for that language (see
-    :attr:`GrammarIR.exclusions`)."""
-    key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
-    hit = _DFA_CACHE.get(key)
-    if hit is not None:
-        _DFA_CACHE.move_to_end(key)
-        return hit[0]
+    :attr:`GrammarIR.exclusions`).
+
+    ``cache``: where the automata are kept across grammars (a compiler's
+    ``terminal_automata``: JSON Schemas reuse the same few terminals), keyed by
+    the terminal, the alphabet and ``max_states``; ``None`` builds it afresh."""
+    if cache is not None:
+        key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit or None
     if exclusion is not None:
         base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
-                            deadline=deadline)
+                            deadline=deadline, cache=cache)
         dfa = minus_prefixes(base, exclusion[1]) if base is not None else False
     elif term.literal is not None:
         dfa = _literal_dfa(term.literal, term.flags, alphabet)
@@ -111,9 +112,8 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if dfa is not False and dfa.accepting[1]:
         raise GrammarError(f"terminal {term.name} matches the empty string "
                            f"(pattern {term.pattern[:80]!r}); terminals must consume input")
-    _DFA_CACHE[key] = (dfa or None,)
-    if len(_DFA_CACHE) > _DFA_CACHE_SIZE:
-        _DFA_CACHE.popitem(last=False)
+    if cache is not None:
+        cache.put(key, dfa or False)  # False: "no DFA", which a miss cannot say
     return dfa or None
 
 
@@ -249,14 +249,31 @@ def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None 
 class TerminalAutomata:
     """The byte DFAs of a grammar's terminals, stacked into one table (terminal
     ``t`` owns rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1 start).
-    ``usable[t]`` is false for a terminal the vocabulary cannot spell."""
+    ``usable[t]`` is false for a terminal the vocabulary cannot spell.
+
+    ``kernel_arrays`` is the table as the lexer kernels take it: ``(table,
+    offsets, accepting, usable)`` -- the stacked ``[rows, 256]`` int32
+    transitions (local states), the ``[n_terminals + 1]`` int64 row offsets,
+    per row whether it accepts, per terminal whether it is usable.
+
+    With a ``compiler``, the automata come from its cache of them, ``uids``
+    are its ids of the terminals, and ``walks`` is its cache of lexer walks,
+    whose keys those ids make (:class:`LexerTables`); without one, the ids are
+    this grammar's own and ``walks`` is ``None``: nothing is shared."""
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
-                 deadline: float | None):
+                 deadline: float | None, compiler: Compiler | None = None):
         n_t = ir.n_terminals
         self.usable = usable = np.zeros(n_t, dtype=np.bool_)
         alphabet_key = alphabet.tobytes()
-        self.uids = [terminal_uid(term, alphabet_key) for term in ir.terminals]
+        if compiler is None:
+            self.uids = list(range(n_t))
+            self.walks = automata = None
+        else:
+            self.uids = [compiler.terminal_id(terminal_key(term, alphabet_key))
+                         for term in ir.terminals]
+            self.walks = compiler.lexer_walks
+            automata = compiler.terminal_automata
         # literals (most of a JSON Schema's terminals: member names,
         # punctuation), JSON lexemes and "any key but the declared ones" are
         # operations of one kernel (write_terminal_table), which writes
@@ -332,7 +349,7 @@ class TerminalAutomata:
                     part = lex
             if op is None and part is None:
                 part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
-                                    exclusion=excl)
+                                    exclusion=excl, cache=automata)
             if op is None:
                 size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
                     else part.transitions.shape[0]
@@ -363,6 +380,7 @@ class TerminalAutomata:
                 part.write(table[o:o + size], acc[o:o + size])
                 if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
                     table[o:o + size, ~alphabet] = 0
+        self.kernel_arrays = (table, self.offsets, acc, usable)
 
 
 class LexerTables:
@@ -372,6 +390,7 @@ class LexerTables:
         trans: ``[n, 256]`` int32, global lexer states (0 dead).
         acc: ``[n, W]`` uint64 bitsets of the terminals accepting in each state.
         has_acc: ``[n]`` whether some terminal accepts.
+        kernel_arrays: the tables as the kernels take them (see :meth:`_pack`).
     """
 
     def __init__(self, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
@@ -423,21 +442,18 @@ class LexerTables:
         self._row_byte.fill(-2)
         self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
-        self._shared = (trie_cache(trie) if len(set(terms.uids)) == len(terms.uids)
-                        else _RowCache(max_rows_bytes))
+        self._shared = terms.walks if len(set(terms.uids)) == len(terms.uids) else None
         self._acc_lists: dict[int, tuple[int, ...]] = {}
         #: names this grammar's states across grammars; a shared walk keeps it
         #: (not this object), so that the walk stays usable after the grammar is gone
         self._names = _StateNames(self.pairs, self.poff, terms.uids)
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
-        self._scratch = None
-        below, tok_before = trie.subtree_bytes()
-        # lexer_walk's trie arguments, looked up once (a first visit paid ~2 us
-        # of attribute and method look-ups for them)
-        self._trie_args = (trie.byte, trie.depth, trie.skip, trie.node_tok, below, tok_before,
-                           trie.order, trie.max_depth, trie.full_row(), trie.subtree_height(),
-                           trie.first, trie.utf8_below())
+        #: count_run's search stacks, one entry per state (lexer_walk's scratch)
+        self._scratch = np.empty((3, cap), dtype=np.int32)
+        self._trie_arrays = trie.kernel_arrays()
+        self._below = trie.subtree_bytes()[0]
+        self._pack()
         self.words32 = words32
         self._max_rows = max(64, max_rows_bytes // (4 * words32))
 
@@ -458,14 +474,13 @@ class LexerTables:
         (uint64 words, bit ``t & 63`` of word ``t >> 6`` for terminal ``t``: a
         parser's expected set and the ``%ignore`` terminals), not cached (the
         caller keys it)."""
-        terms = self.terms
+        terms = self.terms.kernel_arrays
         n0 = self.n
         while True:
+            states, index, _ = self.kernel_arrays
             status, self.n, self._expanded, g = gk.expand_start(
-                expected, extra, terms.usable, n0, terms.table, terms.offsets, terms.accepting,
-                self.n, self._expanded, self.max_states, self.pairs, self.poff, self._hashes,
-                self._htab, self._single, self._row_byte, self.trans, self.acc, self.has_acc,
-                self.loops, self.walk_flags, self._trie_args[4], self.reads_utf8)
+                terms, states, index, self._below, expected, extra, n0, self.n, self._expanded,
+                self.max_states)
             if status == gk.EXPAND_DONE:
                 self._names.n = self.n
                 return int(g)
@@ -478,6 +493,7 @@ class LexerTables:
                 grown = np.zeros(2 * self.pairs.shape[0] + 2 * self.n_terminals, dtype=np.int32)
                 grown[:self.pairs.shape[0]] = self.pairs
                 self.pairs = self._names.pairs = grown
+            self._pack()
 
     def _grow(self, need: int) -> None:
         cap = self.trans.shape[0]
@@ -502,6 +518,32 @@ class LexerTables:
         poff[:self.poff.shape[0]] = self.poff
         self.poff = self._names.poff = poff
         self._htab = table_rehash(self._hashes, self.n, 2 * cap)
+        self._scratch = np.empty((3, cap), dtype=np.int32)
+
+    def _pack(self) -> None:
+        """Group the tables into ``kernel_arrays``, the tuples the lexer kernels
+        take (:mod:`constrain.cfg.lexer_kernels`), again whenever one of them is
+        replaced by a larger one: ``(states, index, memos)``.
+
+        ``states``, per lexer state: ``(trans, acc, has_acc, loops, walk_flags,
+        reads_utf8)`` (see the attributes).
+
+        ``index``, the lexer states by their pairs: ``(pairs, poff, hashes,
+        htab, single, row_byte)`` -- the pair lists; per state the hash of its
+        pairs; the open-addressing table over those hashes (-1 free); per
+        terminal row ``offsets[t] + s``, the state where only that pair is
+        alive (-1 not yet known), and the row's one live byte (-1 several, -2
+        not yet known, -3 none).
+
+        ``memos``, per lexer state, the walk's counted runs
+        (:func:`~constrain.cfg.lexer_kernels.count_run`): ``(run, good, live,
+        scratch)`` -- the run length (-1 not yet known), its bytes and the ASCII
+        bytes the state takes (128 bits each; ``live[s, 2]`` is 1 once known),
+        and the ``[3, n]`` int32 stacks of the search."""
+        self.kernel_arrays = (
+            (self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.reads_utf8),
+            (self.pairs, self.poff, self._hashes, self._htab, self._single, self._row_byte),
+            (self.run, self.good, self.live, self._scratch))
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
         """The terminals that may end in lexer state ``s``."""
@@ -521,58 +563,45 @@ class LexerTables:
         """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
         inside the current terminals (uint32 words) and the trie nodes where a
         terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
-        Computed on first use and kept in an LRU; the walk itself is shared by
-        every grammar over the same vocabulary that has this lexer state."""
+        Computed on first use and kept in an LRU; the walk itself is shared, in
+        the compiler's cache of walks, by every grammar of the compiler that has
+        this lexer state.
+
+        A shared walk is ``(row, nodes, states, origin)``: ``states`` in the
+        ids of the grammar that walked it, whose :class:`_StateNames` is
+        ``origin``, or, once another grammar has used it, ``(which, keys)``
+        with ``origin`` ``None`` (see :func:`_named_states`). An entry is
+        never changed in place, only replaced, so a thread that read one
+        reads it whole."""
         hit = self._rows.get(s)
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        key = self._names.key(s)
+        shared = self._shared
         states = None
-        shared = self._shared.get(key)
         if shared is not None:
-            row, nodes, states, origin = shared
-            if origin is not None:
-                # first use outside the grammar that walked it: name the boundary
-                # states by their keys (done lazily: most walks are never shared,
-                # and naming every boundary state cost ~7 us per first visit).
-                # A walk's hundreds of boundary nodes hold a few distinct states:
-                # each is named once, the nodes point at them. The names come from
-                # the walking grammar's _StateNames, alive while its walks are
-                # cached: with a weak reference to the grammar instead, every walk
-                # of a grammar dropped before the next compile (a server's usual
-                # case) was discarded on its first reuse, then walked again
+            key = self._names.key(s)
+            entry = shared.get(key)
+            if entry is not None:
+                row, nodes, states, origin = entry
                 if origin is not self._names:
-                    if len(states) > 64:  # np.unique: ~5 us, then C speed
-                        uniq, which = np.unique(states, return_inverse=True)
-                        uniq, which = uniq.tolist(), which.astype(np.int32)
-                    else:
-                        slot: dict = {}
-                        which = np.array([slot.setdefault(x, len(slot))
-                                          for x in states.tolist()], dtype=np.int32)
-                        uniq = slot
-                    shared[2] = (which, tuple(origin.key(x) for x in uniq))
-                    shared[3] = None
-            if shared[3] is None:
-                which, keys = shared[2]
-                local = [self._local_id(k) for k in keys]
-                states = np.array(local, dtype=np.int32)[which] if len(which) \
-                    else np.zeros(0, dtype=np.int32)
+                    if origin is not None:
+                        states = _named_states(states, origin)
+                        shared.put(key, (row, nodes, states, None))
+                    which, keys = states
+                    local = [self._local_id(k) for k in keys]
+                    states = np.array(local, dtype=np.int32)[which] if len(which) \
+                        else np.zeros(0, dtype=np.int32)
         if states is None:
             t = self.trie
-            scratch = self.trans.shape[0]
-            if self._scratch is None or self._scratch.shape[1] < scratch:
-                self._scratch = np.empty((3, scratch), dtype=np.int32)
-            stk, pos, best = self._scratch
-            tb, td, ts, tn, below, tok_before, order, max_depth, full, height, first, utf8 = \
-                self._trie_args
-            row, nodes, states = gk.lexer_walk_rows(
-                self.trans.reshape(-1), self.walk_flags, self.loops, s, tb, td, ts, tn, below,
-                tok_before, order, max_depth, full, height, self.run, self.good, self.live, stk,
-                pos, best, first, utf8, self.reads_utf8, t.row_words, self.words32)
+            lexer_states, _, memos = self.kernel_arrays
+            trie, summaries = self._trie_arrays
+            row, nodes, states = gk.lexer_walk_rows(lexer_states, memos, trie, summaries, s,
+                                                    t.row_words, self.words32)
             if t.has_duplicates:
                 t.add_duplicates(row)
-            self._shared.put(key, [row, nodes, states, self._names])
+            if shared is not None:
+                shared.setdefault(key, (row, nodes, states, self._names))
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
@@ -590,7 +619,7 @@ class LexerTables:
             of_uid = self._term_of_uid
             local = sorted(zip([of_uid[u] for u in shared_key[0::2]], shared_key[1::2]))
             buf = np.asarray(local, dtype=np.int32).reshape(-1)
-            hit = int(gk.find_state(self.pairs, self.poff, self._hashes, self._htab, buf))
+            hit = int(gk.find_state(self.kernel_arrays[1], buf))
             if hit < 0:
                 raise AssertionError(f"lexer state {shared_key} is not in this grammar")
             self._local_ids[shared_key] = hit
@@ -638,46 +667,42 @@ class _StateNames:
         return hit
 
 
-class _RowCache:
-    """An LRU of lexer-state walks bounded in bytes, shared by the grammars of one
-    vocabulary."""
+def _named_states(states: np.ndarray, origin: _StateNames) -> tuple[np.ndarray, tuple]:
+    """A shared walk's boundary states, ``states`` in the ids of the grammar
+    that walked it (named by ``origin``), as ``(which, keys)``: node ``i``'s
+    state has the key ``keys[which[i]]``.
 
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.items: OrderedDict = OrderedDict()
-
-    def get(self, key):
-        hit = self.items.get(key)
-        if hit is not None:
-            self.items.move_to_end(key)
-        return hit
-
-    def put(self, key, value) -> None:
-        if key in self.items:
-            return
-        self.items[key] = value
-        self.bytes += value[0].nbytes + value[1].nbytes
-        while self.bytes > self.max_bytes and len(self.items) > 1:
-            _, old = self.items.popitem(last=False)
-            self.bytes -= old[0].nbytes + old[1].nbytes
-
-
-SHARED_ROWS_BYTES = 512 * 1024 * 1024
+    Done on a walk's first use outside that grammar, not when it is walked:
+    most walks are never shared, and naming every boundary state cost ~7 us per
+    first visit. A walk's hundreds of boundary nodes hold a few distinct
+    states, each named once. The names come from the walking grammar's
+    :class:`_StateNames`, alive while its walks are cached: with a weak
+    reference to the grammar instead, every walk of a grammar dropped before
+    the next compile (a server's usual case) was discarded on its first reuse,
+    then walked again."""
+    if len(states) > 64:  # np.unique: ~5 us, then C speed
+        uniq, which = np.unique(states, return_inverse=True)
+        uniq, which = uniq.tolist(), which.astype(np.int32)
+    else:
+        slot: dict = {}
+        which = np.array([slot.setdefault(x, len(slot)) for x in states.tolist()],
+                         dtype=np.int32)
+        uniq = slot
+    return which, tuple(origin.key(x) for x in uniq)
 
 
-def trie_cache(trie: TokenTrie) -> _RowCache:
-    """The shared walk cache of a vocabulary's trie."""
-    cache = getattr(trie, "_lexer_rows", None)
-    if cache is None:
-        cache = trie._lexer_rows = _RowCache(SHARED_ROWS_BYTES)
-    return cache
+def walk_bytes(key: tuple, entry: tuple) -> int:
+    """What a shared walk costs (:meth:`LexerTables.walk`): its key, row, nodes
+    and states. Its ``origin`` is not counted: one per grammar, shared by all
+    of that grammar's walks, and cut to the states in use once the grammar is
+    gone (:meth:`_StateNames.compact`)."""
+    row, nodes, states, _ = entry
+    if isinstance(states, tuple):  # (which, keys)
+        states = states[0].nbytes + nbytes(states[1])
+    else:
+        states = states.nbytes
+    return nbytes(key) + row.nbytes + nodes.nbytes + states
 
 
-def compile_terminals(ir: GrammarIR, trie: TokenTrie, *, max_states: int,
-                      deadline: float | None) -> TerminalAutomata:
-    """The terminal automata of ``ir`` over the bytes the vocabulary can spell."""
-    return TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline)
-
-
-__all__ = ["LexerTables", "TerminalAutomata", "compile_terminals", "terminal_dfa"]
+__all__ = ["LexerTables", "TerminalAutomata", "terminal_dfa", "terminal_key", "automaton_bytes",
+           "walk_bytes"]

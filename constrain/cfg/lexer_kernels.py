@@ -8,6 +8,15 @@ terminals whose automaton accepts there. Parser contexts are ``int32`` ids;
 computed) and ``ctx_start[c]`` the lexer state that starts the next terminal
 (-2: not yet computed). A kernel that meets a -2 stops and reports it, Python fills
 the entry in, and the kernel runs again: the tables only ever grow.
+
+The kernels called from Python take each structure as one tuple of arrays,
+built and documented by the object that owns it, and unpack it on entry:
+``terms`` (:attr:`constrain.cfg.lexer.TerminalAutomata.kernel_arrays`), the
+lexer's ``states``, ``index`` and ``memos``
+(:meth:`constrain.cfg.lexer.LexerTables._pack`), the token ``trie``
+and its ``summaries`` (:meth:`constrain.vocab.trie.TokenTrie.kernel_arrays`).
+:func:`boundary_walk`, called far more often for far less work, takes its
+arrays loose (see there).
 """
 
 from __future__ import annotations
@@ -17,20 +26,12 @@ from numba import njit
 
 from constrain.vocab.trie_kernels import utf8_next
 from constrain.automata.bits import bit_index
+from constrain.automata.hash_table import hash_ints
 
 NEED_NONE = 0
 NEED_NEXT = 1
 NEED_START = 2
 OVERFLOW = 3
-
-
-@njit(cache=True, nogil=True)
-def _hash_pairs(buf, m):
-    h = np.uint64(1469598103934665603)
-    for j in range(m):
-        h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
-        h ^= h >> np.uint64(29)
-    return h
 
 
 @njit(cache=True, nogil=True)
@@ -55,11 +56,12 @@ def _probe(htab, hashes, pairs, poff, buf, m, h):
 
 
 @njit(cache=True, nogil=True)
-def find_state(pairs, poff, hashes, htab, buf):
+def find_state(index, buf):
     """The lexer state whose alive (terminal, local state) pairs, flattened and
     sorted by terminal, are ``buf``; -1 when there is none."""
+    pairs, poff, hashes, htab, _, _ = index
     m = buf.shape[0]
-    return _probe(htab, hashes, pairs, poff, buf, m, _hash_pairs(buf, m))[1]
+    return _probe(htab, hashes, pairs, poff, buf, m, hash_ints(buf, m, 0))[1]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -81,13 +83,15 @@ EXPAND_OVERFLOW = 2
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rename_row(tab, offsets, t, s, skip, d, n, max_states, buf, pairs, poff, hashes, htab,
-                single, trans, loops):
+def _rename_row(terms, states, index, t, s, skip, d, n, max_states, buf):
     """Row ``d`` of ``trans`` as terminal ``t``'s row ``s`` alone, on every byte
     not in ``skip``: each successor ``(t, s2)`` renamed to its lexer state, added
     when new; runs of bytes with one target are renamed once (~5x faster than
     combining pairs byte by byte). Sets ``loops[d]`` for those bytes. Returns
     ``(status, n, looped)``, ``status`` as :func:`expand_states` reports room."""
+    tab, offsets, _, _ = terms
+    trans, _, _, loops, _, _ = states
+    pairs, poff, hashes, htab, single, _ = index
     off = offsets[t]
     row = off + s
     last_s2 = -1
@@ -103,7 +107,7 @@ def _rename_row(tab, offsets, t, s, skip, d, n, max_states, buf, pairs, poff, ha
             if g < 0:
                 buf[0] = t
                 buf[1] = s2
-                h = _hash_pairs(buf, 2)
+                h = hash_ints(buf, 2, 0)
                 slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
                 if g < 0:
                     if n >= max_states:
@@ -121,8 +125,7 @@ def _rename_row(tab, offsets, t, s, skip, d, n, max_states, buf, pairs, poff, ha
 
 
 @njit(cache=True, nogil=True)
-def expand_states(tab, offsets, accepting, start, n, d, max_states,
-                  pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags):
+def expand_states(terms, states, index, start, n, d, max_states):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
     sorted by terminal) and every state it reaches to the global tables, running
     the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
@@ -139,9 +142,12 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
     string's thousands of states, every successor is one, and the array lookup
     replaces the hash probe. ``row_byte`` (per terminal row, see below) is
     filled in as rows are met."""
+    tab, offsets, accepting, _ = terms
+    trans, acc, has_acc, loops, flags, _ = states
+    pairs, poff, hashes, htab, single, row_byte = index
     cap = trans.shape[0]
     m0 = start.shape[0]
-    h0 = _hash_pairs(start, m0)
+    h0 = hash_ints(start, m0, 0)
     slot, g0 = _probe(htab, hashes, pairs, poff, start, m0, h0)
     if g0 < 0:
         if n >= max_states:
@@ -188,7 +194,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                     if g < 0:
                         buf[0] = t
                         buf[1] = s2
-                        h = _hash_pairs(buf, 2)
+                        h = hash_ints(buf, 2, 0)
                         slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
                         if g < 0:
                             if n >= max_states:
@@ -248,10 +254,9 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
             # loop ran every pair on every byte: ~1.2 us per state, and a
             # Kubernetes object's names made 200 of them in one first visit)
             if n_wide == 1:
-                status, n, looped = _rename_row(tab, offsets, pairs[base + wide],
+                status, n, looped = _rename_row(terms, states, index, pairs[base + wide],
                                                 pairs[base + wide + 1], live, d, n, max_states,
-                                                buf, pairs, poff, hashes, htab, single, trans,
-                                                loops)
+                                                buf)
                 if status != EXPAND_DONE:
                     return status, n, d, g0
             else:
@@ -293,7 +298,7 @@ def expand_states(tab, offsets, accepting, start, n, d, max_states,
                     continue
             g = single[offsets[buf[0]] + buf[1]] if k == 2 else -1
             if g < 0:
-                h = _hash_pairs(buf, k)
+                h = hash_ints(buf, k, 0)
                 slot, g = _probe(htab, hashes, pairs, poff, buf, k, h)
             if g < 0:
                 if n >= max_states:
@@ -371,7 +376,7 @@ def _covers(good, x, s):
 
 
 @njit(cache=True, nogil=True)
-def count_run(trans, flags, s0, cap, run, good, live, stk, pos, best):
+def count_run(trans, flags, memos, s0, cap):
     """``run[s0]``: a length ``r <= cap`` such that every string of at most ``r``
     bytes from ``good[s0]`` leads from ``s0`` through states where no terminal
     ends, that take the same ASCII bytes as ``s0`` -- so a token subtree no
@@ -382,12 +387,14 @@ def count_run(trans, flags, s0, cap, run, good, live, stk, pos, best):
     ``r(s) = min(cap, 1 + min over good bytes b of r'(t))``, ``t`` the successor,
     where ``r'(t) = r(t)`` when ``good[t]`` covers ``good[s]``, else 0. Computed
     by an iterative depth-first search, memoised in ``run`` (states of a cycle
-    met again count 0: a lower bound, hence still sound); ``stk``, ``pos``,
-    ``best`` are scratch of one entry per lexer state. ``flags`` as for
-    :func:`lexer_walk` (1: some terminal ends)."""
+    met again count 0: a lower bound, hence still sound); ``memos`` holds
+    ``run``, ``good``, the per-state ASCII bytes taken and the scratch of the
+    search. ``flags`` as for :func:`lexer_walk` (1: some terminal ends)."""
+    run, good, live, scratch = memos
     if run[s0] >= 0:
         return run[s0]
     _set_good(trans, flags, s0, live, good)
+    stk, pos, best = scratch[0], scratch[1], scratch[2]
     top = 0
     stk[0] = s0
     pos[0] = 0
@@ -435,10 +442,10 @@ MIN_RUN = 8
 
 
 @njit(cache=True, nogil=True)
-def _classify(trans, flags, s, cap, run, good, live, stk, pos, best):
+def _classify(trans, flags, memos, s, cap):
     """Turn ``flags[s]`` from 0 (neither ends nor loops) into 3 (a counted run of
     at least ``MIN_RUN`` bytes, see :func:`count_run`) or 4 (plain); returns it."""
-    r = count_run(trans, flags, s, cap, run, good, live, stk, pos, best)
+    r = count_run(trans, flags, memos, s, cap)
     f = 3 if r >= MIN_RUN else 4
     flags[s] = f
     return f
@@ -491,19 +498,19 @@ def _reads_utf8(trans, flags, s, below):
 
 
 @njit(cache=True, nogil=True)
-def settle_reads_utf8(trans, flags, reads_utf8, below, lo, hi):
+def settle_reads_utf8(states, below, lo, hi):
     """:func:`_reads_utf8` for the loop states ``lo:hi`` (``flags`` 2) not yet
     settled: run after each build (flag 2 is only set there), so that
     :func:`lexer_walk` only reads the memo."""
+    trans2, _, _, _, flags, reads_utf8 = states
+    trans = trans2.reshape(-1)
     for s in range(lo, hi):
         if flags[s] == 2 and reads_utf8[s] < 0:
             reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
 
 
 @njit(cache=True, nogil=True)
-def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, n, d, max_states,
-                 pairs, poff, hashes, htab, single, row_byte, trans, acc, has_acc, loops, flags,
-                 below, reads_utf8):
+def expand_start(terms, states, index, below, expected, extra, settle_from, n, d, max_states):
     """The lexer state that starts the usable terminals of the bitset ``expected
     | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
     added by :func:`expand_states` with every state it reaches; when that is
@@ -514,6 +521,7 @@ def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, 
     expected set, one of the steps of a new parser state's first mask. (The
     settling is here so that a walk meeting a new loop state mid-way, a key's
     body after the declared names, can take its text subtrees whole.)"""
+    usable = terms[3]
     start = np.empty(2 * usable.shape[0], np.int32)
     k = 0
     for w in range(expected.shape[0]):
@@ -528,11 +536,9 @@ def expand_start(expected, extra, usable, settle_from, tab, offsets, accepting, 
                 k += 2
     if k == 0:
         return EXPAND_DONE, n, d, 0
-    status, n, d, g = expand_states(tab, offsets, accepting, start[:k], n, d, max_states, pairs,
-                                    poff, hashes, htab, single, row_byte, trans, acc, has_acc,
-                                    loops, flags)
+    status, n, d, g = expand_states(terms, states, index, start[:k], n, d, max_states)
     if status == EXPAND_DONE:
-        settle_reads_utf8(trans.reshape(-1), flags, reads_utf8, below, settle_from, n)
+        settle_reads_utf8(states, below, settle_from, n)
     return status, n, d, g
 
 
@@ -563,27 +569,25 @@ def _run_covers(below, good, height, run, i, s):
 
 @njit(cache=True, nogil=True, inline="always")
 def _set_tokens(row, order, lo, hi):
-    """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's) in ``row``."""
+    """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's, or one
+    node's) in ``row``."""
     for k in range(lo, hi):
         t = order[k]
         row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
-               tok_before, order, max_depth, full_row, row, out_node, out_state,
-               height, run, good, ascii_live, stk, pos, best, first, utf8_below, reads_utf8):
+def lexer_walk(states, memos, trie, summaries, state, row, out_node, out_state):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
-    ``trans`` is the flat transition table (state * 256 + byte). Sets in ``row``
-    (uint32 words, one scratch word past the vocabulary for ``node_tok``'s "no
-    token") the tokens along which the current terminals stay alive, and writes to
-    ``out_node``/``out_state`` the trie nodes below the root, with children, at
-    which some terminal could end, and the lexer state there -- where a token may
-    cross into the next terminal. Returns their number, or -1 when the output
-    arrays are too small (call again with larger ones; the buffers are
-    preallocated because growing them inside the loop makes it three times
-    slower).
+    Sets in ``row`` (uint32 words, one scratch word past the vocabulary for
+    ``node_tok``'s "no token") the tokens along which the current terminals stay
+    alive, and writes to ``out_node``/``out_state`` the trie nodes below the root,
+    with children, at which some terminal could end, and the lexer state there --
+    where a token may cross into the next terminal. Returns their number, or -1
+    when the output arrays are too small (call again with larger ones; the
+    buffers are preallocated because growing them inside the loop makes it three
+    times slower).
 
     ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
     some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes
@@ -604,9 +608,8 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     bytes of which kind it takes without changing kind (``flags[s]`` becomes 3, or
     4 when that run is short), and a subtree no deeper than that (``height``)
     over those bytes is allowed whole the same way (a ``maxLength``
-    position's walk visited most of the trie: ~400 us on SmolLM2). ``run``,
-    ``good``, ``ascii_live`` are its per-state memos, ``stk``, ``pos``, ``best`` its
-    scratch.
+    position's walk visited most of the trie: ~400 us on SmolLM2), with the
+    per-state memos and scratch of ``memos``.
 
     When most tokens start with a byte the state takes, the walk runs the other
     way round: ``row`` starts as ``full_row`` (every token of the trie) and the
@@ -614,6 +617,11 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
     instead of one bit per token (the floor of a string body's walk was setting
     ~45k bits one by one).
     """
+    trans2, _, _, loops, flags, reads_utf8 = states
+    trans = trans2.reshape(-1)  # state * 256 + byte
+    run, good, _, _ = memos
+    tbyte, tdepth, tskip, _, _, order, max_depth = trie
+    node_tok, first, below, tok_before, height, utf8_below, full_row = summaries
     # reads_utf8 is settled when loop states are built (settle_reads_utf8), not
     # here: a call in the loop, even one never taken, made a string body's walk
     # over SmolLM2 3x slower
@@ -663,8 +671,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                         continue
                 elif f != 4 and nxt > i + 1:
                     if f == 0:
-                        f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos,
-                                      best)
+                        f = _classify(trans, flags, memos, s, max_depth)
                     if f == 3 and _run_covers(below, good, height, run, i, s):
                         i = nxt
                         continue
@@ -692,7 +699,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
                 i += 1
                 continue
             if f == 0:
-                f = _classify(trans, flags, s, max_depth, run, good, ascii_live, stk, pos, best)
+                f = _classify(trans, flags, memos, s, max_depth)
                 if f == 4:
                     i += 1
                     continue
@@ -722,9 +729,7 @@ def lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk_rows(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
-                    tok_before, order, max_depth, full_row, height, run, good, ascii_live, stk,
-                    pos, best, first, utf8_below, reads_utf8, row_words, words32):
+def lexer_walk_rows(states, memos, trie, summaries, state, row_words, words32):
     """:func:`lexer_walk` with its outputs allocated here: ``(row, nodes,
     states)``, the row cut to ``words32`` words and the boundary nodes to their
     number (a first visit paid ~5 us for the same allocations from Python)."""
@@ -733,12 +738,10 @@ def lexer_walk_rows(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, 
         row = np.zeros(row_words + 1, np.uint32)
         out_node = np.empty(cap, np.int32)
         out_state = np.empty(cap, np.int32)
-        n = lexer_walk(trans, flags, loops, state, tbyte, tdepth, tskip, node_tok, below,
-                       tok_before, order, max_depth, full_row, row, out_node, out_state, height,
-                       run, good, ascii_live, stk, pos, best, first, utf8_below, reads_utf8)
+        n = lexer_walk(states, memos, trie, summaries, state, row, out_node, out_state)
         if n >= 0:
             return row[:words32], out_node[:n].copy(), out_state[:n].copy()
-        cap = tbyte.shape[0]
+        cap = trie[0].shape[0]
 
 
 @njit(cache=True, nogil=True)
@@ -806,7 +809,16 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
     more than ``width`` pairs; ``j`` is the start node being walked, where a call
     after the missing entry is filled in may resume (bits only ever get set, so
     walking node ``j`` again is harmless).
+
+    ``tbyte`` to ``max_depth`` are the fields of the token ``trie`` tuple, in
+    order (the caller passes ``*trie``).
     """
+    # loose arrays, not the lexer's, the parser's and the trie's tuples: numba's
+    # dispatcher types a tuple argument through its generic fingerprint path
+    # (~33 ns per array inside) where a bare array takes a cached fast path, and
+    # this kernel runs for every configuration with boundary nodes: the tuples
+    # cost 1.2 us, +21% of its 5.7 us (in-process A/B over the 765 calls of 20
+    # MaskBench first walks)
     # not zeroed (2 x 50 KB on SmolLM2, paid on every call): depth d's pairs are
     # written before they are read, as the walk goes down the trie
     ls = np.empty((max_depth + 2, width), np.int32)
@@ -847,8 +859,6 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 i = tskip[i]
                 continue
             cnt[d] = m
-            for k in range(tok_start[i], tok_end[i]):
-                t = order[k]
-                row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            _set_tokens(row, order, tok_start[i], tok_end[i])
             i += 1
     return NEED_NONE, 0, 0, 0

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from constrain.runtime.bitmask import _last_rows, numpy_view, row_views, row_writer
+from constrain.runtime.bitmask import numpy_view, row_views, row_writer
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
 from constrain.automata.determinize_kernels import ascii_byte_dfa
@@ -24,7 +24,6 @@ from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, b
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
 from constrain.protocol import Constraint
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, parse_regex
-from constrain.vocab.trie import TokenTrie
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES, TokenAutomaton
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -142,7 +141,7 @@ class DFAConstraint(Constraint):
 
     def _fill_other(self, state: int, bitmask, row: int) -> None:
         writers = self._writers
-        rows = _last_rows[1] if bitmask is _last_rows[0] else row_views(bitmask)
+        rows = row_views(bitmask)
         if rows is not None and writers is not None and len(rows[0]) == self._row_bytes:
             self._last_fill = (bitmask, rows, writers)
             w = writers[state]
@@ -242,14 +241,19 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
         RegexSyntaxError, UnsupportedRegexError: with the offset in the pattern.
         RegexTooLargeError, GrammarTooComplexError: a limit was exceeded.
         EmptyLanguageError: nothing can match.
+        InvalidLimitError: a budget is not a positive number.
+
+    The budgets override those of the vocabulary's default compiler
+    (:func:`constrain.compiler.default_compiler`);
+    :meth:`constrain.Compiler.compile_regex` is the same with a compiler of
+    your own.
     """
-    if not isinstance(vocab, Vocabulary):
-        raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
-    byte_dfa = regex_byte_dfa(pattern, TokenTrie.of(vocab).alphabet, flags=flags,
-                              max_repeat=max_repeat, max_positions=max_positions,
-                              max_states=max_states,
-                              deadline=time.perf_counter() + time_budget)
-    return DFAConstraint(byte_dfa, vocab, source=pattern, max_mask_bytes=max_mask_bytes)
+    # here, not at the top: the compiler module builds on this one
+    from constrain.compiler import default_compiler
+
+    return default_compiler(vocab).compile_regex(
+        pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions,
+        max_states=max_states, time_budget=time_budget, max_mask_bytes=max_mask_bytes)
 
 
 def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,

@@ -8,11 +8,11 @@ Layout (the one XGrammar and llguidance use): an int32 array of shape
 from __future__ import annotations
 
 import struct
-import weakref
 
 import numpy as np
 
 from constrain.automata.bits import bits_to_ids
+from constrain.cache import BoundedCache, registry
 from constrain.runtime.bitmask_kernels import apply_bitmask_rows
 from constrain.errors import ConstraintError
 
@@ -109,68 +109,67 @@ def bitmask_to_ids(row, vocab_size: int) -> np.ndarray:
     return bits_to_ids(np.ascontiguousarray(row).view(np.uint32), int(vocab_size))
 
 
-_views: dict = {}
+def _views_bytes(key, entry) -> int:
+    # the bitmask's own memory, which the entry keeps alive
+    return entry[1].nbytes
 
 
-def numpy_view(bitmask):
-    """A numpy array sharing memory with ``bitmask`` (itself if it is one; for a
-    CPU int32 torch tensor a view cached per tensor, so the per-call cost is a dict
-    look-up), or ``None`` for a tensor on another device or of another dtype."""
-    if type(bitmask) is np.ndarray:
-        return bitmask
+#: per CPU bitmask (numpy array or int32 torch tensor) used lately, by ``id``:
+#: ``(bitmask, numpy view, row views or None)``. An entry holds its bitmask, so
+#: that id cannot name another object while the entry exists, and a hit is
+#: checked to be the same object all the same. A few entries: a serving loop
+#: fills the same one or two bitmasks every step (and each constraint keeps the
+#: one it filled last), and every entry keeps its bitmask alive.
+_VIEWS = registry.register(BoundedCache("bitmask views", 1 << 30, max_entries=8,
+                                        sizeof=_views_bytes))
+
+
+def _views(bitmask):
+    """The :data:`_VIEWS` entry of ``bitmask``, made on first use; ``None`` for
+    a tensor on another device or of another dtype."""
     key = id(bitmask)
-    hit = _views.get(key)
-    if hit is not None and hit[0]() is bitmask:
-        return hit[1]
-    torch = _torch()
-    if torch is None or not isinstance(bitmask, torch.Tensor):
-        raise ConstraintError(
-            f"a bitmask must be a numpy array or torch tensor, not {type(bitmask).__name__}")
-    if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32:
-        return None
-    view = bitmask.numpy()
-    _views[key] = (weakref.ref(bitmask, lambda _r, key=key, d=_views: d.pop(key, None)), view)
-    return view
-
-
-# The bitmask used last and its rows as byte memoryviews: serving loops fill the
-# same bitmask every step, so the common case costs one identity check. A few
-# more are kept by id; each entry's memoryviews hold their bitmask alive, so an id
-# cannot be reused while its entry exists.
-_last_rows: list = [None, None]
-_rows_by_id: dict = {}
-_MAX_ROW_VIEWS = 8
-
-
-def row_views(bitmask):
-    """Per-row writable byte memoryviews of a C-contiguous CPU bitmask (cached for
-    the last few bitmasks, which the cache keeps alive), or ``None`` for a GPU
-    tensor or an unusual layout."""
-    if bitmask is _last_rows[0]:
-        return _last_rows[1]
-    key = id(bitmask)
-    hit = _rows_by_id.get(key)
+    hit = _VIEWS.get(key)
     if hit is not None and hit[0] is bitmask:
-        rows = hit[1]
+        return hit
+    if type(bitmask) is np.ndarray:
+        view = bitmask
     else:
-        # one memoryview sliced per row: the first fill of a new bitmask right
-        # after a garbage collection (cold caches) costs ~60 us less than one
-        # memoryview per numpy row
-        view = bitmask if type(bitmask) is np.ndarray else numpy_view(bitmask)
-        if view is None:
+        torch = _torch()
+        if torch is None or not isinstance(bitmask, torch.Tensor):
+            raise ConstraintError(
+                f"a bitmask must be a numpy array or torch tensor, not {type(bitmask).__name__}")
+        if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32:
             return None
-        flat = memoryview(view)
-        if flat.ndim != 2 or flat.itemsize != 4 or not flat.c_contiguous or not flat.nbytes:
-            return None
+        view = bitmask.numpy()
+    # one memoryview sliced per row: the first fill of a new bitmask right after
+    # a garbage collection (cold caches) costs ~60 us less than one memoryview
+    # per numpy row
+    rows = None
+    flat = memoryview(view)
+    if flat.ndim == 2 and flat.itemsize == 4 and flat.c_contiguous and flat.nbytes:
         n = flat.shape[0]
         flat = flat.cast("B")
         width = len(flat) // n
         rows = [flat[i * width:(i + 1) * width] for i in range(n)]
-        if len(_rows_by_id) >= _MAX_ROW_VIEWS:
-            _rows_by_id.clear()
-        _rows_by_id[key] = (bitmask, rows)
-    _last_rows[0], _last_rows[1] = bitmask, rows
-    return rows
+    return _VIEWS.put(key, (bitmask, view, rows))
+
+
+def numpy_view(bitmask):
+    """A numpy array sharing memory with ``bitmask`` (itself if it is one; for a
+    CPU int32 torch tensor a view cached per tensor), or ``None`` for a tensor on
+    another device or of another dtype."""
+    if type(bitmask) is np.ndarray:
+        return bitmask
+    entry = _views(bitmask)
+    return None if entry is None else entry[1]
+
+
+def row_views(bitmask):
+    """Per-row writable byte memoryviews of a C-contiguous CPU bitmask (cached
+    for the last few bitmasks, which the cache keeps alive), or ``None`` for a
+    GPU tensor or an unusual layout."""
+    entry = _views(bitmask)
+    return None if entry is None else entry[2]
 
 
 # A row writer copies one precomputed mask row into a bitmask row. Copying a 25 KB

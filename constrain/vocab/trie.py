@@ -48,6 +48,7 @@ class TokenTrie:
         self._full_row = None
         self._height = None
         self._utf8 = None
+        self._kernel_arrays = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -127,6 +128,39 @@ class TokenTrie:
             self._full_row = row
         return self._full_row
 
+    def kernel_arrays(self) -> tuple[tuple, tuple]:
+        """The trie as the grammar walk kernels take it, ``(trie, summaries)``
+        (built on first use and kept, shared by every grammar of the
+        vocabulary):
+
+        ``trie``: the preorder trie, read by every walk:
+
+        - ``byte``, ``depth``, ``skip``: per node, the byte leading to it, its
+          depth (the root 0), the first node after its subtree;
+        - ``tok_start``, ``tok_end``: per node, its tokens,
+          ``order[tok_start[i]:tok_end[i]]``;
+        - ``order``: token ids sorted by bytes;
+        - ``max_depth``: the longest token, in bytes (an int).
+
+        ``summaries``: what the lexer-state walk
+        (:func:`constrain.cfg.lexer_kernels.lexer_walk`) reads besides:
+
+        - ``node_tok``: per node, the one token it sets (see ``_node_tokens``);
+        - ``first``: the node of each byte at depth 1 (-1: none);
+        - ``below``, ``tok_before``: :meth:`subtree_bytes`;
+        - ``height``: :meth:`subtree_height`;
+        - ``utf8_below``: :meth:`utf8_below`;
+        - ``full_row``: :meth:`full_row`.
+        """
+        if self._kernel_arrays is None:
+            below, tok_before = self.subtree_bytes()
+            self._kernel_arrays = (
+                (self.byte, self.depth, self.skip, self.tok_start, self.tok_end, self.order,
+                 self.max_depth),
+                (self.node_tok, self.first, below, tok_before, self.subtree_height(),
+                 self.utf8_below(), self.full_row()))
+        return self._kernel_arrays
+
     def walk_row(self) -> np.ndarray:
         """A zeroed uint32 row for the walk kernels (``row_words + 1`` words, the
         last one scratch for ``no_token``)."""
@@ -143,11 +177,8 @@ class TokenTrie:
 
     @classmethod
     def of(cls, vocab: Vocabulary) -> "TokenTrie":
-        """The trie of ``vocab``, built on first use and cached on it."""
-        trie = vocab._cache.get("trie")
-        if trie is None:
-            trie = vocab._cache["trie"] = cls(vocab)
-        return trie
+        """The trie of ``vocab``, built on first use and kept by it."""
+        return vocab.derived("trie", lambda: cls(vocab))
 
     def spells_alphabet(self) -> bool:
         """Whether every byte that occurs in some token is also a one-byte token.

@@ -33,8 +33,9 @@ import json
 import os
 import re
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -42,13 +43,15 @@ from constrain.errors import VocabularyError
 
 __all__ = ["Vocabulary"]
 
+_T = TypeVar("_T")
+
 
 class Vocabulary:
     """The byte string of every token id of a tokenizer.
 
     Build one with :meth:`from_huggingface`, :meth:`from_tokens` or
-    :meth:`from_tiktoken`. A vocabulary is immutable; compiled grammars and the
-    token trie built from it are cached on it.
+    :meth:`from_tiktoken`. A vocabulary is immutable; what is derived from it
+    (its token trie, its default compiler) is kept on it (:meth:`derived`).
 
     Args:
         tokens: ``tokens[i]`` is the byte string of token ``i``. ``None`` marks an
@@ -115,6 +118,8 @@ class Vocabulary:
         h.update(self._grammar.tobytes())
         self.fingerprint = h.hexdigest()[:24]
         self._cache: dict = {}
+        # reentrant: building one derived object may ask for another
+        self._cache_lock = threading.RLock()
 
     # -- construction -----------------------------------------------------------
 
@@ -336,6 +341,18 @@ class Vocabulary:
         if lst is None:
             lst = self._cache["grammar_list"] = self._grammar.tolist()
         return lst
+
+    def derived(self, name: str, build: Callable[[], _T]) -> _T:
+        """The object ``name`` derived from this vocabulary (its token trie, its
+        default compiler): made by ``build()`` on first use and kept as long as
+        the vocabulary; threads asking at once get the one object."""
+        hit = self._cache.get(name)
+        if hit is None:
+            with self._cache_lock:
+                hit = self._cache.get(name)
+                if hit is None:
+                    hit = self._cache[name] = build()
+        return hit
 
     @property
     def flat(self) -> tuple[np.ndarray, np.ndarray]:

@@ -224,22 +224,24 @@ class AWRS:
             :meth:`step` on given rows is used.
         constraint: the constraint to sample under.
         rng: a ``numpy.random.Generator`` or a seed.
+        eos_token_ids: the ids that end the text (allowed iff the state
+            accepts); default: the model's, or without a model the constraint
+            vocabulary's.
 
     Attributes:
         checks: constraint checks made so far by this sampler.
         steps: tokens sampled so far (dead ends included).
     """
 
-    def __init__(self, lm, constraint, rng=None):
+    def __init__(self, lm, constraint, rng=None, *, eos_token_ids: Iterable[int] | None = None):
         from search.lm.protocol import as_lm
 
         self.lm = as_lm(lm) if lm is not None else None
         self.constraint = constraint
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-        if self.lm is not None:
-            self.eos_token_ids = tuple(self.lm.eos_token_ids)
-        else:
-            self.eos_token_ids = tuple(constraint.vocab.eos_token_ids)
+        if eos_token_ids is None:
+            eos_token_ids = self.lm.eos_token_ids if self.lm is not None else constraint.vocab.eos_token_ids
+        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
         self.checks = 0
         self.steps = 0
 

@@ -28,6 +28,7 @@ same length, the lexicographically smaller token tuple ranks first.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import Counter
@@ -36,14 +37,16 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from search.lm.protocol import as_lm
+from search.legacy import accepts_old_call_forms
+from search.lm.protocol import as_lm, constraint_eos_ids, decoder, prompt_token_ids
+from search.results import SearchResult
 
 __all__ = ["Hypothesis", "beam_search", "best_first_beam_search"]
 
 
 @dataclass(frozen=True)
-class Hypothesis:
-    """One hypothesis of a search.
+class Hypothesis(SearchResult):
+    """One hypothesis of a search; the beam drivers return a list of them.
 
     Attributes:
         tokens: the generated token ids (the prompt excluded; the EOS id included
@@ -51,15 +54,24 @@ class Hypothesis:
         score: the sum of the model's log-probabilities of ``tokens``.
         finished: whether the hypothesis ended with an EOS id.
         state: the constraint state after ``tokens`` (``None`` without a constraint).
+        text: the text of :attr:`token_ids` in the hypotheses a driver returns,
+            when the model can decode (:func:`search.lm.protocol.decoder`); else
+            ``None``.
     """
 
     tokens: tuple[int, ...]
     score: float
     finished: bool
     state: Hashable = field(default=None, compare=False, repr=False)
+    text: str | None = field(default=None, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """:attr:`tokens` without the final EOS."""
+        return self.tokens[:-1] if self.finished else self.tokens
 
     def normalized_score(self, length_penalty: float | None) -> float:
         """``score / max(1, len(tokens)) ** length_penalty`` (``score`` itself when
@@ -102,26 +114,16 @@ def _key_fn(priority):
 class _Expander:
     """Scores hypotheses with the model and builds their children."""
 
-    def __init__(self, lm, prompt_ids, constraint, limit: int | None, length_reward=None,
+    def __init__(self, lm, prompt, constraint, limit: int | None, length_reward=None,
                  max_new_tokens: int = 0):
         self.lm = as_lm(lm)
         self.reward = None if length_reward is None else float(length_reward)
         self.T = int(max_new_tokens)
-        self.prompt = tuple(int(t) for t in prompt_ids)
+        self.prompt = prompt_token_ids(self.lm, prompt)
         self.constraint = constraint
         self.limit = limit
-        V = self.lm.vocab_size
-        if constraint is not None:
-            if len(constraint.vocab) > V:
-                from constrain import VocabularyError
-
-                raise VocabularyError(
-                    f"the constraint was compiled for a vocabulary of {len(constraint.vocab)} tokens, "
-                    f"but the model has {V} log-probabilities")
-            self.eos = frozenset(int(i) for i in constraint.vocab.eos_token_ids)
-        else:
-            self.eos = frozenset(self.lm.eos_token_ids)
-        self._all_ids = np.arange(V, dtype=np.int64)
+        self.eos = constraint_eos_ids(self.lm, constraint)
+        self._all_ids = np.arange(self.lm.vocab_size, dtype=np.int64)
 
     def root(self) -> Hypothesis:
         state = None if self.constraint is None else self.constraint.initial_state()
@@ -172,6 +174,14 @@ class _Expander:
             out.append(children)
         return out
 
+    def with_text(self, hyps: list[Hypothesis]) -> list[Hypothesis]:
+        """The returned hypotheses, each with its :attr:`Hypothesis.text` (when the
+        model can decode)."""
+        decode = decoder(self.lm)
+        if decode is None:
+            return hyps
+        return [dataclasses.replace(h, text=decode(h.token_ids)) for h in hyps]
+
 
 def _check_args(beam_size, max_new_tokens, patience, allow_none: bool = True):
     if beam_size is None:
@@ -202,7 +212,8 @@ def _rank(hyps, length_penalty):
     return sorted(hyps, key=lambda h: (-h.normalized_score(length_penalty), h.tokens))
 
 
-def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, constraint=None,
+@accepts_old_call_forms(renamed={"prompt_ids": "prompt"})
+def beam_search(lm, prompt, *, constraint=None, beam_size: int | None, max_new_tokens: int,
                 patience: float = 1.0, length_penalty: float | None = None,
                 length_reward: float | None = None) -> list[Hypothesis]:
     """Breadth-first beam search (Meister, Vieira & Cotterell 2020, Algorithm 1).
@@ -218,8 +229,9 @@ def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, c
 
     Args:
         lm: a model of the LM protocol (:mod:`search.lm.protocol`), or a ``TransformersLM``.
-        prompt_ids: the token ids to condition on (each prefix scored is
-            ``prompt_ids + tokens``).
+        prompt: the token ids to condition on (each prefix scored is the prompt's
+            ids followed by ``tokens``), or a text, turned into ids by
+            ``lm.prompt_ids`` (the chat template for chat models).
         beam_size: the beam width ``k``; ``None`` keeps every hypothesis
             (exhaustive, exponential: for tiny models only).
         max_new_tokens: the most tokens a hypothesis may have (EOS included).
@@ -244,10 +256,11 @@ def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, c
             log-probabilities.
 
     Returns:
-        the final beam, best first (a list of :class:`Hypothesis`).
+        the final beam, best first (a list of :class:`Hypothesis`, with their
+        ``text`` when the model can decode).
     """
     _check_args(beam_size, max_new_tokens, patience)
-    ex = _Expander(lm, prompt_ids, constraint, beam_size, length_reward, max_new_tokens)
+    ex = _Expander(lm, prompt, constraint, beam_size, length_reward, max_new_tokens)
     key = _key_fn(_priority_fn(length_reward, int(max_new_tokens)))
     n_more, n_less = _patience_counts(patience, beam_size)
     beam = [ex.root()]
@@ -266,13 +279,15 @@ def beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, c
         if (beam[0].finished and len(ended) >= n_more) or len(ended) >= n_less:
             break
     if length_penalty is None:
-        return sorted(beam, key=key)
-    return _rank(beam, length_penalty)
+        return ex.with_text(sorted(beam, key=key))
+    return ex.with_text(_rank(beam, length_penalty))
 
 
-def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tokens: int, constraint=None,
+@accepts_old_call_forms(renamed={"prompt_ids": "prompt"})
+def best_first_beam_search(lm, prompt, *, constraint=None, beam_size: int | None, max_new_tokens: int,
                            patience: float = 1.0, length_penalty: float | None = None,
-                           length_reward: float | None = None, queue_factor: float | None = None, batch_size: int = 1) -> list[Hypothesis]:
+                           length_reward: float | None = None, queue_factor: float | None = None,
+                           batch_size: int = 1) -> list[Hypothesis]:
     """Best-first beam search (Meister, Vieira & Cotterell 2020, Algorithm 2).
 
     A priority queue holds hypotheses keyed by (score, length, tokens), best first
@@ -292,7 +307,7 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
     hypotheses of at most ``max_new_tokens`` tokens.
 
     Args:
-        lm, prompt_ids, beam_size, max_new_tokens, constraint: as for
+        lm, prompt, beam_size, max_new_tokens, constraint: as for
             :func:`beam_search`.
         patience: as for :func:`beam_search`, counted over the finished
             hypotheses popped so far; ``p != 1`` loses the guarantee.
@@ -313,8 +328,9 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
             guarantee). 1 (default) makes the fewest calls.
 
     Returns:
-        a one-element list ``[answer]`` (a :class:`Hypothesis`); the empty
-        hypothesis when ``max_new_tokens == 0``.
+        a one-element list ``[answer]`` (a :class:`Hypothesis`, with its ``text``
+        when the model can decode); the empty hypothesis when ``max_new_tokens ==
+        0``.
     """
     _check_args(beam_size, max_new_tokens, patience)
     if length_penalty is not None:
@@ -325,7 +341,7 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
         raise ValueError(f"queue_factor must be > 0, got {queue_factor!r}")
     if int(batch_size) != batch_size or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    ex = _Expander(lm, prompt_ids, constraint, beam_size, length_reward, max_new_tokens)
+    ex = _Expander(lm, prompt, constraint, beam_size, length_reward, max_new_tokens)
     priority = _priority_fn(length_reward, int(max_new_tokens))
     n_more, n_less = _patience_counts(patience, beam_size)
     cap = None
@@ -356,10 +372,10 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
         if h.finished:
             ended.add(h.tokens)
         if (is_first and h.finished and len(ended) >= n_more) or len(ended) >= n_less:
-            return [h]
+            return ex.with_text([h])
         if level >= T:
             if is_first:
-                return [h]
+                return ex.with_text([h])
             continue
         if h.finished:
             push(h, level + 1)
@@ -380,4 +396,4 @@ def best_first_beam_search(lm, prompt_ids, *, beam_size: int | None, max_new_tok
             heap = heapq.nsmallest(cap, heap)  # sorted, hence a valid heap
     # nothing left to expand (every hypothesis ran into a dead end): the best
     # hypothesis of the deepest beam, as beam_search returns
-    return [first[max(first)]] if first else []
+    return ex.with_text([first[max(first)]]) if first else []

@@ -50,7 +50,8 @@ from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
-from search.lm.protocol import as_lm
+from search.legacy import accepts_old_call_forms
+from search.lm.protocol import as_lm, constraint_eos_ids, decoder, prompt_token_ids
 
 __all__ = ["Lattice", "lattice_search"]
 
@@ -340,26 +341,24 @@ class Lattice:
             label = {"start": "start", "end": "end"}.get(d["kind"], str(u))
             lines.append(f'  n{u} [label="{esc(label)}", shape={shape}];')
         for u, v, d in self.graph.edges(data=True):
-            tok = str(d["token"])
-            if self.decode is not None:
-                try:
-                    tok = f"{self.decode([d['token']])!r}"
-                except Exception:
-                    pass
+            tok = str(d["token"]) if self.decode is None else repr(self.decode([d["token"]]))
             style = ", style=dashed" if d["merge"] else ""
             lines.append(f'  n{u} -> n{v} [label="{esc(tok)} {d["logprob"]:.3f}"{style}];')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
 
-def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merge_ngram: int | None = 4,
-                   constraint=None, max_new_tokens: int | None = None, top_k: int | None = 16) -> Lattice:
+@accepts_old_call_forms(renamed={"prompt_ids": "prompt"})
+def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "greedy",
+                   merge_ngram: int | None = 4, max_new_tokens: int | None = None,
+                   top_k: int | None = 16) -> Lattice:
     """Best-first lattice search with greedy roll-outs and hypothesis recombination
     (Xu, Jonnalagadda & Durrett 2022); see the module docstring.
 
     Args:
         lm: a model of the LM protocol (:mod:`search.lm.protocol`), or a ``TransformersLM``.
-        prompt_ids: the token ids to condition on.
+        prompt: the token ids to condition on, or a text, turned into ids by
+            ``lm.prompt_ids`` (the chat template for chat models).
         budget: the most model calls (prefixes scored) to spend: ``lm.calls``
             grows by at most ``budget``.
         rollout: ``"greedy"`` (after a pop, follow the best token until EOS, a
@@ -392,20 +391,10 @@ def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merg
     if top_k is not None and (int(top_k) != top_k or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
     n_merge = int(merge_ngram or 0)
-    model = lm
     lm = as_lm(lm)
-    prompt = tuple(int(t) for t in prompt_ids)
+    prompt = prompt_token_ids(lm, prompt)
     V = lm.vocab_size
-    if constraint is not None:
-        if len(constraint.vocab) > V:
-            from constrain import VocabularyError
-
-            raise VocabularyError(
-                f"the constraint was compiled for a vocabulary of {len(constraint.vocab)} tokens, "
-                f"but the model has {V} log-probabilities")
-        eos = frozenset(int(i) for i in constraint.vocab.eos_token_ids)
-    else:
-        eos = frozenset(lm.eos_token_ids)
+    eos = constraint_eos_ids(lm, constraint)
     all_ids = np.arange(V, dtype=np.int64)
     calls0 = lm.calls
     limit = int(budget)
@@ -517,8 +506,5 @@ def lattice_search(lm, prompt_ids, *, budget: int, rollout: str = "greedy", merg
     for _, _, u, t, lp in sorted(heap):
         enter(u, t, lp, only_free=True)
 
-    decode = getattr(model, "decode", None) or getattr(lm, "decode", None)
-    if decode is None and hasattr(lm, "model"):
-        decode = getattr(lm.model, "decode", None)
-    return Lattice(G, start, ends, calls=lm.calls - calls0, prompt_ids=prompt, lm=lm, decode=decode,
+    return Lattice(G, start, ends, calls=lm.calls - calls0, prompt_ids=prompt, lm=lm, decode=decoder(lm),
                    eos_token_ids=sorted(eos))

@@ -5,7 +5,7 @@ Example::
     import constrain, search
     lm = search.load_default_model()
     phone = constrain.compile_regex(r"[0-9]{3}-[0-9]{4}", lm.vocab)
-    result = search.generate(lm, "Give me a phone number", phone)
+    result = search.generate(lm, "Give me a phone number", constraint=phone)
     print(result.text, result.stop_reason, result.accepted)
 
 Each step masks the model's logits with the constraint's bitmask (one bitmask is
@@ -22,6 +22,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from search.legacy import accepts_old_call_forms
+from search.lm.protocol import constraint_eos_ids
+from search.results import SearchResult
+
 __all__ = ["GenerationResult", "generate"]
 
 #: the values of :attr:`GenerationResult.stop_reason`
@@ -30,8 +34,8 @@ STOP_MAX_TOKENS = "max_new_tokens"
 STOP_NO_TOKEN = "no_allowed_token"
 
 
-@dataclass
-class GenerationResult:
+@dataclass(frozen=True)
+class GenerationResult(SearchResult):
     """What :func:`generate` produced. ``str(result)`` is the text.
 
     Attributes:
@@ -77,15 +81,11 @@ class GenerationResult:
         return self.num_steps / dt if dt > 0 else float("inf")
 
 
-def _check_vocab(constraint, lm) -> None:
+def _check_tokens(constraint, lm) -> None:
+    """Raise ``VocabularyError`` unless the constraint's tokens are the model's."""
     from constrain import VocabularyError
 
     cv = constraint.vocab
-    if len(cv) > lm.vocab_size:
-        raise VocabularyError(
-            f"the constraint was compiled for a vocabulary of {len(cv)} tokens, "
-            f"but {lm.name} has {lm.vocab_size} logits"
-        )
     mv = lm.vocab
     if cv is mv or cv == mv:
         return
@@ -97,25 +97,28 @@ def _check_vocab(constraint, lm) -> None:
         )
 
 
+@accepts_old_call_forms(("prompt", "constraint", "max_new_tokens", "temperature", "seed"),
+                        renamed={"model": "lm"})
 def generate(
-    model,
+    lm,
     prompt,
+    *,
     constraint=None,
     max_new_tokens: int = 256,
     temperature: float = 0.0,
     seed: int | None = None,
-    *,
     system: str | None = None,
     chat_template: bool | None = None,
 ) -> GenerationResult:
-    """Generate a continuation of ``prompt`` with ``model``, optionally constrained.
+    """Generate a continuation of ``prompt`` with ``lm``, optionally constrained.
 
     Args:
-        model: a :class:`search.lm.transformers.TransformersLM` (e.g. from
+        lm: a :class:`search.lm.transformers.TransformersLM` (e.g. from
             :func:`search.load_default_model`).
         prompt: a string, or a sequence of token ids used as they are.
         constraint: a compiled grammar (:mod:`constrain.protocol`), compiled against
-            ``model.vocab``; ``None`` for free generation.
+            ``lm.vocab``; ``None`` for free generation. (Passed positionally, as
+            before, it still works for one release, with a ``DeprecationWarning``.)
         max_new_tokens: the most tokens to generate (EOS included).
         temperature: 0 for greedy decoding, else the softmax temperature to sample at.
         seed: seeds the sampler (same seed, same model, same device: same output);
@@ -135,20 +138,19 @@ def generate(
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     t0 = time.perf_counter()
-    prompt_ids = model.prompt_ids(prompt, chat_template=chat_template, system=system)
+    prompt_ids = lm.prompt_ids(prompt, chat_template=chat_template, system=system)
     if not prompt_ids:
         raise ValueError("the prompt is empty")
 
-    device = model.device
+    device = lm.device
+    eos_ids = constraint_eos_ids(lm, constraint)
     if constraint is not None:
         from constrain import allocate_bitmask, apply_bitmask
 
-        _check_vocab(constraint, model)
-        eos_ids = set(constraint.vocab.eos_token_ids)
+        _check_tokens(constraint, lm)
         state = constraint.initial_state()
         bitmask = allocate_bitmask(1, len(constraint.vocab))
     else:
-        eos_ids = set(model.eos_token_ids)
         state = None
     generator = None
     if temperature > 0:
@@ -163,7 +165,7 @@ def generate(
     logits, past = (None, None)
     prefill = 0.0
     if max_new_tokens > 0:
-        logits, past = model.forward(prompt_ids)
+        logits, past = lm.forward(prompt_ids)
         prefill = time.perf_counter() - t0
     for step in range(max_new_tokens):
         scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
@@ -190,14 +192,14 @@ def generate(
             break
         out.append(tok)
         if step + 1 < max_new_tokens:
-            logits, past = model.forward([tok], past)
+            logits, past = lm.forward([tok], past)
 
     if constraint is None:
         accepted = None
     else:
         accepted = bool(constraint.is_terminated(state) or constraint.is_accepting(state))
     return GenerationResult(
-        text=model.decode(out),
+        text=lm.decode(out),
         token_ids=out,
         stop_reason=stop,
         accepted=accepted,

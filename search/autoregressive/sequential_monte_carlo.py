@@ -16,21 +16,19 @@ are resampled when the effective sample size falls below
 ``log Z``: ``exp(log_z)`` is unbiased for ``Z`` (through every resampling), and
 the weighted particles converge to ``pi`` as the number of particles grows.
 
-The module is callable: ``search.smc(...)`` is the function even after
-``import search.smc``.
-
 Example::
 
     import constrain, search
-    res = search.smc(lm, prompt_ids, constrain.compile_regex(r"[0-9]{3}", vocab),
+    res = search.smc(lm, prompt_ids, constraint=constrain.compile_regex(r"[0-9]{3}", vocab),
                      n_particles=20, max_new_tokens=8, seed=0)
-    res.log_z, max(res.posterior.items(), key=lambda kv: kv[1])
+    res.log_z, res.best(), res.text
 
 See ``docs/smc.md`` for the weight derivation and the guarantees.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -38,14 +36,16 @@ from typing import Callable, Sequence
 import numpy as np
 
 from search.autoregressive.awrs import AWRS
-from search.lm.protocol import as_lm
+from search.legacy import accepts_old_call_forms
+from search.lm.protocol import as_lm, decoder, prompt_token_ids
+from search.results import SearchResult
 
 __all__ = ["SMCParticle", "SMCResult", "smc", "resample", "RESAMPLING_SCHEMES"]
 
 RESAMPLING_SCHEMES = ("stratified", "systematic", "multinomial")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SMCParticle:
     """One particle of :func:`smc`.
 
@@ -71,8 +71,8 @@ class SMCParticle:
         return not self.finished and self.log_weight > -math.inf
 
 
-@dataclass
-class SMCResult:
+@dataclass(frozen=True)
+class SMCResult(SearchResult):
     """What :func:`smc` returns.
 
     Attributes:
@@ -89,6 +89,8 @@ class SMCResult:
             live prefix once).
         checks: constraint checks made by AWRS.
         steps: the number of steps run.
+        text: the text of :attr:`token_ids` (the output of largest posterior
+            weight) when the model can decode, else ``None``.
     """
 
     particles: list[SMCParticle]
@@ -99,6 +101,13 @@ class SMCResult:
     lm_calls: int = 0
     checks: int = 0
     steps: int = 0
+    text: str | None = None
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """:meth:`best` without its EOS (``()`` when every particle died)."""
+        best = self.best()
+        return () if best is None else best[:-1]
 
     @property
     def z(self) -> float:
@@ -162,16 +171,22 @@ def resample(weights: np.ndarray, n: int, rng: np.random.Generator, scheme: str 
     return idx
 
 
-def smc(lm, prompt_ids: Sequence[int], constraint, *, n_particles: int, ess_threshold: float = 0.5,
+@accepts_old_call_forms(("prompt", "constraint"), renamed={"prompt_ids": "prompt"})
+def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_threshold: float = 0.5,
         max_new_tokens: int, resampling: str = "stratified", seed=None,
         critic: Callable[[tuple[int, ...]], float] | None = None) -> SMCResult:
     """Sequential Monte Carlo over constrained continuations, with AWRS proposals.
 
     Args:
         lm: a model of the LM protocol (:mod:`search.lm.protocol`).
-        prompt_ids: the prompt's token ids (prepended to every prefix scored).
-        constraint: a :class:`constrain.Constraint`; EOS (the model's EOS ids) is
-            allowed iff the constraint state is accepting.
+        prompt: the prompt's token ids (prepended to every prefix scored), or a
+            text, turned into ids by ``lm.prompt_ids`` (the chat template for
+            chat models).
+        constraint: a :class:`constrain.Constraint` (required: the target is the
+            model restricted to its language); EOS (the model's EOS ids) is
+            allowed iff the constraint state is accepting. (Passed positionally,
+            as before, it still works for one release, with a
+            ``DeprecationWarning``.)
         n_particles: the number of particles.
         ess_threshold: resample when the effective sample size divided by
             ``n_particles`` falls below this (0: never, 1: every step).
@@ -200,11 +215,12 @@ def smc(lm, prompt_ids: Sequence[int], constraint, *, n_particles: int, ess_thre
         raise ValueError(f"ess_threshold must be in [0, 1], got {ess_threshold}")
     if resampling not in RESAMPLING_SCHEMES:
         raise ValueError(f"unknown resampling scheme {resampling!r}; expected one of {RESAMPLING_SCHEMES}")
+    if constraint is None:
+        raise TypeError("smc() needs a constraint: its target is the model restricted to the constraint's language")
     lm = as_lm(lm)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    sampler = AWRS(None, constraint, rng)
-    sampler.eos_token_ids = tuple(lm.eos_token_ids)
-    prompt = tuple(int(t) for t in prompt_ids)
+    sampler = AWRS(None, constraint, rng, eos_token_ids=lm.eos_token_ids)
+    prompt = prompt_token_ids(lm, prompt)
     calls0 = lm.calls
     n = int(n_particles)
 
@@ -286,6 +302,8 @@ def smc(lm, prompt_ids: Sequence[int], constraint, *, n_particles: int, ess_thre
         for i in range(n):
             if w[i] > 0:
                 posterior[tokens[i]] = posterior.get(tokens[i], 0.0) + float(w[i])
-    return SMCResult(particles=particles, log_z=float(log_z), posterior=posterior, n_resamples=n_resamples,
-                     ess_history=ess_history, lm_calls=lm.calls - calls0, checks=sampler.checks, steps=steps)
+    result = SMCResult(particles=particles, log_z=float(log_z), posterior=posterior, n_resamples=n_resamples,
+                       ess_history=ess_history, lm_calls=lm.calls - calls0, checks=sampler.checks, steps=steps)
+    decode = decoder(lm)
+    return result if decode is None else dataclasses.replace(result, text=decode(result.token_ids))
 

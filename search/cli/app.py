@@ -118,13 +118,6 @@ def _add_file_constraints(cons) -> None:
                       "file; start rule 'start')")
 
 
-def _positive_int(s: str) -> int:
-    v = int(s)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
 def _add_search_parser(sub) -> None:
     """The ``trellis search`` sub-parser."""
     common = argparse.ArgumentParser(add_help=False)
@@ -185,11 +178,21 @@ def _add_search_parser(sub) -> None:
         p.set_defaults(func=_cmd_search)
 
 
-def _nonneg_int(s: str) -> int:
-    v = int(s)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+def _int_at_least(low: int):
+    """An argparse type: an int, at least ``low``."""
+
+    def parse(s: str) -> int:
+        v = int(s)
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+        return v
+
+    parse.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_nonneg_int = _int_at_least(0)
 
 
 def _nonneg_float(s: str) -> float:
@@ -272,7 +275,7 @@ def _early_constraint_error(args) -> str | None:
         return None if err is None else f"invalid regex: {err}"
     try:
         if args.schema is not None:
-            from constrain.frontends.json_schema.compiler import json_schema_to_lark
+            from constrain.frontends.json_schema import json_schema_to_lark
 
             json_schema_to_lark(_read_schema(args.schema))
         elif args.grammar is not None:
@@ -296,7 +299,7 @@ def _compile_constraint(args, vocab, info):
         if args.regex is not None:
             grammar, kind = compile_cli_regex(args.regex, vocab, unicode=args.unicode), "regex"
         elif args.schema is not None:
-            from constrain.frontends.json_schema.compiler import compile_json_schema
+            from constrain.frontends.json_schema import compile_json_schema
 
             grammar, kind = compile_json_schema(_read_schema(args.schema), vocab), "schema"
         elif args.grammar is not None:
@@ -357,7 +360,7 @@ def _cmd_generate(args) -> int:
         result = generate(
             lm,
             prompt,
-            grammar,
+            constraint=grammar,
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
             seed=args.seed,

@@ -102,12 +102,17 @@ _EAGER: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _eager_tables(grammar) -> _Tables:
-    """The grouped tables of every state of an eager grammar (built once, cached)."""
+    """The grouped tables of every state of an eager grammar (built once, cached),
+    from its ``token_transitions``: slices of the precomputed table, so the
+    whole build is one pass over the states."""
     tables = _EAGER.get(grammar)
     if tables is None:
-        ta = grammar.tokens
-        tables = _group(grammar.num_states, ta._indptr, ta._toks, ta._nexts,
-                        grammar.dfa.accepting)
+        n = grammar.num_states
+        rows = [grammar.token_transitions(q) for q in range(n)]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(toks) for toks, _ in rows], out=indptr[1:])
+        tables = _group(n, indptr, np.concatenate([toks for toks, _ in rows]),
+                        np.concatenate([nexts for _, nexts in rows]), grammar.dfa.accepting)
         _EAGER[grammar] = tables
     return tables
 

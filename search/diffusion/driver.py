@@ -19,9 +19,9 @@ How a proposal is made (``method``):
   positions chosen together can contradict each other;
 * ``"dingo"`` (regular constraints): the most probable assignment of the whole
   block that can still be completed within the remaining positions (Suresh et al.
-  2025, :func:`search.dingo`), so every kept subset is completable;
+  2025, :func:`search.diffusion.dingo_dp.dingo`), so every kept subset is completable;
 * ``"infill"`` (context-free grammars): positions in confidence order, each token
-  checked with :func:`constrain.analysis.infill.can_complete` on the partial output (decided
+  checked with :func:`constrain.analysis.can_complete` on the partial output (decided
   runs and holes) and resampled (next most probable token) when the check fails
   (Mündler et al. 2025).
 
@@ -33,100 +33,27 @@ argmax is a sample; confidence is always the model's probability of the token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Sequence
 
 import numpy as np
 
-__all__ = ["MaskedDiffusionLM", "TransformersDiffusionLM", "DiffusionResult",
-           "diffusion_generate", "position_masks", "dingo_proposal"]
+from search.legacy import accepts_old_call_forms
+from search.lm.protocol import prompt_token_ids
+from search.results import SearchResult
+
+__all__ = ["DiffusionResult", "diffusion_generate", "position_masks", "dingo_proposal"]
 
 TERMINATED = -1
 
 
-@runtime_checkable
-class MaskedDiffusionLM(Protocol):
-    """What the driver needs from a masked-diffusion LM.
-
-    * ``vocab_size``: the number of logit columns (ids of the constraint's vocabulary);
-    * ``mask_token_id``: the id of the mask token;
-    * ``logprobs(canvases)``: for a ``(B, L)`` array of ids (masked positions hold
-      ``mask_token_id``) the ``(B, L, vocab_size)`` log-probabilities of every
-      position (what LLaDA / Dream return as logits, log-softmaxed);
-    * ``calls``: canvases scored so far.
-    """
-
-    vocab_size: int
-    mask_token_id: int
-    calls: int
-
-    def logprobs(self, canvases) -> np.ndarray:
-        ...
-
-
-class TransformersDiffusionLM:
-    """A transformers masked-diffusion model (LLaDA, Dream, …) as a
-    :class:`MaskedDiffusionLM`.
-
-    Args:
-        model: a ``torch.nn.Module`` whose ``model(input_ids).logits`` is ``(B, L,
-            V_model)`` (LLaDA: ``AutoModel.from_pretrained(..., trust_remote_code=True)``).
-        mask_token_id: the model's mask id (LLaDA: 126336; Dream:
-            ``tokenizer.mask_token_id``).
-        vocab_size: columns to return (the constraint vocabulary's size): extra
-            model columns are dropped, missing ones get ``-inf``.
-        shift: Dream-style models predict position ``i`` at output ``i - 1``: the
-            logits are shifted right by one (as Dream's own sampler does).
-        device: where to run (default: the model's).
-
-    Guarantee: ``logprobs`` is ``log_softmax`` of the model's logits over the full
-    model vocabulary (float32), sliced or padded to ``vocab_size`` columns; no
-    caching (one forward per call; every canvas counts in ``calls``).
-    """
-
-    def __init__(self, model, mask_token_id: int, vocab_size: int | None = None, *,
-                 shift: bool = False, device=None):
-        self.model = model
-        self.mask_token_id = int(mask_token_id)
-        self.shift = shift
-        self.device = device
-        cfg = getattr(model, "config", None)
-        self.vocab_size = int(vocab_size if vocab_size is not None else cfg.vocab_size)
-        self.calls = 0
-
-    def logprobs(self, canvases) -> np.ndarray:
-        """``(B, L, vocab_size)`` log-probabilities of every position (see the class
-        guarantee; the interface of LLaDA, Nie et al. 2025, and Dream, Ye et al. 2025)."""
-        import torch
-
-        ids = torch.as_tensor(np.atleast_2d(np.asarray(canvases, dtype=np.int64)))
-        if self.device is not None:
-            ids = ids.to(self.device)
-        else:
-            try:
-                ids = ids.to(next(self.model.parameters()).device)
-            except (StopIteration, AttributeError):
-                pass
-        with torch.no_grad():
-            logits = self.model(ids).logits
-            if self.shift:
-                logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-            lp = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
-        self.calls += lp.shape[0]
-        v = self.vocab_size
-        if lp.shape[2] >= v:
-            return np.ascontiguousarray(lp[:, :, :v])
-        out = np.full(lp.shape[:2] + (v,), -np.inf, dtype=lp.dtype)
-        out[:, :, :lp.shape[2]] = lp
-        return out
-
-
-@dataclass
-class DiffusionResult:
+@dataclass(frozen=True)
+class DiffusionResult(SearchResult):
     """The outcome of :func:`diffusion_generate`.
 
     Attributes:
         tokens: the ``gen_length`` generated ids (EOS padding included).
-        text: the bytes of the tokens before the first EOS (special ids dropped).
+        text: the bytes of :attr:`token_ids` (special ids dropped; ``b""`` without
+            a vocabulary).
         valid: whether ``text`` is a complete string of the constraint's language
             (``None`` without a constraint).
         score: sum, over positions, of the model's log-probability of the token
@@ -137,6 +64,7 @@ class DiffusionResult:
             with ``method="infill"``, for grammars.
         resamples: proposals rejected by the infilling check.
         history: per step, the ``(position, token)`` pairs kept.
+        token_ids: the generated ids before the first EOS.
     """
 
     tokens: list
@@ -148,6 +76,7 @@ class DiffusionResult:
     stuck_step: int | None = None
     resamples: int = 0
     history: list = field(default_factory=list)
+    token_ids: tuple[int, ...] = ()
 
 
 # -- per-position masks over a regular constraint ---------------------------------------
@@ -263,7 +192,7 @@ def _segments(gen, mask_id, eos_set, trailing_exact: int | None):
     padding, so they are a hole of up to their length; past ``trailing_exact``
     masks (``None``: never) the hole is unbounded instead, which ignores the
     length budget but keeps the automaton small."""
-    from constrain.analysis.infill import Hole
+    from constrain.analysis import Hole
 
     first_eos = next((i for i, t in enumerate(gen) if t in eos_set), None)
     body = gen if first_eos is None else gen[:first_eos]
@@ -296,7 +225,20 @@ def _segments(gen, mask_id, eos_set, trailing_exact: int | None):
 # -- the driver ----------------------------------------------------------------------------
 
 
-def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), gen_length: int,
+def _constraint_in_prompt_place(args) -> bool:
+    """Whether a call's second positional argument is a constraint (the old form
+    ``diffusion_generate(lm, constraint, prompt=...)``), not a prompt: ``None``,
+    a constraint object, or Lark text for a model that takes no text prompts."""
+    if len(args) < 2:
+        return False
+    x = args[1]
+    if isinstance(x, str):
+        return not hasattr(args[0], "prompt_ids")
+    return x is None or not isinstance(x, (Sequence, np.ndarray))
+
+
+@accepts_old_call_forms(("constraint",), renamed={"model": "lm"}, is_old=_constraint_in_prompt_place)
+def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None, gen_length: int,
                        block_length: int | None = None, steps: int | None = None,
                        remasking: str = "low_confidence", method: str | None = None,
                        temperature: float = 0.0, seed: int = 0, vocab=None,
@@ -317,10 +259,14 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     (Suresh et al. 2025), constrained diffusion decoding (Mündler et al. 2025).
 
     Args:
-        model: a :class:`MaskedDiffusionLM`.
-        constraint: ``None``, a :class:`constrain.DFAConstraint`, or a Lark grammar
-            (text or :class:`constrain.analysis.infill.InfillGrammar`).
-        prompt: ids before the canvas (not constrained).
+        lm: a :class:`search.lm.diffusion.MaskedDiffusionLM`.
+        prompt: ids before the canvas (not constrained); a text only for a model
+            with ``prompt_ids``.
+        constraint: ``None``, a :class:`constrain.DFAConstraint`, or a grammar that
+            :func:`constrain.analysis.can_complete` takes (Lark text, a
+            ``GrammarIR``, a :class:`constrain.GrammarConstraint`). (The old
+            form, the constraint as the second positional argument, still works
+            for one release, with a ``DeprecationWarning``.)
         gen_length, block_length (default ``gen_length``), steps (default
             ``gen_length``; a multiple of the number of blocks).
         remasking: ``"low_confidence"`` or ``"random"``.
@@ -328,14 +274,14 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
             module docstring).
         temperature: 0 for argmax; otherwise Gumbel-max sampling at this temperature.
         seed: seeds the Gumbel noise and random remasking.
-        vocab: the vocabulary (default: ``constraint.vocab`` or ``model.vocab``),
+        vocab: the vocabulary (default: ``constraint.vocab`` or ``lm.vocab``),
             used to spell tokens and, for grammars, to count hole tokens.
         max_tries: infill: tokens tried at a position before moving to the next
             position (a position whose tries all fail is scanned exhaustively if
             no other position can be kept).
         trailing_exact: infill: see above (``None``, the default: always exact;
             the check's automaton grows with the masked positions).
-        infill_kwargs: budgets passed to :func:`constrain.analysis.infill.can_complete`.
+        infill_kwargs: budgets passed to :func:`constrain.analysis.can_complete`.
     """
     from constrain import DFAConstraint
 
@@ -345,13 +291,13 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     if method in ("naive", "dingo") and not is_dfa:
         raise TypeError(f"method={method!r} needs a regular constraint (constrain.DFAConstraint)")
     if method == "infill" and (constraint is None or is_dfa):
-        raise TypeError("method='infill' needs a grammar (Lark text or InfillGrammar)")
+        raise TypeError("method='infill' needs a grammar (Lark text, a GrammarIR or a GrammarConstraint)")
     if method not in ("none", "naive", "dingo", "infill"):
         raise ValueError(f"unknown method {method!r}")
     if remasking not in ("low_confidence", "random"):
         raise ValueError(f"unknown remasking {remasking!r}")
     if vocab is None:
-        vocab = getattr(constraint, "vocab", None) or getattr(model, "vocab", None)
+        vocab = getattr(constraint, "vocab", None) or getattr(lm, "vocab", None)
     block_length = gen_length if block_length is None else block_length
     if gen_length % block_length:
         raise ValueError("gen_length must be a multiple of block_length")
@@ -360,24 +306,25 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
     if steps % n_blocks:
         raise ValueError("steps must be a multiple of the number of blocks")
     spb = steps // n_blocks
-    mask_id = model.mask_token_id
+    mask_id = lm.mask_token_id
     eos_ids = np.asarray(vocab.eos_token_ids if vocab is not None else
-                         getattr(model, "eos_token_ids", ()), dtype=np.int64)
+                         getattr(lm, "eos_token_ids", ()), dtype=np.int64)
     eos_set = set(eos_ids.tolist())
     rng = np.random.default_rng(seed)
+    prompt = prompt_token_ids(lm, prompt)
     P0 = len(prompt)
     canvas = np.array(list(prompt) + [mask_id] * gen_length, dtype=np.int64)
-    V = model.vocab_size
+    V = lm.vocab_size
     score = 0.0
     history = []
     stuck = None
     resamples = 0
-    calls0 = getattr(model, "calls", 0)
+    calls0 = getattr(lm, "calls", 0)
     step_no = 0
     ikw = dict(infill_kwargs or {})
 
     def completable_grammar(gen):
-        from constrain.analysis.infill import can_complete
+        from constrain.analysis import can_complete
 
         segs = _segments(list(gen), mask_id, eos_set, trailing_exact)
         return segs is not None and can_complete(constraint, segs, vocab=vocab, **ikw)
@@ -396,7 +343,7 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
             # finish the block, so no position is left masked
             k = min(ks[turn] if turn < len(ks) else len(masked), len(masked))
             turn += 1
-            lp = np.asarray(model.logprobs(canvas[None, :]), dtype=np.float64)[0, P0:]
+            lp = np.asarray(lm.logprobs(canvas[None, :]), dtype=np.float64)[0, P0:]
             lp[:, mask_id] = -np.inf
             if temperature > 0:
                 scores = lp / temperature + rng.gumbel(size=lp.shape)
@@ -423,12 +370,7 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                 resamples += kept[1]
                 kept = kept[0]
             else:
-                if remasking == "low_confidence":
-                    conf = {i: lp[i, x0[i]] for i in masked}
-                else:
-                    conf = {i: rand[i] for i in masked}
-                order = sorted(masked, key=lambda i: (-conf[i], i))
-                kept = [(i, x0[i]) for i in order[:k]]
+                kept = [(i, x0[i]) for i in _keep_order(masked, x0, lp, rand, remasking)[:k]]
             for i, t in kept:
                 canvas[P0 + i] = t
                 score += float(lp[i, t])
@@ -442,24 +384,24 @@ def diffusion_generate(model, constraint=None, *, prompt: Sequence[int] = (), ge
                 if not ok:
                     stuck = step_no
     out = [int(t) for t in canvas[P0:]]
+    # the output ends at its first EOS
+    token_ids = tuple(out[:next((i for i, t in enumerate(out) if t in eos_set), len(out))])
     text = b""
     if vocab is not None:
-        # the output ends at its first EOS
-        end = next((i for i, t in enumerate(out) if t in eos_set), len(out))
-        text = b"".join(vocab.tokens[t] for t in out[:end] if vocab.grammar_token_list[t])
+        text = b"".join(vocab.tokens[t] for t in token_ids if vocab.grammar_token_list[t])
     valid = None
     if constraint is not None:
         if is_dfa:
             end = _state_after(constraint, out)
             valid = end is not None and (end == TERMINATED or constraint.is_accepting(end))
         else:
-            from constrain.analysis.infill import can_complete
+            from constrain.analysis import can_complete
 
             segs = _segments(out, mask_id, eos_set, None)
             valid = (segs is not None and mask_id not in out
                      and can_complete(constraint, segs, vocab=vocab, **ikw))
-    return DiffusionResult(out, text, valid, score, step_no,
-                           getattr(model, "calls", 0) - calls0, stuck, resamples, history)
+    return DiffusionResult(out, text, valid, score, step_no, getattr(lm, "calls", 0) - calls0, stuck,
+                           resamples, history, token_ids)
 
 
 def dingo_proposal(grammar, gen, scores, s, e, mask_id, eos_ids, V):
@@ -495,16 +437,23 @@ def dingo_proposal(grammar, gen, scores, s, e, mask_id, eos_ids, V):
     return {i: int(r.tokens[i - s]) for i in range(s, e) if gen[i] == mask_id}
 
 
+def _keep_order(masked, proposal, lp, rand, remasking: str) -> list[int]:
+    """The masked positions in the order they are kept: by the model's probability
+    of their proposed token (``"low_confidence"`` remasking) or by the step's
+    random draw (``"random"``), highest first, ties by position."""
+    if remasking == "low_confidence":
+        conf = {i: lp[i, proposal[i]] for i in masked}
+    else:
+        conf = {i: rand[i] for i in masked}
+    return sorted(masked, key=lambda i: (-conf[i], i))
+
+
 def _infill_keep(gen, masked, scores, lp, k, rand, remasking, max_tries, completable, mask_id):
     """Keep ``k`` positions, in confidence order, each with the most probable token
     that passes the infilling check. Returns ``(kept, rejected)``."""
     work = np.array(gen, dtype=np.int64)
     best = {i: int(np.argmax(scores[i])) for i in masked}
-    if remasking == "low_confidence":
-        conf = {i: lp[i, best[i]] for i in masked}
-    else:
-        conf = {i: rand[i] for i in masked}
-    order = sorted(masked, key=lambda i: (-conf[i], i))
+    order = _keep_order(masked, best, lp, rand, remasking)
     kept, rejected = [], 0
     deferred = []
     for i in order:

@@ -1,1 +1,11 @@
-"""The language-model layer: the LM protocol, the transformers wrapper with its KV cache, and the masked-diffusion protocol."""
+"""The language-model layer, the only code that runs a model.
+
+* :mod:`search.lm.protocol`: the LM protocol the autoregressive drivers use
+  (``logprobs``, ``calls``, ``vocab_size``, ``eos_token_ids``), :class:`CallableLM`,
+  :func:`as_lm`, and what every driver does with a model (prompt ids, decoding,
+  lock-step token streams);
+* :mod:`search.lm.transformers`: :class:`TransformersLM`, the one transformers
+  wrapper, with its KV cache and the one transformers-version shim;
+* :mod:`search.lm.diffusion`: the masked-diffusion protocol and its transformers
+  wrapper.
+"""

@@ -13,6 +13,16 @@ A model, for search, is anything with:
 * ``lm.eos_token_ids``: a tuple of the ids that end a hypothesis (``lm.eos_token_id``
   is the first of them).
 
+Optional, used when present:
+
+* ``lm.prompt_ids(text)``: the ids of a text prompt (the chat template applied
+  for chat models); without it the drivers take token-id prompts only
+  (:func:`prompt_token_ids`);
+* ``lm.decode(ids)`` or ``lm.vocab``: the text of generated ids, for the
+  results' ``text`` (:func:`decoder`);
+* ``lm.open_streams(head, n)``: lock-step token streams faster than one
+  ``logprobs`` call per position (:func:`open_streams`).
+
 :class:`CallableLM` wraps a plain function of one prefix (or of a batch of
 prefixes) into this protocol; :func:`as_lm` adapts a :class:`search.TransformersLM`
 (which already scores batches of prefixes and counts its calls) and passes any
@@ -32,7 +42,8 @@ from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["LM", "CallableLM", "TransformersLMAdapter", "as_lm"]
+__all__ = ["LM", "CallableLM", "TransformersLMAdapter", "as_lm", "prompt_token_ids", "decoder",
+           "constraint_eos_ids", "LogprobStreams", "open_streams"]
 
 
 @runtime_checkable
@@ -119,8 +130,10 @@ class TransformersLMAdapter:
     ``calls`` is read from the wrapped model, so it counts every prefix the model
     scored, through this adapter or not. ``TransformersLM`` reuses the KV cache of
     the longest recently scored prefix a new prefix extends; ``kv_cache_size``
-    (when given) raises the number of prefixes whose cache it keeps, which helps
-    beam search (``beam_size`` parents per step) but changes no result.
+    (when given) raises the model's ``kv_cache_size``, the number of prefixes
+    whose cache it keeps, which helps beam search (``beam_size`` parents per
+    step) but changes no result. ``prompt_ids``, ``encode``, ``decode``,
+    ``vocab`` and ``open_streams`` are the wrapped model's.
     """
 
     def __init__(self, model, kv_cache_size: int | None = None):
@@ -130,8 +143,8 @@ class TransformersLMAdapter:
                                                          or getattr(model, "eos_token_id", None))
         if not self.eos_token_ids:
             raise ValueError(f"{model!r} has no EOS token id")
-        if kv_cache_size is not None and hasattr(model, "_kv_size"):
-            model._kv_size = max(int(model._kv_size), int(kv_cache_size))
+        if kv_cache_size is not None and hasattr(model, "kv_cache_size"):
+            model.kv_cache_size = max(int(model.kv_cache_size), int(kv_cache_size))
 
     def __repr__(self) -> str:
         return f"TransformersLMAdapter({self.model!r})"
@@ -151,11 +164,27 @@ class TransformersLMAdapter:
         """The wrapped model's :class:`constrain.Vocabulary`."""
         return self.model.vocab
 
+    def prompt_ids(self, prompt, chat_template: bool | None = None, system: str | None = None) -> list[int]:
+        """The wrapped model's :meth:`search.TransformersLM.prompt_ids`."""
+        return self.model.prompt_ids(prompt, chat_template=chat_template, system=system)
+
+    def encode(self, text: str) -> list[int]:
+        """The wrapped model's ``encode``: the ids of ``text``, no special tokens."""
+        return self.model.encode(text)
+
+    def decode(self, token_ids: Iterable[int]) -> str:
+        """The wrapped model's ``decode``: the text of ``token_ids``."""
+        return self.model.decode(token_ids)
+
     def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """Next-token log-probabilities after each prefix, ``(len(prefixes), vocab_size)``."""
         if len(prefixes) == 0:
             return np.zeros((0, self.vocab_size), dtype=np.float32)
         return self.model.logprobs([tuple(int(t) for t in p) for p in prefixes])
+
+    def open_streams(self, head: Sequence[int], n: int):
+        """Lock-step streams over the wrapped model (see :func:`open_streams`)."""
+        return open_streams(self.model, head, n)
 
 
 def as_lm(model):
@@ -172,3 +201,86 @@ def as_lm(model):
     if missing:
         raise TypeError(f"{type(model).__name__} does not follow the LM protocol (missing {', '.join(missing)})")
     return model
+
+
+# -- what every driver does with a model ---------------------------------------------
+
+
+def prompt_token_ids(lm, prompt) -> tuple[int, ...]:
+    """The ids a driver conditions on: a text ``prompt`` through ``lm.prompt_ids``
+    (for a :class:`search.TransformersLM`: the chat template for chat models, the
+    plain encoding otherwise); a sequence of ids as it is. Raises ``TypeError``
+    for text when the model has no ``prompt_ids``."""
+    if isinstance(prompt, str):
+        fn = getattr(lm, "prompt_ids", None)
+        if fn is None:
+            raise TypeError(f"{type(lm).__name__} has no prompt_ids() to turn a text prompt into ids; "
+                            f"pass token ids instead")
+        return tuple(int(t) for t in fn(prompt))
+    return tuple(int(t) for t in prompt)
+
+
+def decoder(lm) -> Callable[[Sequence[int]], str] | None:
+    """The text of generated ids for the results of a driver on ``lm``:
+    ``lm.decode``, else the UTF-8 decoding of ``lm.vocab``'s token bytes (an
+    incomplete character shown as U+FFFD), else ``None`` (no text)."""
+    fn = getattr(lm, "decode", None)
+    if fn is not None:
+        return fn
+    vocab = getattr(lm, "vocab", None)
+    if vocab is None:
+        return None
+    return lambda ids: vocab.decode([int(t) for t in ids]).decode("utf-8", errors="replace")
+
+
+def constraint_eos_ids(lm, constraint) -> frozenset[int]:
+    """The ids that end a hypothesis: the constraint vocabulary's EOS ids (allowed
+    only where it accepts), or ``lm.eos_token_ids`` without a constraint. Raises
+    :class:`constrain.VocabularyError` when the constraint was compiled for more
+    tokens than the model scores."""
+    if constraint is None:
+        return frozenset(int(i) for i in lm.eos_token_ids)
+    if len(constraint.vocab) > lm.vocab_size:
+        from constrain import VocabularyError
+
+        raise VocabularyError(
+            f"the constraint was compiled for a vocabulary of {len(constraint.vocab)} tokens, "
+            f"but the model has {lm.vocab_size} log-probabilities")
+    return frozenset(int(i) for i in constraint.vocab.eos_token_ids)
+
+
+# -- lock-step streams -------------------------------------------------------------------
+
+
+class LogprobStreams:
+    """Token streams over any model of the protocol: each :meth:`advance` is one
+    ``lm.logprobs`` batch over the streams it extends. Made by :func:`open_streams`."""
+
+    def __init__(self, lm, head: tuple[int, ...], n: int):
+        self.lm = lm
+        self.prefixes = [head] * n
+
+    def advance(self, idx: Sequence[int], toks: Sequence[int]) -> np.ndarray:
+        """Extend streams ``idx`` by ``toks``: their float64 next-token
+        log-probabilities ``(len(idx), V)``, one call each."""
+        pre = self.prefixes
+        for i, t in zip(idx, toks):
+            pre[i] = pre[i] + (int(t),)
+        return np.asarray(self.lm.logprobs([pre[i] for i in idx]), dtype=np.float64)
+
+
+def open_streams(lm, head: Sequence[int], n: int):
+    """``n`` token streams after ``head``, advanced in lock-step: ``(streams,
+    rows)``, ``rows`` the float64 next-token log-probabilities ``(n, V)`` after
+    ``head`` (scored once, one call), and ``streams.advance(idx, toks)`` the rows
+    after extending streams ``idx`` (a sub-sequence of those still live, in order;
+    the others end) by ``toks``, one call per row. A model with its own
+    ``open_streams`` (a :class:`search.TransformersLM`: one batched forward pass
+    per position over a shared KV cache) provides them; any other gets
+    :class:`LogprobStreams`."""
+    own = getattr(lm, "open_streams", None)
+    if own is not None:
+        return own(head, n)
+    head = tuple(int(t) for t in head)
+    row = np.asarray(lm.logprobs([head])[0], dtype=np.float64)
+    return LogprobStreams(lm, head, n), np.tile(row, (n, 1))

@@ -10,8 +10,16 @@ what decoding needs:
 * ``lm.logprobs(prefixes)`` / ``lm.logits(prefixes)`` — next-token scores of a batch
   of token prefixes, as a numpy array ``(n, V)``, reusing the KV cache of earlier
   prefixes that share a start with them;
-* ``lm.calls`` — how many prefixes have been scored (each row of ``logprobs`` and each
-  step of :func:`search.generate` counts one).
+* ``lm.open_streams(head, n)`` — ``n`` token streams after a shared ``head``,
+  advanced in lock-step by one batched forward pass per position (the reasoning
+  samplers' path, see :func:`search.lm.protocol.open_streams`);
+* ``lm.calls`` — how many prefixes have been scored (each row of ``logprobs``, each
+  stream row and each step of :func:`search.generate` counts one).
+
+Every forward pass goes through :meth:`TransformersLM.forward_batch`; the
+transformers version differences it needs (the name of the cache argument, whether
+the model can compute the last position's logits only) are resolved once, in
+:func:`_forward_options`.
 
 Example::
 
@@ -33,7 +41,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-__all__ = ["TransformersLM"]
+__all__ = ["TransformersLM", "KVStreams"]
+
+
+def _forward_options(model) -> tuple[str, dict]:
+    """``(cache_kw, extra)`` for ``model.forward`` in the installed transformers:
+    the name of the KV-cache argument (5.x renamed ``past_key_values`` to
+    ``cache``) and the keyword that limits the logits to the last position, when
+    the model has one (only the next token's logits are ever used)."""
+    params = inspect.signature(model.forward).parameters
+    cache_kw = "cache" if "cache" in params else "past_key_values"
+    for kw in ("logits_to_keep", "num_logits_to_keep"):
+        if kw in params:
+            return cache_kw, {kw: 1}
+    return cache_kw, {}
 
 
 def _as_id_list(ids) -> list[int]:
@@ -54,7 +75,8 @@ class TransformersLM:
             ``eos_token_id`` plus the model's ``generation_config.eos_token_id``.
         name: a label for messages.
         kv_cache_size: how many scored prefixes keep their KV cache for reuse by
-            :meth:`logits` / :meth:`logprobs`.
+            :meth:`logits` / :meth:`logprobs` (the attribute of the same name may
+            be raised later; :func:`search.as_lm` raises it to 64).
     """
 
     def __init__(
@@ -67,7 +89,7 @@ class TransformersLM:
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.name = name or getattr(model.config, "_name_or_path", None) or type(model).__name__
+        self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.vocab_size = int(model.config.vocab_size)
         if eos_token_ids is None:
             eos = set(_as_id_list(getattr(tokenizer, "eos_token_id", None)))
@@ -82,15 +104,9 @@ class TransformersLM:
         self.calls = 0
         self._vocab = None
         self._kv: OrderedDict = OrderedDict()
-        self._kv_size = kv_cache_size
-        params = inspect.signature(model.forward).parameters
-        # transformers 5.x renamed ``past_key_values`` to ``cache``
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._extra = {}
-        for kw in ("logits_to_keep", "num_logits_to_keep"):
-            if kw in params:
-                self._extra[kw] = 1
-                break
+        #: how many scored prefixes keep their KV cache (see :meth:`logits`)
+        self.kv_cache_size = int(kv_cache_size)
+        self._cache_kw, self._extra = _forward_options(model)
 
     def __repr__(self) -> str:
         return f"TransformersLM({self.name!r}, vocab_size={self.vocab_size}, device={self.device})"
@@ -167,23 +183,33 @@ class TransformersLM:
 
     # -- scoring ----------------------------------------------------------------
 
+    def forward_batch(self, ids: Sequence[Sequence[int]], past=None):
+        """One forward pass over a batch of equally long rows of ids after the KV
+        cache ``past`` (``None`` for the start of the sequences; else a cache of
+        ``len(ids)`` rows, extended in place). Returns ``(logits, cache)``: the
+        next-token logits after each row's last id, ``(len(ids), V)`` in the
+        model's dtype on its device, and the extended cache. Counts ``len(ids)``
+        calls. The transformers version differences are handled here, once."""
+        import torch
+
+        x = torch.tensor([[int(t) for t in row] for row in ids], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: past}, **self._extra)
+        cache = getattr(out, "cache", None)
+        if cache is None:
+            cache = out.past_key_values
+        self.calls += len(ids)
+        return out.logits[:, -1], cache
+
     def forward(self, token_ids: Sequence[int], past=None):
         """Run the model on ``token_ids`` after the KV cache ``past`` (``None`` for
         the start of a sequence; it is extended in place). Returns ``(logits,
         past)``: the float32 next-token logits ``(V,)`` after the last id, on the
         model's device, and the extended cache. Counts one call."""
-        import torch
-
         if len(token_ids) == 0:
             raise ValueError("cannot score an empty prefix")
-        ids = torch.tensor([list(token_ids)], dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: past}, **self._extra)
-        cache = getattr(out, "cache", None)
-        if cache is None:
-            cache = out.past_key_values
-        self.calls += 1
-        return out.logits[0, -1].float(), cache
+        logits, cache = self.forward_batch([token_ids], past)
+        return logits[0].float(), cache
 
     def _next_logits(self, prefix: tuple[int, ...]):
         hit = self._kv.get(prefix)
@@ -198,7 +224,7 @@ class TransformersLM:
         past = copy.deepcopy(self._kv[best][0]) if best else None
         logits, past = self.forward(prefix[len(best):], past)
         self._kv[prefix] = (past, logits)
-        while len(self._kv) > self._kv_size:
+        while len(self._kv) > self.kv_cache_size:
             self._kv.popitem(last=False)
         return logits
 
@@ -224,3 +250,51 @@ class TransformersLM:
     def clear_cache(self) -> None:
         """Forget the KV caches kept for :meth:`logits`."""
         self._kv.clear()
+
+    def open_streams(self, head: Sequence[int], n: int) -> tuple["KVStreams", np.ndarray]:
+        """``n`` token streams after ``head``: ``(streams, rows)``, ``rows`` the
+        float64 next-token log-probabilities ``(n, V)`` after ``head``. ``head`` is
+        run once and its KV cache repeated over the streams; see
+        :class:`KVStreams`. Counts one call."""
+        if len(head) == 0:
+            raise ValueError("cannot score an empty prefix")
+        logits, cache = self.forward_batch([head])
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        return KVStreams(self, cache, n), np.tile(_log_softmax64(logits)[0], (n, 1))
+
+
+def _log_softmax64(logits) -> np.ndarray:
+    """Row-wise log-softmax of a ``(B, V)`` logits tensor, computed in float32 by
+    torch, as a float64 numpy array."""
+    import torch
+
+    with torch.inference_mode():
+        return torch.log_softmax(logits.float(), dim=-1).cpu().numpy().astype(np.float64)
+
+
+class KVStreams:
+    """Token streams over a :class:`TransformersLM` that share one batched KV
+    cache: each :meth:`advance` is one forward pass over the streams still live,
+    and no cache is ever copied (streams that end are dropped from the batch).
+    Made by :meth:`TransformersLM.open_streams`; ``lm.calls`` grows by the number
+    of rows scored, as with :meth:`TransformersLM.logprobs`."""
+
+    def __init__(self, lm: TransformersLM, cache, n: int):
+        self.lm = lm
+        self._cache = cache
+        self._rows = list(range(n))  # the stream behind each batch row of the cache
+
+    def advance(self, idx: Sequence[int], toks: Sequence[int]) -> np.ndarray:
+        """Extend streams ``idx`` (a sub-sequence of the live ones, in order) by
+        ``toks``: their float64 next-token log-probabilities ``(len(idx), V)``.
+        The other streams end."""
+        import torch
+
+        idx = list(idx)
+        if idx != self._rows:
+            keep = [self._rows.index(i) for i in idx]
+            self._cache.batch_select_indices(torch.tensor(keep, dtype=torch.long))
+            self._rows = idx
+        logits, self._cache = self.lm.forward_batch([[t] for t in toks], self._cache)
+        return _log_softmax64(logits)

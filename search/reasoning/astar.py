@@ -50,7 +50,7 @@ from typing import Callable
 import numpy as np
 
 from search.reasoning.steps import (Budget, HookStepSampler, LMStepSampler, ReasoningResult, Solution, Step,
-                              extract_answer, prm_score_last, resolve_prompt)
+                                    extract_answer, prm_score_last)
 
 __all__ = ["astar_search"]
 
@@ -133,16 +133,11 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
         text = prm_prompt if prm_prompt is not None else (prompt if isinstance(prompt, str) else "")
         calls0 = getattr(lm, "calls", 0) if lm is not None else 0
     else:
-        from search.lm.protocol import as_lm
-
-        lm_p = as_lm(lm)
-        ids, text = resolve_prompt(lm, prompt, vocab)
-        if prm_prompt is not None:
-            text = prm_prompt
-        sampler = LMStepSampler(lm_p, ids, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
+        sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
                                 temperature=temperature, max_step_tokens=max_step_tokens,
                                 rng=np.random.default_rng(seed))
-        lm = lm_p
+        text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+        lm = sampler.lm
         calls0 = lm.calls
     reserve = 0
     if (close_on_budget and constraint is not None and token_budget is not None
@@ -207,7 +202,7 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
     sol = answer_node.sol if answer_node is not None else None
     if reserve and sol is not None and not sol.complete:
         # the reserved tokens close the best partial solution with an answer line
-        last = sampler._answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, 0.0)
+        last = sampler.answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, 0.0)
         if last is not None:
             sol, closed = Solution(sol.steps[:-1] + (last,)), True
     calls = (lm.calls - calls0) if lm is not None and hasattr(lm, "calls") else 0

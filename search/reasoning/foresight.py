@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from search.reasoning.steps import (Budget, LMStepSampler, ReasoningResult, Solution, extract_answer,
-                              prm_score_last, resolve_prompt)
+                                    prm_score_last)
 
 __all__ = ["foresight_search"]
 
@@ -109,18 +109,13 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
         raise ValueError(f"select must be 'sample' or 'top', got {select!r}")
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
-    from search.lm.protocol import as_lm
-
-    lm_p = as_lm(lm)
-    ids, text = resolve_prompt(lm, prompt, vocab)
-    if prm_prompt is not None:
-        text = prm_prompt
     rng = np.random.default_rng(seed)
     budget = Budget(token_budget, prm_budget)
-    sampler = LMStepSampler(lm_p, ids, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
+    sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
                             temperature=temperature, max_step_tokens=max_step_tokens, rng=rng,
                             close_cutoff=close_cutoff)
-    calls0 = lm_p.calls
+    text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+    calls0 = sampler.lm.calls
 
     beams: list[tuple[Solution, float]] = [(Solution(), 0.0)]
     pool: list[tuple[Solution, float, str | None]] = []  # every complete solution seen: (sol, F, answer)
@@ -231,7 +226,7 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
         budget_exhausted=budget.exhausted is not None,
         stop_reason=stop,
         tokens=budget.tokens,
-        lm_calls=int(lm_p.calls - calls0),
+        lm_calls=int(sampler.lm.calls - calls0),
         prm_calls=budget.prm_calls,
         score=f,
         candidates=pool,

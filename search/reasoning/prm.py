@@ -195,9 +195,8 @@ class LMJudgePRM(PRM):
         self.raw = lm
         self.lm = as_lm(lm)
         self.template = template
-        model = getattr(self.lm, "model", lm)
-        self._prompt_ids = getattr(model, "prompt_ids", None)
-        self._encode = encode or getattr(model, "encode", None)
+        self._prompt_ids = getattr(self.lm, "prompt_ids", None)
+        self._encode = encode or getattr(self.lm, "encode", None)
         if self._prompt_ids is None and self._encode is None:
             raise TypeError("LMJudgePRM needs a model with prompt_ids()/encode() or an encode= function")
         self.yes_ids = sorted({self._first_id(w) for w in yes_words})
@@ -207,8 +206,7 @@ class LMJudgePRM(PRM):
         self.calls = 0
 
     def _first_id(self, word: str) -> int:
-        enc = self._encode if self._encode is not None else None
-        ids = list(enc(word)) if enc is not None else []
+        ids = list(self._encode(word)) if self._encode is not None else []
         if not ids:
             raise ValueError(f"cannot encode {word!r}")
         return int(ids[0])
@@ -354,16 +352,8 @@ def check_arithmetic(text: str) -> tuple[int, int]:
     Claims that do not parse are ignored. Reference: the ``<<expr=result>>``
     calculator annotations of GSM8K (Cobbe et al., 2021)."""
     correct = wrong = 0
-    for lhs, rhs in _CALC_RE.findall(text):
-        v, w = _eval_expr(lhs), _parse_number(rhs)
-        if v is None or w is None:
-            continue
-        if _equal(v, w):
-            correct += 1
-        else:
-            wrong += 1
-    prose = _CALC_RE.sub(" ", text)
-    for lhs, rhs in _PROSE_RE.findall(prose):
+    claims = _CALC_RE.findall(text) + _PROSE_RE.findall(_CALC_RE.sub(" ", text))
+    for lhs, rhs in claims:
         v, w = _eval_expr(lhs), _parse_number(rhs)
         if v is None or w is None:
             continue
@@ -397,13 +387,6 @@ class ArithmeticCheckerPRM(PRM):
         self.wrong_score = float(wrong_score)
         self.neutral_score = float(neutral_score)
         self.calls = 0
-
-    def step_verdict(self, text: str) -> float:
-        """The score of one piece of text by the rule of the class docstring."""
-        c, w = check_arithmetic(text)
-        if w:
-            return self.wrong_score
-        return self.correct_score if c else self.neutral_score
 
     def score(self, prompt: str, steps: Sequence[str]) -> list[float]:
         """The verdict on every prefix of ``steps`` (cumulative: one wrong claim

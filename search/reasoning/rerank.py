@@ -15,9 +15,6 @@ the score of the whole solution) and two choices are made from the same samples:
 
 ``result.info["argmax"]`` and ``result.info["weighted_majority"]`` hold both
 choices; ``result.solution`` is the one asked for by ``method``.
-
-The module is callable: ``search.best_of_n(...)`` is the function even after
-``import search.best_of_n``.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from search.reasoning.steps import (Budget, LMStepSampler, ReasoningResult, Solution, extract_answer,
-                              prm_score_last, resolve_prompt)
+                                    prm_score_last)
 
 __all__ = ["best_of_n"]
 
@@ -71,17 +68,12 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
         raise ValueError(f"n must be >= 1, got {n}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
-    from search.lm.protocol import as_lm
-
-    lm_p = as_lm(lm)
-    ids, text = resolve_prompt(lm, prompt, vocab)
-    if prm_prompt is not None:
-        text = prm_prompt
     budget = Budget(token_budget, prm_budget)
-    sampler = LMStepSampler(lm_p, ids, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
+    sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
                             temperature=temperature, max_step_tokens=max_step_tokens,
                             rng=np.random.default_rng(seed), close_cutoff=close_cutoff)
-    calls0 = lm_p.calls
+    text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+    calls0 = sampler.lm.calls
     cands: list[tuple[Solution, float, str | None]] = []
     # the n samples share the prompt: drawn together, the prompt is scored once
     for sol in sampler.rollouts(Solution(), n, budget, max_steps * max_step_tokens):
@@ -91,7 +83,7 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
             break
         r = prm_score_last(prm, text, sol.step_texts, aggregate)
         cands.append((sol, r, answer_fn(sol.text) if sol.complete else None))
-    return _choose(cands, method, budget, lm_p.calls - calls0)
+    return _choose(cands, method, budget, sampler.lm.calls - calls0)
 
 
 def _choose(cands, method: str, budget: Budget, lm_calls: int) -> ReasoningResult:

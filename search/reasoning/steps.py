@@ -1,5 +1,5 @@
 """Step-level machinery shared by the reasoning searches (:mod:`search.reasoning.astar`,
-:mod:`search.reasoning.foresight`, :mod:`search.best_of_n`).
+:mod:`search.reasoning.foresight`, :mod:`search.reasoning.rerank`).
 
 A *solution* is a sequence of *steps*; a step is the text the model writes up to
 and including the step delimiter (``"\\n"`` by default), or up to EOS, which ends
@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
+from search.lm.protocol import as_lm, constraint_eos_ids, open_streams, prompt_token_ids
+from search.results import SearchResult
 
 __all__ = ["Step", "Solution", "Budget", "ReasoningResult", "LMStepSampler", "HookStepSampler",
            "extract_answer", "prm_score_last", "aggregate_scores"]
@@ -150,8 +153,8 @@ class Budget:
         return True
 
 
-@dataclass
-class ReasoningResult:
+@dataclass(frozen=True)
+class ReasoningResult(SearchResult):
     """What the reasoning searches return.
 
     Attributes:
@@ -187,6 +190,12 @@ class ReasoningResult:
     def text(self) -> str:
         """The solution's text ("" without one)."""
         return "" if self.solution is None else self.solution.text
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The solution's token ids, EOS excluded (``()`` without one; hook steps
+        have none)."""
+        return () if self.solution is None else self.solution.token_ids
 
 
 # -- answers ------------------------------------------------------------------------
@@ -280,96 +289,19 @@ def _sample_index(logp: np.ndarray, temperature: float, rng: np.random.Generator
 
 
 def _delimiter_ids(lm, vocab, delimiter: str) -> tuple[int, ...] | None:
-    """Token ids spelling ``delimiter``: through the model's tokenizer if it has one,
-    else a single vocabulary token with exactly those bytes; ``None`` if neither."""
-    model = getattr(lm, "model", lm)
-    enc = getattr(model, "encode", None)
-    if callable(enc):
-        try:
-            ids = tuple(int(t) for t in enc(delimiter))
-            if ids and vocab.decode(ids) == delimiter.encode():
-                return ids
-        except Exception:  # a tokenizer that cannot encode it: fall back to the vocabulary
-            pass
+    """Token ids spelling ``delimiter``: through the model's tokenizer if it has one
+    (and it spells exactly those bytes), else a single vocabulary token with
+    exactly those bytes; ``None`` if neither."""
+    enc = getattr(lm, "encode", None)
+    if enc is not None:
+        ids = tuple(int(t) for t in enc(delimiter))
+        if ids and vocab.decode(ids) == delimiter.encode():
+            return ids
     want = delimiter.encode()
     for i, b in enumerate(vocab.tokens):
         if b == want and i not in vocab.eos_token_set:
             return (i,)
     return None
-
-
-class _ProtocolBackend:
-    """Streams over any model of the LM protocol: one ``lm.logprobs`` batch per
-    token position over the live streams; the shared head is scored once."""
-
-    def __init__(self, lm):
-        self.lm = lm
-
-    def open(self, head: tuple[int, ...], n: int):
-        """Start ``n`` streams after ``head``: ``(handle, rows)``, ``head`` scored once."""
-        row = np.asarray(self.lm.logprobs([head])[0], dtype=np.float64)
-        return {"prefixes": [head] * n}, np.tile(row, (n, 1))
-
-    def advance(self, handle, idx: list[int], toks: list[int]) -> np.ndarray:
-        """Extend streams ``idx`` by ``toks``; their next rows, one call each."""
-        pre = handle["prefixes"]
-        for i, t in zip(idx, toks):
-            pre[i] = pre[i] + (t,)
-        return np.asarray(self.lm.logprobs([pre[i] for i in idx]), dtype=np.float64)
-
-
-class _HFBackend:
-    """Streams over a :class:`search.TransformersLM`, batched: the head is run once,
-    its KV cache repeated over the streams, and each token position is one
-    forward pass over the live streams (no cache copies). ``calls`` grows by the
-    number of rows scored, as with :meth:`TransformersLM.logprobs`."""
-
-    def __init__(self, tlm):
-        import inspect
-
-        self.tlm = tlm
-        self.model = tlm.model
-        params = inspect.signature(self.model.forward).parameters
-        # transformers 5.x renamed ``past_key_values`` to ``cache``
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.extra = {}
-        for kw in ("logits_to_keep", "num_logits_to_keep"):
-            if kw in params:
-                self.extra[kw] = 1
-                break
-
-    def _run(self, ids, cache):
-        import torch
-
-        x = torch.tensor(ids, dtype=torch.long, device=self.model.device)
-        with torch.inference_mode():
-            out = self.model(input_ids=x, use_cache=True, **{self.cache_kw: cache}, **self.extra)
-            rows = torch.log_softmax(out.logits[:, -1].float(), dim=-1).cpu().numpy().astype(np.float64)
-        new = getattr(out, "cache", None)
-        if new is None:
-            new = out.past_key_values
-        return rows, new
-
-    def open(self, head: tuple[int, ...], n: int):
-        """Start ``n`` streams after ``head``: one forward pass, cache repeated ``n`` times."""
-        rows, cache = self._run([list(head)], None)
-        self.tlm.calls += 1
-        if n > 1:
-            cache.batch_repeat_interleave(n)
-        return {"cache": cache, "rows": list(range(n))}, np.tile(rows[0], (n, 1))
-
-    def advance(self, handle, idx: list[int], toks: list[int]) -> np.ndarray:
-        """Extend streams ``idx`` (a sub-sequence of the live ones) by ``toks``: the
-        cache keeps only their rows, then one batched forward pass."""
-        import torch
-
-        if idx != handle["rows"]:
-            keep = [handle["rows"].index(i) for i in idx]
-            handle["cache"].batch_select_indices(torch.tensor(keep, dtype=torch.long))
-            handle["rows"] = list(idx)
-        rows, handle["cache"] = self._run([[t] for t in toks], handle["cache"])
-        self.tlm.calls += len(idx)
-        return rows
 
 
 @dataclass
@@ -388,9 +320,12 @@ class LMStepSampler:
     """Samples steps (and roll-outs) from a model of the LM protocol (:mod:`search.lm.protocol`).
 
     Args:
-        lm: the model; a :class:`search.TransformersLM` (or its adapter) is run
-            through a batched KV-cache path, anything else through ``lm.logprobs``.
-        prompt_ids: the prompt's token ids.
+        lm: the model; its token streams are :func:`search.lm.protocol.open_streams`
+            (for a :class:`search.TransformersLM`: one batched forward pass per
+            position over a shared KV cache; anything else: ``lm.logprobs``).
+        prompt: the prompt's token ids, or a text turned into ids by
+            ``lm.prompt_ids`` (the chat template for chat models); its text, for
+            the PRMs, is :attr:`prompt_text`.
         delimiter: the text that ends a step; a step ends with the first token
             whose addition makes the step's bytes contain it (so a delimiter split
             over tokens is found too), provided the step has some non-whitespace
@@ -413,18 +348,11 @@ class LMStepSampler:
     prefix plus one per further token (never the same prefix twice).
     """
 
-    def __init__(self, lm, prompt_ids: Sequence[int], *, delimiter: str = "\n", vocab=None, constraint=None,
+    def __init__(self, lm, prompt: str | Sequence[int], *, delimiter: str = "\n", vocab=None, constraint=None,
                  temperature: float = 0.7, max_step_tokens: int = 64, rng=None, close_cutoff: bool = False):
-        from search.lm.protocol import TransformersLMAdapter, as_lm
-
         self.close_cutoff = bool(close_cutoff)
         self.lm = as_lm(lm)
-        inner = self.lm.model if isinstance(self.lm, TransformersLMAdapter) else None
-        if inner is not None and type(inner).__name__ == "TransformersLM":
-            self.backend = _HFBackend(inner)
-        else:
-            self.backend = _ProtocolBackend(self.lm)
-        self.prompt = tuple(int(t) for t in prompt_ids)
+        self.prompt = prompt_token_ids(self.lm, prompt)
         if not delimiter:
             raise ValueError("the step delimiter must be a non-empty string")
         self.delimiter = delimiter
@@ -432,6 +360,8 @@ class LMStepSampler:
         self.vocab = vocab if vocab is not None else getattr(self.lm, "vocab", None)
         if self.vocab is None:
             raise ValueError("the model has no .vocab; pass vocab= (a constrain.Vocabulary)")
+        #: the prompt as the PRMs see it: the text given, or the decoded ids
+        self.prompt_text = prompt if isinstance(prompt, str) else self.decode(self.prompt)
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if max_step_tokens < 1:
@@ -443,12 +373,7 @@ class LMStepSampler:
         self.constraint = constraint
         self._bytes: dict[int, bytes] = {}
         if constraint is not None:
-            if len(constraint.vocab) > self.lm.vocab_size:
-                from constrain import VocabularyError
-
-                raise VocabularyError(f"the constraint was compiled for {len(constraint.vocab)} tokens, "
-                                      f"but the model has {self.lm.vocab_size} log-probabilities")
-            self.c_eos = frozenset(int(i) for i in constraint.vocab.eos_token_ids)
+            self.c_eos = constraint_eos_ids(self.lm, constraint)
             self.delim_ids = _delimiter_ids(self.lm, self.vocab, delimiter)
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -479,7 +404,7 @@ class LMStepSampler:
                 budget.exhausted = budget.exhausted or "token_budget"
             return streams
         dl = len(self.delim_bytes)
-        handle, rows = self.backend.open(head, n)
+        handle, rows = open_streams(self.lm, head, n)
         live = list(range(n))
         while True:
             nxt_idx, nxt_tok = [], []
@@ -524,7 +449,7 @@ class LMStepSampler:
                 nxt_idx, nxt_tok = nxt_idx[: int(left)], nxt_tok[: int(left)]
             if not nxt_idx:
                 return streams
-            rows = self.backend.advance(handle, nxt_idx, nxt_tok)
+            rows = handle.advance(nxt_idx, nxt_tok)
             live = nxt_idx
 
     def sample(self, prefixes: Sequence[Solution], budget: Budget) -> list[Step | None]:
@@ -544,7 +469,7 @@ class LMStepSampler:
                     continue
                 step = Step(self.decode(s.toks), tuple(s.toks), s.lp, s.done == "eos", s.spent)
                 if step.final and self.constraint is not None:
-                    step = self._answer_line(prefixes[i], step, budget, s.eos_lp)
+                    step = self.answer_line(prefixes[i], step, budget, s.eos_lp)
                 out[i] = step
         return out
 
@@ -572,7 +497,7 @@ class LMStepSampler:
                 spent = len(toks) + (1 if last and s.done == "eos" else 0)
                 sol = sol.extend(Step(self.decode(toks), toks, lp, last, spent))
             if self.constraint is not None:
-                fixed = self._answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, s.eos_lp)
+                fixed = self.answer_line(Solution(sol.steps[:-1]), sol.steps[-1], budget, s.eos_lp)
                 if fixed is None:
                     out.append(None)
                     continue
@@ -580,10 +505,14 @@ class LMStepSampler:
             out.append(sol)
         return out
 
-    def _answer_line(self, prefix: Solution, step: Step, budget: Budget, eos_lp: float) -> Step | None:
-        """``step`` (which ended with EOS) as a valid final step: itself if the
-        constraint accepts its tokens, else its text, the delimiter and an answer
-        line generated under the constraint."""
+    def answer_line(self, prefix: Solution, step: Step, budget: Budget, eos_lp: float) -> Step | None:
+        """``step`` (the last step after ``prefix``) as a valid final step: itself if
+        the constraint accepts its tokens, else its text, the delimiter and an
+        answer line generated under the constraint (``eos_lp``: the
+        log-probability of the EOS the step sampled, which the answer line
+        replaces; 0 for a step that did not end). ``None`` when the budget or
+        ``max_step_tokens`` cut the answer line off, or the model allowed no
+        token."""
         c = self.constraint
         if step.token_ids and c.accepts_tokens(step.token_ids):
             return step
@@ -605,9 +534,9 @@ class LMStepSampler:
             if not budget.take_token():
                 return None
             if handle is None:
-                handle, rows = self.backend.open(head, 1)
+                handle, rows = open_streams(self.lm, head, 1)
             else:
-                rows = self.backend.advance(handle, [0], [ans[-1]])
+                rows = handle.advance([0], [ans[-1]])
             row = rows[0]
             spent += 1
             ids = np.asarray(c.allowed_token_ids(state), dtype=np.int64)
@@ -672,19 +601,3 @@ class HookStepSampler:
                 break
             out.append(step)
         return out
-
-
-def resolve_prompt(lm, prompt, vocab=None) -> tuple[tuple[int, ...], str]:
-    """``(prompt_ids, prompt_text)``: a string prompt is turned into ids by the
-    model's ``prompt_ids`` (the chat template for chat models); ids are used as
-    they are and decoded for the PRM."""
-    model = getattr(lm, "model", lm)
-    if isinstance(prompt, str):
-        fn = getattr(model, "prompt_ids", None) or getattr(lm, "prompt_ids", None)
-        if fn is None:
-            raise TypeError("a string prompt needs a model with prompt_ids(); pass token ids instead")
-        return tuple(int(t) for t in fn(prompt)), prompt
-    ids = tuple(int(t) for t in prompt)
-    v = vocab if vocab is not None else getattr(lm, "vocab", None)
-    text = v.decode(ids).decode("utf-8", errors="replace") if v is not None else ""
-    return ids, text

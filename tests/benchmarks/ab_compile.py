@@ -18,17 +18,16 @@ reference, not a paired figure)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import harness  # the standard library only: one thread, also for the workers (they inherit it)
 
-for _v in ("RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_v] = "1"
+harness.one_thread()
 
-HERE = Path(__file__).resolve().parent
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 # the worker: protocol lines on the original stdout, anything printed goes to stderr
 WORKER = r"""
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("tree_b")
     ap.add_argument("--limit", type=int, default=10, help="schemas per split (as bench_maskbench)")
     ap.add_argument("--rounds", type=int, default=3, help="compiles per schema and tree (fastest kept)")
-    ap.add_argument("--data", default=str(HERE.parents[1].parent / "shared" / "data" / "maskbench"))
+    ap.add_argument("--data", default=str(harness.ROOT.parent / "shared" / "data" / "maskbench"))
     ap.add_argument("--peer-json", help="a bench_maskbench --json report: llguidance's schemas and p50")
     args = ap.parse_args(argv)
     import numpy as np

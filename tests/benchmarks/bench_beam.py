@@ -40,21 +40,20 @@ times mean nothing (the table shows ``-``). ``--json`` is rewritten after every
 prompt, so several processes (``--select``) can split the prompts and
 ``--summarize`` joins their tables.
 
-``--regex`` / ``--schema`` run both drivers under a constraint (``--schema`` needs a
-JSON Schema compiler in ``constrain``; until it exists the script says so and
-exits 1). Exit status 1 also when a result differs.
+``--regex`` / ``--schema`` run both drivers under a constraint
+(``constrain.compile_regex`` / ``compile_json_schema``). Exit status 1 when a
+result differs.
 """
 
 from __future__ import annotations
 
-import os
+import harness  # the standard library only: the thread settings come before numpy and torch
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+harness.one_thread(force=False)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -90,23 +89,6 @@ PROMPTS = [
 ]
 WARMUP_PROMPT = "Say hi."
 SCORE_TOL = 1e-4
-
-
-def load_constraint(args, lm):
-    """The compiled constraint named on the command line, or ``None``."""
-    if args.regex:
-        import constrain
-
-        return constrain.compile_regex(args.regex, lm.vocab)
-    if args.schema:
-        import constrain
-
-        compile_schema = getattr(constrain, "compile_json_schema", None)
-        if compile_schema is None:
-            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")
-        with open(args.schema, encoding="utf-8") as f:
-            return compile_schema(json.load(f), lm.vocab)
-    return None
 
 
 class ForwardCounter:
@@ -184,16 +166,6 @@ def dump(path, lm, T, args, beams, load0, records, load1=None):
                    "runs": records}, f, indent=1)
 
 
-def fmt_table(rows, markdown):
-    """Rows of strings as a markdown or aligned plain-text table (first row: header)."""
-    if markdown:
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" ---: " for _ in rows[0]) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        return "\n".join(lines)
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
-
-
 def summary(records, beams, markdown):
     """The table: one row per beam size, totals over the prompts."""
     rows = [["beam", "calls beam", "calls best-first", "calls ratio", "forwards beam", "forwards best-first",
@@ -216,23 +188,17 @@ def summary(records, beams, markdown):
                      f"{sum(r['identical'] for r in rs)}/{len(rs)}"])
         if any(r.get("memo") for r in rs):  # shared computation: forwards and times are not per driver
             rows[-1][4:14] = ["-"] * 10
-    return fmt_table(rows, markdown)
+    return harness.fmt_table(rows, markdown)
 
 
 def main() -> None:
     """Run both drivers on every prompt and beam size, print the summary table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many of the {len(PROMPTS)} prompts")
+    harness.add_model_args(ap, PROMPTS, "both drivers")
     ap.add_argument("--beams", default="5,10,20", help="comma-separated beam sizes")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
     ap.add_argument("--json", help="write every run's numbers here")
     ap.add_argument("--quiet", "-q", action="store_true", help="no per-prompt lines")
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--regex", help="constrain both drivers by this regex")
-    g.add_argument("--schema", help="constrain both drivers by this JSON Schema file (needs the schema compiler)")
-    ap.add_argument("--select", help="comma-separated prompt indices (0-based) instead of --prompts")
     ap.add_argument("--memo", action="store_true",
                     help="score each distinct prefix once for both drivers and all beam sizes (calls and "
                          "identity only; no meaningful times; unconstrained, beam sizes <= 64)")
@@ -244,15 +210,14 @@ def main() -> None:
         beams = sorted({r["beam_size"] for r in records})
         print(summary(records, beams, args.markdown))
         return
-    if not 1 <= args.prompts <= len(PROMPTS):
-        ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+    idx = harness.prompt_indices(ap, args, PROMPTS)
     beams = [int(b) for b in args.beams.split(",") if b.strip()]
 
     import torch
 
     torch.set_num_threads(args.threads)
     lm = search.load_default_model()
-    constraint = load_constraint(args, lm)
+    constraint = harness.load_constraint(args, lm)
     fc = ForwardCounter(lm)
     if args.memo:
         if constraint is not None or max(beams) > 64:
@@ -262,12 +227,11 @@ def main() -> None:
         lm_run = lm
     drivers = {"beam": search.beam_search, "best-first": search.best_first_beam_search}
     T = args.max_new_tokens
-    idx = [int(i) for i in args.select.split(",")] if args.select else list(range(args.prompts))
     prompts = [PROMPTS[i] for i in idx]
     load0 = os.getloadavg()
     print(f"# {lm.name}, torch {torch.__version__} ({args.threads} thread(s)), {platform.processor() or platform.machine()}, "
           f"{len(prompts)} prompts, max_new_tokens={T}, beams {beams}{', memo' if args.memo else ''}"
-          + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else "")
+          + harness.constraint_note(args)
           + f"; load average at start {load0[0]:.2f}", flush=True)
 
     wids = lm.apply_chat_template(WARMUP_PROMPT)

@@ -14,11 +14,9 @@ median and the minimum over ``--repeat`` calls are printed, in milliseconds.
 
 from __future__ import annotations
 
-import os
+import harness  # the standard library only: the thread settings come before numpy and numba
 
-for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[_var] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+harness.one_thread()
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402

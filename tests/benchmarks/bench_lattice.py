@@ -31,21 +31,19 @@ Per prompt (the default model's chat template around it):
    (``Lattice.is_exact``) and over the merged ones, the largest
    ``|rescore - reference|`` over all, and how many extracted paths were merged.
    The score to report for an extracted path is ``rescore`` (``lattice`` is an
-   approximation for merged paths by design; see ``search/lattice.py``).
+   approximation for merged paths by design; see
+   ``search/autoregressive/lattice.py``).
 
-``--regex`` / ``--schema`` constrain both searches (``--schema`` needs a JSON
-Schema compiler in ``constrain``; until it exists the script says so and exits 1).
-Exit status 1 when a prompt's lattice has fewer than 100 complete paths or a
-rescored path is off the reference by more than ``1e-3``.
+``--regex`` / ``--schema`` constrain both searches (``constrain.compile_regex`` /
+``compile_json_schema``). Exit status 1 when a prompt's lattice has fewer than
+100 complete paths or a rescored path is off the reference by more than ``1e-3``.
 """
 
 from __future__ import annotations
 
-import os
+import harness  # the standard library only: the thread settings come before numpy and torch
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+harness.one_thread(force=False)
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -70,23 +68,6 @@ MIN_PATHS = 100
 RESCORE_TOL = 1e-3
 
 
-def load_constraint(args, lm):
-    """The compiled constraint named on the command line, or ``None``."""
-    if args.regex:
-        import constrain
-
-        return constrain.compile_regex(args.regex, lm.vocab)
-    if args.schema:
-        import constrain
-
-        compile_schema = getattr(constrain, "compile_json_schema", None)
-        if compile_schema is None:
-            sys.exit("--schema: constrain has no JSON Schema compiler yet (issue 3)")
-        with open(args.schema, encoding="utf-8") as f:
-            return compile_schema(json.load(f), lm.vocab)
-    return None
-
-
 def teacher_forced(lm, prompt_ids, path) -> float:
     """The model's log-probability of ``path`` after ``prompt_ids``: one uncached
     forward pass over the whole sequence, log-softmax in float64."""
@@ -109,47 +90,30 @@ def dump(args, T, lm, records):
                   default=lambda x: float(x) if isinstance(x, np.floating) else str(x))
 
 
-def fmt_table(rows, markdown):
-    """Rows of strings as a markdown or aligned plain-text table (first row: header)."""
-    if markdown:
-        lines = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" ---: " for _ in rows[0]) + "|"]
-        lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
-        return "\n".join(lines)
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w[i]) for i, c in enumerate(r)) for r in rows)
-
-
 def main() -> None:
     """Beam budget, lattice, extraction and rescoring per prompt; print the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", type=int, default=len(PROMPTS), help=f"how many of the {len(PROMPTS)} prompts")
+    harness.add_model_args(ap, PROMPTS, "both searches")
     ap.add_argument("--beam", type=int, default=16, help="the beam size whose calls are the budget")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--merge-ngram", type=int, default=4)
     ap.add_argument("--k", type=int, default=10, help="k-best paths to extract")
     ap.add_argument("--samples", type=int, default=10, help="paths to draw, uniformly and by score (each)")
-    ap.add_argument("--select", help="comma-separated prompt indices (0-based) instead of --prompts")
     ap.add_argument("--budgets", help="comma-separated budgets, one per prompt, to skip the beam searches "
                                       "(the calls an earlier run of this script reported for them)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--json", help="write every prompt's numbers and paths here")
-    g = ap.add_mutually_exclusive_group()
-    g.add_argument("--regex", help="constrain both searches by this regex")
-    g.add_argument("--schema", help="constrain both searches by this JSON Schema file (needs the schema compiler)")
     args = ap.parse_args()
-    if not 1 <= args.prompts <= len(PROMPTS):
-        ap.error(f"--prompts must be between 1 and {len(PROMPTS)}")
+    idx = harness.prompt_indices(ap, args, PROMPTS)
 
     import torch
 
     torch.set_num_threads(args.threads)
     lm = search.load_default_model()
-    constraint = load_constraint(args, lm)
+    constraint = harness.load_constraint(args, lm)
     T = args.max_new_tokens
     print(f"# {lm.name}, {args.threads} thread(s), beam {args.beam}, max_new_tokens={T}, "
           f"merge_ngram={args.merge_ngram}, k={args.k}, samples={args.samples}"
-          + (f", regex {args.regex!r}" if args.regex else "") + (f", schema {args.schema}" if args.schema else ""),
+          + harness.constraint_note(args),
           flush=True)
 
     validator = None
@@ -159,7 +123,6 @@ def main() -> None:
         with open(args.schema, encoding="utf-8") as f:
             schema = json.load(f)
         validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
-    idx = [int(i) for i in args.select.split(",")] if args.select else list(range(args.prompts))
     budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [None] * len(idx)
     if len(budgets) != len(idx):
         ap.error("--budgets needs one budget per prompt")
@@ -230,7 +193,7 @@ def main() -> None:
                       f"{r['paths']:,}", f"{r['extracted']} ({r['merged']})", f"{r['exact_lattice_vs_ref']:.1e}",
                       f"{r['merged_lattice_vs_ref']:.1e}", f"{r['rescore_vs_ref']:.1e}"])
     print()
-    print(fmt_table(table, args.markdown))
+    print(harness.fmt_table(table, args.markdown))
     few = [r["prompt"] for r in records if r["paths"] < MIN_PATHS]
     invalid = [r["prompt"] for r in records if r["valid"] is not None and r["valid"] < r["extracted"]]
     if invalid:

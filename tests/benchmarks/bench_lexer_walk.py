@@ -1,9 +1,9 @@
 """First-visit cost of one lexer state: the trie walk kernel alone.
 
 Compiles a small JSON Schema over the SmolLM2 vocabulary and times
-``grammar_kernels.lexer_walk`` on lexer states a JSON Schema walk meets first:
-the start (one literal), the state after an object's opening ``{"`` (declared
-keys and "any other key"), a string body, and two counting states of a
+``constrain.cfg.lexer_kernels.lexer_walk`` on lexer states a JSON Schema walk
+meets first: the start (one literal), the state after an object's opening ``{"``
+(declared keys and "any other key"), a string body, and two counting states of a
 ``maxLength`` string. This is the figure behind docs/grammars.md ("The
 lexer-state walk").
 
@@ -12,17 +12,14 @@ lexer-state walk").
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-import time
+import harness  # the standard library only: the thread settings come before numpy and numba
 
-for _v in ("RAYON_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_v, "1")
+harness.one_thread(force=False)
+
+import argparse  # noqa: E402
+import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 from maskbench_peers import load_vocab  # noqa: E402
 
@@ -49,7 +46,6 @@ def main() -> None:
     vocab = Vocabulary.from_huggingface(spec.source)
     g = compile_json_schema(SCHEMA, vocab)
     lex, t = g.lexer, g.lexer.trie
-    below, tok_before = t.subtree_bytes()
     print(f"SmolLM2 trie: {t.num_nodes} nodes, {len(vocab)} ids; kernel time per walk, "
           f"best of 3 runs of {args.repeat}")
     for name, prefix in CASES.items():
@@ -57,14 +53,11 @@ def main() -> None:
         for tok in spec.encode(prefix):
             state = g.advance(state, tok)
         s = state[1][0][1]
-        flat = lex.trans.reshape(-1)
         row = t.walk_row()
         nodes = np.empty(t.num_nodes, np.int32)
         states = np.empty(t.num_nodes, np.int32)
-        scratch = np.empty((3, lex.trans.shape[0]), np.int32)
-        call = (flat, lex.walk_flags, lex.loops, s, t.byte, t.depth, t.skip, t.node_tok, below,
-                tok_before, t.order, t.max_depth, t.full_row(), row, nodes, states,
-                t.subtree_height(), lex.run, lex.good, lex.live, *scratch, t.first)
+        lex_states, _, memos = lex.kernel_arrays
+        call = (lex_states, memos, *t.kernel_arrays(), s, row, nodes, states)
         gk.lexer_walk(*call)
         best = float("inf")
         for _ in range(3):

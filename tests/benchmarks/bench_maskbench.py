@@ -26,45 +26,36 @@ See tests/benchmarks/README.md for the methodology.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import maskbench_peers  # noqa: E402  (through bench_regex: one thread everywhere, first)
-from maskbench_peers import ENGINES, SHORT, load_vocab, make_engines  # noqa: E402
+import maskbench_peers  # first: through bench_regex, one thread everywhere before any engine is loaded
+from maskbench_peers import ENGINES, SHORT, load_vocab, make_engines
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
+import os  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import bench_regex  # noqa: E402
+import harness  # noqa: E402
+from bench_regex import prepare_engines, vocab_names  # noqa: E402
+from harness import fmt, log  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "maskbench"
+DEFAULT_DATA = harness.ROOT.parent / "shared" / "data" / "maskbench"
 SPLITS = (
     "Glaiveai2K", "Github_trivial", "Github_easy", "Github_medium", "Github_hard", "Github_ultra", "Snowplow",
     "Kubernetes", "WashingtonPost", "JsonSchemaStore", "BFCL", "JME", "Handwritten", "Synthesized", "MCPspec",
 )
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------
@@ -77,11 +68,15 @@ def available_splits(data_dir: Path) -> list[str]:
     return [s for s in SPLITS if s in have] + sorted(have - set(SPLITS))
 
 
-def load_split(data_dir: Path, split: str, limit: int = 0, seed: int = 0) -> list[dict]:
-    """The schemas of one split; with ``limit``, a deterministic sample of that
-    many (``random.Random(f"{seed}:{split}")``), in file order."""
+def load_split(data_dir: Path, split: str, limit: int = 0, seed: int = 0, where: str | None = None) -> list[dict]:
+    """The schemas of one split; with ``where``, only those whose schema's JSON text
+    matches that regex (``re.search``); with ``limit``, a deterministic sample of
+    that many (``random.Random(f"{seed}:{split}")``), in file order."""
     with gzip.open(data_dir / f"{split}.jsonl.gz", "rt", encoding="utf-8") as f:
         recs = [json.loads(line) for line in f if line.strip()]
+    if where:
+        rx = re.compile(where)
+        recs = [r for r in recs if rx.search(json.dumps(r["schema"]))]
     if limit and limit < len(recs):
         keep = sorted(random.Random(f"{seed}:{split}").sample(range(len(recs)), limit))
         recs = [recs[i] for i in keep]
@@ -323,12 +318,7 @@ def prepare_case(rec: dict, spec) -> SchemaCase:
 
 def _worker_main(engine, job, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    harness.torch_one_thread()
     try:
         engine.warm_up()
     except Exception:
@@ -694,16 +684,6 @@ def common_ratios(results: list, a: str, b: str) -> dict:
 # ----------------------------------------------------------------------------------
 
 
-def _f(x, nd=2) -> str:
-    if x is None:
-        return "-"
-    if x >= 1000:
-        return f"{x:.0f}"
-    if x >= 100:
-        return f"{x:.1f}" if nd > 1 else f"{x:.0f}"
-    return f"{x:.{nd}f}"
-
-
 def _r(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -732,10 +712,10 @@ def format_main(by_split: dict, engines: list, markdown: bool) -> str:
         rows.append([
             split, str(len(results)),
             j(lambda s: str(s["compiled"])),
-            j(lambda s: _f(s["compile_ms"]["p50"])), j(lambda s: _f(s["compile_ms"]["p99"])),
-            j(lambda s: _f(s["compile_ms"]["max"])),
-            j(lambda s: _f(s["mask_us"]["p50"])), j(lambda s: _f(s["mask_us"]["p99"])),
-            j(lambda s: _f(s["mask_us"]["max"])),
+            j(lambda s: fmt(s["compile_ms"]["p50"])), j(lambda s: fmt(s["compile_ms"]["p99"])),
+            j(lambda s: fmt(s["compile_ms"]["max"])),
+            j(lambda s: fmt(s["mask_us"]["p50"])), j(lambda s: fmt(s["mask_us"]["p99"])),
+            j(lambda s: fmt(s["mask_us"]["max"])),
             j(lambda s: f"{s['accepted']}/{s['valid']}"),
         ])
     return _table(header, rows, markdown)
@@ -775,6 +755,12 @@ def format_status(by_split: dict, engines: list, markdown: bool) -> str:
     return _table(header, rows, markdown)
 
 
+def most_common_lines(counts: Counter, example: dict, show: int) -> list[str]:
+    """The ``show`` most common keys of ``counts``, one line each: the count, the
+    key and an example schema id."""
+    return [f"    {c:5d}  {k}  (e.g. {example[k]})" for k, c in counts.most_common(show)]
+
+
 def format_findings(by_split: dict, engines: list, show: int) -> str:
     out = []
     allr = _all(by_split)
@@ -789,8 +775,7 @@ def format_findings(by_split: dict, engines: list, show: int) -> str:
                 example.setdefault(key, r["id"])
         if errs:
             out.append(f"{e}: {sum(errs.values())} schemas not compiled; most common errors:")
-            for k, c in errs.most_common(show):
-                out.append(f"    {c:5d}  {k}  (e.g. {example[k]})")
+            out += most_common_lines(errs, example, show)
         warns = Counter()
         for r in allr:
             x = r["engines"].get(e)
@@ -800,8 +785,7 @@ def format_findings(by_split: dict, engines: list, show: int) -> str:
                 example.setdefault(k, r["id"])
         if warns:
             out.append(f"{e}: compiled with warnings (schemas per warning):")
-            for k, c in warns.most_common(show):
-                out.append(f"    {c:5d}  {k}  (e.g. {example[k]})")
+            out += most_common_lines(warns, example, show)
         n = 0
         for r in allr:
             x = r["engines"].get(e)
@@ -857,6 +841,21 @@ def add_common_args(ap) -> None:
     ap.add_argument("--json", default="", help="write all results here")
 
 
+def iter_cases(args, splits: list, spec, where: str | None = None, label: str = ""):
+    """``(split, SchemaCase)`` for every schema of ``splits`` that ``args`` select
+    (``--data``, ``--limit``, ``--seed``; ``where`` as in :func:`load_split`), each
+    prepared for ``spec`` just before it is yielded; progress goes to the log
+    (``label`` before each split's line)."""
+    t_start = time.monotonic()
+    for split in splits:
+        recs = load_split(Path(args.data), split, args.limit, args.seed, where)
+        log(f"  {label}{split}: {len(recs)} schemas")
+        for k, rec in enumerate(recs):
+            yield split, prepare_case(rec, spec)
+            if (k + 1) % 25 == 0:
+                log(f"    {k + 1}/{len(recs)} ({time.monotonic() - t_start:.0f} s)")
+
+
 def selected_splits(args) -> list[str]:
     have = available_splits(Path(args.data))
     if not have:
@@ -868,20 +867,6 @@ def selected_splits(args) -> list[str]:
     if bad:
         raise SystemExit(f"unknown split(s) {bad}; have {have}")
     return want
-
-
-def cpu_timer_overhead_ns(n: int = 20000) -> int:
-    """Median process-CPU time of an empty timed fill (two CPU clock reads around
-    two wall clock reads, as in the adapters' loops)."""
-    cpu, perf = maskbench_peers.cpu_ns, time.perf_counter_ns
-    samples = []
-    for _ in range(n):
-        c0 = cpu()
-        perf()
-        perf()
-        c1 = cpu()
-        samples.append(c1 - c0)
-    return int(np.median(samples))
 
 
 def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) -> None:
@@ -954,64 +939,35 @@ def main(argv=None) -> int:
         print("\nenvironment: " + json.dumps(report.get("environment")))
         print("engine options: " + json.dumps(report.get("options")))
         return 0
-    bench_regex.GC_FLUSH = not args.no_gc_flush
+    harness.GC_FLUSH = not args.no_gc_flush
     maskbench_peers.XGrammarJSON.strict_mode = args.xgrammar_strict
-
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    harness.torch_one_thread()
 
     splits = selected_splits(args)
     wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
-    engines, skipped = make_engines(wanted, log)
+    engines, skipped = make_engines(wanted)
     if "trellis" in wanted and "trellis" in skipped:
         log("trellis: n/a (" + skipped["trellis"] + ")")
-    overhead = bench_regex.timer_overhead_ns()
-    cpu_overhead = cpu_timer_overhead_ns()
-    env = bench_regex.environment(engines)
+    overhead = harness.timer_overhead_ns()
+    cpu_overhead = harness.cpu_timer_overhead_ns()
+    env = harness.environment(engines)
     report = {"environment": env, "timer_overhead_ns": overhead, "cpu_timer_overhead_ns": cpu_overhead,
               "args": vars(args), "skipped": skipped,
               "options": {n: e.options() for n, e in engines.items()}, "vocabs": {}}
     log(f"timer overhead {overhead} ns wall, {cpu_overhead} ns CPU (subtracted); engines: "
         f"{', '.join(engines) or 'none'}; splits: {len(splits)}")
 
-    vocab_names = ["smollm2", "o200k"] if args.vocab == "all" else [args.vocab]
-    for vname in vocab_names:
+    for vname in vocab_names(args.vocab):
         spec = load_vocab(vname)
         log(f"[{vname}] {spec.size} ids, EOS {spec.eos_id}, {int(spec.text_ids.sum())} text tokens")
         vres: dict = {"size": spec.size, "prepare_ms": {}, "notes": {}}
-        workers = {}
-        for n, eng in engines.items():
-            try:
-                t0 = time.perf_counter_ns()
-                eng.prepare(spec)
-                vres["prepare_ms"][n] = getattr(eng, "vocab_ms", None) or (time.perf_counter_ns() - t0) / 1e6
-                if getattr(eng, "notes", None):
-                    vres["notes"][n] = eng.notes
-                if getattr(eng, "vocab_mismatch", None) is not None:
-                    vres["trellis_vocab_check"] = eng.vocab_mismatch
-                    if not eng.vocab_mismatch["ok"]:
-                        log(f"  WARNING trellis vocabulary differs from the shared token table: {eng.vocab_mismatch}")
-                workers[n] = Worker(eng, bench_job, int(args.max_mem * 2**30))
-            except Exception as e:
-                vres.setdefault("prepare_errors", {})[n] = f"{type(e).__name__}: {e}"
-                log(f"  {n}: vocabulary failed: {type(e).__name__}: {e}")
-                traceback.print_exc()
+        workers = {n: Worker(eng, bench_job, int(args.max_mem * 2**30))
+                   for n, eng in prepare_engines(engines, spec, vres, "notes").items()}
         live = [n for n in ENGINES if n in workers]
         results = []
-        t_start = time.monotonic()
         try:
-            for split in splits:
-                recs = load_split(Path(args.data), split, args.limit, args.seed)
-                log(f"  {split}: {len(recs)} schemas")
-                for k, rec in enumerate(recs):
-                    case = prepare_case(rec, spec)
-                    results.append(run_case(case, workers, args, overhead, cpu_overhead, spec))
-                    if (k + 1) % 25 == 0:
-                        log(f"    {k + 1}/{len(recs)} ({time.monotonic() - t_start:.0f} s)")
+            for _, case in iter_cases(args, splits, spec):
+                results.append(run_case(case, workers, args, overhead, cpu_overhead, spec))
         finally:
             for w in workers.values():
                 w.close()

@@ -30,25 +30,16 @@ See tests/benchmarks/README.md for the methodology.
 
 from __future__ import annotations
 
-import os
+import harness  # the standard library only: the thread settings come before any engine is loaded
 
-# One thread everywhere, before any engine or numeric library is imported.
-for _var in (
-    "RAYON_NUM_THREADS",
-    "NUMBA_NUM_THREADS",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "TVM_NUM_THREADS",
-):
-    os.environ[_var] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+harness.one_thread()
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import importlib  # noqa: E402
 import importlib.metadata  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
+import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -58,15 +49,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
+from harness import fmt, log, perf_ns, timed  # noqa: E402
 from regexes import CASES, RegexCase  # noqa: E402
-
-perf_ns = time.perf_counter_ns
 
 ENGINES = ("trellis", "outlines", "xgrammar")
 SHORT = {"trellis": "T", "outlines": "O", "xgrammar": "X"}
@@ -76,10 +60,6 @@ SHORT = {"trellis": "T", "outlines": "O", "xgrammar": "X"}
 # Vocabularies
 # ----------------------------------------------------------------------------------
 
-
-
-#: gc.collect() right before each timed compile (cold caches); --no-gc-flush turns it off
-GC_FLUSH = True
 
 def _gpt2_byte_decoder() -> dict[str, int]:
     """The inverse of GPT-2's bytes_to_unicode: byte-level BPE token text -> bytes."""
@@ -160,10 +140,16 @@ def load_o200k() -> VocabSpec:
 VOCABS = {"smollm2": load_smollm2, "o200k": load_o200k}
 
 
+def vocab_names(choice: str) -> list[str]:
+    """The vocabularies ``--vocab`` names (``all``: every one)."""
+    return list(VOCABS) if choice == "all" else [choice]
+
+
 # ----------------------------------------------------------------------------------
 # Engines. Each adapter exposes:
 #   prepare(spec)            build the engine's vocabulary object (timed separately)
-#   compile(pattern)         one compilation from fresh compiler state
+#   compile_timed(pattern)   one compilation from fresh compiler state:
+#                            (compiled, wall ns, CPU ns), timed by harness.timed
 #   new_mask()               a (1, ceil(V/32)) int32 bitmask in the engine's format
 #   walk_timed(c, ids, m, n, fill_ns, adv_ns)
 #                            a fresh walk over ids, timing n fills and the advances
@@ -178,20 +164,27 @@ VOCABS = {"smollm2": load_smollm2, "o200k": load_o200k}
 
 
 def _np(mask) -> np.ndarray:
+    """A numpy view of a bitmask (a torch tensor or a numpy array)."""
     return mask.numpy() if hasattr(mask, "numpy") else np.asarray(mask)
 
 
-class XGrammarEngine:
-    name = "xgrammar"
+class PeerEngine:
+    """An engine from an installed distribution: its module as ``lib`` and the
+    distribution's version."""
+
+    module = ""
+    dist = ""
 
     def __init__(self):
-        import xgrammar
+        self.lib = importlib.import_module(self.module)
+        self.version = importlib.metadata.version(self.dist)
 
-        self.xgr = xgrammar
-        self.version = importlib.metadata.version("xgrammar")
+
+class XGrammarEngine(PeerEngine):
+    name = module = dist = "xgrammar"
 
     def prepare(self, spec: VocabSpec) -> None:
-        xgr = self.xgr
+        xgr = self.lib
         # RAW vocabulary: token bytes as they are. Empty strings mark special and
         # padding ids (xgrammar treats empty tokens as special); EOS keeps its text
         # and is the only stop token.
@@ -204,22 +197,18 @@ class XGrammarEngine:
         )
 
     def fresh_compiler(self):
-        return self.xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
+        """A compiler with no grammar cache; not timed: an empty object around the
+        tokenizer info."""
+        return self.lib.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)
 
     def compile_timed(self, pattern: str):
-        compiler = self.fresh_compiler()  # not timed: an empty object around tokenizer info
-        if GC_FLUSH:
-            gc.collect()
-        t0 = perf_ns()
-        g = compiler.compile_regex(pattern)
-        t1 = perf_ns()
-        return g, t1 - t0
+        return timed(self.fresh_compiler().compile_regex, pattern)
 
     def new_mask(self):
-        return self.xgr.allocate_token_bitmask(1, self.spec.size)
+        return self.lib.allocate_token_bitmask(1, self.spec.size)
 
     def walk_timed(self, compiled, ids, mask, n, fill_ns, adv_ns):
-        m = self.xgr.GrammarMatcher(compiled)
+        m = self.lib.GrammarMatcher(compiled)
         fill = m.fill_next_token_bitmask
         accept = m.accept_token
         last = n - 1
@@ -236,7 +225,7 @@ class XGrammarEngine:
                 adv_ns.append(t1 - t0)
 
     def walk_check(self, compiled, ids, mask, n, cb):
-        m = self.xgr.GrammarMatcher(compiled)
+        m = self.lib.GrammarMatcher(compiled)
         for j in range(n):
             m.fill_next_token_bitmask(mask, 0)
             cb(j, _np(mask)[0])
@@ -245,14 +234,10 @@ class XGrammarEngine:
         return None
 
 
-class OutlinesEngine:
+class OutlinesEngine(PeerEngine):
     name = "outlines"
-
-    def __init__(self):
-        import outlines_core
-
-        self.oc = outlines_core
-        self.version = importlib.metadata.version("outlines-core")
+    module = "outlines_core"
+    dist = "outlines-core"
 
     def prepare(self, spec: VocabSpec) -> None:
         # Vocabulary(eos_token_id, {token bytes: [ids]}): bytes keys are taken as
@@ -263,15 +248,10 @@ class OutlinesEngine:
             if spec.text_ids[i]:
                 m.setdefault(t, []).append(i)
         self.spec = spec
-        self.vocab = self.oc.Vocabulary(spec.eos_id, m)
+        self.vocab = self.lib.Vocabulary(spec.eos_id, m)
 
     def compile_timed(self, pattern: str):
-        if GC_FLUSH:
-            gc.collect()
-        t0 = perf_ns()
-        g = self.oc.Index(pattern, self.vocab)
-        t1 = perf_ns()
-        return g, t1 - t0
+        return timed(self.lib.Index, pattern, self.vocab)
 
     def new_mask(self):
         import torch
@@ -279,7 +259,7 @@ class OutlinesEngine:
         return torch.zeros((1, (self.spec.size + 31) // 32), dtype=torch.int32)
 
     def walk_timed(self, compiled, ids, mask, n, fill_ns, adv_ns):
-        g = self.oc.Guide(compiled)
+        g = self.lib.Guide(compiled)
         write = g.write_mask_into
         advance = g.advance
         ptr = mask.data_ptr()
@@ -298,7 +278,7 @@ class OutlinesEngine:
                 adv_ns.append(t1 - t0)
 
     def walk_check(self, compiled, ids, mask, n, cb):
-        g = self.oc.Guide(compiled)
+        g = self.lib.Guide(compiled)
         for j in range(n):
             g.write_mask_into(mask.data_ptr(), mask.numel(), 4)
             cb(j, _np(mask)[0])
@@ -311,20 +291,29 @@ class OutlinesEngine:
 
 
 class TrellisEngine:
+    """Trellis ``constrain.compile_regex(pattern, vocab)``; the JSON Schema
+    benchmark's adapter (``maskbench_peers.TrellisJSON``) is this one with another
+    ``compile`` and other ``trivial`` inputs."""
+
     name = "trellis"
+    backend = None  # constrain.allocate_bitmask's default (torch when installed)
+    #: two different trivial inputs: the first compile builds the vocabulary-level
+    #: tables (token trie...) and JIT-compiles the kernels, and is reported apart;
+    #: the cache keys that both leave on an emptied cache do not depend on the
+    #: input, so they are kept between timed compiles
+    trivial = ("a", "b")
+    trivial_label = "regex 'a'"
 
     def __init__(self):
         import constrain
 
-        for attr in ("compile_regex", "allocate_bitmask"):
-            if not hasattr(constrain, attr):
-                raise ImportError(f"constrain.{attr} does not exist yet")
         self.c = constrain
+        self.compile = constrain.compile_regex
         try:
             self.version = importlib.metadata.version("trellis-decoding")
         except importlib.metadata.PackageNotFoundError:
             self.version = "source"
-        self.version += " @ " + _git_rev()
+        self.version += " @ " + harness.git_rev()
 
     def prepare(self, spec: VocabSpec) -> None:
         V = self.c.Vocabulary
@@ -336,21 +325,17 @@ class TrellisEngine:
         self.vocab_ms = (perf_ns() - t0) / 1e6
         self.spec = spec
         self.vocab_mismatch = _compare_vocab(self.vocab, spec)
-        # Vocabulary-level tables (token trie...) and numba JIT are built on the
-        # first compile; do it here with a trivial regex so that it is reported
-        # apart. Cache keys present after compiling two different patterns (each
-        # on an emptied cache) do not depend on the pattern: they are
-        # vocabulary-level and kept between timed compiles; any other is dropped.
         cache = getattr(self.vocab, "_cache", None)
         t0 = perf_ns()
-        self.c.compile_regex("a", self.vocab)
-        self.notes = {"first_compile_ms (trie + JIT, regex 'a')": (perf_ns() - t0) / 1e6}
+        self.compile(self.trivial[0], self.vocab)
+        self.notes = {f"first_compile_ms (trie + JIT, {self.trivial_label})": (perf_ns() - t0) / 1e6}
         self.vocab_keys: set = set()
         if isinstance(cache, dict):
             k1 = set(cache)
             cache.clear()
-            self.c.compile_regex("b", self.vocab)
+            self.compile(self.trivial[1], self.vocab)
             self.vocab_keys = k1 & set(cache)
+        self._find_memo()
 
     def _clear(self):
         """Fresh compiler state before a timed compile.
@@ -394,16 +379,9 @@ class TrellisEngine:
                     self.memo_names.append(f"{mname}.{aname}")
                     self._memo.append(obj)
 
-    def compile_timed(self, pattern: str):
+    def compile_timed(self, source):
         self._clear()
-        if GC_FLUSH:
-            gc.collect()
-        t0 = perf_ns()
-        g = self.c.compile_regex(pattern, self.vocab)
-        t1 = perf_ns()
-        return g, t1 - t0
-
-    backend = None  # constrain.allocate_bitmask's default (torch when installed)
+        return timed(self.compile, source, self.vocab)
 
     def new_mask(self):
         return self.c.allocate_bitmask(1, len(self.vocab), backend=self.backend)
@@ -469,23 +447,48 @@ def _compare_vocab(vocab, spec: VocabSpec) -> dict:
     return out
 
 
-def _git_rev() -> str:
-    """HEAD's short hash, with "+dirty" when constrain/ has uncommitted changes."""
-    try:
-        import subprocess
-
-        def git(*a):
-            return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
-
-        rev = git("rev-parse", "--short", "HEAD") or "?"
-        if git("status", "--porcelain", "--", "constrain"):
-            rev += "+dirty"
-        return rev
-    except Exception:
-        return "?"
-
-
 ENGINE_CLASSES = {"trellis": TrellisEngine, "outlines": OutlinesEngine, "xgrammar": XGrammarEngine}
+
+
+def make_engines(classes: dict, wanted) -> tuple[dict, dict]:
+    """The ``wanted`` engines of ``classes`` (in its order), instantiated; those that
+    cannot be (not installed...) are returned apart with the reason."""
+    engines, skipped = {}, {}
+    for name, cls in classes.items():
+        if name not in wanted:
+            continue
+        try:
+            engines[name] = cls()
+        except Exception as e:  # an engine that cannot load is reported, the others run
+            skipped[name] = f"{type(e).__name__}: {e}"
+            log(f"engine {name} unavailable: {skipped[name]}")
+    return engines, skipped
+
+
+def prepare_engines(engines: dict, spec: VocabSpec, vres: dict, notes_key: str) -> dict:
+    """Build each engine's vocabulary object for ``spec``; the engines that built
+    one. Recorded in ``vres``: the build times (``prepare_ms``), the engines' notes
+    (under ``notes_key``), Trellis's check of its vocabulary against the shared
+    token table (``trellis_vocab_check``) and the failures (``prepare_errors``)."""
+    live = {}
+    for n, eng in engines.items():
+        try:
+            t0 = perf_ns()
+            eng.prepare(spec)
+            vres["prepare_ms"][n] = getattr(eng, "vocab_ms", None) or (perf_ns() - t0) / 1e6
+            live[n] = eng
+            if getattr(eng, "notes", None):
+                vres.setdefault(notes_key, {})[n] = eng.notes
+            mism = getattr(eng, "vocab_mismatch", None)
+            if mism is not None:
+                vres["trellis_vocab_check"] = mism
+                if not mism["ok"]:
+                    log(f"  WARNING trellis vocabulary differs from the shared token table: {mism}")
+        except Exception as e:  # an engine that cannot build this vocabulary is a result
+            vres.setdefault("prepare_errors", {})[n] = f"{type(e).__name__}: {e}"
+            log(f"  {n}: vocabulary failed: {type(e).__name__}: {e}")
+            traceback.print_exc()
+    return live
 
 
 # ----------------------------------------------------------------------------------
@@ -540,15 +543,6 @@ def expected_allowed(pattern: str, prefix: bytes, token: bytes) -> str:
 # ----------------------------------------------------------------------------------
 
 
-def timer_overhead_ns(n: int = 20000) -> int:
-    samples = []
-    for _ in range(n):
-        t0 = perf_ns()
-        t1 = perf_ns()
-        samples.append(t1 - t0)
-    return int(statistics.median(samples))
-
-
 def summarize(per_step_ns: list[float]) -> dict:
     a = np.asarray(per_step_ns, dtype=np.float64) / 1e3
     if not len(a):
@@ -582,12 +576,12 @@ def run_regex(case: RegexCase, spec: VocabSpec, engines: dict, args, overhead: i
     compiled = {}
     for name, eng in list(engines.items()):
         try:
-            g, cold = eng.compile_timed(case.pattern)  # warm-up (JIT, lazy vocab tables)
+            g, cold, _ = eng.compile_timed(case.pattern)  # warm-up (JIT, lazy vocab tables)
             runs = []
             for _ in range(args.compile_runs):
                 gc.disable()
                 try:
-                    g, dt = eng.compile_timed(case.pattern)
+                    g, dt, _ = eng.compile_timed(case.pattern)
                 finally:
                     gc.enable()
                 runs.append(dt)
@@ -646,16 +640,15 @@ def run_regex(case: RegexCase, spec: VocabSpec, engines: dict, args, overhead: i
                     partial_writes[n] += 1
             reached[n] = n_full if stop is None else stop + 1
             if stop is not None:
+                before = b"".join(spec.tokens[i] for i in ids[:stop])
                 refusals.append(
                     {
                         "engine": n,
                         "example": ex,
                         "step": stop,
-                        "prefix": b"".join(spec.tokens[i] for i in ids[:stop]).decode("utf-8", "replace"),
+                        "prefix": before.decode("utf-8", "replace"),
                         "token": repr(spec.tokens[ids[stop]]),
-                        "expected": expected_allowed(
-                            case.pattern, b"".join(spec.tokens[i] for i in ids[:stop]), spec.tokens[ids[stop]]
-                        ),
+                        "expected": expected_allowed(case.pattern, before, spec.tokens[ids[stop]]),
                     }
                 )
         common = min(reached.values()) if reached else 0
@@ -675,7 +668,7 @@ def run_regex(case: RegexCase, spec: VocabSpec, engines: dict, args, overhead: i
                             "step": j,
                             "prefix": prefix.decode("utf-8", "replace"),
                             "eos": {n: eos_flags[n][j] for n in live},
-                            "expected_eos": _fullmatch(case.pattern, prefix),
+                            "expected_eos": want_eos,
                         }
                     )
             base = sets[live[0]][j]
@@ -688,34 +681,28 @@ def run_regex(case: RegexCase, spec: VocabSpec, engines: dict, args, overhead: i
                         key = f"{SHORT[a]}-{SHORT[b]}"
                         pair_steps[key] = pair_steps.get(key, 0) + 1
             # Score every differing token against the regex, per engine.
-            union_all = np.zeros(size, dtype=bool)
-            inter_all = np.ones(size, dtype=bool)
+            union = np.zeros(size, dtype=bool)
+            inter = np.ones(size, dtype=bool)
             for n in live:
-                union_all |= sets[n][j]
-                inter_all &= sets[n][j]
-            for t in np.nonzero(union_all & ~inter_all)[0]:
-                ok = expected_allowed(case.pattern, prefix, spec.tokens[t]).startswith("yes")
+                union |= sets[n][j]
+                inter &= sets[n][j]
+            diff = np.nonzero(union & ~inter)[0]
+            verdicts = [expected_allowed(case.pattern, prefix, spec.tokens[t]) for t in diff]
+            for t, verdict in zip(diff, verdicts):
+                ok = verdict.startswith("yes")
                 for n in live:
                     if bool(sets[n][j][t]) != ok:
                         wrong_tokens[n] = wrong_tokens.get(n, 0) + 1
             if len(examples) < args.show:
-                union = np.zeros(size, dtype=bool)
-                inter = np.ones(size, dtype=bool)
-                for n in live:
-                    union |= sets[n][j]
-                    inter &= sets[n][j]
-                diff = np.nonzero(union & ~inter)[0]
-                toks = []
-                for t in diff[:8]:
-                    tb = spec.tokens[t]
-                    toks.append(
-                        {
-                            "id": int(t),
-                            "bytes": repr(tb),
-                            "allowed_by": [SHORT[n] for n in live if sets[n][j][t]],
-                            "expected": expected_allowed(case.pattern, prefix, tb),
-                        }
-                    )
+                toks = [
+                    {
+                        "id": int(t),
+                        "bytes": repr(spec.tokens[t]),
+                        "allowed_by": [SHORT[n] for n in live if sets[n][j][t]],
+                        "expected": verdict,
+                    }
+                    for t, verdict in zip(diff[:8], verdicts)
+                ]
                 examples.append(
                     {
                         "example": ex,
@@ -793,16 +780,6 @@ def _fullmatch(pattern: str, prefix: bytes) -> bool:
 # ----------------------------------------------------------------------------------
 
 
-def _f(x, nd=2) -> str:
-    if x is None or (isinstance(x, float) and x != x):
-        return "-"
-    if x >= 1000:
-        return f"{x:.0f}"
-    if x >= 100:
-        return f"{x:.1f}" if nd > 1 else f"{x:.0f}"
-    return f"{x:.{nd}f}"
-
-
 def _ratio(a, b) -> str:
     if a is None or b is None or not (a == a) or not (b == b) or b == 0:
         return "-"
@@ -840,8 +817,8 @@ def format_table(vres: dict, engines: list[str]) -> str:
         if r.get("refusals"):
             dis += f" R{len(r['refusals'])}"
         lines.append(
-            f"{r['regex']:<13} | {' / '.join(_f(x, 1) for x in c):<26} | {' / '.join(_f(x) for x in p50):<24} | "
-            f"{' / '.join(_f(x) for x in p99):<24} | {_ratio(c[0], c[1]):>7} {_ratio(c[0], c[2]):>7} "
+            f"{r['regex']:<13} | {' / '.join(fmt(x, 1) for x in c):<26} | {' / '.join(fmt(x) for x in p50):<24} | "
+            f"{' / '.join(fmt(x) for x in p99):<24} | {_ratio(c[0], c[1]):>7} {_ratio(c[0], c[2]):>7} "
             f"{_ratio(p50[0], best):>10} | {dis:>8}"
         )
     return "\n".join(lines)
@@ -863,9 +840,9 @@ def format_details(vres: dict) -> str:
         cm = [_get(r, e, "compile_min_ms") for e in ENGINES]
         steps = f"{r['steps']}/{r['steps_full']}"
         lines.append(
-            f"{r['regex']:<13} | {steps:>9} | {' / '.join(_f(x) for x in mm):<25} | {' / '.join(_f(x) for x in ap):<27} | "
-            f"{' / '.join(_f(x) for x in am):<27} | {' / '.join(_f(x, 1) for x in cm):<27} | "
-            f"{' / '.join(_f(x, 1) for x in cc):<28}"
+            f"{r['regex']:<13} | {steps:>9} | {' / '.join(fmt(x) for x in mm):<25} | {' / '.join(fmt(x) for x in ap):<27} | "
+            f"{' / '.join(fmt(x) for x in am):<27} | {' / '.join(fmt(x, 1) for x in cm):<27} | "
+            f"{' / '.join(fmt(x, 1) for x in cc):<28}"
         )
     return "\n".join(lines)
 
@@ -906,33 +883,6 @@ def format_findings(vres: dict) -> str:
     return "\n".join(out) if out else "(none)"
 
 
-def environment(engines: dict) -> dict:
-    cpu = "?"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {"python": platform.python_version()}
-    for dist in ("numpy", "numba", "torch", "transformers", "tokenizers", "bpe-openai", "regex"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    for n, e in engines.items():
-        versions[n] = e.version
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "platform": platform.platform(),
-        "versions": versions,
-        "threads": "1 (RAYON/NUMBA/OMP/MKL=1, torch.set_num_threads(1), xgrammar max_threads=1)",
-    }
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", choices=["smollm2", "o200k", "all"], default="all")
@@ -953,30 +903,10 @@ def main(argv=None) -> int:
         help="bitmask type Trellis fills (default: constrain.allocate_bitmask's default)",
     )
     args = ap.parse_args(argv)
-    global GC_FLUSH
-    GC_FLUSH = not args.no_gc_flush
+    harness.GC_FLUSH = not args.no_gc_flush
+    harness.torch_one_thread()
 
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
-
-    def log(msg):
-        print(msg, file=sys.stderr, flush=True)
-
-    wanted = [e.strip() for e in args.engines.split(",") if e.strip()]
-    engines: dict = {}
-    skipped: dict = {}
-    for name in ENGINES:
-        if name not in wanted:
-            continue
-        try:
-            engines[name] = ENGINE_CLASSES[name]()
-        except Exception as e:
-            skipped[name] = f"{type(e).__name__}: {e}"
-            log(f"engine {name} unavailable: {skipped[name]}")
+    engines, skipped = make_engines(ENGINE_CLASSES, [e.strip() for e in args.engines.split(",") if e.strip()])
     if "trellis" in engines and args.trellis_bitmask != "default":
         engines["trellis"].backend = args.trellis_bitmask
     cases = list(CASES)
@@ -984,34 +914,16 @@ def main(argv=None) -> int:
         names = {x.strip() for x in args.regex.split(",")}
         cases = [c for c in cases if c.name in names]
 
-    overhead = timer_overhead_ns()
-    env = environment(engines)
+    overhead = harness.timer_overhead_ns()
+    env = harness.environment(engines)
     report = {"environment": env, "timer_overhead_ns": overhead, "args": vars(args), "skipped": skipped, "vocabs": {}}
     log(f"timer overhead {overhead} ns (subtracted); engines: {', '.join(engines)}")
 
-    vocab_names = ["smollm2", "o200k"] if args.vocab == "all" else [args.vocab]
-    for vname in vocab_names:
+    for vname in vocab_names(args.vocab):
         spec = VOCABS[vname]()
         log(f"[{vname}] {spec.size} ids, EOS {spec.eos_id}, {int(spec.text_ids.sum())} text tokens")
         vres: dict = {"size": spec.size, "eos": spec.eos_id, "text_tokens": int(spec.text_ids.sum()), "prepare_ms": {}}
-        live = {}
-        for n, eng in engines.items():
-            try:
-                t0 = perf_ns()
-                eng.prepare(spec)
-                vres["prepare_ms"][n] = getattr(eng, "vocab_ms", None) or (perf_ns() - t0) / 1e6
-                live[n] = eng
-                if getattr(eng, "notes", None):
-                    vres.setdefault("prepare_notes", {})[n] = eng.notes
-                mism = getattr(eng, "vocab_mismatch", None)
-                if mism is not None:
-                    vres["trellis_vocab_check"] = mism
-                    if not mism["ok"]:
-                        log(f"  WARNING trellis vocabulary differs from the shared token table: {mism}")
-            except Exception as e:
-                vres.setdefault("prepare_errors", {})[n] = f"{type(e).__name__}: {e}"
-                log(f"  {n}: vocabulary failed: {type(e).__name__}: {e}")
-                traceback.print_exc()
+        live = prepare_engines(engines, spec, vres, "prepare_notes")
         vres["results"] = []
         for case in cases:
             log(f"  {case.name}")

@@ -46,7 +46,7 @@ import jsonschema  # noqa: E402
 import lark  # noqa: E402
 
 from constrain.errors import ConstraintError  # noqa: E402
-from constrain.frontends.json_schema.compiler import json_schema_to_lark, order_instance  # noqa: E402
+from constrain.frontends.json_schema import json_schema_to_lark, order_instance  # noqa: E402
 from constrain.frontends.json_schema.formats import FORMATS  # noqa: E402
 from json_schema_oracle import lark_parser  # noqa: E402
 

@@ -27,25 +27,19 @@ failures (schema id, instance) for debugging.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import bench_maskbench as bm  # noqa: E402  (one thread everywhere, first)
-from maskbench_peers import load_vocab, make_engines  # noqa: E402
+import bench_maskbench as bm  # first: through bench_regex, one thread everywhere
+from maskbench_peers import load_vocab, make_engines
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
+
+import harness  # noqa: E402
 
 MAX_WALK = 2000
 
@@ -55,7 +49,7 @@ def check_job(eng, payload, send) -> None:
     schema, valid, invalid, walks, seed = payload
     try:
         t0 = time.perf_counter_ns()
-        grammar = eng.compile_json_schema(schema, eng.vocab)
+        grammar = eng.compile(schema, eng.vocab)
         ns = time.perf_counter_ns() - t0
     except Exception as e:
         send(("compile_error", f"{type(e).__name__}: {e}"))
@@ -128,7 +122,7 @@ def _alt_ids(case, inst, spec):
     """The ids of the instance serialized in Trellis's own member order
     (``constrain.frontends.json_schema.compiler.order_instance``), when that differs from ours."""
     try:
-        from constrain.frontends.json_schema.compiler import order_instance
+        from constrain.frontends.json_schema import order_instance
     except ImportError:
         return None
     try:
@@ -294,21 +288,6 @@ def format_summary(by_split: dict, markdown: bool) -> str:
     return bm._table(header, rows, markdown)
 
 
-def _matching(recs: list, pattern: str, limit: int, seed: str) -> list:
-    """The records whose schema's JSON text matches ``pattern``; with ``limit``, a
-    deterministic sample of them in file order."""
-    import json
-    import random
-    import re
-
-    rx = re.compile(pattern)
-    keep = [r for r in recs if rx.search(json.dumps(r["schema"]))]
-    if limit and limit < len(keep):
-        idx = sorted(random.Random(seed).sample(range(len(keep)), limit))
-        keep = [keep[i] for i in idx]
-    return keep
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     bm.add_common_args(ap)
@@ -321,44 +300,25 @@ def main(argv=None) -> int:
                          "over the whole split; --limit then samples among them), e.g. "
                          "'\"multipleOf\": [0-9]*\\.[0-9]*[1-9]'")
     args = ap.parse_args(argv)
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
-        pass
+    harness.torch_one_thread()
     splits = bm.selected_splits(args)
-    engines, skipped = make_engines(["trellis"], bm.log)
+    engines, skipped = make_engines(["trellis"])
     if "trellis" not in engines:
         print(f"trellis: n/a ({skipped.get('trellis')})")
         return 2
     eng = engines["trellis"]
     report = {"args": vars(args), "vocabs": {}}
-    vocab_names = ["smollm2", "o200k"] if args.vocab == "all" else [args.vocab]
     rc = 0
-    for vname in vocab_names:
+    for vname in bm.vocab_names(args.vocab):
         spec = load_vocab(vname)
         eng.prepare(spec)
         if not eng.vocab_mismatch["ok"]:
             bm.log(f"WARNING trellis vocabulary differs from the shared token table: {eng.vocab_mismatch}")
         worker = bm.Worker(eng, check_job, int(args.max_mem * 2**30))
-        by_split: dict = {}
-        t_start = time.monotonic()
+        by_split: dict = {split: [] for split in splits}
         try:
-            for split in splits:
-                if args.where:
-                    recs = _matching(bm.load_split(Path(args.data), split), args.where,
-                                     args.limit, f"{args.seed}:{split}")
-                else:
-                    recs = bm.load_split(Path(args.data), split, args.limit, args.seed)
-                bm.log(f"  [{vname}] {split}: {len(recs)} schemas")
-                results = []
-                for k, rec in enumerate(recs):
-                    case = bm.prepare_case(rec, spec)
-                    results.append(run_case(case, worker, spec, args))
-                    if (k + 1) % 25 == 0:
-                        bm.log(f"    {k + 1}/{len(recs)} ({time.monotonic() - t_start:.0f} s)")
-                by_split[split] = results
+            for split, case in bm.iter_cases(args, splits, spec, args.where, f"[{vname}] "):
+                by_split[split].append(run_case(case, worker, spec, args))
         finally:
             worker.close()
         allr = [r for rs in by_split.values() for r in rs]
@@ -377,8 +337,8 @@ def main(argv=None) -> int:
                 key = (r.get("error") or r["status"]).splitlines()[0][:120] if (r.get("error") or "").strip() else r["status"]
                 errs[key] += 1
                 ex.setdefault(key, r["id"])
-        for k, c in errs.most_common(15):
-            print(f"    {c:5d}  {k}  (e.g. {ex[k]})")
+        for line in bm.most_common_lines(errs, ex, 15):
+            print(line)
         kinds = Counter(f["kind"] for r in allr for f in r["failures"])
         print(f"failures by kind: {dict(kinds) or '{}'}")
         n = 0

@@ -120,20 +120,31 @@ def _judge(sampler, con, n, rng) -> dict:
             "chars_mean": statistics.mean(lengths)}
 
 
-def mutants(gold, n: int, seed: int) -> dict:
-    """Lark's and SQLite's verdicts on one-edit mutants of gold queries."""
-    parser = lark_parser()
-    schemas = load_schemas()
+def distinct_mutants(gold, n: int, seed: int) -> list:
+    """``(gold example, mutant)`` for ``n`` draws of a random gold query and one
+    random edit of it, leaving out the draws whose edit changes nothing or repeats
+    an earlier mutant."""
     rng = random.Random(seed)
-    databases, seen = {}, set()
-    accepted = ansi = 0
-    errors = []
+    seen, out = set(), []
     for _ in range(n):
         example = rng.choice(gold)
         mutant = mutate(example["query"], rng)
         if mutant == example["query"] or mutant in seen:
             continue
         seen.add(mutant)
+        out.append((example, mutant))
+    return out
+
+
+def mutants(gold, n: int, seed: int) -> dict:
+    """Lark's and SQLite's verdicts on one-edit mutants of gold queries."""
+    parser = lark_parser()
+    schemas = load_schemas()
+    pairs = distinct_mutants(gold, n, seed)
+    databases = {}
+    accepted = ansi = 0
+    errors = []
+    for example, mutant in pairs:
         tree = accepts(parser, mutant)
         if tree is None:
             continue
@@ -147,7 +158,7 @@ def mutants(gold, n: int, seed: int) -> dict:
         verdict = sqlite_verdict(databases[db], mutant)
         if is_syntax_error(verdict):
             errors.append((mutant, verdict))
-    return {"mutants": len(seen), "lark_accepted": accepted, "ansi": ansi,
+    return {"mutants": len(pairs), "lark_accepted": accepted, "ansi": ansi,
             "sqlite_syntax_errors": len(errors), "errors": errors[:20]}
 
 
@@ -156,16 +167,11 @@ def schema_mutants(gold, n: int, seed: int) -> dict:
     be SQLite syntax and name no missing table (columns may still be wrong: the
     grammar does not check which table a column belongs to)."""
     schemas = load_schemas()
-    rng = random.Random(seed)
-    parsers, databases, seen = {}, {}, set()
+    pairs = distinct_mutants(gold, n, seed)
+    parsers, databases = {}, {}
     accepted = 0
     errors = []
-    for _ in range(n):
-        example = rng.choice(gold)
-        mutant = mutate(example["query"], rng)
-        if mutant == example["query"] or mutant in seen:
-            continue
-        seen.add(mutant)
+    for example, mutant in pairs:
         db = example["db_id"]
         if db not in parsers:
             parsers[db] = lark_parser(sql_grammar(schemas[db]))
@@ -177,7 +183,7 @@ def schema_mutants(gold, n: int, seed: int) -> dict:
         verdict = sqlite_verdict(databases[db], mutant)
         if is_syntax_error(verdict) or "no such table" in (verdict or ""):
             errors.append((mutant, verdict))
-    return {"mutants": len(seen), "accepted": accepted, "errors_count": len(errors),
+    return {"mutants": len(pairs), "accepted": accepted, "errors_count": len(errors),
             "errors": errors[:20]}
 
 

@@ -3,7 +3,8 @@ and its Trellis correctness check (``check_maskbench.py``).
 
 The vocabularies come from ``bench_regex`` (one table of token bytes per vocabulary,
 shared by every engine), and so do xgrammar's ``TokenizerInfo`` set-up and Trellis's
-vocabulary build and per-compile cache clearing. Importing this module (through
+vocabulary build and per-compile cache clearing: the xgrammar and Trellis adapters
+here are bench_regex's with a JSON Schema compile and walk. Importing this module (through
 ``bench_regex``) sets every thread-count variable to 1 before any engine is loaded.
 
 Each adapter exposes:
@@ -32,28 +33,13 @@ call layer another does not.
 
 from __future__ import annotations
 
-import gc
-import importlib.metadata
 import json
-import sys
-import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-
-import bench_regex  # noqa: E402  (sets the thread variables first)
-from bench_regex import VocabSpec, XGrammarEngine, _compare_vocab, _git_rev, _trellis_from_tiktoken  # noqa: E402
+import bench_regex  # first: it sets the thread variables before any engine or numpy is loaded
+from bench_regex import PeerEngine, TrellisEngine, VocabSpec, XGrammarEngine, _np
+from harness import cpu_ns, perf_ns, timed
 
 import numpy as np  # noqa: E402
-
-perf_ns = time.perf_counter_ns
-#: CPU time of the whole process (every thread): immune to the preemption that
-#: inflates wall-clock tails on a shared machine
-cpu_ns = time.process_time_ns
 
 ENGINES = ("trellis", "xgrammar", "llguidance")
 SHORT = {"trellis": "T", "xgrammar": "X", "llguidance": "L"}
@@ -90,13 +76,8 @@ def load_vocab(name: str) -> VocabSpec:
     return spec
 
 
-def _bits(row) -> np.ndarray:
-    """uint8 view of one mask row (numpy or torch), for reading single bits."""
-    a = row.numpy() if hasattr(row, "numpy") else np.asarray(row)
-    return a.view(np.uint8)
-
-
 def _allowed(bytes_row: np.ndarray, t: int) -> bool:
+    """Whether token ``t``'s bit is set in a mask row viewed as bytes."""
     return bool((bytes_row[t >> 3] >> (t & 7)) & 1)
 
 
@@ -105,25 +86,14 @@ def _allowed(bytes_row: np.ndarray, t: int) -> bool:
 # ----------------------------------------------------------------------------------
 
 
-class XGrammarJSON:
+class XGrammarJSON(XGrammarEngine):
     """xgrammar ``GrammarCompiler.compile_json_schema`` on the shared token table
     (``TokenizerInfo`` built as in bench_regex), compact separators, no free
     whitespace, ``strict_mode`` False by default (JSON Schema semantics: absent
     ``additionalProperties`` allows extra properties)."""
 
-    name = "xgrammar"
     strict_mode = False
     any_whitespace = False
-
-    def __init__(self):
-        self._x = XGrammarEngine()
-        self.xgr = self._x.xgr
-        self.version = self._x.version
-
-    def prepare(self, spec: VocabSpec) -> None:
-        self._x.prepare(spec)
-        self.spec = spec
-        self.info = self._x.info
 
     def options(self) -> dict:
         return {"any_whitespace": self.any_whitespace, "separators": [",", ":"], "strict_mode": self.strict_mode,
@@ -131,28 +101,17 @@ class XGrammarJSON:
 
     def compile_timed(self, schema):
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        compiler = self.xgr.GrammarCompiler(self.info, max_threads=1, cache_enabled=False)  # untimed
-        if bench_regex.GC_FLUSH:
-            gc.collect()
-        c0 = cpu_ns()
-        t0 = perf_ns()
-        g = compiler.compile_json_schema(
-            text, any_whitespace=self.any_whitespace, separators=(",", ":"), strict_mode=self.strict_mode
-        )
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        return g, t1 - t0, c1 - c0
-
-    def new_mask(self):
-        return self.xgr.allocate_token_bitmask(1, self.spec.size)
+        return timed(self.fresh_compiler().compile_json_schema, text, any_whitespace=self.any_whitespace,
+                     separators=(",", ":"), strict_mode=self.strict_mode)
 
     def walk(self, g, ids, mask, mask_ns, mask_cpu):
-        m = self.xgr.GrammarMatcher(g)
+        m = self.lib.GrammarMatcher(g)
         fill = m.fill_next_token_bitmask
         accept = m.accept_token
-        row = _bits(mask[0])
+        row = _np(mask[0]).view(np.uint8)
+        n = len(ids)
         bad = 0
-        for j, tok in enumerate(ids):
+        for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
             fill(mask, 0)
@@ -160,25 +119,16 @@ class XGrammarJSON:
             c1 = cpu_ns()
             mask_ns.append(t1 - t0)
             mask_cpu.append(c1 - c0)
-            in_mask = _allowed(row, tok)
-            ok = accept(tok)
-            if ok != in_mask:
-                bad += 1
+            if j == n:
+                break
+            in_mask = _allowed(row, ids[j])
+            ok = accept(ids[j])
+            bad += ok != in_mask
             if not ok:
                 return j, False, bad
-        c0 = cpu_ns()
-        t0 = perf_ns()
-        fill(mask, 0)
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        mask_ns.append(t1 - t0)
-        mask_cpu.append(c1 - c0)
         eos = self.spec.eos_id
-        in_mask = _allowed(row, eos)
-        ok = bool(m.accept_token(eos)) and m.is_terminated()
-        if ok != in_mask:
-            bad += 1
-        return None, ok, bad
+        ok = bool(accept(eos)) and m.is_terminated()
+        return None, ok, bad + (ok != _allowed(row, eos))
 
     def warm_up(self):
         _warm(self)
@@ -211,7 +161,7 @@ class _LLGTokenizerSource:
         return self._encode(s)
 
 
-class LLGuidanceJSON:
+class LLGuidanceJSON(PeerEngine):
     """llguidance ``LLMatcher`` on a JSON Schema grammar
     (``LLMatcher.grammar_from_json_schema``), compact separators and no free
     whitespace (``whitespace_flexible`` False). Compile time is the grammar text
@@ -219,35 +169,26 @@ class LLGuidanceJSON:
     rest lazily, during mask computation. No thread pool is used (single matcher,
     ``unsafe_compute_mask_ptr``)."""
 
-    name = "llguidance"
+    name = module = dist = "llguidance"
     whitespace_flexible = False
-
-    def __init__(self):
-        import llguidance
-
-        self.llg = llguidance
-        self.version = importlib.metadata.version("llguidance")
 
     def prepare(self, spec: VocabSpec) -> None:
         self.spec = spec
-        self.tok = self.llg.LLTokenizer(_LLGTokenizerSource(spec), n_vocab=spec.size, eos_token=spec.eos_id)
+        self.tok = self.lib.LLTokenizer(_LLGTokenizerSource(spec), n_vocab=spec.size, eos_token=spec.eos_id)
 
     def options(self) -> dict:
         return {"whitespace_flexible": self.whitespace_flexible, "item_separator": ",", "key_separator": ":"}
 
-    def compile_timed(self, schema):
-        M = self.llg.LLMatcher
-        if bench_regex.GC_FLUSH:
-            gc.collect()
-        c0 = cpu_ns()
-        t0 = perf_ns()
+    def _compile(self, schema):
+        M = self.lib.LLMatcher
         grammar = M.grammar_from_json_schema(schema, overrides=self.options())
-        m = M(self.tok, grammar, log_level=0)
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        if m.is_error():
-            raise ValueError(m.get_error())
-        return (grammar, m), t1 - t0, c1 - c0
+        return grammar, M(self.tok, grammar, log_level=0)
+
+    def compile_timed(self, schema):
+        handle, wall, cpu = timed(self._compile, schema)
+        if handle[1].is_error():
+            raise ValueError(handle[1].get_error())
+        return handle, wall, cpu
 
     def grammar_warnings(self, handle) -> list:
         return list(handle[1].get_grammar_warnings())
@@ -256,18 +197,18 @@ class LLGuidanceJSON:
         return np.full((1, (self.spec.size + 31) // 32), -1, dtype=np.int32)
 
     def walk(self, handle, ids, mask, mask_ns, mask_cpu):
-        grammar, m0 = handle
-        # the compiled matcher walks the first instance; later ones get a copy
+        # the compiled matcher stays fresh: every walk gets a copy of it
         # (deep_copy of a fresh matcher: no grammar rebuild)
-        m = m0.deep_copy()
+        m = handle[1].deep_copy()
         row = mask[0]
         ptr = row.ctypes.data
         nbytes = row.nbytes
         fill = m.unsafe_compute_mask_ptr
         consume = m.consume_token
         brow = row.view(np.uint8)
+        n = len(ids)
         bad = 0
-        for j, tok in enumerate(ids):
+        for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
             fill(ptr, nbytes)
@@ -275,24 +216,15 @@ class LLGuidanceJSON:
             c1 = cpu_ns()
             mask_ns.append(t1 - t0)
             mask_cpu.append(c1 - c0)
-            in_mask = _allowed(brow, tok)
-            ok = consume(tok)
-            if ok != in_mask:
-                bad += 1
+            if j == n:
+                break
+            in_mask = _allowed(brow, ids[j])
+            ok = consume(ids[j])
+            bad += ok != in_mask
             if not ok:
                 return j, False, bad
-        c0 = cpu_ns()
-        t0 = perf_ns()
-        fill(ptr, nbytes)
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        mask_ns.append(t1 - t0)
-        mask_cpu.append(c1 - c0)
-        in_mask = _allowed(brow, self.spec.eos_id)
         ok = bool(m.is_accepting()) and not m.is_error()
-        if ok != in_mask:
-            bad += 1
-        return None, ok, bad
+        return None, ok, bad + (ok != _allowed(brow, self.spec.eos_id))
 
     def warm_up(self):
         _warm(self)
@@ -303,7 +235,7 @@ class LLGuidanceJSON:
 # ----------------------------------------------------------------------------------
 
 
-class TrellisJSON(bench_regex.TrellisEngine):
+class TrellisJSON(TrellisEngine):
     """Trellis ``constrain.compile_json_schema(schema, vocab)`` (strict=True, the
     default). Vocabulary built as in bench_regex (``Vocabulary.from_huggingface`` /
     ``from_tiktoken``, checked against the shared token table); before each timed
@@ -313,8 +245,9 @@ class TrellisJSON(bench_regex.TrellisEngine):
     int32 array by default, the kind the harness gives llguidance (``"torch"``: a
     torch tensor, constrain's own default)."""
 
-    name = "trellis"
     backend = "numpy"
+    trivial = ({"type": "integer"}, {"type": "boolean"})
+    trivial_label = "{'type': 'integer'}"
     #: drop the caches shared across grammars before each compile -- the
     #: vocabulary-wide lexer-state walks (``trie._lexer_rows``) and the
     #: process-wide terminal automata, lexer products and multipleOf tables
@@ -324,32 +257,18 @@ class TrellisJSON(bench_regex.TrellisEngine):
     clear_shared = True
 
     def __init__(self):
-        import constrain
-
-        fn = getattr(constrain, "compile_json_schema", None)
-        self.source = "constrain.compile_json_schema"
-        if fn is None:
-            try:
-                from constrain.frontends.json_schema.compiler import compile_json_schema as fn
-            except ImportError:
-                raise ImportError("constrain.compile_json_schema does not exist yet") from None
-            self.source = "constrain.frontends.json_schema.compiler.compile_json_schema (not exported by constrain yet)"
         super().__init__()
-        self.compile_json_schema = fn
-        self.version += f" ({self.source})"
+        self.compile = self.c.compile_json_schema
+        self.version += " (constrain.compile_json_schema)"
 
     def options(self) -> dict:
-        return {"strict": True, "function": self.source, "clear_shared_caches": self.clear_shared,
+        return {"strict": True, "function": "constrain.compile_json_schema", "clear_shared_caches": self.clear_shared,
                 "bitmask": self.backend}
 
     def _clear(self):
         super()._clear()
         if self.clear_shared:
-            # terminal automata and lexer products are cached process-wide: kept,
-            # schemas sharing terminals (every JSON string) would compile warm
-            import constrain
-
-            constrain.clear_caches()
+            self.c.clear_caches()
             for v in list(getattr(self.vocab, "_cache", {}).values()):
                 if hasattr(v, "_lexer_rows"):
                     try:
@@ -357,50 +276,14 @@ class TrellisJSON(bench_regex.TrellisEngine):
                     except AttributeError:
                         pass
 
-    def prepare(self, spec: VocabSpec) -> None:
-        V = self.c.Vocabulary
-        t0 = perf_ns()
-        if spec.name == "smollm2":
-            self.vocab = V.from_huggingface(spec.source)
-        else:
-            self.vocab = _trellis_from_tiktoken(V, spec.source)
-        self.vocab_ms = (perf_ns() - t0) / 1e6
-        self.spec = spec
-        self.vocab_mismatch = _compare_vocab(self.vocab, spec)
-        # Cache keys present after compiling two different trivial schemas (each
-        # on an emptied cache) are vocabulary-level and kept between timed
-        # compiles (bench_regex's policy); the first compile includes the token
-        # trie and numba JIT and is reported apart.
-        cache = getattr(self.vocab, "_cache", None)
-        t0 = perf_ns()
-        self.compile_json_schema({"type": "integer"}, self.vocab)
-        self.notes = {"first_compile_ms (trie + JIT, {'type': 'integer'})": (perf_ns() - t0) / 1e6}
-        self.vocab_keys = set()
-        if isinstance(cache, dict):
-            k1 = set(cache)
-            cache.clear()
-            self.compile_json_schema({"type": "boolean"}, self.vocab)
-            self.vocab_keys = k1 & set(cache)
-        self._find_memo()
-
-    def compile_timed(self, schema):
-        self._clear()
-        if bench_regex.GC_FLUSH:
-            gc.collect()
-        c0 = cpu_ns()
-        t0 = perf_ns()
-        g = self.compile_json_schema(schema, self.vocab)
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        return g, t1 - t0, c1 - c0
-
     def walk(self, g, ids, mask, mask_ns, mask_cpu):
         fill = g.fill_bitmask
         advance = g.advance
         state = g.initial_state()
-        row = _bits(mask[0])
+        row = _np(mask[0]).view(np.uint8)
+        n = len(ids)
         bad = 0
-        for j, tok in enumerate(ids):
+        for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
             fill(state, mask, 0)
@@ -408,25 +291,16 @@ class TrellisJSON(bench_regex.TrellisEngine):
             c1 = cpu_ns()
             mask_ns.append(t1 - t0)
             mask_cpu.append(c1 - c0)
-            in_mask = _allowed(row, tok)
-            state = advance(state, tok)
+            if j == n:
+                break
+            in_mask = _allowed(row, ids[j])
+            state = advance(state, ids[j])
             ok = state is not None
-            if ok != in_mask:
-                bad += 1
+            bad += ok != in_mask
             if not ok:
                 return j, False, bad
-        c0 = cpu_ns()
-        t0 = perf_ns()
-        fill(state, mask, 0)
-        t1 = perf_ns()
-        c1 = cpu_ns()
-        mask_ns.append(t1 - t0)
-        mask_cpu.append(c1 - c0)
-        in_mask = _allowed(row, self.spec.eos_id)
         ok = bool(g.is_accepting(state))
-        if ok != in_mask:
-            bad += 1
-        return None, ok, bad
+        return None, ok, bad + (ok != _allowed(row, self.spec.eos_id))
 
     def warm_up(self):
         _warm(self)
@@ -450,22 +324,13 @@ def _warm(eng) -> None:
 ENGINE_CLASSES = {"trellis": TrellisJSON, "xgrammar": XGrammarJSON, "llguidance": LLGuidanceJSON}
 
 
-def make_engines(wanted, log=print) -> tuple[dict, dict]:
-    """Instantiate the wanted engines; those that are not available are returned
-    apart with the reason (Trellis before compile_json_schema exists: "n/a")."""
-    engines, skipped = {}, {}
-    for name in ENGINES:
-        if name not in wanted:
-            continue
-        try:
-            engines[name] = ENGINE_CLASSES[name]()
-        except Exception as e:
-            skipped[name] = f"{type(e).__name__}: {e}"
-            log(f"engine {name} unavailable: {skipped[name]}")
-    return engines, skipped
+def make_engines(wanted) -> tuple[dict, dict]:
+    """The wanted engines of this benchmark, instantiated; those that are not
+    available are returned apart with the reason."""
+    return bench_regex.make_engines(ENGINE_CLASSES, wanted)
 
 
 __all__ = [
     "ENGINES", "SHORT", "ENGINE_CLASSES", "WARMUP", "XGrammarJSON", "LLGuidanceJSON", "TrellisJSON",
-    "load_vocab", "make_engines", "_git_rev",
+    "load_vocab", "make_engines",
 ]

@@ -17,8 +17,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from constrain.cache import registry
+
 __all__ = ["int_range_regex", "decimal_range_regex", "nat_multiple_regex",
-           "float_multiple_regex", "FLOAT_MULTIPLE_VALUES", "clear_caches"]
+           "float_multiple_regex", "FLOAT_MULTIPLE_VALUES"]
 
 
 def _alt(parts: list[str]) -> str | None:
@@ -324,6 +326,8 @@ def multiple_digits(m: float) -> int | None:
     return d if d <= 6 else None
 
 
+# bounded by entries, each at most FLOAT_MULTIPLE_VALUES bytes (10 MB)
+@registry.register
 @lru_cache(maxsize=4)
 def _float_multiples(ms: tuple, digits: int) -> np.ndarray:
     """``ok[k]``: whether ``k / 10**digits``, as a float, passes ``jsonschema``'s
@@ -346,6 +350,7 @@ _MAX_RUNS = 256
 _MAX_FRACTIONS = 20_000
 
 
+@registry.register
 @lru_cache(maxsize=32)
 def _float_multiple_cap(ms: tuple, digits: int) -> tuple[int, np.ndarray]:
     """The largest cap (a power-of-ten share of the table) whose regex stays small
@@ -394,6 +399,7 @@ def _digit_suffixes(words: list[str]) -> str:
     return _alt(parts)
 
 
+@registry.register
 @lru_cache(maxsize=64)
 def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
                          *, integers: bool, fractions: bool = True) -> tuple[str | None, int]:
@@ -498,9 +504,3 @@ def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
             parts.append(body if sign == 1 else f"-(?:{body})")
     return _alt(parts), cap
 
-
-def clear_caches() -> None:
-    """Drop the cached ``multipleOf`` decision tables and regexes."""
-    _float_multiples.cache_clear()
-    _float_multiple_cap.cache_clear()
-    float_multiple_regex.cache_clear()

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, "..", ".."))
 import jsonschema  # noqa: E402
 
 from constrain.errors import ConstraintError  # noqa: E402
-from constrain.frontends.json_schema.compiler import json_schema_to_lark, order_instance  # noqa: E402
+from constrain.frontends.json_schema import json_schema_to_lark, order_instance  # noqa: E402
 from json_schema_oracle import accepts, lark_parser  # noqa: E402
 from test_json_schema import _format_checker  # noqa: E402
 

@@ -1,0 +1,172 @@
+"""``Compiler``: compiles constraints over one vocabulary, and owns every cache
+its compiles share.
+
+Like xgrammar's ``GrammarCompiler``: one per vocabulary (or several, to keep
+two workloads' caches apart), safe to share between threads, each of its caches
+a :class:`~constrain.cache.BoundedCache` with a share of ``cache_bytes``:
+
+* ``terminal_automata``: the byte DFA of each grammar terminal, by pattern and
+  alphabet (JSON Schemas reuse the same few: strings, numbers, punctuation);
+* ``terminal_ids``: an id per terminal automaton, which names lexer states
+  across grammars; ids are never reused, not even after :meth:`Compiler.clear`,
+  so a grammar compiled before a clear never meets a newer one's states;
+* ``lexer_walks``: the walk of the token trie of each lexer state (a mask row
+  and its boundary nodes), shared by the grammars that have that state.
+
+The vocabulary's token trie is the vocabulary's own (built once, kept on it).
+Compiled constraints keep what they use: they stay correct, and keep working,
+after :meth:`Compiler.clear` and ``constrain.clear_caches()``.
+
+The module-level ``constrain.compile_regex``, ``compile_grammar`` and
+``compile_json_schema`` compile with :func:`default_compiler`, one per
+vocabulary, made on first use.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from constrain.cache import BoundedCache, CacheStats, check_budget, registry
+from constrain.cfg.grammar import GrammarConstraint
+from constrain.cfg.lexer import automaton_bytes, walk_bytes
+from constrain.errors import ConstraintError
+from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
+from constrain.frontends.lark import load_lark_grammar
+from constrain.limits import Limits
+from constrain.regular.regex import DFAConstraint, regex_byte_dfa
+from constrain.vocab.trie import TokenTrie
+from constrain.vocab.vocabulary import Vocabulary
+
+#: the default ``cache_bytes`` of a compiler
+DEFAULT_CACHE_BYTES = 640 * 1024 * 1024
+# the share of cache_bytes of each cache: a walk holds a mask row (V/8 bytes:
+# 6 kB for SmolLM2, 25 kB for o200k) per lexer state, and a server meets
+# thousands of states; an automaton is a few kB, an id a few hundred bytes
+_WALKS, _AUTOMATA, _IDS = 0.80, 0.15, 0.05
+_LIMIT_FIELDS = frozenset(Limits.__dataclass_fields__)
+
+
+def _grammar_budgets(limits: Limits) -> dict:
+    """The fields of ``limits`` a grammar reads, as :class:`GrammarConstraint`
+    takes them."""
+    return {"max_states": limits.max_states, "time_budget": limits.time_budget,
+            "max_contexts": limits.max_contexts, "max_width": limits.max_width,
+            "mask_cache_bytes": limits.mask_cache_bytes}
+
+
+class Compiler:
+    """Compiles regexes, Lark grammars and JSON Schemas over ``vocab``, with the
+    budgets ``limits`` (default :class:`~constrain.Limits`) and the caches
+    described in :mod:`constrain.compiler`, ``cache_bytes`` in all.
+
+    Each ``compile_*`` method takes the same arguments as the module-level
+    function of its name (less the vocabulary); budgets given there override
+    the compiler's ``limits`` for that call.
+    """
+
+    def __init__(self, vocab: Vocabulary, *, limits: Limits | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES):
+        if not isinstance(vocab, Vocabulary):
+            raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+        if limits is None:
+            limits = Limits()
+        elif not isinstance(limits, Limits):
+            raise ConstraintError(f"limits must be a constrain.Limits, not {type(limits).__name__}")
+        cache_bytes = check_budget("cache_bytes", cache_bytes)
+        self.vocab = vocab
+        self.limits = limits
+        self.cache_bytes = cache_bytes
+        self.terminal_automata = BoundedCache("terminal automata", max(1, int(cache_bytes * _AUTOMATA)),
+                                              sizeof=automaton_bytes)
+        self.terminal_ids = BoundedCache("terminal ids", max(1, int(cache_bytes * _IDS)))
+        self.lexer_walks = BoundedCache("lexer walks", max(1, int(cache_bytes * _WALKS)),
+                                        sizeof=walk_bytes)
+        self._next_id = itertools.count().__next__
+        registry.add_compiler(self)
+
+    def __repr__(self) -> str:
+        return f"Compiler(vocab={self.vocab.name}, cache_bytes={self.cache_bytes})"
+
+    @property
+    def trie(self) -> TokenTrie:
+        """The vocabulary's token trie (built on first use, kept by the vocabulary)."""
+        return TokenTrie.of(self.vocab)
+
+    def terminal_id(self, key: tuple) -> int:
+        """The id of the terminal automaton ``key``
+        (:func:`constrain.cfg.lexer.terminal_key`): the same while the key is
+        cached, and never one given to another key."""
+        uid = self.terminal_ids.get(key)
+        if uid is None:  # get_or_build, without its second call on a hit
+            uid = self.terminal_ids.setdefault(key, self._next_id())
+        return uid
+
+    def _limits(self, overrides: dict) -> Limits:
+        return self.limits.replace(**overrides) if overrides else self.limits
+
+    def compile_regex(self, pattern: str, *, flags: int = 0, **overrides) -> DFAConstraint:
+        """:func:`constrain.compile_regex` over this compiler's vocabulary;
+        ``overrides``: fields of :class:`~constrain.Limits`."""
+        limits = self._limits(overrides)
+        dfa = regex_byte_dfa(pattern, self.trie.alphabet, flags=flags,
+                             max_repeat=limits.max_repeat, max_positions=limits.max_positions,
+                             max_states=limits.max_states,
+                             deadline=time.perf_counter() + limits.time_budget)
+        return DFAConstraint(dfa, self.vocab, source=pattern, max_mask_bytes=limits.max_mask_bytes)
+
+    def compile_grammar(self, source, start: str = "start", **overrides) -> GrammarConstraint:
+        """:func:`constrain.compile_grammar` over this compiler's vocabulary;
+        ``overrides``: fields of :class:`~constrain.Limits`."""
+        limits = self._limits(overrides)
+        ir = load_lark_grammar(source, start=start)
+        return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self,
+                                 **_grammar_budgets(limits))
+
+    def compile_json_schema(self, schema, **options) -> GrammarConstraint:
+        """:func:`constrain.compile_json_schema` over this compiler's vocabulary;
+        ``options``: the schema options (``whitespace``, ``strict``, ...) and
+        fields of :class:`~constrain.Limits`."""
+        overrides = {k: options.pop(k) for k in list(options) if k in _LIMIT_FIELDS}
+        return _json_schema_front_end(schema, self.vocab, compiler=self,
+                                      **_grammar_budgets(self._limits(overrides)), **options)
+
+    def clear(self) -> None:
+        """Empty this compiler's caches. What it compiled keeps working; ids
+        given before are not given again."""
+        for cache in self._caches():
+            cache.clear()
+
+    def cache_stats(self) -> dict[str, CacheStats]:
+        """The :class:`~constrain.cache.CacheStats` of each cache, by name."""
+        return {cache.name: cache.stats() for cache in self._caches()}
+
+    def _caches(self) -> tuple[BoundedCache, ...]:
+        return (self.terminal_automata, self.terminal_ids, self.lexer_walks)
+
+
+def default_compiler(vocab: Vocabulary) -> Compiler:
+    """The compiler of the module-level ``compile_*`` functions for ``vocab``:
+    default :class:`~constrain.Limits` and ``cache_bytes``, made on first use
+    and kept by the vocabulary (one per vocabulary object, gone with it; two
+    threads asking at once get the same one)."""
+    if not isinstance(vocab, Vocabulary):
+        raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+    return vocab.derived("compiler", lambda: Compiler(vocab))
+
+
+def compile_json_schema(schema, vocab: Vocabulary, **options) -> GrammarConstraint:
+    """Compile a JSON Schema (a dict, JSON text or a Pydantic model class) into a
+    token-level constraint over ``vocab``, with its :func:`default_compiler`.
+
+    ``options`` may hold ``whitespace``, ``max_whitespace``, ``strict``,
+    ``max_string_length`` and ``max_array_length`` (see
+    :func:`constrain.json_schema_to_lark`) and the budgets
+    :func:`constrain.compile_grammar` takes; ``time_budget`` (seconds, default
+    30) bounds the translation and the grammar compilation together. See
+    ``docs/json_schema.md`` for the language.
+    """
+    return default_compiler(vocab).compile_json_schema(schema, **options)
+
+
+__all__ = ["Compiler", "default_compiler", "compile_json_schema", "DEFAULT_CACHE_BYTES"]

@@ -1,0 +1,115 @@
+"""Arrays: a rule for the arrays of a conjunction (per-index item schemas, the
+schema of the items after them, length bounds), and the item schemas of one
+index (also what :func:`~constrain.frontends.json_schema.compiler.order_instance`
+reorders array elements by).
+
+``maxItems`` above the cap is lowered to it (one rule per possible index)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from constrain.errors import GrammarTooComplexError
+from constrain.frontends.json_schema.keywords import len_bounds
+from constrain.frontends.json_schema.nodes import FALSE
+from constrain.frontends.json_schema.rules import Alt
+
+if TYPE_CHECKING:
+    from constrain.frontends.json_schema.translation import Translation
+
+
+def item_schemas(p, n) -> tuple[list, object]:
+    """``(prefix, rest)`` of the array node ``n`` at ``p``: the references of the
+    schemas of the first items, by index, and of every item after them (``None``:
+    unconstrained)."""
+    items = n.get("items")
+    if isinstance(items, list):  # drafts up to 2019-09
+        prefix = [f"{p}/items/{i}" for i in range(len(items))]
+        rest = f"{p}/additionalItems" if "additionalItems" in n else None
+    else:
+        prefix = [f"{p}/prefixItems/{i}" for i in range(len(n.get("prefixItems", [])))]
+        rest = f"{p}/items" if "items" in n else None
+    if rest is None and n.get("unevaluatedItems") is False:
+        rest = FALSE
+    elif rest is None and "unevaluatedItems" in n and n["unevaluatedItems"] is not True:
+        rest = f"{p}/unevaluatedItems"
+    return prefix, rest
+
+
+def item_layout(doc, conj) -> list[tuple[list, object]]:
+    """:func:`item_schemas` of every array node of the conjunction."""
+    out = []
+    for p in conj:
+        n = doc.node(p)
+        if isinstance(n, dict):
+            out.append(item_schemas(p, n))
+    return out
+
+
+def pieces_at(layout, i: int) -> tuple:
+    """The references of the schemas the item at index ``i`` must satisfy."""
+    pcs = []
+    for prefix, rest in layout:
+        if i < len(prefix):
+            pcs.append(prefix[i])
+        elif rest is not None:
+            pcs.append(rest)
+    return tuple(pcs)
+
+
+def array_symbol(t: Translation, conj) -> str | None:
+    """A rule for the arrays of the conjunction."""
+    doc, g, cap = t.doc, t.grammar, t.options.max_array_length
+    P = g.punct
+    layout = item_layout(doc, conj)
+    k = max((len(prefix) for prefix, _ in layout), default=0)
+    max_len = None
+    for prefix, rest in layout:
+        if rest is not None and doc.node(rest) is False:
+            max_len = len(prefix) if max_len is None else min(max_len, len(prefix))
+    unique = next((f"{p}/uniqueItems" for p in reversed(conj)
+                   if isinstance(doc.node(p), dict) and doc.node(p).get("uniqueItems") is True), None)
+    lo, hi = len_bounds(doc, conj, "minItems", "maxItems")
+    if max_len is not None:
+        hi = max_len if hi is None else min(hi, max_len)
+    if hi is not None and hi > cap:
+        hi = max(cap, lo)
+    if hi is not None and lo > hi:
+        return None
+    if unique and (hi is None or hi > 1):
+        t.diag.unsupported(unique, "uniqueItems: true")
+    if lo > cap:
+        raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {cap}")
+
+    def elem(i):
+        return t.value(pieces_at(layout, i))
+
+    if k == 0 and lo == 0 and hi is None and g.is_any(elem(0)):
+        g.any_value()
+        return "any_array"  # {"type": "array"}: the shared any-array rule
+
+    name = g.new_rule("array")
+    # tails[i]: the elements from index i on, each after a comma; past
+    # ``steady`` (unbounded arrays) every element has the same schema
+    steady = max(k, lo, 1)
+    tails: dict[int, str] = {}
+
+    def tail_item(i):
+        if hi is not None and i >= hi:
+            return []
+        if hi is None and i >= steady:
+            return [("star", (P["COMMA"], elem(i)))]
+        return [("sym" if i < lo else "opt", tails[i])]
+
+    top = (steady if hi is None else hi) - 1
+    for i in range(top, 0, -1):
+        tail = g.new_rule(f"{name}_t{i}")
+        g.rules[tail] = [Alt([("sym", P["COMMA"]), ("sym", elem(i))] + tail_item(i + 1))]
+        tails[i] = tail
+    alts = []
+    if hi is None or hi > 0:
+        alts.append(Alt([("sym", P["LBRACK"]), ("sym", elem(0))] + tail_item(1) + [("sym", P["RBRACK"])]))
+    if lo == 0:
+        alts.append(Alt([("sym", P["EMPTY_ARR"])]))
+    g.rules[name] = alts
+    return name

@@ -1,0 +1,35 @@
+"""What a translation cannot enforce: refused when strict, else recorded and
+reported in one warning."""
+
+from __future__ import annotations
+
+import warnings
+
+from constrain.errors import UnsupportedSchemaError
+
+
+class Diagnostics:
+    """The keywords a translation could not enforce, by JSON pointer."""
+
+    def __init__(self, strict: bool):
+        self.strict = strict
+        self.ignored: list[str] = []
+
+    def unsupported(self, pointer: str, message: str) -> None:
+        """Refuse (strict: :class:`UnsupportedSchemaError`) or record an ignored
+        keyword."""
+        if self.strict:
+            raise UnsupportedSchemaError(message, pointer)
+        if pointer not in self.ignored:
+            self.ignored.append(pointer)
+
+    def where_ignored(self) -> str:
+        """The ignored pointers, comma-separated (the root as ``/``)."""
+        return ", ".join(p or "/" for p in self.ignored)
+
+    def warn(self, caller: str) -> None:
+        """One warning (blamed on ``caller``'s caller) listing the keywords a
+        ``strict=False`` translation ignored."""
+        if self.ignored:
+            warnings.warn(f"{caller} ignored keywords it cannot enforce at: " + self.where_ignored(),
+                          stacklevel=3)

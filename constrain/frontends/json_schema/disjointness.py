@@ -1,0 +1,207 @@
+"""The ``oneOf`` disjointness prover: a value valid against two branches is
+invalid against the ``oneOf``, so the branches are compiled as they are only
+where no value can match two; where that is not proven, they are made disjoint
+(types no branch names dropped, required sets or a discriminating member
+demanded) or the ``oneOf`` is refused."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from constrain.frontends.json_schema.keywords import conj_types, len_bounds
+from constrain.frontends.json_schema.literals import enum_values
+from constrain.frontends.json_schema.nodes import NotAll, Synthetic
+from constrain.frontends.json_schema.numbers import num_bounds
+from constrain.frontends.json_schema.objects import object_view
+
+if TYPE_CHECKING:
+    from constrain.frontends.json_schema.normalise import Normaliser
+
+_PROVEN_TYPES = ("null", "boolean", "integer", "string", "array", "object")
+
+
+def resolve_one_of(norm: Normaliser, flat, context):
+    """The ``oneOf`` branches (DNFs) made pairwise disjoint, or ``None``.
+
+    Per JSON type shared by two branches: nothing to do where disjointness is
+    proven; a type neither branch names (``{"required": [...]}`` also admits
+    strings) is dropped from both, which is exact since such values match
+    both; objects are separated by required sets or a forced discriminator."""
+    doc = norm.doc
+    n = len(flat)
+    drop = [set() for _ in range(n)]
+    objects_overlap = False
+    with norm.proving():
+        for i in range(n):
+            for j in range(i + 1, n):
+                for ci in flat[i]:
+                    for cj in flat[j]:
+                        a, b = context + ci, context + cj
+                        e1, e2 = enum_values(doc, a), enum_values(doc, b)
+                        if e1 is not None or e2 is not None:
+                            if disjoint(norm, a, b, 3):
+                                continue
+                            return None
+                        shared = conj_types(doc, a) & conj_types(doc, b)
+                        explicit = _explicit_types(doc, a) or _explicit_types(doc, b)
+                        for t in _PROVEN_TYPES:
+                            if t not in shared:
+                                continue
+                            if _disjoint_in(norm, "number" if t == "integer" else t, a, b, 3):
+                                continue
+                            if t == "object":
+                                objects_overlap = True
+                            elif not explicit:
+                                drop[i].add(t)
+                                drop[j].add(t)
+                            else:
+                                return None
+    if objects_overlap:
+        flat = (_exclusive_required(doc, flat, context)
+                or _forced_discriminator(norm, flat, context))
+        if flat is None:
+            return None
+    out = []
+    for i, branch in enumerate(flat):
+        if not drop[i]:
+            out.append(branch)
+            continue
+        if "integer" in drop[i]:
+            drop[i].add("number")
+        new = []
+        for conj in branch:
+            keep = conj_types(doc, context + conj) - drop[i]
+            new.append(conj + (Synthetic("type", tuple(sorted(keep))),))
+        out.append(new)
+    return out
+
+
+def _explicit_types(doc, conj) -> bool:
+    return any(isinstance(doc.node(p), dict) and "type" in doc.node(p) for p in conj)
+
+
+def _forced_discriminator(norm: Normaliser, flat, context):
+    """Branches made disjoint by requiring one member whose schemas differ
+    pairwise between branches (every output then carries it)."""
+    doc = norm.doc
+    views = [[object_view(doc, context + c, quiet=True) for c in branch
+              if "object" in conj_types(doc, context + c)] for branch in flat]
+    if any(v is None for vs in views for v in vs):
+        return None
+    candidates = None
+    for vs in views:
+        for v in vs:
+            names = set(v.pieces)
+            candidates = names if candidates is None else candidates & names
+    for name in sorted(candidates or ()):
+        ok = True
+        with norm.proving():
+            for i in range(len(flat)):
+                for j in range(i + 1, len(flat)):
+                    for vi in views[i]:
+                        for vj in views[j]:
+                            if not _pieces_disjoint(norm, vi.pieces[name], vj.pieces[name], 2):
+                                ok = False
+        if ok:
+            req = Synthetic("required", (name,))
+            return [[c + (req,) for c in branch] for branch in flat]
+    return None
+
+
+def _exclusive_required(doc, flat, context=()):
+    """``oneOf`` branches made disjoint through their ``required`` sets: each
+    conjunction also demands that, for every conjunction of another branch,
+    some name it requires is missing. ``None`` if a conjunction that admits
+    objects requires nothing."""
+    req = []
+    for branch in flat:
+        sets = []
+        for conj in branch:
+            if "object" not in conj_types(doc, context + conj):
+                continue  # no objects to tell apart
+            names = set()
+            for p in conj:
+                n = doc.node(p)
+                if isinstance(n, dict) and isinstance(n.get("required"), list):
+                    names.update(x for x in n["required"] if isinstance(x, str))
+            if not names:
+                return None
+            sets.append(names)
+        req.append(sets)
+    out = []
+    for i, branch in enumerate(flat):
+        others = [NotAll.of(sj) for j, sets in enumerate(req) if j != i for sj in sets]
+        out.append([conj + tuple(dict.fromkeys(m for m in others if m not in conj))
+                    for conj in branch])
+    return out
+
+
+def disjoint(norm: Normaliser, c1, c2, depth: int) -> bool:
+    """Whether no JSON value satisfies both conjunctions (a sufficient test,
+    looking ``depth`` levels into object members)."""
+    doc = norm.doc
+    e1, e2 = enum_values(doc, c1), enum_values(doc, c2)
+    if e1 is not None and not any(all(doc.accepts(v, p) for p in c2) for v in e1):
+        return True
+    if e2 is not None and not any(all(doc.accepts(v, p) for p in c1) for v in e2):
+        return True
+    shared = conj_types(doc, c1) & conj_types(doc, c2)
+    if e1 is not None or e2 is not None:
+        return False
+    for t in ("null", "boolean", "string", "array", "object"):
+        if t in shared and not _disjoint_in(norm, t, c1, c2, depth):
+            return False
+    if "integer" in shared and not _disjoint_in(norm, "number", c1, c2, depth):
+        return False
+    return True
+
+
+def _disjoint_in(norm: Normaliser, t: str, c1, c2, depth: int) -> bool:
+    """Whether no value of type ``t`` satisfies both conjunctions."""
+    doc = norm.doc
+    if t == "number":
+        return _ranges_disjoint(num_bounds(doc, c1, quiet=True), num_bounds(doc, c2, quiet=True))
+    if t in ("string", "array"):
+        kmin, kmax = ("minLength", "maxLength") if t == "string" else ("minItems", "maxItems")
+        a, b = len_bounds(doc, c1, kmin, kmax), len_bounds(doc, c2, kmin, kmax)
+        return a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]
+    if t == "object" and depth > 0:
+        o1, o2 = object_view(doc, c1, quiet=True), object_view(doc, c2, quiet=True)
+        if o1 is None or o2 is None:
+            return True
+        for x, y in ((o1, o2), (o2, o1)):
+            if any(names <= y.required for names in x.notall):
+                return True
+            for name in x.required:
+                if name not in y.pieces and not y.extra_allowed_for(name):
+                    return True
+                if name in y.pieces:
+                    px, py = x.pieces.get(name), y.pieces[name]
+                    if px is None:
+                        continue
+                    if _pieces_disjoint(norm, px, py, depth - 1):
+                        return True
+        return False
+    return False
+
+
+def _pieces_disjoint(norm: Normaliser, p1, p2, depth: int) -> bool:
+    # a form that cannot be made proves nothing
+    f1 = norm.try_flatten_pieces(p1)
+    f2 = norm.try_flatten_pieces(p2) if f1 is not None else None
+    if f2 is None:
+        return False
+    return all(disjoint(norm, a, b, depth) for a in f1 for b in f2)
+
+
+def _ranges_disjoint(a, b) -> bool:
+    lo1, lx1, hi1, hx1 = a
+    lo2, lx2, hi2, hx2 = b
+
+    def below(hi, hx, lo, lx):
+        if hi is None or lo is None:
+            return False
+        return Fraction(hi) < Fraction(lo) or (Fraction(hi) == Fraction(lo) and (hx or lx))
+
+    return below(hi1, hx1, lo2, lx2) or below(hi2, hx2, lo1, lx1)

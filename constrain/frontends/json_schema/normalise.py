@@ -1,0 +1,168 @@
+"""Normalisation: a schema node as a disjunction of conjunctions of node
+references (``anyOf``/``oneOf`` distribute, ``allOf``, ``$ref`` siblings,
+``not: {required}`` and schema-valued dependencies conjoin), each conjunction
+then compiled per JSON type with its keywords merged."""
+
+from __future__ import annotations
+
+import contextlib
+
+from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from constrain.frontends.json_schema.disjointness import resolve_one_of
+from constrain.frontends.json_schema.document import Document, escape_token
+from constrain.frontends.json_schema.keywords import node_types, not_required_sets
+from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Synthetic
+from constrain.frontends.json_schema.options import MAX_CONJUNCTIONS
+from constrain.frontends.json_schema.rules import Budget
+
+#: the objects (a conjunct of ``not: {required}``)
+_OBJECT = Synthetic("type", "object")
+
+
+class Normaliser:
+    """Disjunctive normal forms of the nodes of one document, memoised.
+
+    While a ``oneOf`` disjointness proof runs (:meth:`proving`), nested ``oneOf``
+    are not checked, and their forms are memoised apart."""
+
+    def __init__(self, doc: Document, budget: Budget):
+        self.doc = doc
+        self.budget = budget
+        self._cache: dict[bool, dict] = {False: {}, True: {}}
+        self._checking = False
+
+    @contextlib.contextmanager
+    def proving(self):
+        """The context of a disjointness proof."""
+        before, self._checking = self._checking, True
+        try:
+            yield
+        finally:
+            self._checking = before
+
+    def flatten(self, ref: NodeRef, stack: tuple = ()) -> list[tuple]:
+        """The schema at ``ref`` as a disjunction of conjunctions of node
+        references (combinators and ``$ref`` expanded).
+
+        Raises:
+            UnsupportedSchemaError: a node refers to itself with no object or
+                array in between (or, strict, overlapping ``oneOf`` branches).
+            SchemaError: a malformed combinator or a dangling ``$ref``.
+            GrammarTooComplexError: too many conjunctions, or the time budget.
+        """
+        self.budget.tick(ref)
+        cache = self._cache[self._checking]
+        hit = cache.get(ref)
+        if hit is not None:
+            return hit
+        node = self.doc.node(ref)
+        if node is True:
+            return [()]
+        if node is False:
+            return []
+        if ref in stack:
+            raise UnsupportedSchemaError(
+                "a schema that refers to itself without an object or array in between", ref)
+        stack = stack + (ref,)
+        dnf = [(ref,)]
+        if "$ref" in node:
+            target = self.doc.resolve_ref(node["$ref"], ref + "/$ref")
+            if self.doc.ref_ignores_siblings:
+                # drafts 3 to 7: "all other properties in a $ref object MUST be
+                # ignored" (jsonschema does so too)
+                dnf = self.flatten(target, stack)
+                cache[ref] = dnf
+                return dnf
+            dnf = self.product(dnf, self.flatten(target, stack), ref)
+        sets = not_required_sets(node.get("not"))
+        if sets is not None:
+            # not {required: S} (or an anyOf of such): an object missing some name of
+            # each S
+            dnf = self.product(dnf, [(_OBJECT,) + tuple(NotAll.of(x) for x in sets)], ref)
+        dnf = self._dependencies(node, ref, dnf, stack)
+        for i, _ in enumerate(_list(node, "allOf", ref)):
+            dnf = self.product(dnf, self.flatten(f"{ref}/allOf/{i}", stack), ref)
+        for key in ("anyOf", "oneOf"):
+            branches = _list(node, key, ref)
+            if not branches and key in node:
+                return []
+            if not branches:
+                continue
+            flat = [self.flatten(f"{ref}/{key}/{i}", stack) for i in range(len(branches))]
+            if key == "oneOf" and len(flat) > 1 and not self._checking:
+                flat = self._one_of(flat, ref)
+            dnf = self.product(dnf, [c for f in flat for c in f], ref)
+        cache[ref] = dnf
+        return dnf
+
+    def _one_of(self, flat, ref) -> list:
+        """The branches of the ``oneOf`` at ``ref``, made disjoint where that is
+        proven (see :mod:`~constrain.frontends.json_schema.disjointness`)."""
+        resolved = resolve_one_of(self, flat, (ref,))
+        if resolved is None:
+            self.doc.diag.unsupported(f"{ref}/oneOf", "oneOf branches may overlap (a value "
+                                      "matching two is invalid, and no rule excludes it)")
+            return flat
+        return resolved
+
+    def _dependencies(self, node, ref, dnf, stack):
+        """Schema-valued ``dependencies``/``dependentSchemas`` of an object schema:
+        (trigger absent) or (trigger present and the dependent schema)."""
+        for key in ("dependencies", "dependentSchemas"):
+            deps = node.get(key)
+            if not isinstance(deps, dict):
+                continue
+            for trig, dep in deps.items():
+                if isinstance(dep, list):
+                    continue  # dependentRequired form: see objects.object_symbol
+                if node_types(node) != {"object"}:
+                    continue  # refused by Translation.check_keywords
+                where = f"{ref}/{key}/{escape_token(trig)}"
+                absent = (NotAll.of([trig]),)
+                present = (Synthetic("required", (trig,)),)
+                alts = [absent] + [present + c for c in self.flatten(where, stack)]
+                dnf = self.product(dnf, alts, ref)
+        return dnf
+
+    def product(self, a, b, where) -> list[tuple]:
+        """The conjunctions of ``a`` and ``b`` pairwise (the ``allOf`` of two
+        disjunctions), each without repeated references.
+
+        Raises:
+            GrammarTooComplexError: more than :data:`MAX_CONJUNCTIONS`.
+        """
+        out = []
+        for x in a:
+            for y in b:
+                out.append(x + tuple(p for p in y if p not in x))
+                if len(out) > MAX_CONJUNCTIONS:
+                    raise GrammarTooComplexError(
+                        f"more than {MAX_CONJUNCTIONS} alternatives after distributing "
+                        f"anyOf/oneOf over allOf at {where or '/'}")
+        return out
+
+    def flatten_pieces(self, pieces) -> list[tuple]:
+        """The conjunction of the schemas at ``pieces``, normalised."""
+        dnf = [()]
+        for p in pieces:
+            dnf = self.product(dnf, self.flatten(p), p)
+        return dnf
+
+    def try_flatten_pieces(self, pieces) -> list[tuple] | None:
+        """:meth:`flatten_pieces`, or ``None`` where the schemas cannot be
+        normalised: a dangling ``$ref`` or malformed combinator
+        (:class:`SchemaError`), a self-reference with nothing in between
+        (:class:`UnsupportedSchemaError`), too many alternatives or the time
+        budget (:class:`GrammarTooComplexError`). For questions that have a safe
+        answer without the form (disjointness proofs, member order)."""
+        try:
+            return self.flatten_pieces(pieces)
+        except (UnsupportedSchemaError, SchemaError, GrammarTooComplexError):
+            return None
+
+
+def _list(node, key, ref):
+    v = node.get(key, [])
+    if not isinstance(v, list):
+        raise SchemaError(f"{key} must be an array", f"{ref}/{key}")
+    return v

@@ -1,0 +1,390 @@
+"""Objects: the merged object keywords of a conjunction (:class:`ObjectView`), and
+a rule for its objects: declared members in schema order, presence constraints
+between optional members, then additional members (any other key, or keys
+matching ``patternProperties``)."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from constrain.frontends.json_schema.document import escape_token
+from constrain.frontends.json_schema.encoding import json_str, lit
+from constrain.frontends.json_schema.exclusions import exclusion_terminal
+from constrain.frontends.json_schema.keywords import len_bounds, node_types
+from constrain.frontends.json_schema.nodes import NotAll
+from constrain.frontends.json_schema.patterns import matches_everything, pattern_class_star, patterns_disjoint
+from constrain.frontends.json_schema.rules import Alt
+from constrain.frontends.json_schema.strings import pattern_content
+
+if TYPE_CHECKING:
+    from constrain.frontends.json_schema.translation import Translation
+
+#: optional members whose presence is constrained are expanded into every subset
+#: (one alternative each): at most this many
+_MAX_INVOLVED = 8
+
+
+def search(pattern: str, text: str) -> bool:
+    """``re.search`` as jsonschema runs it (an invalid pattern counts as a match,
+    the cautious answer everywhere this is used)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return re.search(pattern, text) is not None
+    except re.error:
+        return True
+
+
+@dataclass
+class ObjectView:
+    """Merged object keywords of a conjunction: declared members in order, their
+    schemas, required names, and what additional members may be."""
+
+    #: member name -> the references of the schemas its value must satisfy
+    pieces: dict[str, tuple] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    required: set[str] = field(default_factory=set)
+    #: additional members: "any" key, keys matching "patterns", or None (closed)
+    extra: str | None = "any"
+    #: the schemas every additional member's value must satisfy
+    extra_pieces: list = field(default_factory=list)
+    #: with extra == "patterns": (pattern, reference of its schema)
+    patterns: list = field(default_factory=list)
+    pattern_pieces: list = field(default_factory=list)
+    #: name sets of which an object must miss one each
+    notall: list[frozenset] = field(default_factory=list)
+
+    def extra_allowed_for(self, name: str) -> bool:
+        """Whether an undeclared member ``name`` may appear."""
+        if self.extra == "any":
+            return True
+        if self.extra == "patterns":
+            return any(search(p, name) for p, _ in self.patterns)
+        return False
+
+
+def _member_pieces(nodes, name: str) -> list:
+    """The references of the schemas a member ``name`` satisfies in each node:
+    its property and matching patterns, else the node's additional members."""
+    pcs = []
+    for p, n in nodes:
+        props = n.get("properties", {}) or {}
+        pats = n.get("patternProperties", {}) or {}
+        matched = [f"{p}/patternProperties/{escape_token(pat)}" for pat in pats if search(pat, name)]
+        if name in props:
+            pcs.append(f"{p}/properties/{escape_token(name)}")
+            pcs.extend(matched)
+        elif matched:
+            pcs.extend(matched)
+        elif "additionalProperties" in n:
+            pcs.append(f"{p}/additionalProperties")
+        elif "unevaluatedProperties" in n:
+            pcs.append(f"{p}/unevaluatedProperties")
+    return pcs
+
+
+def object_view(doc, conj, quiet: bool = False) -> ObjectView | None:
+    """The merged object constraints of a conjunction, or ``None`` when no object
+    satisfies them (``quiet``: what cannot be merged is not reported)."""
+    view = ObjectView()
+    view.notall = [frozenset(p.names) for p in conj if type(p) is NotAll]
+    nodes = [(p, doc.node(p)) for p in conj if type(p) is not NotAll and isinstance(doc.node(p), dict)]
+    names: dict[str, None] = {}
+    for _, n in nodes:
+        for k in n.get("properties", {}) or {}:
+            names.setdefault(k, None)
+    for _, n in nodes:
+        req = n.get("required", [])
+        if isinstance(req, list):
+            for k in req:
+                if isinstance(k, str):
+                    names.setdefault(k, None)
+                    view.required.add(k)
+    for name in names:
+        pcs = _member_pieces(nodes, name)
+        if any(doc.node(x) is False for x in pcs):
+            if name in view.required:
+                return None
+            continue
+        view.pieces[name] = tuple(pcs)
+    view.order = list(view.pieces)
+    _extra_members(doc, nodes, view, quiet)
+    return view
+
+
+def _extra_members(doc, nodes, view: ObjectView, quiet: bool) -> None:
+    """What ``view``'s additional members may be."""
+    pat_nodes = [(p, n) for p, n in nodes if n.get("patternProperties")]
+    closed = False
+    for p, n in nodes:
+        for key in ("additionalProperties", "unevaluatedProperties"):
+            if key in n:
+                if doc.node(f"{p}/{key}") is False:
+                    if not n.get("patternProperties"):
+                        closed = True
+                elif key == "additionalProperties" or "additionalProperties" not in n:
+                    view.extra_pieces.append(f"{p}/{key}")
+                break
+    if closed:
+        view.extra = None
+    elif not pat_nodes:
+        view.extra = "any"
+    elif len(pat_nodes) == 1:
+        p, n = pat_nodes[0]
+        view.extra = "patterns"
+        view.patterns = [(pat, f"{p}/patternProperties/{escape_token(pat)}")
+                         for pat in n["patternProperties"]]
+        view.pattern_pieces = [x for _, x in view.patterns]
+        view.extra_pieces = [x for x in view.extra_pieces if not x.startswith(p + "/")]
+    else:
+        if not quiet:
+            doc.diag.unsupported(f"{pat_nodes[1][0]}/patternProperties",
+                                 "patternProperties in two merged schemas")
+        view.extra = None
+
+
+def _presence_constraints(t: Translation, conj, view: ObjectView) -> list | None:
+    """The presence constraints between members: ``("notall", names)`` from
+    ``not: {required}`` and exclusive ``oneOf`` branches, ``("implies", name,
+    names)`` from dependencies; ``propertyNames`` applied to ``view``. ``None``
+    when no object is left."""
+    cons = [("notall", names) for names in view.notall]
+    for p in conj:
+        n = t.doc.node(p)
+        if not isinstance(n, dict):
+            continue
+        if "propertyNames" in n and n["propertyNames"] not in (True, {}):
+            for name in list(view.pieces):
+                if not t.doc.accepts(name, f"{p}/propertyNames"):
+                    if name in view.required:
+                        return None
+                    del view.pieces[name]
+            view.order = [x for x in view.order if x in view.pieces]
+            if view.extra is not None:
+                t.diag.unsupported(f"{p}/propertyNames",
+                                   "propertyNames with additional properties allowed")
+        for key in ("dependentRequired", "dependencies"):
+            deps = n.get(key)
+            if not isinstance(deps, dict):
+                continue
+            for trig, need in deps.items():
+                if not isinstance(need, list):
+                    if node_types(n) == {"object"}:
+                        continue  # see Normaliser._dependencies
+                    if trig in view.pieces or view.extra is not None:
+                        t.diag.unsupported(f"{p}/{key}/{escape_token(trig)}",
+                                           f"a schema-valued {key}")
+                    continue
+                for x in need:
+                    if x not in view.pieces and view.extra == "any":
+                        view.pieces[x] = tuple(view.extra_pieces)
+                        view.order.append(x)
+                cons.append(("implies", trig, frozenset(need)))
+    return cons
+
+
+def _satisfied(cons, have: set) -> bool:
+    for c in cons:
+        if c[0] == "notall" and c[1] <= have:
+            return False
+        if c[0] == "implies" and c[1] in have and not c[2] <= have:
+            return False
+    return True
+
+
+def object_symbol(t: Translation, conj) -> str | None:
+    """A rule for the objects of the conjunction."""
+    g = t.grammar
+    view = object_view(t.doc, conj)
+    if view is None:
+        return None
+    cons = _presence_constraints(t, conj, view)
+    if cons is None:
+        return None
+    order = view.order
+    names_in_cons = set()
+    for c in cons:
+        names_in_cons |= c[1] if c[0] == "notall" else {c[1]} | c[2]
+    # a constrained name that is not declared is kept out of extra keys
+    hidden = sorted(x for x in names_in_cons if x not in view.pieces)
+    involved = [x for x in order if x in names_in_cons and x not in view.required]
+    min_p, max_p = len_bounds(t.doc, conj, "minProperties", "maxProperties")
+    if (not order and not hidden and not cons and view.extra == "any" and min_p == 0
+            and max_p is None and g.is_any(t.value(tuple(view.extra_pieces)))):
+        # {"type": "object"}: the shared any-object rule (its keys are any
+        # JSON string, escapes included: no name needs excluding)
+        g.any_value()
+        return "any_object"
+    # min/maxProperties that the required members do not settle, on an object
+    # without additional members: every subset of the optional members is an
+    # alternative with an exact count, kept when the count is within bounds
+    optional = [x for x in order if x not in view.required]
+    counted = (view.extra is None and len(optional) <= _MAX_INVOLVED
+               and (min_p > len(set(view.required) & set(order))
+                    or (max_p is not None and max_p < len(order))))
+    if counted:
+        involved = optional
+    if len(involved) > _MAX_INVOLVED:
+        t.diag.unsupported("", f"presence constraints over more than {_MAX_INVOLVED} optional properties")
+        cons, involved = [], []
+    members = {name: (key_terminal(t, name), t.value(view.pieces[name])) for name in order}
+    extra = extra_member(t, view, list(order) + hidden)
+    name = g.new_rule("object")
+    chain = _Chain(t, conj, name, members, extra)
+    alts = []
+    for mask in range(1 << len(involved)):
+        present = {x for i, x in enumerate(involved) if mask >> i & 1}
+        absent = set(involved) - present
+        if not _satisfied(cons, (set(view.required) & set(order)) | present):
+            continue
+        sub_order = [x for x in order if x not in absent]
+        required = (set(view.required) | present) & set(sub_order)
+        if any(x in view.required for x in absent):
+            continue
+        if counted:
+            if len(sub_order) < min_p or (max_p is not None and len(sub_order) > max_p):
+                continue
+            alts.extend(chain.alternatives(sub_order, required, 0, None))
+        else:
+            alts.extend(chain.alternatives(sub_order, required, min_p, max_p))
+    g.rules[name] = alts
+    return name
+
+
+class _Chain:
+    """The alternatives of the object rule ``name``: for a subset of the declared
+    members, those members in order, then any number of ``extra`` members."""
+
+    def __init__(self, t: Translation, conj, name: str, members: dict, extra: str | None):
+        self.t, self.conj, self.name = t, conj, name
+        self.members, self.extra = members, extra
+
+    def _pointer(self, keyword: str) -> str:
+        doc = self.t.doc
+        return next(f"{p}/{keyword}" for p in self.conj
+                    if isinstance(doc.node(p), dict) and keyword in doc.node(p))
+
+    def alternatives(self, order, required, min_p: int, max_p: int | None) -> list[Alt]:
+        """Alternatives for objects with the members of ``order`` (in that order,
+        those in ``required`` mandatory) then any number of extra members, with
+        ``min_p``/``max_p`` members (refused where they are not settled)."""
+        t, extra = self.t, self.extra
+        g = t.grammar
+        P = g.punct
+        n_req = sum(1 for x in order if x in required)
+        allow_empty = n_req == 0
+        if min_p > n_req:
+            if min_p == 1:
+                allow_empty = False
+            else:
+                t.diag.unsupported(self._pointer("minProperties"),
+                                   f"minProperties {min_p} above the required count")
+        if max_p is not None:
+            if max_p < n_req:
+                return []
+            if extra is not None or max_p < len(order):
+                t.diag.unsupported(self._pointer("maxProperties"),
+                                   f"maxProperties {max_p} with optional members")
+        n = len(order)
+        can_empty = [False] * (n + 1)
+        can_empty[n] = True
+        for i in range(n - 1, -1, -1):
+            can_empty[i] = can_empty[i + 1] and order[i] not in required
+        # rest[i]: members from i on, after a comma; first[i]: the same, first
+        rest: dict[int, str | None] = {}
+        first: dict[int, str | None] = {}
+        if extra is not None:
+            r = g.new_rule(f"{self.name}_r")
+            g.rules[r] = [Alt([("sym", P["COMMA"]), ("sym", extra), ("star", (P["COMMA"], extra))])]
+            f = g.new_rule(f"{self.name}_f")
+            g.rules[f] = [Alt([("sym", extra), ("star", (P["COMMA"], extra))])]
+            rest[n], first[n] = r, f
+        else:
+            rest[n] = first[n] = None
+
+        def tail(i):
+            if rest[i] is None:
+                return []
+            return [("opt" if can_empty[i] else "sym", rest[i])]
+
+        for i in range(n - 1, -1, -1):
+            key, val = self.members[order[i]]
+            req = order[i] in required
+            r = g.new_rule(f"{self.name}_r")
+            alts = [Alt([("sym", P["COMMA"]), ("sym", key), ("sym", val)] + tail(i + 1))]
+            if not req and rest[i + 1] is not None:
+                alts.append(Alt([("sym", rest[i + 1])]))
+            g.rules[r] = alts
+            rest[i] = r
+            f = g.new_rule(f"{self.name}_f")
+            alts = [Alt([("sym", key), ("sym", val)] + tail(i + 1))]
+            if not req and first[i + 1] is not None:
+                alts.append(Alt([("sym", first[i + 1])]))
+            g.rules[f] = alts
+            first[i] = f
+        alts = []
+        if first[0] is not None:
+            alts.append(Alt([("sym", P["LBRACE"]), ("sym", first[0]), ("sym", P["RBRACE"])]))
+        if can_empty[0] and allow_empty:
+            alts.append(Alt([("sym", P["EMPTY_OBJ"])]))
+        return alts
+
+
+def key_terminal(t: Translation, name: str) -> str:
+    """The terminal for one member name with its colon."""
+    g = t.grammar
+    text = json_str(name)
+    return g.terminal(lit(text) + g.key_colon(), "KEY", None if g.ws else text + ":")
+
+
+def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
+    """A rule for one additional member (key and value), or ``None``."""
+    g = t.grammar
+    if view.extra is None:
+        return None
+    if view.extra == "any":
+        key = exclusion_terminal(g, declared, g.key_colon(), "KEY")
+        if key is None:
+            return None
+        val = t.value(tuple(view.extra_pieces))
+        r = g.new_rule("member")
+        g.rules[r] = [Alt([("sym", key), ("sym", val)])]
+        return r
+    alts = []
+    # a name matching several patterns gets all their schemas: each member value
+    # satisfies every pattern schema not proven disjoint from its own pattern
+    for pat, where in view.patterns:
+        pcs = [w for p2, w in view.patterns if w == where or not patterns_disjoint(pat, p2)]
+        val = t.value(tuple(pcs) + tuple(view.extra_pieces))
+        key = _pattern_key(t, pat, where, declared)
+        if key is not None:
+            alts.append(Alt([("sym", key), ("sym", val)]))
+    if not alts:
+        return None
+    r = g.new_rule("member")
+    g.rules[r] = alts
+    return r
+
+
+def _pattern_key(t: Translation, pat: str, where: str, declared) -> str | None:
+    """The key terminal of the names matching ``pat`` but the ``declared`` ones
+    (``None``: none, or not enforceable)."""
+    g = t.grammar
+    bad = [d for d in declared if search(pat, d)]
+    star = pattern_class_star(pat) if bad else None
+    if bad and (matches_everything(pat) or star is not None):
+        # the pattern's names but the declared ones: a trie over the alphabet
+        if star is None:
+            return exclusion_terminal(g, declared, g.key_colon(), "KEY")
+        return exclusion_terminal(g, bad, g.key_colon(), "KEY", star[0], star[1])
+    if bad:
+        t.diag.unsupported(where, f"patternProperties {pat!r} also matches the "
+                                  f"declared property {bad[0]!r}")
+        return None
+    _, content = pattern_content(t, pat, where)
+    if content is None:
+        return None
+    return g.terminal('"' + content + '"' + g.key_colon(), "KEY")

@@ -1,0 +1,55 @@
+"""The options of a JSON Schema translation, validated once in a frozen
+:class:`Options`, and the size limits of the grammar it builds."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+#: default cap on consecutive whitespace characters in "flexible" style
+DEFAULT_MAX_WHITESPACE = 4
+#: ``maxLength`` above this is lowered to it (a counted repetition that large
+#: would not fit one terminal automaton); unbounded strings stay unbounded
+MAX_STRING_LENGTH = 2048
+#: ``maxItems`` above this is lowered to it (one rule per possible index)
+MAX_ARRAY_LENGTH = 1024
+#: limits of the produced grammar
+MAX_RULES = 50_000
+MAX_GRAMMAR_CHARS = 8_000_000
+MAX_CONJUNCTIONS = 256
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a schema is translated (see :func:`json_schema_to_lark` for each).
+
+    Raises:
+        ValueError: ``whitespace`` is neither ``"compact"`` nor ``"flexible"``, or
+            ``max_whitespace`` is below 1 in flexible style.
+    """
+
+    whitespace: str = "compact"
+    max_whitespace: int = DEFAULT_MAX_WHITESPACE
+    strict: bool = True
+    max_string_length: int = MAX_STRING_LENGTH
+    max_array_length: int = MAX_ARRAY_LENGTH
+    #: seconds the translation may take (``None``: unbounded)
+    time_budget: float | None = 30.0
+
+    def __post_init__(self):
+        if self.whitespace == "flexible":
+            if self.max_whitespace < 1:
+                raise ValueError("max_whitespace must be >= 1")
+        elif self.whitespace != "compact":
+            raise ValueError(f"whitespace must be 'compact' or 'flexible', not {self.whitespace!r}")
+
+    @property
+    def ws(self) -> str:
+        """The regex of the whitespace allowed around punctuation ("" when compact)."""
+        if self.whitespace == "compact":
+            return ""
+        return r"[ \t\n\r]{0,%d}" % self.max_whitespace
+
+    def deadline(self) -> float | None:
+        """The ``time.perf_counter()`` past which a translation started now stops."""
+        return None if self.time_budget is None else time.perf_counter() + self.time_budget

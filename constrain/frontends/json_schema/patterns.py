@@ -1,0 +1,464 @@
+"""``pattern`` regexes (Python ``re`` syntax) translated to regexes over canonical
+JSON string content, and the questions about patterns the translator asks
+(disjoint prefixes, one class repeated, matching everything).
+
+Soundness rule: ``jsonschema`` checks ``pattern`` with Python's ``re.search`` on the
+decoded string, so every translation here accepts only encodings of strings that
+Python's ``re.search`` accepts. Translations stay on the safe side where Python
+and ECMA-262 differ (``\\d`` is ``[0-9]`` here, a subset of Python's Unicode
+``\\d``).
+"""
+
+from __future__ import annotations
+
+try:  # Python >= 3.11
+    import re._constants as _sre_c
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_c
+    import sre_parse as _sre_parse
+import re
+import warnings
+
+from constrain.frontends.json_schema.caches import unicode_category
+from constrain.frontends.json_schema.encoding import CANON_ANY, MAX_CP, encoded_class, iv_complement, iv_norm
+
+# plain ints: a RegexFlag operation goes through the enum module's Python code
+# (~20 us cold in a compile)
+_IGNORECASE, _DOTALL, _UNICODE, _MULTILINE = (int(f) for f in (re.IGNORECASE, re.DOTALL, re.UNICODE,
+                                                                 re.MULTILINE))
+
+
+class PatternUnsupported(Exception):
+    """The pattern uses a construct that cannot be translated soundly."""
+
+
+_SMALL_CATS = {
+    "d": [(0x30, 0x39)],
+    "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+    "s": [(0x09, 0x0D), (0x20, 0x20)],
+}
+_CATS = {
+    _sre_c.CATEGORY_DIGIT: ("d", False), _sre_c.CATEGORY_NOT_DIGIT: ("d", True),
+    _sre_c.CATEGORY_WORD: ("w", False), _sre_c.CATEGORY_NOT_WORD: ("w", True),
+    _sre_c.CATEGORY_SPACE: ("s", False), _sre_c.CATEGORY_NOT_SPACE: ("s", True),
+}
+
+
+def _category(cat, over: bool):
+    """A category as intervals: a subset of Python's set (``over=False``) or a
+    superset of it (``over=True``)."""
+    name, negated = _CATS[cat]
+    if not negated:
+        return list(unicode_category(name)) if over else _SMALL_CATS[name]
+    return iv_complement(_SMALL_CATS[name] if over else list(unicode_category(name)))
+
+
+def _ascii_case(ivs):
+    """Add the other ASCII case of every ASCII letter in ``ivs``."""
+    extra = []
+    for lo, hi in ivs:
+        for a, b, delta in ((0x41, 0x5A, 32), (0x61, 0x7A, -32)):
+            x, y = max(lo, a), min(hi, b)
+            if x <= y:
+                extra.append((x + delta, y + delta))
+    return iv_norm(list(ivs) + extra)
+
+
+def _has_non_ascii_cased(ivs) -> bool:
+    for lo, hi in ivs:
+        if hi >= 0x80:
+            for cp in range(max(lo, 0x80), min(hi, 0x2FFFF) + 1):
+                c = chr(cp)
+                if c.lower() != c or c.upper() != c:
+                    return True
+    return False
+
+
+class _Piece:
+    """A translated regex fragment: text, length bounds in code points (``hi=None``:
+    unbounded), and, for a repetition of one character class, its unit and
+    bounds (so that a length limit can be folded into it)."""
+
+    __slots__ = ("text", "lo", "hi", "unit", "rlo", "rhi")
+
+    def __init__(self, text, lo, hi, unit=None, rlo=0, rhi=None):
+        self.text, self.lo, self.hi = text, lo, hi
+        self.unit, self.rlo, self.rhi = unit, rlo, rhi
+
+    def render(self) -> str:
+        if self.unit is None:
+            return self.text
+        return _repeat(self.unit, self.rlo, self.rhi)
+
+
+def _repeat(unit: str, lo: int, hi: int | None) -> str:
+    if (lo, hi) == (0, None):
+        return unit + "*"
+    if (lo, hi) == (1, None):
+        return unit + "+"
+    if (lo, hi) == (0, 1):
+        return unit + "?"
+    if hi is None:
+        return unit + "{%d,}" % lo
+    if lo == hi:
+        return unit + "{%d}" % lo if lo != 1 else unit
+    return unit + "{%d,%d}" % (lo, hi)
+
+
+def _group(text: str) -> str:
+    return text if _is_atom(text) else "(?:" + text + ")"
+
+
+def _is_atom(text: str) -> bool:
+    if len(text) == 1 or (len(text) == 2 and text[0] == "\\"):
+        return True
+    if text.startswith("[") and text.endswith("]") and text.count("]") == 1 + text.count("\\]"):
+        return True
+    if text.startswith("(?:") and text.endswith(")"):
+        depth = 0
+        i = 0
+        while i < len(text):
+            c = text[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "[":
+                j = i + 1
+                while j < len(text) and text[j] != "]":
+                    j += 2 if text[j] == "\\" else 1
+                i = j + 1
+                continue
+            if c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth == 0 and i != len(text) - 1:
+                    return False
+            i += 1
+        return True
+    return False
+
+
+class _Translator:
+    """Python ``re`` syntax tree → regex over canonical JSON string content."""
+
+    def __init__(self, flags: int):
+        self.flags = flags
+
+    def charset(self, ivs, flags) -> _Piece:
+        if flags & _IGNORECASE:
+            if _has_non_ascii_cased(ivs):
+                raise PatternUnsupported("case-insensitive matching of non-ASCII letters")
+            ivs = _ascii_case(ivs)
+        text = encoded_class(ivs)
+        if text is None:
+            raise PatternUnsupported("a character class that matches nothing writable")
+        return _Piece(text, 1, 1)
+
+    def in_set(self, items, flags, over: bool):
+        """The intervals of an ``IN`` node: a subset of what Python matches, or a
+        superset (``over``)."""
+        negate = False
+        ivs = []
+        for op, av in items:
+            if op is _sre_c.NEGATE:
+                negate = True
+            elif op is _sre_c.LITERAL:
+                ivs.append((av, av))
+            elif op is _sre_c.RANGE:
+                ivs.append(av)
+            elif op is _sre_c.CATEGORY:
+                ivs.extend(_category(av, over != negate))
+            else:
+                raise PatternUnsupported(f"class item {op}")
+        if negate:
+            if flags & _IGNORECASE:
+                raise PatternUnsupported("case-insensitive negated class")
+            return iv_complement(ivs)
+        return iv_norm(ivs)
+
+    def seq(self, items, flags) -> list[_Piece]:
+        return [self.node(op, av, flags) for op, av in items]
+
+    def node(self, op, av, flags) -> _Piece:
+        c = _sre_c
+        if op is c.LITERAL:
+            return self.charset([(av, av)], flags)
+        if op is c.NOT_LITERAL:
+            if flags & _IGNORECASE:
+                raise PatternUnsupported("case-insensitive negated literal")
+            return self.charset(iv_complement([(av, av)]), flags)
+        if op is c.ANY:
+            ivs = [(0, MAX_CP)] if flags & _DOTALL else iv_complement([(10, 10)])
+            return self.charset(ivs, 0)
+        if op is c.IN:
+            return self.charset(self.in_set(av, flags, over=False), flags & ~_IGNORECASE
+                                if not (flags & _IGNORECASE) else flags)
+        if op is c.BRANCH:
+            alts = [self.concat(self.seq(b, flags)) for b in av[1]]
+            los = [a.lo for a in alts]
+            his = [a.hi for a in alts]
+            hi = None if None in his else max(his)
+            return _Piece("(?:" + "|".join(a.render() for a in alts) + ")", min(los), hi)
+        if op is c.SUBPATTERN:
+            _group_id, add, delete, sub = av
+            if (add | delete) & ~(_IGNORECASE | _DOTALL | _UNICODE):
+                raise PatternUnsupported("inline flags other than i and s")
+            inner = self.concat(self.seq(sub, (flags | add) & ~delete))
+            return inner
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            lo, hi, sub = av
+            hi = None if hi is _sre_c.MAXREPEAT else hi
+            inner = self.concat(self.seq(sub, flags))
+            if inner.hi == 0:
+                return _Piece("", 0, 0)
+            ilo = inner.lo * lo
+            ihi = None if (hi is None or inner.hi is None) else inner.hi * hi
+            if inner.unit is not None and inner.rhi is None and inner.rlo <= 1 and hi != 0:
+                # (u+)? is u*, (u*){m,n} is u*, (u+){m,n} (m >= 1) is u{m,}
+                rlo = lo * inner.rlo
+                return _Piece(_repeat(inner.unit, rlo, None), rlo, None, inner.unit, rlo, None)
+            text = _group(inner.render())
+            unit = text if (inner.lo, inner.hi, inner.unit) == (1, 1, None) else None
+            if unit is not None:
+                return _Piece(_repeat(text, lo, hi), ilo, ihi, unit, lo, hi)
+            return _Piece(_repeat(text, lo, hi), ilo, ihi)
+        if op is c.AT:
+            raise PatternUnsupported("an anchor or word boundary inside the pattern")
+        raise PatternUnsupported(f"the regex construct {op}")
+
+    @staticmethod
+    def concat(pieces: list[_Piece]) -> _Piece:
+        if len(pieces) == 1:
+            return pieces[0]
+        lo = sum(p.lo for p in pieces)
+        his = [p.hi for p in pieces]
+        hi = None if None in his else sum(his)
+        return _Piece("".join(_group(p.render()) if p.unit is None and "|" in p.render()
+                              and not _is_atom(p.render()) else p.render() for p in pieces),
+                      lo, hi)
+
+
+def _split_branches(items):
+    """Top-level alternatives of a parsed pattern (unwrapping plain groups)."""
+    while len(items) == 1 and items[0][0] is _sre_c.SUBPATTERN and not (items[0][1][1] | items[0][1][2]):
+        items = list(items[0][1][3])
+    if len(items) == 1 and items[0][0] is _sre_c.BRANCH:
+        out = []
+        for b in items[0][1][1]:
+            out.extend(_split_branches(list(b)))
+        return out
+    # Python factors a common prefix out of alternatives ("^a|^b" is "^(?:a|b)"):
+    # anchors around one alternation are distributed into it
+    inner = [i for i, (op, _) in enumerate(items) if op is not _sre_c.AT]
+    if len(inner) == 1 and len(items) > 1 and items[inner[0]][0] is _sre_c.SUBPATTERN \
+            and not (items[inner[0]][1][1] | items[inner[0]][1][2]):
+        k = inner[0]
+        return _split_branches(list(items[:k]) + list(items[k][1][3]) + list(items[k + 1:]))
+    branches = [i for i, (op, _) in enumerate(items) if op is _sre_c.BRANCH]
+    if len(branches) == 1 and all(op is _sre_c.AT for i, (op, _) in enumerate(items)
+                                  if i != branches[0]):
+        k = branches[0]
+        out = []
+        for b in items[k][1][1]:
+            out.extend(_split_branches(list(items[:k]) + list(b) + list(items[k + 1:])))
+        return out
+    return [list(items)]
+
+
+_STARTS = {_sre_c.AT_BEGINNING, _sre_c.AT_BEGINNING_STRING}
+_ENDS = {_sre_c.AT_END, _sre_c.AT_END_STRING}
+
+
+def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None) -> str | None:
+    """A regex over canonical JSON string content accepting only (encodings of)
+    strings ``s`` with ``re.search(pattern, s)`` and ``min_len <= len(s) <=
+    max_len``. ``None`` when no string qualifies.
+
+    Raises:
+        PatternUnsupported: lookaround, backreferences, anchors inside the pattern,
+            or a length bound that cannot be folded into the pattern.
+        re.error: the pattern is not a Python regex.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Python's FutureWarning about [[ and --
+        parsed = _sre_parse.parse(pattern)
+    flags = parsed.state.flags
+    if flags & ~(_IGNORECASE | _DOTALL | _UNICODE | _MULTILINE):
+        raise PatternUnsupported("regex flags")
+    alts = []
+    for branch in _split_branches(list(parsed)):
+        anchored_start = anchored_end = False
+        while branch and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS:
+            branch = branch[1:]
+            anchored_start = True
+        while branch and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS:
+            branch = branch[:-1]
+            anchored_end = True
+        tr = _Translator(flags)
+        pieces = tr.seq(branch, flags)
+        if not anchored_start:
+            pieces.insert(0, _Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
+        if not anchored_end:
+            pieces.append(_Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
+        text = _fit_length(pieces, min_len, max_len)
+        if text is not None:
+            alts.append(text)
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
+def anchored_prefix(pattern: str) -> str | None:
+    """The literal text every match of ``re.search(pattern, s)`` puts at the start
+    of ``s`` (``^abc...``), or ``None``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & _IGNORECASE:
+        return None
+    items = list(parsed)
+    if not items or items[0][0] is not _sre_c.AT or items[0][1] not in _STARTS:
+        return None
+    out = []
+    for op, av in items[1:]:
+        if op is not _sre_c.LITERAL:
+            break
+        out.append(chr(av))
+    return "".join(out) if out else None
+
+
+def patterns_disjoint(a: str, b: str) -> bool:
+    """Whether no string matches both patterns (decided by anchored literal
+    prefixes; ``False`` when unsure)."""
+    pa, pb = anchored_prefix(a), anchored_prefix(b)
+    return pa is not None and pb is not None and not pa.startswith(pb) and not pb.startswith(pa)
+
+
+def pattern_class_star(pattern: str):
+    """``(intervals, min)`` when the pattern is ``^C*$`` or ``^C+$`` for one
+    character class ``C`` (intervals: a subset of what Python matches), else
+    ``None``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+        flags = parsed.state.flags
+        if flags & _IGNORECASE:
+            return None
+        branches = _split_branches(list(parsed))
+        if len(branches) != 1:
+            return None
+        b = branches[0]
+        if len(b) != 3 or b[0][0] is not _sre_c.AT or b[0][1] not in _STARTS \
+                or b[2][0] is not _sre_c.AT or b[2][1] not in _ENDS:
+            return None
+        op, av = b[1]
+        if op is not _sre_c.MAX_REPEAT and op is not _sre_c.MIN_REPEAT:
+            return None
+        lo, hi, sub = av
+        if hi is not _sre_c.MAXREPEAT or lo > 1:
+            return None
+        sub = list(sub)
+        while len(sub) == 1 and sub[0][0] is _sre_c.SUBPATTERN and not (sub[0][1][1] | sub[0][1][2]):
+            sub = list(sub[0][1][3])
+        if len(sub) != 1:
+            return None
+        op, av = sub[0]
+        tr = _Translator(flags)
+        if op is _sre_c.IN:
+            return tr.in_set(av, flags, over=False), lo
+        if op is _sre_c.LITERAL:
+            return [(av, av)], lo
+        return None
+    except (PatternUnsupported, re.error, RecursionError):
+        return None
+
+
+def matches_everything(pattern: str) -> bool:
+    """Whether ``re.search(pattern, s)`` holds for every string ``s`` (decided for
+    patterns with an alternative that can match empty and is not anchored at
+    both ends, e.g. ``.*`` or ``^[a-z]*``); ``False`` when unsure."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+        for branch in _split_branches(list(parsed)):
+            start = bool(branch) and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS
+            end = bool(branch) and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS
+            body = [x for x in branch if x[0] is not _sre_c.AT]
+            if len(body) != len(branch) - start - end:
+                continue
+            if start and end:
+                continue
+            tr = _Translator(parsed.state.flags)
+            if tr.concat(tr.seq(body, parsed.state.flags) or [_Piece("", 0, 0)]).lo == 0:
+                return True
+    except (PatternUnsupported, re.error, RecursionError):
+        return False
+    return False
+
+
+def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str | None:
+    """The concatenation restricted to lengths in ``[min_len, max_len]``."""
+    lo = sum(p.lo for p in pieces)
+    his = [p.hi for p in pieces]
+    hi = None if None in his else sum(his)
+    if lo >= min_len and (max_len is None or (hi is not None and hi <= max_len)):
+        return "".join(p.render() for p in pieces)
+    if max_len is not None and lo > max_len:
+        return None
+    if hi is not None and hi < min_len:
+        return None
+    fits_max = max_len is None or (hi is not None and hi <= max_len)
+    if min_len == 1 and lo == 0 and fits_max and all(p.unit is not None or p.hi == 0 for p in pieces):
+        # non-empty: some repetition is the first to take a character (exact)
+        alts = []
+        for i, p in enumerate(pieces):
+            if p.unit is None or p.rhi == 0:
+                continue
+            parts = [_Piece("", 0, 0, q.unit, 0, 0).render() if q.unit is not None else q.render()
+                     for q in pieces[:i]]
+            parts = [x for x in parts if not x.endswith("{0}")]
+            parts.append(_repeat(p.unit, max(1, p.rlo), p.rhi))
+            parts.extend(q.render() for q in pieces[i + 1:])
+            alts.append("".join(parts))
+        if not alts:
+            return None
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    # share the bounds out over the repetitions of one character class: each may
+    # take a part of the slack, so the total stays within the bounds (sound; a
+    # string that puts all its slack in one place may be refused)
+    units = [i for i, p in enumerate(pieces) if p.lo != p.hi and p.unit is not None]
+    others = [p for i, p in enumerate(pieces) if i not in units]
+    if not units or any(p.hi is None for p in others):
+        raise PatternUnsupported("a length bound together with this pattern")
+    reserved_max = sum(p.hi for p in others)
+    reserved_min = sum(p.lo for p in others)
+    los = {i: pieces[i].rlo for i in units}
+    his = {i: pieces[i].rhi for i in units}
+    if max_len is not None:
+        slack = max_len - reserved_max - sum(los.values())
+        if slack < 0:
+            raise PatternUnsupported("a length bound together with this pattern")
+        share, extra = divmod(slack, len(units))
+        for k, i in enumerate(units):
+            cap = los[i] + share + (extra if k == len(units) - 1 else 0)
+            his[i] = cap if his[i] is None else min(his[i], cap)
+    deficit = min_len - reserved_min - sum(los.values())
+    for i in reversed(units):
+        if deficit <= 0:
+            break
+        room = deficit if his[i] is None else min(deficit, his[i] - los[i])
+        los[i] += room
+        deficit -= room
+    if deficit > 0:
+        return None
+    for i in units:
+        pieces[i] = _Piece("", los[i], his[i], pieces[i].unit, los[i], his[i])
+    return "".join(p.render() for p in pieces)
+
