@@ -313,6 +313,32 @@ def test_clear_and_clear_caches_empty_every_cache(vocab):
     assert module_caches and all(len(c) == 0 for c in module_caches)
 
 
+def test_a_reused_exclusion_name_is_another_terminal(vocab):
+    """An exclusion terminal's pattern is only a stand-in name: two IRs giving
+    one name different exclusions get different automata, ids and walks from
+    one compiler, and each mask equals what advance allows."""
+    from constrain.cfg.ir import GrammarIR, Terminal
+
+    compiler = Compiler(vocab)
+    quote = next(t for t in range(len(vocab)) if vocab.token_bytes(t) == b'"')
+    grammars = []
+    for excluded in (b'"a', b'"b'):
+        ir = GrammarIR((Terminal("KEY", r"[^\x00-\U0010ffff]stand_in"),), ("start",),
+                       ((0, (0,)),), 0, exclusions={"KEY": ('"[ab]+"', (excluded,))})
+        grammars.append(constrain.GrammarConstraint(ir, vocab, compiler=compiler))
+    no_a, no_b = grammars
+    assert no_a.matches('"ba"') and not no_a.matches('"ab"')
+    assert no_b.matches('"ab"') and not no_b.matches('"ba"')
+    assert no_a.terms.uids != no_b.terms.uids
+    bm = allocate_bitmask(1, len(vocab), backend="numpy")
+    for g in grammars:
+        for state in (g.initial_state(), g.advance(g.initial_state(), quote)):
+            g.fill_bitmask(state, bm, 0)
+            bits = np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(vocab)]
+            assert bits.astype(bool).tolist() == [g.advance(state, t) is not None
+                                                  for t in range(len(vocab))]
+
+
 def test_constraints_stay_right_after_clear(vocab):
     compiler = Compiler(vocab)
     jobs = [(7, 1), (8, 2)]

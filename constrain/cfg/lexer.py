@@ -44,17 +44,20 @@ if TYPE_CHECKING:
 _IGNORECASE = int(re.IGNORECASE)  # an int: RegexFlag operations run the enum module's Python
 
 
-def terminal_key(term: Terminal, alphabet_key: bytes) -> tuple:
-    """What names a terminal's automaton across grammars: its pattern, flags and
-    literal, and the alphabet (``alphabet.tobytes()``) it is built over. The key
-    of a compiler's terminal ids (:meth:`constrain.Compiler.terminal_id`)."""
-    return (term.pattern, term.flags, term.literal, alphabet_key)
+def terminal_key(term: Terminal, alphabet_key: bytes, exclusion: tuple | None) -> tuple:
+    """What names a terminal's automaton across grammars: its pattern, flags,
+    literal and exclusion (an exclusion terminal's pattern is only a stand-in
+    name, which two IRs may give different exclusions), and the alphabet
+    (``alphabet.tobytes()``) it is built over. The key of a compiler's terminal
+    ids (:meth:`constrain.Compiler.terminal_id`)."""
+    return (term.pattern, term.flags, term.literal, alphabet_key, exclusion)
 
 
 def automaton_bytes(key, dfa) -> int:
     """What a cached terminal automaton costs: its tables and its key (the
-    pattern can be long: an enum of many strings)."""
-    size = len(key[0]) + len(key[3]) + 64
+    pattern can be long, an enum of many strings, and so can an exclusion's
+    names)."""
+    size = nbytes(key)
     return size if dfa is False else size + dfa.transitions.nbytes + dfa.accepting.nbytes
 
 
@@ -71,9 +74,12 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
 
     ``cache``: where the automata are kept across grammars (a compiler's
     ``terminal_automata``: JSON Schemas reuse the same few terminals), keyed by
-    the terminal, the alphabet and ``max_states``; ``None`` builds it afresh."""
+    the terminal, its exclusion, the alphabet and ``max_states``; ``None`` builds
+    it afresh."""
     if cache is not None:
-        key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states)
+        # an exclusion terminal's pattern is only a stand-in name: two IRs may
+        # reuse the name for different exclusions
+        key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states, exclusion)
         hit = cache.get(key)
         if hit is not None:
             return hit or None
@@ -270,8 +276,10 @@ class TerminalAutomata:
             self.uids = list(range(n_t))
             self.walks = automata = None
         else:
-            self.uids = [compiler.terminal_id(terminal_key(term, alphabet_key))
-                         for term in ir.terminals]
+            exclusions = ir.exclusions
+            self.uids = [compiler.terminal_id(terminal_key(
+                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None))
+                for term in ir.terminals]
             self.walks = compiler.lexer_walks
             automata = compiler.terminal_automata
         # literals (most of a JSON Schema's terminals: member names,
