@@ -248,9 +248,9 @@ class TrellisJSON(TrellisEngine):
     backend = "numpy"
     trivial = ({"type": "integer"}, {"type": "boolean"})
     trivial_label = "{'type': 'integer'}"
-    #: drop the caches shared across grammars before each compile -- the
-    #: vocabulary-wide lexer-state walks (``trie._lexer_rows``) and the
-    #: process-wide terminal automata, lexer products and multipleOf tables
+    #: drop the caches shared across grammars before each compile -- every
+    #: compiler's terminal automata, terminal ids and lexer-state walks, and the
+    #: process-wide multipleOf tables and exclusion ids
     #: (``constrain.clear_caches``): each schema then starts cold, like the
     #: peers; False keeps them (a server's steady state, where the result depends
     #: on the schemas seen before)
@@ -269,12 +269,6 @@ class TrellisJSON(TrellisEngine):
         super()._clear()
         if self.clear_shared:
             self.c.clear_caches()
-            for v in list(getattr(self.vocab, "_cache", {}).values()):
-                if hasattr(v, "_lexer_rows"):
-                    try:
-                        delattr(v, "_lexer_rows")
-                    except AttributeError:
-                        pass
 
     def walk(self, g, ids, mask, mask_ns, mask_cpu):
         fill = g.fill_bitmask
