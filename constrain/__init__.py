@@ -25,6 +25,7 @@ from .errors import (
 )
 from .runtime.bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
 from .runtime.matcher import Matcher
+from .runtime.batch import BatchMatcher
 from .protocol import Constraint
 from .regular.regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .cfg.grammar import GrammarConstraint, compile_grammar
@@ -60,6 +61,7 @@ __all__ = [
     "DFAConstraint",
     "EmptyLanguageError",
     "Matcher",
+    "BatchMatcher",
     "ConstraintError",
     "GrammarError",
     "GrammarTooComplexError",

@@ -57,6 +57,13 @@ class Constraint(abc.ABC):
         """Write the allowed tokens of ``state`` into row ``row`` of ``bitmask``, an
         int32 array or torch tensor of shape ``(batch, ceil(V/32))``."""
 
+    def has_cached_mask(self, state: State) -> bool:
+        """Whether :meth:`fill_bitmask` of ``state`` is a copy of a mask already
+        computed (microseconds), not a first visit; a batch filler
+        (:class:`constrain.BatchMatcher`) copies those rows itself and hands the
+        others to its threads. Precomputed masks: always ``True``."""
+        return True
+
     def allowed_token_ids(self, state: State) -> np.ndarray:
         """The allowed token ids of ``state``, sorted, as an int64 numpy array."""
         from constrain.runtime.bitmask import allocate_bitmask, bitmask_to_ids
@@ -64,6 +71,19 @@ class Constraint(abc.ABC):
         bm = allocate_bitmask(1, len(self.vocab), backend="numpy")
         self.fill_bitmask(state, bm, 0)
         return bitmask_to_ids(bm[0], len(self.vocab))
+
+    def advance_bytes(self, state: State, data: bytes) -> State | None:
+        """The state after the bytes ``data``, which need not end on a token
+        boundary, or ``None`` if no string of the language continues the output
+        with them. Jump-forward decoding (:meth:`constrain.Matcher.find_jump_forward_string`)
+        walks bytes with it; a constraint that cannot says so."""
+        raise NotImplementedError(f"{type(self).__name__} cannot advance by bytes")
+
+    def allowed_bytes(self, state: State) -> np.ndarray:
+        """``[256]`` bool: the bytes that may come next (``advance_bytes(state,
+        bytes([b]))`` is not ``None``). EOS is not a byte: see
+        :meth:`is_accepting`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list its next bytes")
 
     def advance_many(self, state: State, token_ids) -> State | None:
         """Advance through a sequence of tokens; ``None`` as soon as one is refused."""

@@ -32,6 +32,7 @@ the token trie per configuration (and per pair alive at a trie node, at most
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -68,6 +69,12 @@ class GrammarConstraint(Constraint):
     ``compiler``: the :class:`constrain.Compiler` whose caches of terminal
     automata and lexer walks the grammar uses (it keeps it); by default the
     vocabulary's default compiler (:func:`constrain.compiler.default_compiler`).
+
+    Thread safety: any number of threads may share one grammar and call every
+    method at once; results are those of a single thread. The tables grow
+    under one reentrant lock per grammar (its numba kernels release the GIL
+    while they run, so other grammars' work goes on meanwhile); a state whose
+    mask is cached is filled without taking it.
     """
 
     def __init__(self, ir: GrammarIR, vocab: Vocabulary, *, source: str = "",
@@ -128,7 +135,10 @@ class GrammarConstraint(Constraint):
         self._writers: dict = {}
         self._last_fill = (None, None)  # the last CPU bitmask and its row views
         self._config_masks: OrderedDict = OrderedDict()
-        self._max_masks = max(64, mask_cache_bytes // 2 // (4 * self.words))
+        self._max_masks = max(2, mask_cache_bytes // 2 // (4 * self.words))
+        # held wherever the tables grow: the parser's and lexer's tables, the
+        # context arrays, the mask caches (see the class docstring)
+        self._lock = threading.RLock()
         # the terminals' automata are what the time budget bounds (their
         # construction checks it); the rest is linear in the grammar's size
         self._initial = (True, ((0, self._start(0)),))
@@ -239,20 +249,52 @@ class GrammarConstraint(Constraint):
         except (IndexError, TypeError):
             raise InvalidStateError(
                 f"token id {token_id!r} is outside the vocabulary of {len(self.vocab)}") from None
-        if not grammar_token:
-            if token_id in self._eos_set and self._accepting(fresh, configs):
-                return TERMINATED
-            return None
-        out = self._step(configs, self._token_bytes[token_id])
+        with self._lock:
+            if not grammar_token:
+                if token_id in self._eos_set and self._accepting(fresh, configs):
+                    return TERMINATED
+                return None
+            out = self._step(configs, self._token_bytes[token_id])
         if not out:
             return None
         return (False, out)
+
+    def advance_bytes(self, state, data: bytes):
+        """The state after the bytes ``data`` (not necessarily a token's), or
+        ``None`` when no string of the language continues with them."""
+        if state == TERMINATED:
+            return None
+        if not data:
+            return state
+        with self._lock:
+            out = self._step(state[1], data)
+        return (False, out) if out else None
+
+    def allowed_bytes(self, state) -> np.ndarray:
+        """``[256]`` bool: the bytes that may come next -- those that continue a
+        terminal in progress, or start the next one where a terminal may end
+        (the same steps as :meth:`advance_bytes`)."""
+        out = np.zeros(256, dtype=np.bool_)
+        if state == TERMINATED:
+            return out
+        lex = self.lexer
+        with self._lock:
+            for (c, s) in state[1]:
+                out |= lex.trans[s] != 0
+                if lex.has_acc[s]:
+                    for t in lex.accepting_terminals(s):
+                        c2 = self._next(c, t)
+                        if c2 >= 0:
+                            l0 = self._start(c2)
+                            out |= lex.trans[l0] != 0
+        return out
 
     def is_accepting(self, state) -> bool:
         """Whether the bytes so far form a complete string of the language."""
         if state == TERMINATED:
             return False
-        return self._accepting(*state)
+        with self._lock:
+            return self._accepting(*state)
 
     def is_terminated(self, state) -> bool:
         """Whether EOS has been generated."""
@@ -262,21 +304,37 @@ class GrammarConstraint(Constraint):
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         fresh, configs = self._initial
-        if data:
-            configs = self._step(configs, data)
-            fresh = False
-            if not configs:
-                return False
-        return self._accepting(fresh, configs)
+        with self._lock:
+            if data:
+                configs = self._step(configs, data)
+                fresh = False
+                if not configs:
+                    return False
+            return self._accepting(fresh, configs)
+
+    def has_cached_mask(self, state) -> bool:
+        """Whether ``state``'s mask is cached (its fill is a copy)."""
+        return state == TERMINATED or state in self._masks
 
     def mask_row(self, state) -> np.ndarray:
         """The allowed tokens of ``state`` as uint32 words (cached; do not modify)."""
-        row = self._masks.get(state)
+        masks = self._masks
+        row = masks.get(state)
         if row is not None:
-            self._masks.move_to_end(state)
+            try:
+                masks.move_to_end(state)
+            except KeyError:  # evicted since by another thread: the row stays valid
+                pass
             return row
         if state == TERMINATED:
             return np.zeros(self.words, dtype=np.uint32)
+        with self._lock:
+            row = masks.get(state)
+            if row is not None:
+                return row
+            return self._new_mask_row(state)
+
+    def _new_mask_row(self, state) -> np.ndarray:
         fresh, configs = state
         accepting = self._accepting(fresh, configs)
         if len(configs) == 1:

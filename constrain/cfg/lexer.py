@@ -463,7 +463,7 @@ class LexerTables:
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
-        self._max_rows = max(64, max_rows_bytes // (4 * words32))
+        self._max_rows = max(2, max_rows_bytes // (4 * words32))
 
     def start_state(self, expected: frozenset) -> int:
         """The lexer state that starts any of the terminals ``expected`` (a

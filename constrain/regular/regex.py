@@ -115,6 +115,25 @@ class DFAConstraint(Constraint):
             return None
         return state
 
+    def advance_bytes(self, state: int, data: bytes) -> int | None:
+        """The DFA state after the bytes ``data``, or ``None`` when they leave
+        the language's prefixes."""
+        if state == TERMINATED:
+            return None
+        trans = self._trans
+        for b in data:
+            state = trans[(state << 8) | b]
+            if state == DEAD:
+                return None
+        return state
+
+    def allowed_bytes(self, state: int) -> np.ndarray:
+        """``[256]`` bool: the bytes with a transition (the DFA is trimmed:
+        each leads on to a complete string)."""
+        if state == TERMINATED:
+            return np.zeros(256, dtype=np.bool_)
+        return self.dfa.transitions[state] != DEAD
+
     def is_accepting(self, state: int) -> bool:
         """Whether the bytes so far fullmatch the pattern."""
         return state != TERMINATED and self._accepting[state]
@@ -164,7 +183,7 @@ class DFAConstraint(Constraint):
         if state == TERMINATED:
             view[row] = 0
             return
-        view[row, :w] = self._pool_i32[self.tokens.row_index(state)]
+        view[row, :w] = self.tokens.row(state).view(np.int32)
         view[row, w:] = 0
 
     def _fill_torch(self, state: int, bitmask, row: int) -> None:
@@ -172,12 +191,19 @@ class DFAConstraint(Constraint):
         if state == TERMINATED:
             dst.zero_()
             return
-        src = self.tokens.torch_pool()[self.tokens.row_index(state)]
+        import torch
+
+        src = torch.from_numpy(self.tokens.row(state).view(np.int32))
         w = self._words
         _check_width(dst.shape[0], w)
         dst[:w].copy_(src.to(dst.dtype), non_blocking=True)
         if dst.shape[0] > w:
             dst[w:].zero_()
+
+    def has_cached_mask(self, state: int) -> bool:
+        """Whether ``state``'s mask is computed (always, unless the masks are
+        an LRU of rows: ``max_mask_bytes``)."""
+        return state == TERMINATED or self.tokens.is_computed(state)
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """The allowed token ids of ``state`` (EOS included when accepting), sorted."""

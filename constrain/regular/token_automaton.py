@@ -17,6 +17,7 @@ into token-dead states are removed.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import numpy as np
@@ -59,7 +60,7 @@ class TokenAutomaton:
         self.num_states = n = dfa.num_states
         self.words = words = (len(vocab) + 31) // 32
         self._eos = vocab.eos_token_array
-        self._torch_pool = None
+        self._lock = threading.Lock()
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
@@ -114,6 +115,8 @@ class TokenAutomaton:
         return indptr, toks, nexts
 
     def _lazy(self, state: int):
+        # the caller holds self._lock: a slot is reused on eviction, so a row is
+        # read (copied) under the same lock that may overwrite it
         entry = self._slot.get(state)
         if entry is not None:
             self._slot.move_to_end(state)
@@ -131,29 +134,23 @@ class TokenAutomaton:
     # -- queries -----------------------------------------------------------------
 
     def row(self, state: int) -> np.ndarray:
-        """The uint32 bitmask row of ``state`` (EOS bits set when accepting)."""
+        """The uint32 bitmask row of ``state`` (EOS bits set when accepting): a
+        view of the eager pool (do not modify), or with lazy rows a copy, which
+        no later eviction can overwrite (safe under concurrent use)."""
         if self._slot is None:
             return self._pool[state]
-        return self._pool[self._lazy(state)[0]]
+        with self._lock:
+            return self._pool[self._lazy(state)[0]].copy()
 
-    def row_index(self, state: int) -> int:
-        """Index of ``state``'s row in :attr:`pool`."""
-        if self._slot is None:
-            return state
-        return self._lazy(state)[0]
+    def is_computed(self, state: int) -> bool:
+        """Whether ``state``'s row is computed (eager rows: always)."""
+        return self._slot is None or state in self._slot
 
     @property
     def pool(self) -> np.ndarray:
-        """The array the rows live in (rows are views into it)."""
+        """The array the rows live in (eager rows are views into it; lazy ones
+        are slots reused on eviction)."""
         return self._pool
-
-    def torch_pool(self):
-        """:attr:`pool` as an int32 torch tensor sharing its memory."""
-        if self._torch_pool is None:
-            import torch
-
-            self._torch_pool = torch.from_numpy(self._pool.view(np.int32))
-        return self._torch_pool
 
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, next_states)`` of the grammar tokens allowed in ``state``
@@ -161,7 +158,8 @@ class TokenAutomaton:
         if self._slot is None:
             a, b = self._indptr[state], self._indptr[state + 1]
             return self._toks[a:b], self._nexts[a:b]
-        _, toks, nexts = self._lazy(state)
+        with self._lock:
+            _, toks, nexts = self._lazy(state)
         return toks, nexts
 
     def is_live(self, state: int) -> bool:

@@ -1,78 +1,269 @@
 """``Matcher``: the stateful wrapper over an immutable constraint, for serving
-engines that keep one mutable object per request."""
+engines that keep one mutable object per request.
+
+Its methods are those of XGrammar's ``GrammarMatcher`` and of vLLM's
+``StructuredOutputGrammar``: accept, validate and roll back tokens, fill the
+next-token bitmask (and the bitmasks of a speculative draft), fork, reset, and
+jump-forward decoding.
+"""
 
 from __future__ import annotations
 
+import bisect
+
+import numpy as np
+
 from constrain.errors import ConstraintError
 from constrain.protocol import Constraint
+from constrain.vocab.vocabulary import Vocabulary, tokenizer_encoder
+
+#: the longest jump-forward string looked for (bytes): a bound, not a limit of
+#: any grammar; a forced run this long is cut here and found again after it
+MAX_JUMP_FORWARD_BYTES = 4096
 
 
 class Matcher:
     """Tracks one generation's state through a constraint.
 
-    Keeps the history of states, so ``rollback(n)`` undoes the last ``n`` accepted
-    tokens (speculative decoding, jump-forward) in O(n).
+    Keeps the history of states, so :meth:`rollback` undoes the last ``n``
+    accepted tokens (speculative decoding, jump-forward) in O(n). States are
+    immutable, so :meth:`fork` is cheap and the constraint may be shared by
+    any number of matchers and threads; one matcher belongs to one thread at a
+    time.
 
     Args:
         grammar: any compiled constraint.
         max_rollback: how many past states to keep (``None``: all).
     """
 
+    __slots__ = ("grammar", "max_rollback", "_history")
+
     def __init__(self, grammar: Constraint, max_rollback: int | None = None):
+        if not isinstance(grammar, Constraint):
+            raise ConstraintError(f"a Matcher needs a compiled constraint, not "
+                                  f"{type(grammar).__name__}")
+        if max_rollback is not None and (isinstance(max_rollback, bool)
+                                         or not isinstance(max_rollback, int)
+                                         or max_rollback < 0):
+            raise ConstraintError(f"max_rollback must be None or a count >= 0, "
+                                  f"not {max_rollback!r}")
         self.grammar = grammar
         self.max_rollback = max_rollback
         self._history = [grammar.initial_state()]
+
+    def __repr__(self) -> str:
+        return (f"Matcher({self.grammar!r}, accepted={self.num_accepted}, "
+                f"terminated={self.is_terminated()})")
 
     @property
     def state(self):
         """The current (immutable) state."""
         return self._history[-1]
 
+    @property
+    def num_accepted(self) -> int:
+        """How many accepted tokens :meth:`rollback` can still undo."""
+        return len(self._history) - 1
+
+    # -- accepting tokens -------------------------------------------------------------
+
+    def _push(self, states: list) -> None:
+        history = self._history
+        history.extend(states)
+        keep = self.max_rollback
+        if keep is not None and len(history) > keep + 1:
+            del history[:len(history) - keep - 1]
+
     def accept_token(self, token_id: int) -> bool:
         """Advance by ``token_id``; returns ``False`` (and changes nothing) if the
-        token is not allowed."""
+        token is not allowed. An id outside the vocabulary raises
+        :class:`~constrain.InvalidStateError`."""
         nxt = self.grammar.advance(self._history[-1], int(token_id))
         if nxt is None:
             return False
-        self._history.append(nxt)
-        if self.max_rollback is not None and len(self._history) > self.max_rollback + 1:
-            del self._history[0]
+        self._push([nxt])
         return True
 
     def accept_tokens(self, token_ids) -> bool:
-        """Accept several tokens; all or nothing."""
-        n = 0
-        for t in token_ids:
-            if not self.accept_token(t):
-                self.rollback(n)
-                return False
-            n += 1
+        """Accept several tokens, all or nothing: when one is refused (or raises),
+        the matcher is as it was before the call."""
+        states = self._walk(token_ids)
+        if len(states) < len(token_ids):
+            return False
+        self._push(states)
         return True
 
-    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
-        """Write the allowed next tokens into row ``index`` of ``bitmask``."""
-        self.grammar.fill_bitmask(self._history[-1], bitmask, index)
+    def validate_tokens(self, token_ids) -> int:
+        """How many of ``token_ids`` (a prefix) would be accepted one after
+        another; the matcher does not change."""
+        return len(self._walk(token_ids))
 
-    def allowed_token_ids(self):
-        """The allowed next token ids."""
-        return self.grammar.allowed_token_ids(self._history[-1])
+    def _walk(self, token_ids) -> list:
+        """The states after each token of the longest accepted prefix."""
+        advance = self.grammar.advance
+        state, out = self._history[-1], []
+        for t in token_ids:
+            state = advance(state, int(t))
+            if state is None:
+                break
+            out.append(state)
+        return out
 
     def rollback(self, n: int = 1) -> None:
-        """Undo the last ``n`` accepted tokens."""
-        if n < 0 or n > len(self._history) - 1:
+        """Undo the last ``n`` accepted tokens (``0 <= n <=``
+        :attr:`num_accepted`)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not \
+                0 <= n <= len(self._history) - 1:
             raise ConstraintError(
-                f"cannot roll back {n} tokens: only {len(self._history) - 1} can be undone")
+                f"cannot roll back {n!r} tokens: only {len(self._history) - 1} can be undone")
         if n:
-            del self._history[-n:]
+            del self._history[-int(n):]
+
+    def fork(self) -> "Matcher":
+        """An independent matcher in the same state, with the same history (a
+        new list of the same immutable states)."""
+        new = Matcher.__new__(Matcher)
+        new.grammar = self.grammar
+        new.max_rollback = self.max_rollback
+        new._history = self._history.copy()
+        return new
+
+    def reset(self) -> None:
+        """Back to the initial state, with no history."""
+        self._history = [self.grammar.initial_state()]
 
     def is_terminated(self) -> bool:
-        """Whether EOS has been accepted."""
+        """Whether EOS has been accepted (nothing more is allowed)."""
         return self.grammar.is_terminated(self._history[-1])
 
     def is_accepting(self) -> bool:
         """Whether the output so far is complete (EOS would be accepted)."""
         return self.grammar.is_accepting(self._history[-1])
 
-    def reset(self) -> None:
-        """Back to the initial state."""
-        self._history = [self.grammar.initial_state()]
+    # -- masks ------------------------------------------------------------------------
+
+    def fill_next_token_bitmask(self, bitmask, index: int = 0) -> None:
+        """Write the allowed next tokens into row ``index`` of ``bitmask``."""
+        self.grammar.fill_bitmask(self._history[-1], bitmask, index)
+
+    def allowed_token_ids(self):
+        """The allowed next token ids, sorted."""
+        return self.grammar.allowed_token_ids(self._history[-1])
+
+    def fill_draft_bitmasks(self, draft_ids, bitmask, start_row: int = 0) -> int:
+        """The bitmasks of a speculative draft, without changing the matcher.
+
+        Row ``start_row + i`` gets the mask before draft token ``i`` and row
+        ``start_row + k`` the mask after the last of the ``k`` draft tokens:
+        ``k + 1`` rows, what a verifier scoring the draft and its bonus token
+        needs. Stops at the first draft token that the constraint refuses:
+        its row holds the mask that refused it, and the rows after it are left
+        as they are. Returns how many draft tokens were accepted (``k`` when all
+        were), so that rows ``start_row .. start_row + accepted`` are filled."""
+        advance, fill = self.grammar.advance, self.grammar.fill_bitmask
+        state = self._history[-1]
+        n_rows = len(bitmask)
+        if start_row < 0 or start_row + len(draft_ids) >= n_rows:
+            raise ConstraintError(
+                f"a draft of {len(draft_ids)} tokens needs rows {start_row}..."
+                f"{start_row + len(draft_ids)}, but the bitmask has {n_rows}")
+        for i, t in enumerate(draft_ids):
+            fill(state, bitmask, start_row + i)
+            state = advance(state, int(t))
+            if state is None:
+                return i
+        fill(state, bitmask, start_row + len(draft_ids))
+        return len(draft_ids)
+
+    # -- jump-forward -----------------------------------------------------------------
+
+    def find_jump_forward_bytes(self, max_bytes: int = MAX_JUMP_FORWARD_BYTES) -> bytes:
+        """The bytes every completion of the output must start with: the
+        longest run of next bytes that the constraint leaves no choice about
+        (empty when EOS is allowed, or two bytes may follow). At most
+        ``max_bytes``. The matcher does not change."""
+        g = self.grammar
+        state = self._history[-1]
+        out = bytearray()
+        while len(out) < max_bytes and not g.is_terminated(state) and not g.is_accepting(state):
+            nxt = np.flatnonzero(g.allowed_bytes(state))
+            if len(nxt) != 1:
+                break
+            b = bytes((int(nxt[0]),))
+            state = g.advance_bytes(state, b)
+            if state is None:  # pragma: no cover - allowed_bytes said it continues
+                break
+            out += b
+        return bytes(out)
+
+    def find_jump_forward_string(self, max_bytes: int = MAX_JUMP_FORWARD_BYTES) -> str:
+        """:meth:`find_jump_forward_bytes` as text: the longest prefix of those
+        bytes made of whole UTF-8 characters."""
+        data = self.find_jump_forward_bytes(max_bytes)
+        for cut in range(len(data), max(len(data) - 4, -1), -1):
+            try:
+                return data[:cut].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+        return ""
+
+    def jump_forward_tokens(self, tokenizer_or_vocab, max_bytes: int = MAX_JUMP_FORWARD_BYTES
+                            ) -> list[int]:
+        """Tokens that may be appended without calling the model: the
+        tokenizer's own encoding of :meth:`find_jump_forward_string`, cut
+        before the first token that a longer vocabulary token could still
+        extend past the forced text (the model's next token might merge it with
+        what follows, so that split would not be canonical). Empty when nothing
+        is forced or the encoding does not spell the forced bytes. The matcher
+        does not change: accept the tokens with :meth:`accept_tokens`.
+
+        ``tokenizer_or_vocab``: a ``transformers`` or ``tokenizers`` tokenizer,
+        a tiktoken ``Encoding``, a ``str -> ids`` callable, or a
+        :class:`~constrain.Vocabulary` read from a tokenizer (it keeps the
+        tokenizer's :attr:`~constrain.Vocabulary.encoder`)."""
+        vocab = self.grammar.vocab
+        if isinstance(tokenizer_or_vocab, Vocabulary):
+            encode = tokenizer_or_vocab.encoder
+            if encode is None:
+                raise ConstraintError(
+                    f"the vocabulary {tokenizer_or_vocab.name} was not read from a tokenizer "
+                    f"(Vocabulary.from_huggingface): pass the tokenizer itself")
+        else:
+            encode = tokenizer_encoder(tokenizer_or_vocab)
+            if encode is None:
+                raise ConstraintError(f"cannot encode text with a {type(tokenizer_or_vocab).__name__}")
+        text = self.find_jump_forward_string(max_bytes)
+        if not text:
+            return []
+        data = text.encode("utf-8")
+        ids = [int(i) for i in encode(text)]
+        spelled = b"".join(vocab.token_bytes(i) if 0 <= i < len(vocab) else b"\0" for i in ids)
+        if spelled != data or not all(vocab.grammar_token_mask[i] for i in ids):
+            return []  # a tokenizer that adds a prefix space, or spells otherwise
+        extendable = _extendable(vocab)
+        at, keep = 0, len(ids)
+        for j, i in enumerate(ids):
+            if extendable(data[at:]):
+                keep = j
+                break
+            at += len(vocab.token_bytes(i))
+        ids = ids[:keep]
+        # the grammar allows them (the bytes are forced): checked all the same
+        return ids[:self.validate_tokens(ids)]
+
+
+def _extendable(vocab: Vocabulary):
+    """``bytes -> bool``: whether some grammar token of ``vocab`` starts with
+    the given bytes and is longer (a sorted list of the tokens, kept by the
+    vocabulary)."""
+    tokens = vocab.derived("sorted grammar tokens", lambda: sorted(
+        vocab.token_bytes(i) for i in np.flatnonzero(vocab.grammar_token_mask)))
+
+    def extendable(suffix: bytes) -> bool:
+        k = bisect.bisect_right(tokens, suffix)
+        return k < len(tokens) and tokens[k].startswith(suffix)
+
+    return extendable
+
+
+__all__ = ["Matcher", "MAX_JUMP_FORWARD_BYTES"]

@@ -120,6 +120,11 @@ class Vocabulary:
         self._cache: dict = {}
         # reentrant: building one derived object may ask for another
         self._cache_lock = threading.RLock()
+        #: the tokenizer's own encoding, ``str -> list[int]`` (no special
+        #: tokens added), when the vocabulary was read from a tokenizer
+        #: (:meth:`from_huggingface`); ``None`` otherwise. Jump-forward decoding
+        #: (:meth:`constrain.Matcher.jump_forward_tokens`) uses it.
+        self.encoder: Callable[[str], list[int]] | None = None
 
     # -- construction -----------------------------------------------------------
 
@@ -629,7 +634,29 @@ def _from_huggingface(cls, tokenizer, vocab_size, eos_token_ids, name, verify):
 
     if verify and regular_check is not None:
         regular_check(tokens, special | set(eos))
-    return cls(tokens, eos, special, name=name)
+    vocab = cls(tokens, eos, special, name=name)
+    vocab.encoder = tokenizer_encoder(tokenizer)
+    return vocab
+
+
+def tokenizer_encoder(tokenizer) -> Callable[[str], list[int]] | None:
+    """``str -> list[int]``: how ``tokenizer`` encodes text, with no special
+    tokens added -- a ``transformers`` tokenizer, a raw ``tokenizers.Tokenizer``,
+    a tiktoken ``Encoding`` (``encode_ordinary``) or a plain callable; ``None``
+    when it is none of these."""
+    if hasattr(tokenizer, "encode_ordinary"):  # tiktoken
+        return lambda text: list(tokenizer.encode_ordinary(text))
+    encode = getattr(tokenizer, "encode", None)
+    if encode is None:
+        return tokenizer if callable(tokenizer) else None
+    if hasattr(tokenizer, "backend_tokenizer") or hasattr(tokenizer, "all_special_ids"):
+        return lambda text: list(encode(text, add_special_tokens=False))  # transformers
+
+    def raw(text: str) -> list[int]:
+        out = encode(text, add_special_tokens=False)
+        return list(getattr(out, "ids", out))  # tokenizers.Tokenizer gives an Encoding
+
+    return raw
 
 
 def _component_json(obj) -> dict | None:

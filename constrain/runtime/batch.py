@@ -1,0 +1,164 @@
+"""``BatchMatcher``: one call fills, advances or rolls back the matchers of a
+whole batch, as a serving engine does once per decoding step.
+
+A row whose mask is cached is a copy of a few kilobytes, done on the calling
+thread (well under a microsecond). The other rows -- first visits, which walk
+the token trie in numba kernels that release the GIL -- go to a thread pool,
+grouped by constraint (one constraint's first visits take its lock in turn,
+so a group is one thread's work) and taken from a shared queue, the biggest
+groups first, by the pool and by the calling thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from constrain.errors import ConstraintError
+from constrain.runtime.matcher import Matcher
+
+
+def default_threads() -> int:
+    """The default :attr:`BatchMatcher.threads`: the cores this process may use
+    less one (left to the engine's own loop), at least 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+class BatchMatcher:
+    """Batched operations over many :class:`~constrain.Matcher` objects.
+
+    Args:
+        threads: how many threads fill rows at once, the calling thread
+            included (``1``: all on the calling thread). Default
+            :func:`default_threads`.
+
+    One BatchMatcher may serve any number of batches and threads; its pool is
+    made on the first fill that needs it and ends with :meth:`close` (or the
+    ``with`` block).
+    """
+
+    def __init__(self, threads: int | None = None):
+        if threads is None:
+            threads = default_threads()
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+            raise ConstraintError(f"threads must be a count >= 1, not {threads!r}")
+        self.threads = int(threads)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"BatchMatcher(threads={self.threads})"
+
+    def __enter__(self) -> "BatchMatcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the pool's threads (a later fill starts a new pool)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(max_workers=self.threads - 1,
+                                                    thread_name_prefix="trellis-fill")
+                pool = self._pool
+        return pool
+
+    # -- filling ----------------------------------------------------------------------
+
+    def fill_next_token_bitmask(self, matchers, bitmask, indices=None) -> None:
+        """Write each matcher's allowed next tokens into its row of ``bitmask``:
+        row ``indices[i]`` for ``matchers[i]`` (default: row ``i``). The result
+        is exactly that of ``matchers[i].fill_next_token_bitmask(bitmask,
+        indices[i])`` for every ``i``; rows not named are left as they are.
+
+        An exception raised while filling a row (a grammar's limit) is raised
+        here, once every other row is done."""
+        matchers = list(matchers)
+        rows = range(len(matchers)) if indices is None else [int(i) for i in indices]
+        if len(rows) != len(matchers):
+            raise ConstraintError(f"{len(matchers)} matchers but {len(rows)} indices")
+        groups: dict[int, list] = {}
+        for m, row in zip(matchers, rows):
+            if not isinstance(m, Matcher):
+                raise ConstraintError(f"BatchMatcher fills Matcher objects, not {type(m).__name__}")
+            g, state = m.grammar, m.state
+            if g.has_cached_mask(state):
+                g.fill_bitmask(state, bitmask, row)
+            else:
+                groups.setdefault(id(g), []).append((g, state, row))
+        if not groups:
+            return
+        work = sorted(groups.values(), key=len)  # popped from the end: biggest first
+        errors: list = []
+        helpers = min(self.threads, len(work)) - 1
+        futures = [self._executor().submit(_fill_groups, work, bitmask, errors)
+                   for _ in range(helpers)]
+        _fill_groups(work, bitmask, errors)
+        for f in futures:
+            f.result()
+        if errors:
+            raise errors[0]
+
+    # -- advancing --------------------------------------------------------------------
+
+    def accept_token(self, matchers, token_ids) -> np.ndarray:
+        """``matchers[i].accept_token(token_ids[i])`` for every ``i``; returns
+        the ``[n]`` bool array of which were accepted (a refused token leaves
+        its matcher as it was)."""
+        matchers = list(matchers)
+        token_ids = np.asarray(token_ids).reshape(-1).tolist()
+        if len(token_ids) != len(matchers):
+            raise ConstraintError(f"{len(matchers)} matchers but {len(token_ids)} tokens")
+        return np.fromiter((m.accept_token(t) for m, t in zip(matchers, token_ids)),
+                           dtype=np.bool_, count=len(matchers))
+
+    def rollback(self, matchers, counts) -> None:
+        """``matchers[i].rollback(counts[i])`` for every ``i`` (``counts`` may be
+        one int for all). Checked for every matcher before any changes."""
+        matchers = list(matchers)
+        if isinstance(counts, (int, np.integer)) and not isinstance(counts, bool):
+            counts = [int(counts)] * len(matchers)
+        counts = [int(c) for c in counts]
+        if len(counts) != len(matchers):
+            raise ConstraintError(f"{len(matchers)} matchers but {len(counts)} counts")
+        for i, (m, c) in enumerate(zip(matchers, counts)):
+            if not 0 <= c <= m.num_accepted:
+                raise ConstraintError(f"matcher {i}: cannot roll back {c} tokens, only "
+                                      f"{m.num_accepted} can be undone")
+        for m, c in zip(matchers, counts):
+            m.rollback(c)
+
+
+def _fill_groups(work: list, bitmask, errors: list) -> None:
+    """Take groups of rows from ``work`` until none is left (``list.pop`` is
+    atomic: each group goes to one thread) and fill them; an exception is
+    kept in ``errors`` and the thread goes on with the next row."""
+    while True:
+        try:
+            group = work.pop()
+        except IndexError:
+            return
+        for g, state, row in group:
+            try:
+                g.fill_bitmask(state, bitmask, row)
+            except Exception as e:  # the caller raises it once all rows are done
+                errors.append(e)
+
+
+__all__ = ["BatchMatcher", "default_threads"]

@@ -1,0 +1,190 @@
+"""Batched mask filling: ``constrain.BatchMatcher`` against a loop of single fills.
+
+    python tests/benchmarks/bench_batch.py [--batch 64] [--rounds 3] [--threads 1,2]
+        [--json OUT]
+
+A serving engine's step: ``--batch`` requests, each on its own MaskBench schema
+(the vendored subset, tests/data/maskbench, round-robin over its splits), each
+walking its valid instance's SmolLM2 tokens. Per step, every row's mask is
+filled (timed), then every request accepts its next token (not timed). Three
+ways to fill, each on schemas compiled afresh by a new ``constrain.Compiler``
+(so every walk is a *first walk*: lexer states visited for the first time):
+
+* ``loop``: ``matcher.fill_next_token_bitmask(bitmask, i)`` for each row;
+* ``batch/N``: ``BatchMatcher(threads=N).fill_next_token_bitmask(...)``.
+
+Then the same walks again on the same compiled schemas (*warm*: every mask
+cached). Rounds are interleaved (loop, batch/1, batch/2, loop, ...) and the
+median per configuration is reported: total fill time per walk, per step
+(one batch) and per row, and the speed-up of each against ``batch/1``.
+"""
+
+from __future__ import annotations
+
+import harness  # first: puts the repository root on sys.path
+
+import argparse  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import constrain  # noqa: E402
+from harness import log  # noqa: E402
+
+SUBSET = harness.ROOT / "tests" / "data" / "maskbench" / "subset.jsonl.gz"
+
+
+def load_cases(n: int, vocab, encode) -> list[tuple[dict, list[int]]]:
+    """``n`` (schema, token ids) pairs: per schema of the subset (round-robin
+    over splits), its first valid instance ordered as the compiler orders
+    properties, compact, tokenized; schemas whose instance the constraint does
+    not accept whole (or that do not compile) are left out."""
+    import jsonschema
+
+    by_split: dict[str, list] = {}
+    with gzip.open(SUBSET, "rt", encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            by_split.setdefault(rec["split"], []).append(rec)
+    order = []
+    queues = [list(v) for v in by_split.values()]
+    while any(queues):
+        for q in queues:
+            if q:
+                order.append(q.pop(0))
+    compiler = constrain.Compiler(vocab)
+    cases = []
+    for rec in order:
+        if len(cases) == n:
+            break
+        validator = jsonschema.Draft202012Validator(rec["schema"])
+        data = next((t["data"] for t in rec["tests"]
+                     if validator.is_valid(t["data"])), None)
+        if data is None:
+            continue
+        try:
+            g = compiler.compile_json_schema(rec["schema"])
+            text = json.dumps(constrain.order_instance(rec["schema"], data),
+                              separators=(",", ":"), ensure_ascii=False)
+        except constrain.ConstraintError:
+            continue
+        ids = encode(text)
+        if not g.accepts_tokens(ids):
+            continue
+        cases.append((rec["schema"], ids))
+    return cases
+
+
+def walk(constraints, cases, fill, bitmask) -> tuple[list[int], int, str]:
+    """Every request's walk, a batch step at a time: the fill times (ns) per
+    step, the rows filled, and a digest of every filled row (the same for
+    every way of filling, or a fill is wrong)."""
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    vocab = constraints[0].vocab
+    eos = vocab.eos_token_ids[0]
+    matchers = [constrain.Matcher(g) for g in constraints]
+    tokens = [ids + [eos] for _, ids in cases]
+    steps, rows = [], 0
+    for step in range(max(map(len, tokens))):
+        live = [i for i, t in enumerate(tokens) if step < len(t)]
+        batch = [matchers[i] for i in live]
+        t0 = time.perf_counter_ns()
+        fill(batch, bitmask, live)
+        steps.append(time.perf_counter_ns() - t0)
+        rows += len(live)
+        digest.update(bitmask[live].tobytes())
+        for i in live:
+            if not matchers[i].accept_token(tokens[i][step]):
+                raise AssertionError(f"request {i} refused its token at step {step}")
+    return steps, rows, digest.hexdigest()
+
+
+def loop_fill(matchers, bitmask, rows) -> None:
+    for m, r in zip(matchers, rows):
+        m.fill_next_token_bitmask(bitmask, r)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from search.models.smollm2 import load_tokenizer
+
+    tok = load_tokenizer()
+    vocab = constrain.Vocabulary.from_huggingface(tok, name="SmolLM2-135M-Instruct")
+
+    def encode(s):
+        return tok.encode(s, add_special_tokens=False, split_special_tokens=True)
+
+    log("loading cases")
+    cases = load_cases(args.batch, vocab, encode)
+    log(f"{len(cases)} cases, {sum(len(c[1]) + 1 for c in cases)} rows per walk")
+    bitmask = constrain.allocate_bitmask(len(cases), len(vocab), backend="numpy")
+    threads = [int(t) for t in args.threads.split(",")]
+    configs = {"loop": loop_fill}
+    pools = {}
+    for n in threads:
+        pools[n] = constrain.BatchMatcher(threads=n)
+        configs[f"batch/{n}"] = pools[n].fill_next_token_bitmask
+    # numba kernels compiled (or loaded) and every engine path taken once
+    warm = [constrain.Compiler(vocab).compile_json_schema(s) for s, _ in cases]
+    for fill in configs.values():
+        walk(warm, cases, fill, bitmask)
+    results: dict = {name: {"first": [], "warm": []} for name in configs}
+    steps_n = rows_n = 0
+    digests = set()
+    for r in range(args.rounds):
+        for name, fill in configs.items():
+            compiler = constrain.Compiler(vocab)
+            constraints = [compiler.compile_json_schema(s) for s, _ in cases]
+            first, rows_n, d1 = walk(constraints, cases, fill, bitmask)
+            warm_steps, _, d2 = walk(constraints, cases, fill, bitmask)
+            digests.update((d1, d2))
+            steps_n = len(first)
+            results[name]["first"].append(sum(first))
+            results[name]["warm"].append(sum(warm_steps))
+            log(f"round {r + 1} {name}: first {sum(first) / 1e6:.1f} ms, "
+                f"warm {sum(warm_steps) / 1e6:.2f} ms")
+    for p in pools.values():
+        p.close()
+    if len(digests) != 1:
+        raise AssertionError(f"the ways of filling disagree: {len(digests)} different mask streams")
+    base = f"batch/{threads[0]}"
+    print(f"\n{len(cases)} requests (MaskBench subset schemas), {steps_n} steps, "
+          f"{rows_n} rows per walk; median of {args.rounds} rounds; cores: {os.cpu_count()}\n")
+    print(f"{'fill':10} | {'first walk ms':>13} | {'per step us':>11} | {'per row us':>10} | "
+          f"{'speed-up':>8} | {'warm ms':>8} | {'warm row us':>11} | {'speed-up':>8}")
+    print("-" * 98)
+    summary = {}
+    med = {k: (statistics.median(v["first"]), statistics.median(v["warm"]))
+           for k, v in results.items()}
+    for name, (f, w) in med.items():
+        summary[name] = {"first_ms": f / 1e6, "first_step_us": f / steps_n / 1e3,
+                         "first_row_us": f / rows_n / 1e3, "warm_ms": w / 1e6,
+                         "warm_row_us": w / rows_n / 1e3,
+                         "speedup_first": med[base][0] / f, "speedup_warm": med[base][1] / w}
+        s = summary[name]
+        print(f"{name:10} | {s['first_ms']:13.1f} | {s['first_step_us']:11.1f} | "
+              f"{s['first_row_us']:10.2f} | {s['speedup_first']:7.2f}x | {s['warm_ms']:8.2f} | "
+              f"{s['warm_row_us']:11.3f} | {s['speedup_warm']:7.2f}x")
+    env = harness.environment({})
+    env["threads"] = "the BatchMatcher's (numba kernels on one thread each)"
+    print(f"\nenvironment: {json.dumps(env)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"environment": env, "summary": summary,
+                                               "raw": results}, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""constrain.BatchMatcher: one call fills, advances or rolls back a batch of
+matchers; every row is exactly what the matcher's own call gives, whatever the
+threads, the mix of constraints, the rows' order and the bitmask's type."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from constrain import (BatchMatcher, ConstraintError, GrammarTooComplexError, Matcher,
+                       allocate_bitmask, compile_grammar, compile_json_schema, compile_regex)
+from constrain.runtime.batch import default_threads
+
+SCHEMA = {"type": "object",
+          "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                         "tags": {"type": "array", "items": {"type": "string"}}},
+          "required": ["id", "name"]}
+TEXTS = ['{"id":12,"name":"Ada","tags":["x","y"]}', '{"id":7,"name":"Bo"}',
+         '{"id":-3,"name":"Cy","tags":[]}']
+
+
+@pytest.fixture(scope="module")
+def cases(smollm2_vocab):
+    """(constraint factory, token ids): JSON Schema walks, a Lark grammar, a
+    regex with lazy rows; each factory compiles afresh (cold masks)."""
+    enc = smollm2_vocab.encoder
+    out = [(lambda: compile_json_schema(SCHEMA, smollm2_vocab, mask_cache_bytes=1 << 20), enc(t))
+           for t in TEXTS]
+    out.append((lambda: compile_grammar('start: "SELECT " NAME ("," NAME)*\nNAME: /[a-z]+/',
+                                        smollm2_vocab), enc("SELECT ab,cd,ef")))
+    out.append((lambda: compile_regex(r"[0-9]{3}-[0-9]{4}", smollm2_vocab,
+                                      max_mask_bytes=4 * 4 * 1536), enc("555-1234")))
+    return out
+
+
+def _single(matchers, vocab) -> np.ndarray:
+    bm = allocate_bitmask(len(matchers), len(vocab), backend="numpy")
+    for i, m in enumerate(matchers):
+        m.fill_next_token_bitmask(bm, i)
+    return bm
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_batch_fill_equals_single_fills_along_walks(cases, smollm2_vocab, threads):
+    """Rows for several matchers of one constraint (sharing its lock) and of
+    different ones, filled first-visit and warm, along whole walks."""
+    constraints = [make() for make, _ in cases]
+    # two matchers per JSON case (one constraint each), one per other case
+    plan = [(constraints[i], ids) for i, (_, ids) in enumerate(cases)]
+    plan += [(constraints[i], ids) for i, (_, ids) in enumerate(cases[:3])]
+    eos = smollm2_vocab.eos_token_ids[0]
+    with BatchMatcher(threads=threads) as batch:
+        for _pass in range(2):  # first walk, then warm
+            batched = [Matcher(g) for g, _ in plan]
+            alone = [Matcher(g) for g, _ in plan]
+            tokens = [ids + [eos] for _, ids in plan]
+            for step in range(max(map(len, tokens)) + 1):
+                bm = allocate_bitmask(len(plan), len(smollm2_vocab), backend="numpy")
+                batch.fill_next_token_bitmask(batched, bm)
+                assert (bm == _single(alone, smollm2_vocab)).all(), step
+                toks = [t[step] if step < len(t) else eos for t in tokens]
+                ok = batch.accept_token(batched, toks)
+                assert ok.tolist() == [a.accept_token(t) for a, t in zip(alone, toks)]
+
+
+def test_indices_place_rows_and_leave_others(cases, smollm2_vocab):
+    constraints = [make() for make, _ in cases]
+    matchers = [Matcher(g) for g in constraints]
+    for m, (_, ids) in zip(matchers, cases):
+        m.accept_tokens(ids[:2])
+    rows = [7, 0, 5, 2, 3]
+    bm = allocate_bitmask(8, len(smollm2_vocab), backend="numpy")
+    BatchMatcher(threads=2).fill_next_token_bitmask(matchers, bm, indices=rows)
+    want = _single(matchers, smollm2_vocab)
+    for i, r in enumerate(rows):
+        assert (bm[r] == want[i]).all()
+    for r in {1, 4, 6}:
+        assert (bm[r] == -1).all()
+    with pytest.raises(ConstraintError, match="indices"):
+        BatchMatcher().fill_next_token_bitmask(matchers, bm, indices=[0, 1])
+
+
+def test_torch_bitmask(cases, smollm2_vocab):
+    torch = pytest.importorskip("torch")
+    matchers = [Matcher(make()) for make, _ in cases]
+    bm = allocate_bitmask(len(matchers), len(smollm2_vocab), backend="torch")
+    assert isinstance(bm, torch.Tensor)
+    BatchMatcher(threads=2).fill_next_token_bitmask(matchers, bm)
+    assert (bm.numpy() == _single(matchers, smollm2_vocab)).all()
+
+
+def test_an_error_in_one_row_is_raised_after_the_others(smollm2_vocab):
+    """A grammar whose mask needs more parser columns than its max_contexts
+    fails its own row; the call raises that error once the other rows are
+    filled."""
+    hard = compile_grammar('start: "(" start ")" | "x"', smollm2_vocab, max_contexts=3)
+    easy = compile_regex("[a-z]+", smollm2_vocab)
+    m_hard, m_easy = Matcher(hard), Matcher(easy)
+    assert m_hard.accept_tokens(smollm2_vocab.encoder("(("))
+    bm = allocate_bitmask(3, len(smollm2_vocab), backend="numpy")
+    bm[:] = 0
+    with pytest.raises(GrammarTooComplexError):
+        BatchMatcher(threads=2).fill_next_token_bitmask([m_easy, m_hard, Matcher(easy)], bm)
+    want = _single([m_easy], smollm2_vocab)[0]
+    assert (bm[0] == want).all() and (bm[2] == want).all()
+
+
+def test_rollback_checks_every_count_first(cases):
+    matchers = [Matcher(make()) for make, _ in cases[:3]]
+    for m, (_, ids) in zip(matchers, cases):
+        m.accept_tokens(ids[:3])
+    batch = BatchMatcher(threads=1)
+    with pytest.raises(ConstraintError, match="matcher 1"):
+        batch.rollback(matchers, [1, 4, 1])
+    assert [m.num_accepted for m in matchers] == [3, 3, 3]
+    batch.rollback(matchers, [1, 2, 3])
+    assert [m.num_accepted for m in matchers] == [2, 1, 0]
+    batch.rollback(matchers, 0)
+    with pytest.raises(ConstraintError, match="counts"):
+        batch.rollback(matchers, [1])
+    with pytest.raises(ConstraintError, match="tokens"):
+        batch.accept_token(matchers, [1, 2])
+
+
+def test_threads_are_checked_and_pool_restarts(cases, smollm2_vocab):
+    assert default_threads() >= 1 and BatchMatcher().threads == default_threads()
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConstraintError, match="threads"):
+            BatchMatcher(threads=bad)
+    batch = BatchMatcher(threads=3)
+    matchers = [Matcher(make()) for make, _ in cases]
+    bm = allocate_bitmask(len(matchers), len(smollm2_vocab), backend="numpy")
+    batch.fill_next_token_bitmask(matchers, bm)
+    batch.close()
+    for m, (_, ids) in zip(matchers, cases):
+        m.accept_token(ids[0])
+    batch.fill_next_token_bitmask(matchers, bm)  # a new pool
+    assert (bm == _single(matchers, smollm2_vocab)).all()
+    batch.close()
+    with pytest.raises(ConstraintError, match="Matcher"):
+        batch.fill_next_token_bitmask([object()], bm)

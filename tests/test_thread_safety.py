@@ -1,0 +1,186 @@
+"""Compiled constraints shared by serving threads.
+
+Eight threads share one compiler and the constraints it compiled, with caches
+so small that nearly every fill evicts (masks, lexer walks, lazy regex rows),
+and run hundreds of rounds of mixed work on them: compile, fill, advance,
+roll back, fork. Every mask they saw must be the one a single thread sees when
+it replays the same tokens on freshly compiled constraints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from constrain import Compiler, Matcher, allocate_bitmask, bitmask_to_ids
+
+THREADS = 8
+ROUNDS = 40  # per thread; each round is a walk of up to WALK tokens
+WALK = 10
+
+SCHEMAS = [
+    {"type": "object",
+     "properties": {"name": {"type": "string", "maxLength": 12},
+                    "age": {"type": "integer", "minimum": 0},
+                    "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}},
+                    "address": {"type": "object",
+                                "properties": {"street": {"type": "string"},
+                                               "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+                                "required": ["street"]}},
+     "required": ["name", "age"]},
+    {"type": "array", "items": {"anyOf": [{"type": "number"}, {"type": "boolean"},
+                                          {"type": "null"}]}},
+    {"type": "object", "additionalProperties": {"type": "integer"},
+     "properties": {"id": {"type": "string", "format": "uuid"}}},
+]
+
+LARK = r"""
+start: stmt+
+stmt: NAME "=" expr ";"
+expr: expr ("+" | "-" | "*") expr | "(" expr ")" | NAME | NUMBER | STRING
+NAME: /[a-z_][a-z0-9_]*/
+NUMBER: /[0-9]+(\.[0-9]+)?/
+STRING: /"[^"\n]*"/
+%ignore /[ \t\n]+/
+"""
+
+REGEX = r"(\+1 )?\(?[0-9]{3}\)?[ -][0-9]{3}-[0-9]{4}( ext\. [0-9]{1,5})?"
+
+
+def _compile(compiler: Compiler, kind: int):
+    """Constraint ``kind``: 0-2 the schemas, 3 the Lark grammar, 4 the regex
+    (with lazy rows: an LRU of 3 rows)."""
+    if kind < 3:
+        return compiler.compile_json_schema(SCHEMAS[kind], mask_cache_bytes=1)
+    if kind == 3:
+        return compiler.compile_grammar(LARK, mask_cache_bytes=1)
+    return compiler.compile_regex(REGEX, max_mask_bytes=3 * 4 * 1536)
+
+
+def _digest(row) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(row).tobytes(), digest_size=12).digest()
+
+
+def _script(thread: int, vocab_size: int, shared: list, compiler: Compiler, bitmask, row: int):
+    """One thread's work: per round, a walk on a shared constraint (or on one it
+    compiles itself), with rollbacks and forks on the way. Returns what it saw:
+    per round ``(kind, compiled here, [(event, argument, mask digest), ...])``."""
+    rng = np.random.default_rng(1000 + thread)
+    out = []
+    for _ in range(ROUNDS):
+        kind = int(rng.integers(len(shared)))
+        fresh = rng.random() < 0.15
+        constraint = _compile(compiler, kind) if fresh else shared[kind]
+        m = Matcher(constraint)
+        events = []
+
+        def fill(event, arg, matcher):
+            matcher.fill_next_token_bitmask(bitmask, row)
+            events.append((event, arg, _digest(bitmask[row])))
+
+        for _step in range(WALK):
+            fill("fill", None, m)
+            ids = bitmask_to_ids(bitmask[row], vocab_size)
+            ids = ids[~np.isin(ids, constraint.vocab.eos_token_ids)]
+            if not len(ids):
+                break
+            tok = int(rng.choice(ids))
+            assert m.accept_token(tok)
+            events.append(("accept", tok, b""))
+            r = rng.random()
+            if r < 0.15 and m.num_accepted:
+                k = int(rng.integers(1, m.num_accepted + 1))
+                m.rollback(k)
+                events.append(("rollback", k, b""))
+            elif r < 0.25:
+                f = m.fork()
+                fill("fork", None, f)
+                events.append(("accepting", f.is_accepting(), b""))
+        out.append((kind, fresh, events))
+    return out
+
+
+def _replay(record, compiler: Compiler, vocab_size: int) -> list:
+    """The same rounds on one thread, on constraints compiled afresh: the
+    masks it sees for the tokens the threads chose."""
+    constraints = {}
+    bitmask = allocate_bitmask(1, vocab_size, backend="numpy")
+    out = []
+    for kind, fresh, events in record:
+        if kind not in constraints:
+            constraints[kind] = _compile(compiler, kind)
+        m = Matcher(constraints[kind])
+        got, fork = [], None
+        for event, arg, _ in events:
+            if event == "fill":
+                m.fill_next_token_bitmask(bitmask, 0)
+                got.append((event, arg, _digest(bitmask[0])))
+            elif event == "accept":
+                assert m.accept_token(arg)
+                got.append((event, arg, b""))
+            elif event == "rollback":
+                m.rollback(arg)
+                got.append((event, arg, b""))
+            elif event == "fork":
+                fork = m.fork()
+                fork.fill_next_token_bitmask(bitmask, 0)
+                got.append((event, arg, _digest(bitmask[0])))
+            else:
+                got.append((event, fork.is_accepting(), b""))
+        out.append((kind, fresh, got))
+    return out
+
+
+@pytest.mark.parametrize("bitmask_kind", ["shared", "own"])
+def test_eight_threads_share_constraints_with_tiny_caches(smollm2_vocab, bitmask_kind):
+    """8 threads, one compiler with a 64 kB budget (lexer walks evicted on
+    nearly every fill), constraints whose mask caches hold two rows, a regex
+    with three lazy rows: compile, fill, advance, roll back and fork for 40
+    rounds each, into one bitmask (a row per thread) or one bitmask each.
+    Every mask equals a single-threaded replay's, and nothing raises."""
+    vocab = smollm2_vocab
+    compiler = Compiler(vocab, cache_bytes=64 * 1024)
+    shared = [_compile(compiler, k) for k in range(5)]
+    common = allocate_bitmask(THREADS, len(vocab), backend="numpy")
+    records: dict = {}
+    errors: list = []
+    start = threading.Barrier(THREADS)
+
+    def work(t):
+        try:
+            if bitmask_kind == "shared":
+                bm, row = common, t
+            else:
+                bm, row = allocate_bitmask(1, len(vocab), backend="numpy"), 0
+            start.wait()
+            records[t] = _script(t, len(vocab), shared, compiler, bm, row)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: inside cache operations too
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=600)
+        assert not any(th.is_alive() for th in threads), "a thread hung"
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+    replay_compiler = Compiler(vocab)
+    fills = 0
+    for t in range(THREADS):
+        want = _replay(records[t], replay_compiler, len(vocab))
+        assert records[t] == want, f"thread {t} saw other masks than a single thread"
+        fills += sum(e[0] != "accept" for _, _, ev in want for e in ev)
+    assert fills > THREADS * ROUNDS
+    stats = compiler.cache_stats()
+    assert stats["lexer walks"].evictions > 0
+    assert all(s.bytes <= s.max_bytes for s in stats.values())
