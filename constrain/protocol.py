@@ -64,6 +64,12 @@ class Constraint(abc.ABC):
         others to its threads. Precomputed masks: always ``True``."""
         return True
 
+    def fill_cached_bitmask(self, state: State, bitmask, row: int = 0) -> bool:
+        """:meth:`fill_bitmask` if :meth:`has_cached_mask` (one call for both: a
+        batch filler's per-row cost); returns whether it filled the row."""
+        self.fill_bitmask(state, bitmask, row)
+        return True
+
     def allowed_token_ids(self, state: State) -> np.ndarray:
         """The allowed token ids of ``state``, sorted, as an int64 numpy array."""
         from constrain.runtime.bitmask import allocate_bitmask, bitmask_to_ids

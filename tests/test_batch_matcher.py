@@ -139,3 +139,20 @@ def test_threads_are_checked_and_pool_restarts(cases, smollm2_vocab):
     batch.close()
     with pytest.raises(ConstraintError, match="Matcher"):
         batch.fill_next_token_bitmask([object()], bm)
+
+
+def test_fill_cached_bitmask_fills_only_what_is_cached(cases, smollm2_vocab):
+    """The batch's per-row call: a first visit is left alone (False, row
+    untouched), a cached state is filled exactly as fill_bitmask fills it."""
+    first_visits = 0
+    for make, ids in cases[2:]:  # a JSON Schema, the Lark grammar, the lazy regex
+        g = make()
+        state = g.advance_many(g.initial_state(), ids[:2])
+        bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+        if not g.has_cached_mask(state):
+            first_visits += 1
+            assert not g.fill_cached_bitmask(state, bm, 0) and (bm[0] == -1).all()
+        g.fill_bitmask(state, bm, 1)
+        assert g.has_cached_mask(state)
+        assert g.fill_cached_bitmask(state, bm, 0) and (bm[0] == bm[1]).all()
+    assert first_visits == 3

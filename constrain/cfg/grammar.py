@@ -316,6 +316,23 @@ class GrammarConstraint(Constraint):
         """Whether ``state``'s mask is cached (its fill is a copy)."""
         return state == TERMINATED or state in self._masks
 
+    def fill_cached_bitmask(self, state, bitmask, row: int = 0) -> bool:
+        """:meth:`fill_bitmask` when ``state``'s mask is cached; else ``False``
+        and nothing written."""
+        last = self._last_fill
+        if bitmask is last[0]:
+            w = self._writers.get(state)
+            if w is not None:
+                if w.__class__ is tuple:
+                    w[0](last[1][row], 0, *w[1])
+                else:
+                    last[1][row][:] = w
+                return True
+        if state == TERMINATED or state in self._masks:
+            self.fill_bitmask(state, bitmask, row)
+            return True
+        return False
+
     def mask_row(self, state) -> np.ndarray:
         """The allowed tokens of ``state`` as uint32 words (cached; do not modify)."""
         masks = self._masks

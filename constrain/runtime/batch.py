@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from constrain.errors import ConstraintError
-from constrain.runtime.matcher import Matcher
 
 
 def default_threads() -> int:
@@ -95,12 +94,12 @@ class BatchMatcher:
             raise ConstraintError(f"{len(matchers)} matchers but {len(rows)} indices")
         groups: dict[int, list] = {}
         for m, row in zip(matchers, rows):
-            if not isinstance(m, Matcher):
-                raise ConstraintError(f"BatchMatcher fills Matcher objects, not {type(m).__name__}")
-            g, state = m.grammar, m.state
-            if g.has_cached_mask(state):
-                g.fill_bitmask(state, bitmask, row)
-            else:
+            try:
+                g, state = m.grammar, m.state
+            except AttributeError:
+                raise ConstraintError(
+                    f"BatchMatcher fills Matcher objects, not {type(m).__name__}") from None
+            if not g.fill_cached_bitmask(state, bitmask, row):
                 groups.setdefault(id(g), []).append((g, state, row))
         if not groups:
             return
