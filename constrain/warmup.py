@@ -105,7 +105,13 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     string of each, and applies one to float32 logits. With ``vocab`` (the vocabulary you will serve), its
     token trie is built too; otherwise a small vocabulary of its own is used.
     Nothing it compiles is kept beyond the caches a first real compile fills.
+
+    Its compiles have no time budget: on a cold numba cache, compiling the
+    kernels themselves takes a minute or more on a small machine, and that is
+    what warming up is for.
     """
+    import math
+
     import numpy as np
 
     from constrain.runtime.bitmask import allocate_bitmask, apply_bitmask
@@ -116,15 +122,15 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     t0 = time.perf_counter()
     vocab = _default_vocab() if vocab is None else vocab
     bitmask = allocate_bitmask(1, len(vocab), backend="numpy")
-    schema = compile_json_schema(_SCHEMA, vocab)
+    schema = compile_json_schema(_SCHEMA, vocab, time_budget=math.inf)
     _walk(schema, vocab, json.dumps(_INSTANCE, ensure_ascii=False,
                                     separators=(",", ":")).encode(), bitmask)
-    first = compile_grammar(_GRAMMAR, vocab)
+    first = compile_grammar(_GRAMMAR, vocab, time_budget=math.inf)
     _walk(first, vocab, _TEXT.encode(), bitmask)
-    grammar = compile_grammar(_GRAMMAR, vocab)  # reuses the first's lexer walks
+    grammar = compile_grammar(_GRAMMAR, vocab, time_budget=math.inf)  # reuses the first's lexer walks
     _walk(grammar, vocab, _TEXT.encode(), bitmask)
     grammar.allowed_token_ids(grammar.initial_state())
-    regex = compile_regex(_REGEX, vocab)
+    regex = compile_regex(_REGEX, vocab, time_budget=math.inf)
     _walk(regex, vocab, b"12.5", bitmask)
     apply_bitmask(np.zeros((1, len(vocab)), dtype=np.float32), bitmask)
     return time.perf_counter() - t0

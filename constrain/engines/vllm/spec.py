@@ -1,0 +1,263 @@
+"""What a vLLM request asks for, as a Trellis constraint: shared by both routes.
+
+A request spec is a dict with exactly one constraint key::
+
+    {"json_schema": {...} | "<JSON text>"}   # optional: "whitespace", "strict"
+    {"json_object": true}                    # any JSON object
+    {"regex": "<Python re pattern>"}         # full match
+    {"grammar": "<Lark text>"}               # optional: "start"
+    {"choice": ["yes", "no", ...]}           # exactly one of the strings
+
+:func:`parse_spec` checks its shape (a :class:`SpecError` names the key);
+:class:`ConstraintSource` compiles it over one model's vocabulary, keeping the
+compiled constraints of recent specs (an LRU bounded in entries), so that the
+many requests of a server that share a schema compile it once. This module
+imports nothing of vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from constrain.compiler import DEFAULT_CACHE_BYTES, Compiler
+from constrain.errors import ConstraintError, SchemaError
+from constrain.limits import Limits
+from constrain.protocol import Constraint
+from constrain.vocab.vocabulary import Vocabulary
+
+#: the key of a request's ``extra_args`` (offline) or ``vllm_xargs`` (REST)
+#: that holds its Trellis spec
+EXTRA_ARGS_KEY = "trellis"
+#: the constraint keys of a spec, one of which it must have
+KINDS = ("json_schema", "json_object", "regex", "grammar", "choice")
+#: the optional keys each kind takes beside its own
+_OPTIONS = {"json_schema": {"whitespace", "strict"}, "json_object": {"whitespace"},
+            "regex": set(), "grammar": {"start"}, "choice": set()}
+#: environment variables read by every process of an engine (the front end
+#: that validates requests and the workers that mask logits see the same)
+LIMITS_ENV = "TRELLIS_VLLM_LIMITS"
+CACHE_BYTES_ENV = "TRELLIS_VLLM_CACHE_BYTES"
+#: compiled constraints kept per vocabulary (the compiler's own caches, bounded
+#: in bytes, hold what compiles share; this holds whole constraints)
+DEFAULT_CACHE_ENTRIES = 256
+
+
+class SpecError(ConstraintError):
+    """A request's Trellis spec is malformed: not a dict, no or several
+    constraint keys, an unknown option, a value of the wrong type. The message
+    names the key."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One constraint request, normalised: ``kind`` (one of :data:`KINDS`),
+    ``source`` (the pattern, the Lark text, or JSON text for schemas and
+    choices) and ``options`` (sorted ``(name, value)`` pairs). Equal specs
+    compile to the same constraint: it is the cache key."""
+
+    kind: str
+    source: str
+    options: tuple = ()
+
+    def describe(self) -> str:
+        """A short description for error messages and logs."""
+        text = self.source if len(self.source) <= 60 else self.source[:57] + "..."
+        return f"{self.kind} {text!r}"
+
+
+def parse_spec(obj) -> Spec:
+    """Check and normalise a request's Trellis spec (see the module docstring);
+    raises :class:`SpecError` naming the offending key, or
+    :class:`~constrain.SchemaError` for a schema that is not valid JSON."""
+    if isinstance(obj, Spec):
+        return obj
+    if not isinstance(obj, dict):
+        raise SpecError(f"the {EXTRA_ARGS_KEY!r} spec must be a dict with one of the keys "
+                        f"{', '.join(KINDS)}, not {type(obj).__name__}")
+    kinds = [k for k in KINDS if k in obj]
+    if len(kinds) != 1:
+        which = "none" if not kinds else " and ".join(repr(k) for k in kinds)
+        raise SpecError(f"the {EXTRA_ARGS_KEY!r} spec must have exactly one of the keys "
+                        f"{', '.join(KINDS)}; it has {which}")
+    kind = kinds[0]
+    unknown = sorted(set(obj) - {kind} - _OPTIONS[kind])
+    if unknown:
+        allowed = ", ".join(sorted(_OPTIONS[kind])) or "none"
+        raise SpecError(f"unknown key {unknown[0]!r} in a {kind!r} spec (its options: {allowed})")
+    options = tuple(sorted((k, _check_option(kind, k, obj[k])) for k in obj if k != kind))
+    value = obj[kind]
+    if kind == "json_schema":
+        source = _schema_text(value)
+    elif kind == "json_object":
+        if value is not True:
+            raise SpecError(f"'json_object' must be true, not {value!r}")
+        source = '{"type": "object"}'
+    elif kind == "choice":
+        source = json.dumps(_check_choices(value), ensure_ascii=False)
+    else:
+        if not isinstance(value, str):
+            raise SpecError(f"{kind!r} must be a string, not {type(value).__name__}")
+        source = value
+    return Spec(kind, source, options)
+
+
+def _check_option(kind: str, name: str, value):
+    if name == "whitespace" and value not in ("compact", "flexible"):
+        raise SpecError(f"'whitespace' of a {kind!r} spec must be 'compact' or 'flexible', "
+                        f"not {value!r}")
+    if name == "strict" and not isinstance(value, bool):
+        raise SpecError(f"'strict' of a {kind!r} spec must be true or false, not {value!r}")
+    if name == "start" and (not isinstance(value, str) or not value):
+        raise SpecError(f"'start' of a {kind!r} spec must be a rule name, not {value!r}")
+    return value
+
+
+def _schema_text(value) -> str:
+    """A schema (dict, bool or JSON text) as JSON text, key order kept (it is
+    the order of the generated properties)."""
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(f"the JSON schema is not valid JSON: {exc.msg} at line {exc.lineno} "
+                              f"column {exc.colno}", "") from None
+    if not isinstance(value, (dict, bool)):
+        raise SpecError(f"'json_schema' must be a JSON Schema (an object, a boolean or its JSON "
+                        f"text), not {type(value).__name__}")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"'json_schema' is not JSON data: {exc}") from None
+
+
+def _check_choices(value) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(f"'choice' must be a non-empty list of strings, not {value!r}")
+    for i, c in enumerate(value):
+        if not isinstance(c, str):
+            raise SpecError(f"'choice' item {i} must be a string, not {type(c).__name__}")
+    return list(value)
+
+
+def choice_regex(choices) -> str:
+    """The regex whose language is exactly ``choices`` (a list of strings): an
+    alternation of the escaped strings, longest first (the order does not
+    change the language of a full match; it keeps shared prefixes apart in
+    the source only for readability)."""
+    items = _check_choices(list(choices) if isinstance(choices, tuple) else choices)
+    return "|".join(re.escape(c) for c in sorted(set(items), key=lambda c: (-len(c), c)))
+
+
+def limits_from_env(environ=None) -> tuple[Limits | None, int]:
+    """The budgets of :data:`LIMITS_ENV` (JSON: fields of
+    :class:`~constrain.Limits`) and :data:`CACHE_BYTES_ENV` (an integer), or
+    ``(None, DEFAULT_CACHE_BYTES)`` where unset. A malformed value raises
+    :class:`~constrain.ConstraintError` naming the variable."""
+    environ = os.environ if environ is None else environ
+    limits = None
+    text = environ.get(LIMITS_ENV)
+    if text:
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConstraintError(f"${LIMITS_ENV} is not JSON: {exc.msg}") from None
+        if not isinstance(fields, dict):
+            raise ConstraintError(f"${LIMITS_ENV} must be a JSON object of constrain.Limits fields")
+        try:
+            limits = Limits(**fields)
+        except TypeError as exc:
+            raise ConstraintError(f"${LIMITS_ENV}: {exc}") from None
+    cache_bytes = DEFAULT_CACHE_BYTES
+    text = environ.get(CACHE_BYTES_ENV)
+    if text:
+        try:
+            cache_bytes = int(text)
+        except ValueError:
+            raise ConstraintError(f"${CACHE_BYTES_ENV} must be an integer, not {text!r}") from None
+    return limits, cache_bytes
+
+
+class ConstraintSource:
+    """Compiles specs over one model's vocabulary and keeps the compiled
+    constraints of the last ``max_entries`` distinct specs; safe to share
+    between threads (two threads asking for the same spec at once wait for
+    one compile). Errors are not kept: a spec that failed is compiled again
+    when asked again.
+
+    Args:
+        vocab: the model's vocabulary (ids up to the model's vocab size).
+        limits: the budgets of every compile (default :class:`~constrain.Limits`).
+        cache_bytes: the :class:`~constrain.Compiler`'s caches, in all.
+        max_entries: compiled constraints kept.
+        json_whitespace: the JSON style of specs that do not say
+            (``"compact"``: no whitespace; ``"flexible"``: a little around
+            punctuation).
+    """
+
+    def __init__(self, vocab: Vocabulary, *, limits: Limits | None = None,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, max_entries: int = DEFAULT_CACHE_ENTRIES,
+                 json_whitespace: str = "compact"):
+        if json_whitespace not in ("compact", "flexible"):
+            raise ConstraintError(f"json_whitespace must be 'compact' or 'flexible', "
+                                  f"not {json_whitespace!r}")
+        self.vocab = vocab
+        self.compiler = Compiler(vocab, limits=limits, cache_bytes=cache_bytes)
+        self.max_entries = max_entries
+        self.json_whitespace = json_whitespace
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[Spec, Future] = OrderedDict()
+
+    def compile(self, spec) -> Constraint:
+        """The compiled constraint of ``spec`` (a :class:`Spec` or a raw spec
+        dict), from the cache or compiled now. Raises the compile's
+        :class:`~constrain.ConstraintError` (its message names the place)."""
+        spec = parse_spec(spec)
+        with self._lock:
+            future = self._entries.get(spec)
+            if future is not None:
+                self._entries.move_to_end(spec)
+                owner = False
+            else:
+                future = self._entries[spec] = Future()
+                owner = True
+                while len(self._entries) > self.max_entries:
+                    self._entries.popitem(last=False)
+        if not owner:
+            return future.result()
+        try:
+            constraint = self._compile(spec)
+        except BaseException as exc:
+            with self._lock:
+                if self._entries.get(spec) is future:
+                    del self._entries[spec]
+            future.set_exception(exc)
+            raise
+        future.set_result(constraint)
+        return constraint
+
+    def _compile(self, spec: Spec) -> Constraint:
+        options = dict(spec.options)
+        c = self.compiler
+        if spec.kind in ("json_schema", "json_object"):
+            options.setdefault("whitespace", self.json_whitespace)
+            return c.compile_json_schema(json.loads(spec.source), **options)
+        if spec.kind == "regex":
+            return c.compile_regex(spec.source)
+        if spec.kind == "grammar":
+            return c.compile_grammar(spec.source, **options)
+        return c.compile_regex(choice_regex(json.loads(spec.source)))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+__all__ = ["EXTRA_ARGS_KEY", "KINDS", "LIMITS_ENV", "CACHE_BYTES_ENV", "Spec", "SpecError",
+           "parse_spec", "choice_regex", "limits_from_env", "ConstraintSource"]
