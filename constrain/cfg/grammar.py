@@ -319,16 +319,7 @@ class GrammarConstraint(Constraint):
     def fill_cached_bitmask(self, state, bitmask, row: int = 0) -> bool:
         """:meth:`fill_bitmask` when ``state``'s mask is cached; else ``False``
         and nothing written."""
-        last = self._last_fill
-        if bitmask is last[0]:
-            w = self._writers.get(state)
-            if w is not None:
-                if w.__class__ is tuple:
-                    w[0](last[1][row], 0, *w[1])
-                else:
-                    last[1][row][:] = w
-                return True
-        if state == TERMINATED or state in self._masks:
+        if state in self._writers or self.has_cached_mask(state):
             self.fill_bitmask(state, bitmask, row)
             return True
         return False

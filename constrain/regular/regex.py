@@ -77,7 +77,6 @@ class DFAConstraint(Constraint):
             self._writers = [None] * len(self._src_rows)
         self._row_bytes = 4 * self._words
         self._last_fill = (None, None, None)
-        self._slot_lru = not self.tokens.eager
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "
@@ -209,7 +208,7 @@ class DFAConstraint(Constraint):
     def fill_cached_bitmask(self, state: int, bitmask, row: int = 0) -> bool:
         """:meth:`fill_bitmask` when ``state``'s mask is computed; else
         ``False`` and nothing written."""
-        if self._slot_lru and not self.has_cached_mask(state):
+        if not self.has_cached_mask(state):
             return False
         self.fill_bitmask(state, bitmask, row)
         return True
