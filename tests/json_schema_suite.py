@@ -25,6 +25,18 @@ from constrain import compile_json_schema, order_instance
 from constrain.errors import ConstraintError
 
 SUITE_DIR = Path(__file__).parent / "data" / "json_schema_suite" / "draft2020-12"
+REMOTES_DIR = SUITE_DIR.parent / "remotes"
+#: the URI the suite serves its remote documents at
+REMOTES_URI = "http://localhost:1234/"
+
+
+def remotes() -> dict:
+    """The suite's remote documents by URI (as its test server would serve them)."""
+    out = {}
+    for path in sorted(REMOTES_DIR.rglob("*.json")):
+        rel = path.relative_to(REMOTES_DIR).as_posix()
+        out[REMOTES_URI + rel] = json.loads(path.read_text(encoding="utf-8"))
+    return out
 
 
 @dataclass
@@ -56,11 +68,25 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def serialise(schema, instance) -> str:
+def _canonical_numbers(value):
+    """``value`` with integral floats as ints: JSON has one number type, so
+    ``1.0`` and ``1`` are the same instance, and the grammar writes the form
+    without a fraction (see docs/json_schema.md)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical_numbers(v) for k, v in value.items()}
+    return value
+
+
+def serialise(schema, instance, resources=None) -> str:
     """The instance as a model would write it under ``schema``: compact, keys in
-    the grammar's order, non-ASCII characters unescaped."""
-    return json.dumps(order_instance(schema, instance), separators=(",", ":"),
-                      ensure_ascii=False)
+    the grammar's order, non-ASCII characters unescaped, integral numbers
+    without a fraction."""
+    return json.dumps(order_instance(schema, _canonical_numbers(instance), resources=resources),
+                      separators=(",", ":"), ensure_ascii=False)
 
 
 def accepts(constraint, text: str) -> bool:
@@ -79,8 +105,12 @@ def load_groups(files=None):
             yield path.stem, group
 
 
-def run_group(stem: str, group: dict, vocab, timeout: float = 60.0, **options) -> GroupResult:
-    """Compile one group's schema and check each of its instances."""
+def run_group(stem: str, group: dict, vocab, timeout: float = 60.0, resources=None,
+              **options) -> GroupResult:
+    """Compile one group's schema (``$ref`` into ``resources``, the suite's
+    remote documents by default) and check each of its instances."""
+    if resources is None:
+        resources = remotes()
     res = GroupResult(stem, group["description"], compiled=False)
     schema = group["schema"]
     t0 = time.perf_counter()
@@ -88,14 +118,14 @@ def run_group(stem: str, group: dict, vocab, timeout: float = 60.0, **options) -
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         try:
-            constraint = compile_json_schema(schema, vocab, **options)
+            constraint = compile_json_schema(schema, vocab, resources=resources, **options)
         except ConstraintError as e:
             res.refusal = f"{type(e).__name__}: {e}"
             res.pointer = getattr(e, "pointer", None)
             return res
         res.compiled = True
         for test in group["tests"]:
-            text = serialise(schema, test["data"])
+            text = serialise(schema, test["data"], resources)
             ok = accepts(constraint, text)
             if test["valid"]:
                 res.valid_total += 1
@@ -119,7 +149,8 @@ def run_group(stem: str, group: dict, vocab, timeout: float = 60.0, **options) -
 
 def run_suite(vocab, files=None, timeout: float = 60.0, **options) -> list[GroupResult]:
     """Every group of the suite (or of ``files``, stems of the suite's files)."""
-    return [run_group(stem, group, vocab, timeout, **options)
+    docs = remotes()
+    return [run_group(stem, group, vocab, timeout, docs, **options)
             for stem, group in load_groups(files)]
 
 

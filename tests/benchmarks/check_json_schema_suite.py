@@ -70,6 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--vocab", choices=("bytes", "smollm2"), default="bytes")
     ap.add_argument("--files", default="", help="comma-separated suite files (stems)")
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--formats", choices=("annotation", "assert"), default="annotation",
+                    help="format keywords: annotations (the suite's default) or asserted")
     ap.add_argument("--json", default="", help="write every group's result here")
     ap.add_argument("--wrong", action="store_true", help="print every wrong instance")
     ap.add_argument("--refusals", action="store_true", help="print every refusal")
@@ -78,11 +80,11 @@ def main(argv=None) -> int:
     vocab = byte_vocab() if args.vocab == "bytes" else smollm2_vocab()
     files = set(filter(None, args.files.split(",")))
     t0 = time.perf_counter()
-    results = run_suite(vocab, files or None, args.timeout)
+    results = run_suite(vocab, files or None, args.timeout, formats=args.formats)
     elapsed = time.perf_counter() - t0
 
     print(f"JSON-Schema-Test-Suite draft 2020-12, vocabulary {vocab.name!r} "
-          f"({len(vocab)} tokens), {elapsed:.1f} s\n")
+          f"({len(vocab)} tokens), formats as {args.formats}s, {elapsed:.1f} s\n")
     print(f"{'file':<24}{'groups':>7}{'compiled':>9}{'valid ok':>10}{'valid':>7}"
           f"{'inv. ok':>9}{'invalid':>8}")
     for row in keyword_table(results):

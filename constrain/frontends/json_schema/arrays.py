@@ -18,10 +18,23 @@ if TYPE_CHECKING:
     from constrain.frontends.json_schema.translation import Translation
 
 
-def item_schemas(p, n) -> tuple[list, object]:
+def _evaluated_items(n) -> int | None:
+    """How many leading items the applicators of the node ``n`` evaluate
+    (``None``: all of them)."""
+    items = n.get("items")
+    if isinstance(items, list):  # drafts up to 2019-09
+        return None if "additionalItems" in n else len(items)
+    if "items" in n or "unevaluatedItems" in n:
+        return None
+    prefix = n.get("prefixItems")
+    return len(prefix) if isinstance(prefix, list) else 0
+
+
+def item_schemas(p, n, evaluated: int | None = 0) -> tuple[list, object]:
     """``(prefix, rest)`` of the array node ``n`` at ``p``: the references of the
-    schemas of the first items, by index, and of every item after them (``None``:
-    unconstrained)."""
+    schemas of the first items, by index (``None``: unconstrained), and of every
+    item after them (``None``: unconstrained). ``unevaluatedItems`` applies past
+    the ``evaluated`` leading items its subschemas evaluate (``None``: all)."""
     items = n.get("items")
     if isinstance(items, list):  # drafts up to 2019-09
         prefix = [f"{p}/items/{i}" for i in range(len(items))]
@@ -29,20 +42,40 @@ def item_schemas(p, n) -> tuple[list, object]:
     else:
         prefix = [f"{p}/prefixItems/{i}" for i in range(len(n.get("prefixItems", [])))]
         rest = f"{p}/items" if "items" in n else None
-    if rest is None and n.get("unevaluatedItems") is False:
-        rest = FALSE
-    elif rest is None and "unevaluatedItems" in n and n["unevaluatedItems"] is not True:
-        rest = f"{p}/unevaluatedItems"
+    if rest is None and "unevaluatedItems" in n and n["unevaluatedItems"] is not True:
+        if evaluated is None:
+            return prefix, None
+        prefix = prefix + [None] * (evaluated - len(prefix))
+        rest = FALSE if n["unevaluatedItems"] is False else f"{p}/unevaluatedItems"
     return prefix, rest
 
 
-def item_layout(doc, conj) -> list[tuple[list, object]]:
-    """:func:`item_schemas` of every array node of the conjunction."""
+def item_layout(norm, conj) -> list[tuple[list, object]]:
+    """:func:`item_schemas` of every array node of the conjunction (``norm``: the
+    document's normaliser, which knows what each ``unevaluatedItems`` sees)."""
+    doc = norm.doc
     out = []
     for p in conj:
         n = doc.node(p)
-        if isinstance(n, dict):
-            out.append(item_schemas(p, n))
+        if not isinstance(n, dict):
+            continue
+        evaluated = 0
+        if "unevaluatedItems" in n and "items" not in n:
+            for e in norm.evaluators(p, conj):
+                m = doc.node(e)
+                if e == p or not isinstance(m, dict):
+                    continue
+                k = _evaluated_items(m)
+                if "contains" in m:
+                    # contains evaluates the items it matches: which ones is
+                    # decided by the value, not by the index
+                    norm.doc.diag.unsupported(f"{p}/unevaluatedItems",
+                                              "unevaluatedItems beside contains")
+                if k is None:
+                    evaluated = None
+                    break
+                evaluated = max(evaluated, k)
+        out.append(item_schemas(p, n, evaluated))
     return out
 
 
@@ -51,7 +84,8 @@ def pieces_at(layout, i: int) -> tuple:
     pcs = []
     for prefix, rest in layout:
         if i < len(prefix):
-            pcs.append(prefix[i])
+            if prefix[i] is not None:
+                pcs.append(prefix[i])
         elif rest is not None:
             pcs.append(rest)
     return tuple(pcs)
@@ -61,7 +95,7 @@ def array_symbol(t: Translation, conj) -> str | None:
     """A rule for the arrays of the conjunction."""
     doc, g, cap = t.doc, t.grammar, t.options.max_array_length
     P = g.punct
-    layout = item_layout(doc, conj)
+    layout = item_layout(t.norm, conj)
     k = max((len(prefix) for prefix, _ in layout), default=0)
     max_len = None
     for prefix, rest in layout:

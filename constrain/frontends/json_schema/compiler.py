@@ -53,7 +53,7 @@ __all__ = ["json_schema_to_lark", "compile_json_schema", "order_instance",
            "DEFAULT_MAX_WHITESPACE", "MAX_STRING_LENGTH", "MAX_ARRAY_LENGTH"]
 
 _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
-                   "max_array_length")
+                   "max_array_length", "formats", "resources")
 
 
 def translate(schema, options: Options, exclusions: dict | None = None) -> Translation:
@@ -73,7 +73,8 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
                         max_whitespace: int = DEFAULT_MAX_WHITESPACE, strict: bool = True,
                         max_string_length: int = MAX_STRING_LENGTH,
                         max_array_length: int = MAX_ARRAY_LENGTH,
-                        time_budget: float | None = 30.0) -> str:
+                        time_budget: float | None = 30.0, formats: str = "assert",
+                        resources=None) -> str:
     """Translate a JSON Schema (draft 2020-12, 2019-09, 7, 6 or 4) into Lark grammar
     text whose start rule is ``start``.
 
@@ -92,6 +93,13 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
         max_string_length, max_array_length: ``maxLength``/``maxItems`` above these
             are lowered to them (stricter, hence still sound).
         time_budget: seconds the translation may take (``None``: unbounded).
+        formats: ``"assert"`` (enforce the formats listed in ``docs/json_schema.md``)
+            or ``"annotation"`` (``format`` asserts nothing: draft 2020-12's
+            default for validators, and what its test suite expects).
+        resources: the other schema documents a ``$ref`` may point into, as a
+            mapping of URI to schema (``{"https://example.com/address.json":
+            {...}}``); a relative ``$ref`` resolves against the base URI of the
+            schema it is in (RFC 3986), as in ``jsonschema``. Nothing is fetched.
 
     Raises:
         UnsupportedSchemaError: a keyword cannot be enforced (strict).
@@ -102,7 +110,7 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
     """
     options = Options(whitespace=whitespace, max_whitespace=max_whitespace, strict=strict,
                       max_string_length=max_string_length, max_array_length=max_array_length,
-                      time_budget=time_budget)
+                      time_budget=time_budget, formats=formats, resources=resources)
     t = translate(schema, options)
     text = render(t.grammar, "start", t.diag)
     t.diag.warn("json_schema_to_lark")
@@ -113,7 +121,7 @@ def compile_json_schema(schema, vocab, **options):
     """Compile a JSON Schema into a token-level constraint over ``vocab``.
 
     ``options`` may hold ``whitespace``, ``max_whitespace``, ``strict``,
-    ``max_string_length`` and ``max_array_length`` (see
+    ``max_string_length``, ``max_array_length``, ``formats`` and ``resources`` (see
     :func:`json_schema_to_lark`); the rest are the budgets
     :func:`constrain.cfg.grammar.compile_grammar` takes. ``time_budget`` (seconds,
     default 30) bounds the translation and the grammar compilation together.
@@ -133,7 +141,7 @@ def compile_json_schema(schema, vocab, **options):
     return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
 
 
-def order_instance(schema, instance):
+def order_instance(schema, instance, *, resources=None):
     """``instance`` with object members reordered the way the grammar of
     ``schema`` emits them: declared properties in schema order, then the others
     in their original order. Useful to serialise reference outputs (tests,
@@ -146,5 +154,6 @@ def order_instance(schema, instance):
     Raises:
         SchemaError: ``schema`` is not a schema (not JSON, not a dict or bool).
     """
-    t = Translation(load_schema(schema), Options(strict=False, time_budget=None))
+    t = Translation(load_schema(schema), Options(strict=False, time_budget=None,
+                                                 resources=resources))
     return reorder(t, ("",), instance)

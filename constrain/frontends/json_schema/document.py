@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import unquote
+from urllib.parse import unquote, urljoin
 
 from constrain.errors import SchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
@@ -16,6 +16,31 @@ from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 # keywords whose values are data, not schemas: no $id inside them counts
 _NOT_SCHEMAS = frozenset(("enum", "const", "default", "examples", "example"))
 _MISSING = object()
+#: the base URI of a document without ``$id`` (RFC 3986 needs one to resolve
+#: relative references against; nothing is ever fetched from it)
+_DEFAULT_BASE = "https://trellis.invalid/root.json"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _split_fragment(uri: str) -> tuple[str, str]:
+    base, _, frag = uri.partition("#")
+    return base, frag
+
+
+def _strip_fragment(uri: str) -> str:
+    return uri.partition("#")[0]
+
+
+def join_uri(base: str, ref: str) -> str:
+    """``ref`` resolved against ``base`` (RFC 3986), URNs included: a reference
+    with a scheme is absolute, a bare fragment keeps ``base``'s document."""
+    if _SCHEME.match(ref):
+        return ref
+    if ref.startswith("#") or ref == "":
+        return _strip_fragment(base) + ref
+    if base.startswith("urn:"):
+        return ref  # a URN has no path to resolve against: only absolute refs find it
+    return urljoin(base, ref)
 
 
 def load_schema(schema):
@@ -36,6 +61,26 @@ def load_schema(schema):
         return schema
     raise SchemaError(f"a schema must be a dict, a bool, a JSON string or a Pydantic model "
                       f"class, not {type(schema).__name__}", "")
+
+
+def _load_resources(resources) -> tuple:
+    """``resources`` (a mapping of URI to schema, each as :func:`load_schema`
+    takes it) as ``((uri, schema), ...)``.
+
+    Raises:
+        SchemaError: not a mapping, a URI that is not a string, or a schema that
+            is not one.
+    """
+    if resources is None:
+        return ()
+    if not hasattr(resources, "items"):
+        raise SchemaError(f"resources must map URIs to schemas, not {type(resources).__name__}", "")
+    out = []
+    for uri, schema in resources.items():
+        if not isinstance(uri, str) or not uri:
+            raise SchemaError(f"a resource URI must be a non-empty string, not {uri!r}", "")
+        out.append((uri, load_schema(schema)))
+    return tuple(out)
 
 
 def escape_token(tok: str) -> str:
@@ -64,12 +109,14 @@ class Document:
 
     ``diag`` receives what cannot be decided (a node ``jsonschema`` fails on)."""
 
-    def __init__(self, root, diag: Diagnostics):
+    def __init__(self, root, diag: Diagnostics, resources=None):
         self.root = root
         self.diag = diag
+        #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
+        #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
+        self.externals: tuple = _load_resources(resources)
         self._nodes: dict = {}
-        self._ids: dict[str, str] | None = None  # see _index_ids
-        self._resources: list[str] = []
+        self._ids: bool | None = None  # see _index_ids
         schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         #: drafts 3 to 7: "all other properties in a $ref object MUST be ignored"
         self.ref_ignores_siblings = any(f"draft-0{k}" in schema_uri for k in (3, 4, 6, 7))
@@ -89,7 +136,10 @@ class Document:
             hit = self._nodes[ref] = ref.schema
             return hit
         cur = self.root
-        for tok in ref.split("/")[1:]:
+        toks = ref.split("/")
+        if toks[0]:  # "@i": the i-th document of resources
+            cur = self.externals[int(toks[0][1:])][1]
+        for tok in toks[1:]:
             tok = _unescape_token(tok)
             if isinstance(cur, list):
                 try:
@@ -107,86 +157,103 @@ class Document:
         return cur
 
     def _index_ids(self) -> None:
-        """``_ids``: ``$id``/``$anchor`` values → JSON pointers, for non-pointer
-        ``$ref``; ``_resources``: the pointers of nested resources (a schema with
-        its own base URI: "#/..." inside them is relative to them). Made on the
-        first ``$ref``."""
-        ids: dict[str, str] = {}
-        resources: list[str] = []
-        root = self.root
-        schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
-        id_keys = ("$id", "id") if ("draft-04" in schema_uri or "draft-03" in schema_uri) else ("$id",)
-        path: list[str] = []  # the pointer is spelled only where an id is found
+        """The URI index, made on the first ``$ref``: every schema resource's
+        absolute URI (``$id`` resolved against its parent's base URI, RFC 3986)
+        → its pointer; ``(resource URI, name)`` of every ``$anchor`` and
+        ``$dynamicAnchor`` (and drafts 4–7's ``"$id": "#name"``) → its pointer;
+        and the base URI in force at each resource root, for relative ``$ref``.
+        The documents of ``resources`` are indexed the same way, each under the
+        URI it was given (and its own ``$id``, if it has one)."""
+        self._resources: dict[str, str] = {}
+        self._anchors: dict[tuple[str, str], str] = {}
+        self._dynamic: dict[tuple[str, str], str] = {}
+        self._bases: dict[str, str] = {}
+        self._index_document(self.root, "", _DEFAULT_BASE)
+        for i, (uri, doc) in enumerate(self.externals):
+            self._index_document(doc, f"@{i}", _strip_fragment(uri))
+        self._ids = True
 
-        def walk(node):
+    def _index_document(self, root, prefix: str, base: str) -> None:
+        schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
+        old_ids = "draft-04" in schema_uri or "draft-03" in schema_uri
+        self._resources.setdefault(base, prefix)
+        self._bases[prefix] = base
+        # an explicit stack, not recursion: a deep schema must not overflow it
+        stack = [(root, base, prefix)]
+        while stack:
+            node, base, ptr = stack.pop()
             if isinstance(node, dict):
-                if "$id" in node or "id" in node or "$anchor" in node:
-                    ptr = "".join("/" + escape_token(k) for k in path)
-                    for key in id_keys:
-                        v = node.get(key)
-                        if isinstance(v, str) and ptr and not v.startswith("#"):
-                            resources.append(ptr)
-                    for key in ("$id", "id"):
-                        v = node.get(key)
-                        if isinstance(v, str) and ptr:
-                            ids.setdefault(v, ptr)
-                            ids.setdefault(v.rstrip("#"), ptr)
-                    v = node.get("$anchor")
+                ident = node.get("id" if old_ids else "$id")
+                if isinstance(ident, str):
+                    if ident.startswith("#"):
+                        if len(ident) > 1:
+                            self._anchors.setdefault((base, ident[1:]), ptr)
+                    else:
+                        base = _strip_fragment(join_uri(base, ident))
+                        self._resources.setdefault(base, ptr)
+                        self._bases[ptr] = base
+                for key in ("$anchor", "$dynamicAnchor"):
+                    v = node.get(key)
                     if isinstance(v, str):
-                        ids.setdefault("#" + v, ptr)
+                        self._anchors.setdefault((base, v), ptr)
+                        if key == "$dynamicAnchor":
+                            self._dynamic.setdefault((base, v), ptr)
                 for k, v in node.items():
                     if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS:
-                        path.append(k)
-                        walk(v)
-                        path.pop()
-            else:
+                        stack.append((v, base, f"{ptr}/{escape_token(k)}"))
+            elif isinstance(node, list):
                 for i, v in enumerate(node):
                     if isinstance(v, (dict, list)):
-                        path.append(str(i))
-                        walk(v)
-                        path.pop()
+                        stack.append((v, base, f"{ptr}/{i}"))
 
-        if isinstance(root, (dict, list)):
-            walk(root)
-        self._ids, self._resources = ids, resources
+    def base_uri(self, at: Pointer) -> str:
+        """The base URI in force at the pointer ``at`` (its innermost resource's)."""
+        if self._ids is None:
+            self._index_ids()
+        best = None
+        for r in self._bases:
+            if (at == r or at.startswith(r + "/")) and (best is None or len(r) > len(best)):
+                best = r
+        return self._bases.get(best, _DEFAULT_BASE)
 
     def resolve_ref(self, ref, at: Pointer) -> Pointer:
-        """The JSON pointer the ``$ref`` value ``ref`` (found at ``at``) points to.
+        """The pointer the ``$ref`` value ``ref`` (found at ``at``) points to:
+        ``ref`` resolved against the base URI at ``at``, then its fragment read
+        as a JSON pointer (empty or starting with ``/``) within that resource, or
+        as an anchor name.
 
         Raises:
-            SchemaError: not a string, or it resolves to no schema.
+            SchemaError: not a string, or it resolves to no schema (a document not
+                given in ``resources``, an unknown anchor, a pointer to nothing).
         """
         if not isinstance(ref, str):
             raise SchemaError("$ref must be a string", at)
         if self._ids is None:
             self._index_ids()
-        ids = self._ids
+        uri, frag = _split_fragment(join_uri(self.base_uri(at), ref))
+        frag = unquote(frag)
+        resource = self._resources.get(uri)
         target = None
-        if ref.startswith("#"):
-            frag = unquote(ref[1:])
-            base = max((r for r in self._resources if at == r or at.startswith(r + "/")),
-                       key=len, default="")
+        if resource is not None:
             if frag == "" or frag.startswith("/"):
-                target = base + frag
-            elif ref in ids:
-                target = ids[ref]
-        else:
-            base, _, frag = ref.partition("#")
-            root = self.root
-            root_id = root.get("$id", root.get("id")) if isinstance(root, dict) else None
-            if isinstance(root_id, str) and base and root_id.rstrip("#").endswith(base):
-                target = unquote(frag)
-            elif base in ids and (frag == "" or frag.startswith("/")):
-                target = ids[base] + unquote(frag)
-            elif ref in ids:
-                target = ids[ref]
+                target = resource + frag
+            else:
+                target = self._anchors.get((uri, frag))
         if target is None:
-            raise SchemaError(f"cannot resolve $ref {ref!r}", at)
+            where = "" if resource is not None else (
+                " (no document has that URI: pass it in resources=)")
+            raise SchemaError(f"cannot resolve $ref {ref!r}{where}", at)
         try:
             self.node(target)
         except SchemaError:
             raise SchemaError(f"$ref {ref!r} points to no schema", at) from None
         return target
+
+    def dynamic_anchor(self, uri: str, name: str) -> Pointer | None:
+        """The pointer of the ``$dynamicAnchor`` ``name`` of the resource ``uri``."""
+        if self._ids is None:
+            self._index_ids()
+        return self._dynamic.get((uri, name))
 
     @property
     def validator(self):
@@ -201,7 +268,15 @@ class Document:
             root = self.root
             cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
                                                       default=jsonschema.Draft202012Validator)
-            self._validator = cls(root)
+            registry = None
+            if self.externals:
+                from referencing import Registry, Resource
+                from referencing.jsonschema import DRAFT202012
+
+                registry = Registry().with_resources(
+                    (uri, Resource.from_contents(doc, default_specification=DRAFT202012))
+                    for uri, doc in self.externals)
+            self._validator = cls(root) if registry is None else cls(root, registry=registry)
             # what jsonschema raises checking a value against a malformed node (it
             # trusts the meta-schema): a keyword value of the wrong JSON type
             # (TypeError, AttributeError, ValueError: multipleOf NaN), a pattern

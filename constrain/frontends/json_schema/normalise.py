@@ -141,6 +141,21 @@ class Normaliser:
                         f"anyOf/oneOf over allOf at {where or '/'}")
         return out
 
+    def evaluators(self, ref: NodeRef, conj) -> tuple:
+        """The nodes whose annotations ``unevaluatedProperties``/``unevaluatedItems``
+        at ``ref`` see, for a value matched against the conjunction ``conj``
+        (which holds ``ref``): ``ref`` and the subschemas it applies in place
+        (``allOf``, the ``anyOf``/``oneOf`` branches taken, ``$ref`` targets,
+        dependent schemas), i.e. the union of the disjuncts of ``ref``'s own
+        normal form that ``conj`` contains -- not the schemas that merely apply
+        beside ``ref`` (a parent's other ``allOf`` branches: "cousins")."""
+        have = set(conj)
+        out: dict = {}
+        for c in self.flatten(ref):
+            if have.issuperset(c):
+                out.update(dict.fromkeys(c))
+        return tuple(out)
+
     def flatten_pieces(self, pieces) -> list[tuple]:
         """The conjunction of the schemas at ``pieces``, normalised."""
         dnf = [()]

@@ -56,6 +56,9 @@ class ObjectView:
     pattern_pieces: list = field(default_factory=list)
     #: name sets of which an object must miss one each
     notall: list[frozenset] = field(default_factory=list)
+    #: names that may not appear at all (their value's schema is ``false``): kept
+    #: out of the additional members' keys too
+    forbidden: list[str] = field(default_factory=list)
 
     def extra_allowed_for(self, name: str) -> bool:
         """Whether an undeclared member ``name`` may appear."""
@@ -66,9 +69,27 @@ class ObjectView:
         return False
 
 
-def _member_pieces(nodes, name: str) -> list:
+def _evaluated_by(doc, others, name: str | None) -> bool:
+    """Whether one of the nodes ``others`` evaluates the member ``name``
+    (``None``: every additional member) -- so that an ``unevaluatedProperties``
+    beside them does not apply to it."""
+    for e in others:
+        m = doc.node(e)
+        if not isinstance(m, dict):
+            continue
+        if "additionalProperties" in m or "unevaluatedProperties" in m:
+            return True
+        if name is not None and (name in (m.get("properties") or {}) or any(
+                search(pat, name) for pat in (m.get("patternProperties") or {}))):
+            return True
+    return False
+
+
+def _member_pieces(doc, nodes, name: str, others: dict) -> list:
     """The references of the schemas a member ``name`` satisfies in each node:
-    its property and matching patterns, else the node's additional members."""
+    its property and matching patterns, else the node's additional members
+    (``unevaluatedProperties`` only where none of ``others[p]``, the node's
+    evaluators, has evaluated the name)."""
     pcs = []
     for p, n in nodes:
         props = n.get("properties", {}) or {}
@@ -81,17 +102,23 @@ def _member_pieces(nodes, name: str) -> list:
             pcs.extend(matched)
         elif "additionalProperties" in n:
             pcs.append(f"{p}/additionalProperties")
-        elif "unevaluatedProperties" in n:
+        elif "unevaluatedProperties" in n and not _evaluated_by(doc, others[p], name):
             pcs.append(f"{p}/unevaluatedProperties")
     return pcs
 
 
-def object_view(doc, conj, quiet: bool = False) -> ObjectView | None:
-    """The merged object constraints of a conjunction, or ``None`` when no object
-    satisfies them (``quiet``: what cannot be merged is not reported)."""
+def object_view(norm, conj, quiet: bool = False) -> ObjectView | None:
+    """The merged object constraints of a conjunction (``norm``: the document's
+    :class:`~constrain.frontends.json_schema.normalise.Normaliser`), or ``None``
+    when no object satisfies them (``quiet``: what cannot be merged is not
+    reported)."""
+    doc = norm.doc
     view = ObjectView()
     view.notall = [frozenset(p.names) for p in conj if type(p) is NotAll]
     nodes = [(p, doc.node(p)) for p in conj if type(p) is not NotAll and isinstance(doc.node(p), dict)]
+    # the evaluators of each unevaluatedProperties (but the node itself)
+    others = {p: tuple(e for e in norm.evaluators(p, conj) if e != p)
+              for p, n in nodes if "unevaluatedProperties" in n and "additionalProperties" not in n}
     names: dict[str, None] = {}
     for _, n in nodes:
         for k in n.get("properties", {}) or {}:
@@ -103,30 +130,54 @@ def object_view(doc, conj, quiet: bool = False) -> ObjectView | None:
                 if isinstance(k, str):
                     names.setdefault(k, None)
                     view.required.add(k)
+    for _, n in nodes:
+        # the names of list-valued dependencies are members like declared ones
+        # (each with the schemas additional members of that name have), so that
+        # their presence constraints can be enforced (see _presence_constraints)
+        for key in ("dependentRequired", "dependencies"):
+            deps = n.get(key)
+            if isinstance(deps, dict):
+                for trig, need in deps.items():
+                    if isinstance(need, list):
+                        names.setdefault(trig, None)
+                        for x in need:
+                            if isinstance(x, str):
+                                names.setdefault(x, None)
     for name in names:
-        pcs = _member_pieces(nodes, name)
+        pcs = _member_pieces(doc, nodes, name, others)
         if any(doc.node(x) is False for x in pcs):
             if name in view.required:
                 return None
+            view.forbidden.append(name)
             continue
         view.pieces[name] = tuple(pcs)
     view.order = list(view.pieces)
-    _extra_members(doc, nodes, view, quiet)
+    _extra_members(doc, nodes, view, quiet, others)
     return view
 
 
-def _extra_members(doc, nodes, view: ObjectView, quiet: bool) -> None:
+def _extra_members(doc, nodes, view: ObjectView, quiet: bool, others: dict) -> None:
     """What ``view``'s additional members may be."""
     pat_nodes = [(p, n) for p, n in nodes if n.get("patternProperties")]
     closed = False
+    # an unevaluatedProperties' piece -> the nodes whose patterns evaluate (and so
+    # exempt from it) the extra members matching them
+    pattern_sources: dict = {}
     for p, n in nodes:
         for key in ("additionalProperties", "unevaluatedProperties"):
             if key in n:
+                sources = (p,)
+                if key == "unevaluatedProperties":
+                    if _evaluated_by(doc, others[p], None):
+                        break  # a subschema evaluates every additional member
+                    sources = (p,) + tuple(e for e in others[p] if isinstance(doc.node(e), dict)
+                                           and doc.node(e).get("patternProperties"))
                 if doc.node(f"{p}/{key}") is False:
-                    if not n.get("patternProperties"):
+                    if not any(doc.node(e).get("patternProperties") for e in sources):
                         closed = True
-                elif key == "additionalProperties" or "additionalProperties" not in n:
+                else:
                     view.extra_pieces.append(f"{p}/{key}")
+                    pattern_sources[f"{p}/{key}"] = sources
                 break
     if closed:
         view.extra = None
@@ -138,7 +189,7 @@ def _extra_members(doc, nodes, view: ObjectView, quiet: bool) -> None:
         view.patterns = [(pat, f"{p}/patternProperties/{escape_token(pat)}")
                          for pat in n["patternProperties"]]
         view.pattern_pieces = [x for _, x in view.patterns]
-        view.extra_pieces = [x for x in view.extra_pieces if not x.startswith(p + "/")]
+        view.extra_pieces = [x for x in view.extra_pieces if p not in pattern_sources.get(x, ())]
     else:
         if not quiet:
             doc.diag.unsupported(f"{pat_nodes[1][0]}/patternProperties",
@@ -178,10 +229,6 @@ def _presence_constraints(t: Translation, conj, view: ObjectView) -> list | None
                         t.diag.unsupported(f"{p}/{key}/{escape_token(trig)}",
                                            f"a schema-valued {key}")
                     continue
-                for x in need:
-                    if x not in view.pieces and view.extra == "any":
-                        view.pieces[x] = tuple(view.extra_pieces)
-                        view.order.append(x)
                 cons.append(("implies", trig, frozenset(need)))
     return cons
 
@@ -198,7 +245,7 @@ def _satisfied(cons, have: set) -> bool:
 def object_symbol(t: Translation, conj) -> str | None:
     """A rule for the objects of the conjunction."""
     g = t.grammar
-    view = object_view(t.doc, conj)
+    view = object_view(t.norm, conj)
     if view is None:
         return None
     cons = _presence_constraints(t, conj, view)
@@ -209,7 +256,7 @@ def object_symbol(t: Translation, conj) -> str | None:
     for c in cons:
         names_in_cons |= c[1] if c[0] == "notall" else {c[1]} | c[2]
     # a constrained name that is not declared is kept out of extra keys
-    hidden = sorted(x for x in names_in_cons if x not in view.pieces)
+    hidden = sorted({x for x in names_in_cons if x not in view.pieces} | set(view.forbidden))
     involved = [x for x in order if x in names_in_cons and x not in view.required]
     min_p, max_p = len_bounds(t.doc, conj, "minProperties", "maxProperties")
     if (not order and not hidden and not cons and view.extra == "any" and min_p == 0

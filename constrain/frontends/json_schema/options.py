@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: default cap on consecutive whitespace characters in "flexible" style
 DEFAULT_MAX_WHITESPACE = 4
@@ -35,8 +35,17 @@ class Options:
     max_array_length: int = MAX_ARRAY_LENGTH
     #: seconds the translation may take (``None``: unbounded)
     time_budget: float | None = 30.0
+    #: ``"assert"``: a known ``format`` (date-time, email, uuid, ...) is enforced,
+    #: as structured-output engines do; ``"annotation"``: formats assert nothing,
+    #: draft 2020-12's default for validators
+    formats: str = "assert"
+    #: other schema documents ``$ref`` may point into, by URI (a mapping, as
+    #: ``jsonschema``'s registry holds them); nothing is ever fetched
+    resources: object = field(default=None, compare=False, hash=False)
 
     def __post_init__(self):
+        if self.formats not in ("assert", "annotation"):
+            raise ValueError(f"formats must be 'assert' or 'annotation', not {self.formats!r}")
         if self.whitespace == "flexible":
             if self.max_whitespace < 1:
                 raise ValueError("max_whitespace must be >= 1")

@@ -30,11 +30,11 @@ def reorder(t: Translation, pieces: tuple, value, depth: int = 0):
     # the conjunction the value is valid against, as the grammar would pick it
     conj = next((c for c in conjs if all(t.doc.valid(value, p) for p in c)), conjs[0] if conjs else ())
     if isinstance(value, list):
-        layout = item_layout(t.doc, conj)
+        layout = item_layout(t.norm, conj)
         return [reorder(t, pieces_at(layout, i), v, depth + 1) for i, v in enumerate(value)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        view = object_view(t.doc, conj, quiet=True)
+        view = object_view(t.norm, conj, quiet=True)
     if view is None:
         return value
     out = {}

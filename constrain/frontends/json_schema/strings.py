@@ -58,7 +58,7 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
             continue
         if isinstance(n.get("pattern"), str) and n["pattern"] not in [x for x, _ in patterns]:
             patterns.append((n["pattern"], f"{p}/pattern"))
-        if isinstance(n.get("format"), str):
+        if isinstance(n.get("format"), str) and t.options.formats == "assert":
             formats.append(n["format"])
     content = None
     if patterns:
