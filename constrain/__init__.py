@@ -11,6 +11,7 @@ Every compiled grammar follows one protocol (see :mod:`constrain.protocol`)::
 
 from .errors import (
     ConstraintError,
+    EmptySchemaError,
     GrammarError,
     GrammarTooComplexError,
     InvalidLimitError,
@@ -63,6 +64,7 @@ __all__ = [
     "Matcher",
     "BatchMatcher",
     "ConstraintError",
+    "EmptySchemaError",
     "GrammarError",
     "GrammarTooComplexError",
     "InvalidLimitError",

@@ -127,3 +127,16 @@ class SchemaError(ConstraintError):
         self.pointer = pointer
         self.msg = message
         super().__init__(f"{message} at {pointer or '/'} (JSON pointer)")
+
+
+class EmptySchemaError(UnsupportedSchemaError):
+    """A JSON Schema admits no JSON value at all (``false``, ``not: {}``, an
+    ``allOf`` of incompatible schemas...): no output could satisfy it, so no
+    constraint is built. ``pointer`` is ``""``."""
+
+
+class BitmaskError(ConstraintError):
+    """A bitmask passed to ``fill_bitmask`` (or a row of it) cannot take a mask:
+    not a numpy array or torch tensor, not int32, not 2-D, narrower than
+    ``ceil(V/32)`` words, not C-contiguous, or the row is not an index of it.
+    (Nothing was written.)"""

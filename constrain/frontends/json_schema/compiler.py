@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 
-from constrain.errors import UnsupportedSchemaError
+from constrain.errors import EmptySchemaError, UnsupportedSchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
@@ -63,7 +63,7 @@ def translate(schema, options: Options, exclusions: dict | None = None) -> Trans
     root = load_schema(schema)
     t = Translation(root, options, exclusions)
     if root is False:
-        raise UnsupportedSchemaError("the schema admits no JSON value", "")
+        raise EmptySchemaError("the schema admits no JSON value", "")
     top = t.value(("",))
     t.grammar.rules.setdefault("start", [Alt([("sym", top)])])
     return t
@@ -102,7 +102,9 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
             schema it is in (RFC 3986), as in ``jsonschema``. Nothing is fetched.
 
     Raises:
-        UnsupportedSchemaError: a keyword cannot be enforced (strict).
+        UnsupportedSchemaError: a keyword cannot be enforced (strict);
+            :class:`~constrain.errors.EmptySchemaError` (a subclass): the schema
+            admits no JSON value.
         SchemaError: the schema is malformed or a ``$ref`` dangles.
         GrammarTooComplexError: the grammar would exceed a size limit or the
             translation its time budget.

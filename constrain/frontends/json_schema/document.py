@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import unquote, urljoin
+from urllib.parse import quote, unquote, urljoin
 
 from constrain.errors import SchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
@@ -115,6 +115,9 @@ class Document:
         #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)
+        #: schemas the translator wrote (complements, see :mod:`.negation`), at
+        #: the pointers ``@n<k>``
+        self.generated: list = []
         self._nodes: dict = {}
         self._ids: bool | None = None  # see _index_ids
         schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
@@ -137,8 +140,10 @@ class Document:
             return hit
         cur = self.root
         toks = ref.split("/")
-        if toks[0]:  # "@i": the i-th document of resources
-            cur = self.externals[int(toks[0][1:])][1]
+        if toks[0]:  # "@i": the i-th document of resources; "@n<k>": generated
+            head = toks[0]
+            cur = (self.generated[int(head[2:])] if head.startswith("@n")
+                   else self.externals[int(head[1:])][1])
         for tok in toks[1:]:
             tok = _unescape_token(tok)
             if isinstance(cur, list):
@@ -206,6 +211,41 @@ class Document:
                     if isinstance(v, (dict, list)):
                         stack.append((v, base, f"{ptr}/{i}"))
 
+    @property
+    def has_unevaluated(self) -> bool:
+        """Whether ``unevaluatedProperties``/``unevaluatedItems`` occur anywhere
+        in the documents (then annotations matter; see :mod:`.normalise`)."""
+        hit = self._nodes.get("#has_unevaluated")
+        if hit is None:
+            text = json.dumps([self.root] + [d for _, d in self.externals])
+            hit = self._nodes["#has_unevaluated"] = ('"unevaluatedProperties"' in text
+                                                     or '"unevaluatedItems"' in text)
+        return hit
+
+    def add_generated(self, schema, base: str) -> Pointer:
+        """The pointer of a new generated document ``schema``, whose relative
+        ``$ref`` resolve against ``base``."""
+        if self._ids is None:
+            self._index_ids()
+        ptr = f"@n{len(self.generated)}"
+        self.generated.append(schema)
+        self._bases[ptr] = base
+        return ptr
+
+    def uri_of(self, at: Pointer) -> str:
+        """A ``$ref`` value that resolves to the pointer ``at`` from any document
+        (its document's URI and the pointer as fragment)."""
+        if self._ids is None:
+            self._index_ids()
+        head, sep, rest = at.partition("/")
+        if head.startswith("@n"):
+            raise ValueError("generated documents are not referred to")
+        if head.startswith("@"):
+            base, frag = _strip_fragment(self.externals[int(head[1:])][0]), sep + rest
+        else:
+            base, frag = self._bases[""], at
+        return base + "#" + quote(frag, safe="/~!$&'()*+,;=:@")
+
     def base_uri(self, at: Pointer) -> str:
         """The base URI in force at the pointer ``at`` (its innermost resource's)."""
         if self._ids is None:
@@ -268,15 +308,21 @@ class Document:
             root = self.root
             cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {},
                                                       default=jsonschema.Draft202012Validator)
-            registry = None
-            if self.externals:
-                from referencing import Registry, Resource
-                from referencing.jsonschema import DRAFT202012
+            from referencing import Registry, Resource
+            from referencing.exceptions import NoSuchResource
+            from referencing.jsonschema import DRAFT202012
 
-                registry = Registry().with_resources(
-                    (uri, Resource.from_contents(doc, default_specification=DRAFT202012))
-                    for uri, doc in self.externals)
-            self._validator = cls(root) if registry is None else cls(root, registry=registry)
+            def never_fetch(uri):
+                # an unknown URI is an unresolvable $ref, never a download
+                raise NoSuchResource(ref=uri)
+
+            # the root under the base URI complements refer to it by (see
+            # uri_of), and the documents of resources under theirs
+            docs = [(_DEFAULT_BASE, root)] + list(self.externals)
+            registry = Registry(retrieve=never_fetch).with_resources(
+                (uri, Resource.from_contents(doc, default_specification=DRAFT202012))
+                for uri, doc in docs)
+            self._validator = cls(root, registry=registry)
             # what jsonschema raises checking a value against a malformed node (it
             # trusts the meta-schema): a keyword value of the wrong JSON type
             # (TypeError, AttributeError, ValueError: multipleOf NaN), a pattern

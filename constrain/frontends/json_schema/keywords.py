@@ -8,8 +8,9 @@ import math
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 STRING_KEYWORDS = frozenset({"maxLength", "minLength", "pattern", "format"})
-#: validation keywords no per-type emitter enforces (``then``/``else`` go with ``if``)
-REFUSED = frozenset({"contains", "maxContains", "minContains", "if", "then", "else",
+#: validation keywords no per-type emitter enforces (``if``/``then``/``else`` and
+#: ``not`` are expanded by normalisation)
+REFUSED = frozenset({"contains", "maxContains", "minContains",
                      "$dynamicRef", "$recursiveRef", "dependentSchemas"})
 
 #: the keywords jsonschema asserts, besides type/enum/const (every draft; it

@@ -10,8 +10,9 @@ import contextlib
 from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
 from constrain.frontends.json_schema.disjointness import resolve_one_of
 from constrain.frontends.json_schema.document import Document, escape_token
-from constrain.frontends.json_schema.keywords import node_types, not_required_sets
-from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Synthetic
+from constrain.frontends.json_schema.keywords import IGNORABLE, node_types, not_required_sets
+from constrain.frontends.json_schema.negation import Negator
+from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer, Synthetic
 from constrain.frontends.json_schema.options import MAX_CONJUNCTIONS
 from constrain.frontends.json_schema.rules import Budget
 
@@ -25,9 +26,15 @@ class Normaliser:
     While a ``oneOf`` disjointness proof runs (:meth:`proving`), nested ``oneOf``
     are not checked, and their forms are memoised apart."""
 
-    def __init__(self, doc: Document, budget: Budget):
+    def __init__(self, doc: Document, budget: Budget, formats_asserted: bool = True):
         self.doc = doc
         self.budget = budget
+        self.negator = Negator(doc, formats_asserted)
+        #: the nodes whose ``not`` is expanded here (into its complement), which
+        #: the per-type emitters then leave alone
+        self.negated: set = set()
+        #: ``.../not`` or ``.../if`` pointers whose complement cannot be stated
+        self.unnegated: dict = {}
         self._cache: dict[bool, dict] = {False: {}, True: {}}
         self._checking = False
 
@@ -79,6 +86,27 @@ class Normaliser:
             # not {required: S} (or an anyOf of such): an object missing some name of
             # each S
             dnf = self.product(dnf, [(_OBJECT,) + tuple(NotAll.of(x) for x in sets)], ref)
+        elif "not" in node and not _simple_not(node["not"]):
+            # any other not but those the emitters apply (types, enum values): its
+            # complement, as a schema
+            neg = self._negate(f"{ref}/not")
+            if neg is not None:
+                self.negated.add(ref)
+                dnf = self.product(dnf, self.flatten(neg, stack), ref)
+        if "if" in node and ("then" in node or "else" in node or self.doc.has_unevaluated):
+            neg = self._negate(f"{ref}/if")
+        else:
+            neg = None
+        if neg is not None:
+            # (if and then) or (not if and else); an if alone changes nothing
+            # but the annotations unevaluated* see, so it splits only then
+            yes = self.flatten(f"{ref}/if", stack)
+            if "then" in node:
+                yes = self.product(yes, self.flatten(f"{ref}/then", stack), ref)
+            no = self.flatten(neg, stack)
+            if "else" in node:
+                no = self.product(no, self.flatten(f"{ref}/else", stack), ref)
+            dnf = self.product(dnf, yes + no, ref)
         dnf = self._dependencies(node, ref, dnf, stack)
         for i, _ in enumerate(_list(node, "allOf", ref)):
             dnf = self.product(dnf, self.flatten(f"{ref}/allOf/{i}", stack), ref)
@@ -94,6 +122,18 @@ class Normaliser:
             dnf = self.product(dnf, [c for f in flat for c in f], ref)
         cache[ref] = dnf
         return dnf
+
+    def _negate(self, ref) -> Pointer | None:
+        """The complement of the schema at ``ref`` (see :mod:`.negation`), or
+        ``None`` where it cannot be stated: the error is kept in
+        ``unnegated[ref]`` and raised (or, not strict, the keyword ignored) only
+        if an emitter needs the keyword -- a conjunction with an ``enum`` or
+        ``const`` is exact without it (each value is checked whole)."""
+        try:
+            return self.negator.negate(ref)
+        except UnsupportedSchemaError as e:
+            self.unnegated[ref] = e
+            return None
 
     def _one_of(self, flat, ref) -> list:
         """The branches of the ``oneOf`` at ``ref``, made disjoint where that is
@@ -154,7 +194,16 @@ class Normaliser:
         for c in self.flatten(ref):
             if have.issuperset(c):
                 out.update(dict.fromkeys(c))
-        return tuple(out)
+        # a complement stands for a failed schema, which evaluates nothing: its
+        # nodes and every node it reaches are dropped (a node also reached
+        # another way is dropped too -- fewer evaluators only apply
+        # unevaluated* to more members, the strict side)
+        failed = set()
+        for e in out:
+            if type(e) is str and e.startswith("@n"):
+                for c in self.flatten(e):
+                    failed.update(c)
+        return tuple(e for e in out if e not in failed)
 
     def flatten_pieces(self, pieces) -> list[tuple]:
         """The conjunction of the schemas at ``pieces``, normalised."""
@@ -174,6 +223,16 @@ class Normaliser:
             return self.flatten_pieces(pieces)
         except (UnsupportedSchemaError, SchemaError, GrammarTooComplexError):
             return None
+
+
+def _simple_not(neg) -> bool:
+    """Whether the emitters apply ``not: neg`` themselves (see
+    :meth:`Translation._apply_not`): booleans, ``{}``, and a ``type``, ``enum``
+    or ``const`` alone."""
+    if not isinstance(neg, dict) or not neg:
+        return True
+    keys = set(neg) - IGNORABLE
+    return not keys or keys <= {"enum", "const", "type"}
 
 
 def _list(node, key, ref):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import warnings
 
 from constrain.frontends.json_schema.arrays import item_layout, pieces_at
+from constrain.frontends.json_schema.keywords import json_equal
+from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.objects import object_view
 from constrain.frontends.json_schema.translation import Translation
 
@@ -29,6 +31,10 @@ def reorder(t: Translation, pieces: tuple, value, depth: int = 0):
         return value
     # the conjunction the value is valid against, as the grammar would pick it
     conj = next((c for c in conjs if all(t.doc.valid(value, p) for p in c)), conjs[0] if conjs else ())
+    values = enum_values(t.doc, conj)
+    if values is not None:
+        # a literal is written as the schema spells it: its own member order
+        return next((v for v in values if json_equal(v, value)), value)
     if isinstance(value, list):
         layout = item_layout(t.norm, conj)
         return [reorder(t, pieces_at(layout, i), v, depth + 1) for i, v in enumerate(value)]

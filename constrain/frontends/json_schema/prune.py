@@ -4,7 +4,7 @@ rules are read through. Linear in the grammar's size."""
 
 from __future__ import annotations
 
-from constrain.errors import UnsupportedSchemaError
+from constrain.errors import EmptySchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.rules import GrammarBuilder
 
@@ -14,7 +14,7 @@ def prune(g: GrammarBuilder, start: str, diag: Diagnostics) -> tuple[dict, set]:
     removed (rules in the order they were made).
 
     Raises:
-        UnsupportedSchemaError: ``start`` derives nothing: the schema admits no
+        EmptySchemaError: ``start`` derives nothing: the schema admits no
             value (that Trellis can enforce, when ``diag`` set keywords aside).
     """
     rules, terms = g.rules, g.terminal_defs
@@ -24,7 +24,7 @@ def prune(g: GrammarBuilder, start: str, diag: Diagnostics) -> tuple[dict, set]:
         if diag.ignored:
             why = (" that Trellis can enforce (strict=False set aside what it could not, "
                    "at " + diag.where_ignored() + ")")
-        raise UnsupportedSchemaError("the schema admits no JSON value" + why, "")
+        raise EmptySchemaError("the schema admits no JSON value" + why, "")
     if every:
         return _reachable(start, rules, rules, terms)
     # drop the alternatives that need an unproductive symbol (and the

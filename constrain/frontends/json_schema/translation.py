@@ -35,7 +35,7 @@ class Translation:
         self.diag = Diagnostics(options.strict)
         self.doc = Document(root, self.diag, options.resources)
         self.budget = Budget(options.deadline())
-        self.norm = Normaliser(self.doc, self.budget)
+        self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
         self.grammar = GrammarBuilder(options.ws, exclusions)
         self._memo: dict[tuple, str] = {}
 
@@ -106,6 +106,10 @@ class Translation:
             n = self.doc.node(p)
             if not isinstance(n, dict):
                 continue
+            for k in ("not", "if"):
+                e = self.norm.unnegated.get(f"{p}/{k}")
+                if e is not None:
+                    self.diag.unsupported(e.pointer, e.msg)
             for k in n:
                 if k not in REFUSED:
                     continue
@@ -113,8 +117,7 @@ class Translation:
                     continue
                 if k == "dependentSchemas" and ("object" not in types or node_types(n) == {"object"}):
                     continue
-                if k in ("then", "else"):
-                    continue  # refused with "if"; without it they do nothing
+
                 self.diag.unsupported(f"{p}/{k}", f"the keyword {k!r} is not supported")
 
     def _apply_not(self, conj, types) -> tuple[set, list]:
@@ -125,8 +128,9 @@ class Translation:
         excluded: list = []
         for p in conj:
             n = self.doc.node(p)
-            if not isinstance(n, dict) or "not" not in n:
-                continue
+            if (not isinstance(n, dict) or "not" not in n or p in self.norm.negated
+                    or f"{p}/not" in self.norm.unnegated):
+                continue  # expanded by normalisation, or refused by _check_keywords
             neg = n["not"]
             if neg is True or neg == {}:
                 return set(), excluded
