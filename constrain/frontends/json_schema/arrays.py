@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from constrain.errors import GrammarTooComplexError
+import math
+
+from constrain.errors import GrammarTooComplexError, SchemaError
 from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.nodes import FALSE
 from constrain.frontends.json_schema.rules import Alt
@@ -118,6 +120,10 @@ def array_symbol(t: Translation, conj) -> str | None:
     def elem(i):
         return t.value(pieces_at(layout, i))
 
+    contained = _contains_symbol(t, conj, layout, k, lo, hi)
+    if contained is not False:
+        return contained
+
     if k == 0 and lo == 0 and hi is None and g.is_any(elem(0)):
         g.any_value()
         return "any_array"  # {"type": "array"}: the shared any-array rule
@@ -147,3 +153,82 @@ def array_symbol(t: Translation, conj) -> str | None:
         alts.append(Alt([("sym", P["EMPTY_ARR"])]))
     g.rules[name] = alts
     return name
+
+
+def _contains_symbol(t: Translation, conj, layout, k: int, lo: int, hi: int | None):
+    """The rule for arrays of the conjunction under its ``contains`` (between
+    ``minContains``, default 1, and ``maxContains`` items match), ``None`` when
+    no array satisfies it, or ``False`` when no ``contains`` applies.
+
+    At least ``m`` matches, unbounded: ``S_m = C "," S_{m-1} | I "," S_m`` (and
+    ``S_1`` also ``C`` alone)
+    over item values ``I`` and matching items ``C`` (ambiguous where an item
+    could count or not, with at most ``m + 1`` live alternatives). A
+    ``maxContains`` counts exactly, with the items that do not match (the
+    complement of ``contains``): ``E_c = C ["," E_{c+1}] | N ["," E_c]``."""
+    doc, g = t.doc, t.grammar
+    P = g.punct
+    found = [p for p in conj if isinstance(doc.node(p), dict) and "contains" in doc.node(p)]
+    if not found:
+        return False
+    p = found[0]
+    if len(found) > 1:
+        t.diag.unsupported(f"{found[1]}/contains", "contains in two merged schemas")
+    n = doc.node(p)
+    m = _count(n, "minContains", p, 1, math.ceil)
+    top = _count(n, "maxContains", p, None, math.floor)
+    if top is not None and top < m:
+        return None
+    if m == 0 and top is None:
+        return False  # every array has at least 0 matching items
+    if k > 0 or lo > max(m, 1) or hi is not None:
+        t.diag.unsupported(f"{p}/contains", "contains with prefixItems or length bounds")
+        return False
+    item = pieces_at(layout, 0)
+    c_sym = t.value(item + (f"{p}/contains",)) if doc.node(f"{p}/contains") is not False else None
+    name = g.new_rule("contains")
+    if top is None:
+        if c_sym is None:
+            return None
+        i_sym = t.value(item)
+        rules = {0: g.new_rule(f"{name}_s")}
+        g.rules[rules[0]] = [Alt([("sym", i_sym), ("star", (P["COMMA"], i_sym))])]
+        for j in range(1, m + 1):
+            rules[j] = g.new_rule(f"{name}_s")
+        for j in range(1, m + 1):
+            g.rules[rules[j]] = ([Alt([("sym", c_sym)])] if j == 1 else []) + [
+                Alt([("sym", c_sym), ("sym", P["COMMA"]), ("sym", rules[j - 1])]),
+                Alt([("sym", i_sym), ("sym", P["COMMA"]), ("sym", rules[j])])]
+        g.rules[name] = [Alt([("sym", P["LBRACK"]), ("sym", rules[m]), ("sym", P["RBRACK"])])]
+        return name
+    neg = t.norm.negator.negate(f"{p}/contains")
+    n_sym = t.value(item + (neg,))
+    rules = {c: g.new_rule(f"{name}_e") for c in range(top + 1)}
+    for c in range(top + 1):
+        alts = []
+        if c_sym is not None and c + 1 <= top:
+            if c + 1 >= m:
+                alts.append(Alt([("sym", c_sym)]))
+            alts.append(Alt([("sym", c_sym), ("sym", P["COMMA"]), ("sym", rules[c + 1])]))
+        if c >= m:
+            alts.append(Alt([("sym", n_sym)]))
+        alts.append(Alt([("sym", n_sym), ("sym", P["COMMA"]), ("sym", rules[c])]))
+        g.rules[rules[c]] = alts
+    g.rules[name] = [Alt([("sym", P["LBRACK"]), ("sym", rules[0]), ("sym", P["RBRACK"])])]
+    if m == 0:
+        g.rules[name].append(Alt([("sym", P["EMPTY_ARR"])]))
+    return name
+
+
+def _count(n, key: str, p: str, default, rounding):
+    """A ``minContains``/``maxContains`` value as an int (``default`` when absent).
+
+    Raises:
+        SchemaError: not a non-negative number.
+    """
+    v = n.get(key, default)
+    if v is default:
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SchemaError(f"{key} must be a non-negative integer", f"{p}/{key}")
+    return int(rounding(v))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 
-from constrain.errors import EmptySchemaError, UnsupportedSchemaError
+from constrain.errors import EmptySchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint

@@ -10,8 +10,7 @@ TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 STRING_KEYWORDS = frozenset({"maxLength", "minLength", "pattern", "format"})
 #: validation keywords no per-type emitter enforces (``if``/``then``/``else`` and
 #: ``not`` are expanded by normalisation)
-REFUSED = frozenset({"contains", "maxContains", "minContains",
-                     "$dynamicRef", "$recursiveRef", "dependentSchemas"})
+REFUSED = frozenset({"$dynamicRef", "$recursiveRef"})
 
 #: the keywords jsonschema asserts, besides type/enum/const (every draft; it
 #: ignores the others, and format without a format checker, as in

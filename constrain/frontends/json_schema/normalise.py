@@ -10,7 +10,7 @@ import contextlib
 from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
 from constrain.frontends.json_schema.disjointness import resolve_one_of
 from constrain.frontends.json_schema.document import Document, escape_token
-from constrain.frontends.json_schema.keywords import IGNORABLE, node_types, not_required_sets
+from constrain.frontends.json_schema.keywords import IGNORABLE, not_required_sets
 from constrain.frontends.json_schema.negation import Negator
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer, Synthetic
 from constrain.frontends.json_schema.options import MAX_CONJUNCTIONS
@@ -155,11 +155,10 @@ class Normaliser:
             for trig, dep in deps.items():
                 if isinstance(dep, list):
                     continue  # dependentRequired form: see objects.object_symbol
-                if node_types(node) != {"object"}:
-                    continue  # refused by Translation.check_keywords
                 where = f"{ref}/{key}/{escape_token(trig)}"
+                # non-objects take the first branch (NotAll admits them)
                 absent = (NotAll.of([trig]),)
-                present = (Synthetic("required", (trig,)),)
+                present = (_OBJECT, Synthetic("required", (trig,)))
                 alts = [absent] + [present + c for c in self.flatten(where, stack)]
                 dnf = self.product(dnf, alts, ref)
         return dnf

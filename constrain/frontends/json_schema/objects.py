@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from constrain.frontends.json_schema.document import escape_token
 from constrain.frontends.json_schema.encoding import json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
-from constrain.frontends.json_schema.keywords import len_bounds, node_types
+from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.nodes import NotAll
 from constrain.frontends.json_schema.patterns import matches_everything, pattern_class_star, patterns_disjoint
 from constrain.frontends.json_schema.rules import Alt
@@ -223,12 +223,7 @@ def _presence_constraints(t: Translation, conj, view: ObjectView) -> list | None
                 continue
             for trig, need in deps.items():
                 if not isinstance(need, list):
-                    if node_types(n) == {"object"}:
-                        continue  # see Normaliser._dependencies
-                    if trig in view.pieces or view.extra is not None:
-                        t.diag.unsupported(f"{p}/{key}/{escape_token(trig)}",
-                                           f"a schema-valued {key}")
-                    continue
+                    continue  # a schema: see Normaliser._dependencies
                 cons.append(("implies", trig, frozenset(need)))
     return cons
 

@@ -10,7 +10,7 @@ from constrain.frontends.json_schema.arrays import array_symbol
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.document import Document
 from constrain.frontends.json_schema.keywords import (IGNORABLE, REFUSED, UNCONSTRAINED_KEYS, conj_types,
-                                                     is_number, node_types, not_required_sets, type_set)
+                                                     is_number, not_required_sets, type_set)
 from constrain.frontends.json_schema.literals import enum_values, literal_symbol
 from constrain.frontends.json_schema.nodes import NotAll
 from constrain.frontends.json_schema.normalise import Normaliser
@@ -112,10 +112,6 @@ class Translation:
                     self.diag.unsupported(e.pointer, e.msg)
             for k in n:
                 if k not in REFUSED:
-                    continue
-                if k in ("contains", "maxContains", "minContains") and "array" not in types:
-                    continue
-                if k == "dependentSchemas" and ("object" not in types or node_types(n) == {"object"}):
                     continue
 
                 self.diag.unsupported(f"{p}/{k}", f"the keyword {k!r} is not supported")
