@@ -9,7 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from constrain.frontends.json_schema.keywords import conj_types, len_bounds
+from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
 from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
 from constrain.frontends.json_schema.numbers import num_bounds
@@ -31,18 +31,26 @@ def resolve_one_of(norm: Normaliser, flat, context):
     doc = norm.doc
     n = len(flat)
     drop = [set() for _ in range(n)]
+    #: (branch, conjunction index) -> enum/const values both sides admit, to be
+    #: excluded from both (a value matching two branches is invalid)
+    overlaps: dict = {}
     objects_overlap = False
     with norm.proving():
         for i in range(n):
             for j in range(i + 1, n):
-                for ci in flat[i]:
-                    for cj in flat[j]:
+                for xi, ci in enumerate(flat[i]):
+                    for xj, cj in enumerate(flat[j]):
                         a, b = context + ci, context + cj
-                        e1, e2 = enum_values(doc, a), enum_values(doc, b)
+                        # the values of a literal branch, checked against the other
+                        # branch alone: the context holds this very oneOf, which
+                        # every shared value fails (checking it would be circular)
+                        e1, e2 = enum_values(doc, ci), enum_values(doc, cj)
                         if e1 is not None or e2 is not None:
-                            if disjoint(norm, a, b, 3):
-                                continue
-                            return None
+                            both = _shared_values(doc, e1, cj) + _shared_values(doc, e2, ci)
+                            if both:
+                                overlaps.setdefault((i, xi), []).extend(both)
+                                overlaps.setdefault((j, xj), []).extend(both)
+                            continue
                         shared = conj_types(doc, a) & conj_types(doc, b)
                         explicit = _explicit_types(doc, a) or _explicit_types(doc, b)
                         for t in _PROVEN_TYPES:
@@ -57,6 +65,12 @@ def resolve_one_of(norm: Normaliser, flat, context):
                                 drop[j].add(t)
                             else:
                                 return None
+    if overlaps:
+        base = doc.base_uri(context[0]) if context and type(context[0]) is str else None
+        flat = [[conj + (doc.add_generated({"not": {"enum": _unique(overlaps[(i, x)])}},
+                                           base or doc.base_uri("")),)
+                 if (i, x) in overlaps else conj for x, conj in enumerate(branch)]
+                for i, branch in enumerate(flat)]
     if objects_overlap:
         flat = (_exclusive_required(doc, flat, context)
                 or _forced_discriminator(norm, flat, context))
@@ -74,6 +88,21 @@ def resolve_one_of(norm: Normaliser, flat, context):
             keep = conj_types(doc, context + conj) - drop[i]
             new.append(conj + (Synthetic("type", tuple(sorted(keep))),))
         out.append(new)
+    return out
+
+
+def _shared_values(doc, values, conj) -> list:
+    """The ``values`` (``None``: none) that every node of ``conj`` admits."""
+    if values is None:
+        return []
+    return [v for v in values if all(doc.accepts(v, p) for p in conj)]
+
+
+def _unique(values) -> list:
+    out = []
+    for v in values:
+        if not any(json_equal(v, w) for w in out):
+            out.append(v)
     return out
 
 

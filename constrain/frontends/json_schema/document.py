@@ -12,6 +12,7 @@ from constrain.errors import SchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
+from constrain.frontends.json_schema.wellformed import check_schema
 
 # keywords whose values are data, not schemas: no $id inside them counts
 _NOT_SCHEMAS = frozenset(("enum", "const", "default", "examples", "example"))
@@ -115,6 +116,9 @@ class Document:
         #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)
+        check_schema(root)
+        for i, (_, doc) in enumerate(self.externals):
+            check_schema(doc, f"@{i}")
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
         #: the pointers ``@n<k>``
         self.generated: list = []

@@ -101,11 +101,39 @@ def _multiple_ofs(doc, conj):
     return mult, float_ms, float_cap
 
 
+#: numbers are written below this magnitude (see number_symbol)
+_MAX_BOUND = 1e30
+
+
+def _bound_pointer(doc, conj, v) -> str:
+    """The pointer of the bound keyword whose value is ``v``."""
+    for p in conj:
+        n = doc.node(p)
+        if isinstance(n, dict):
+            for key in _BOUND_KEYWORDS:
+                if key in n and n[key] == v and not isinstance(n[key], bool):
+                    return f"{p}/{key}"
+    return ""
+
+
 def number_symbol(t: Translation, conj, integer: bool, excluded=()) -> str | None:
     """One terminal for the numbers (``integer``: integers) within the bounds
     and ``multipleOf`` of the conjunction, less the ``excluded`` values."""
     doc, g = t.doc, t.grammar
-    lo, lo_x, hi, hi_x = bounds = num_bounds(doc, conj)
+    lo, lo_x, hi, hi_x = num_bounds(doc, conj)
+    # a bound's digits become a chain of automaton states each (a bound of
+    # hundreds of digits took seconds and a gigabyte): a far bound is lowered to
+    # the cap, leaving out only numbers beyond it (the strict side); a near
+    # bound beyond the cap admits no number the grammar writes
+    if hi is not None and hi >= _MAX_BOUND:
+        hi, hi_x = _MAX_BOUND, True
+    if lo is not None and lo <= -_MAX_BOUND:
+        lo, lo_x = -_MAX_BOUND, True
+    for v in (lo, hi):
+        if v is not None and abs(v) > _MAX_BOUND:
+            t.diag.unsupported(_bound_pointer(doc, conj, v),
+                               f"a bound of magnitude {v:g} (beyond {_MAX_BOUND:g})")
+    bounds = lo, lo_x, hi, hi_x
     if excluded:
         return _number_excluding(t, conj, integer, excluded, bounds)
     mult, float_ms, float_cap = _multiple_ofs(doc, conj)

@@ -1,0 +1,126 @@
+"""Keyword values of the wrong JSON type, found before anything is compiled.
+
+A malformed keyword (``"enum": "abc"``, ``"required": "a"``, ``"minimum": true``,
+``"type": 5``) would otherwise be skipped by the pass that reads it, so that the
+schema's author believes a constraint holds that is not enforced. The checks
+follow the meta-schemas of drafts 4 to 2020-12 (where drafts differ, what any of
+them allows passes: ``exclusiveMinimum`` is a boolean in draft 4, ``items`` an
+array before 2020-12), and walk every subschema with an explicit stack."""
+
+from __future__ import annotations
+
+import math
+
+from constrain.errors import SchemaError
+from constrain.frontends.json_schema.keywords import TYPES
+
+_SCHEMA = "a schema (an object or a boolean)"
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_count(v) -> bool:
+    return _is_number(v) and v >= 0 and float(v).is_integer()
+
+
+def _is_schema(v) -> bool:
+    return isinstance(v, (dict, bool))
+
+
+def _is_type(v) -> bool:
+    if isinstance(v, str):
+        return v in TYPES or v == "any"
+    return (isinstance(v, list) and bool(v) and all(isinstance(t, str) and (t in TYPES or t == "any")
+                                                  for t in v))
+
+
+def _is_string_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+_NUMBER = (_is_number, "a number")
+_COUNT = (_is_count, "a non-negative integer")
+#: keyword -> (check, what it must be)
+_CHECKS = {
+    "type": (_is_type, "a type name (null, boolean, integer, number, string, array, object) "
+                       "or a non-empty array of them"),
+    "enum": (lambda v: isinstance(v, list), "an array"),
+    "required": (lambda v: _is_string_list(v) or isinstance(v, bool), "an array of strings"),
+    "minimum": _NUMBER, "maximum": _NUMBER,
+    "exclusiveMinimum": (lambda v: _is_number(v) or isinstance(v, bool), "a number"),
+    "exclusiveMaximum": (lambda v: _is_number(v) or isinstance(v, bool), "a number"),
+    "multipleOf": (lambda v: _is_number(v) and v > 0, "a number above 0"),
+    "minLength": _COUNT, "maxLength": _COUNT, "minItems": _COUNT, "maxItems": _COUNT,
+    "minProperties": _COUNT, "maxProperties": _COUNT, "minContains": _COUNT, "maxContains": _COUNT,
+    "pattern": (lambda v: isinstance(v, str), "a string (a regular expression)"),
+    "format": (lambda v: isinstance(v, str), "a string"),
+    "uniqueItems": (lambda v: isinstance(v, bool), "a boolean"),
+    "$ref": (lambda v: isinstance(v, str), "a string (a URI reference)"),
+    "$dynamicRef": (lambda v: isinstance(v, str), "a string (a URI reference)"),
+    "dependentRequired": (lambda v: isinstance(v, dict) and all(_is_string_list(x) for x in v.values()),
+                          "an object of arrays of strings"),
+}
+#: keywords whose value is one subschema
+_ONE = ("not", "if", "then", "else", "contains", "propertyNames", "additionalProperties",
+        "unevaluatedProperties", "unevaluatedItems", "additionalItems")
+#: keywords whose value is a non-empty array of subschemas
+_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+#: keywords whose value is an object of subschemas
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def check_schema(root, prefix: str = "") -> None:
+    """Raise :class:`SchemaError` at the JSON pointer of the first keyword whose
+    value has the wrong JSON type, in ``root`` or any of its subschemas."""
+    stack = [(root, prefix)]
+    while stack:
+        node, ptr = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            at = f"{ptr}/{_escape(key)}"
+            check = _CHECKS.get(key)
+            if check is not None and not check[0](value):
+                raise SchemaError(f"{key} must be {check[1]}, not {_show(value)}", at)
+            if key in _ONE:
+                if not _is_schema(value):
+                    raise SchemaError(f"{key} must be {_SCHEMA}, not {_show(value)}", at)
+                stack.append((value, at))
+            elif key in _LIST:
+                if not (isinstance(value, list) and value and all(map(_is_schema, value))):
+                    raise SchemaError(f"{key} must be a non-empty array of schemas, "
+                                      f"not {_show(value)}", at)
+                stack.extend((v, f"{at}/{i}") for i, v in enumerate(value))
+            elif key in _MAP:
+                if not (isinstance(value, dict) and all(map(_is_schema, value.values()))):
+                    raise SchemaError(f"{key} must be an object of schemas, not {_show(value)}", at)
+                stack.extend((v, f"{at}/{_escape(k)}") for k, v in value.items())
+            elif key == "items":
+                if isinstance(value, list):
+                    if not all(map(_is_schema, value)):
+                        raise SchemaError(f"items must be {_SCHEMA} or an array of schemas", at)
+                    stack.extend((v, f"{at}/{i}") for i, v in enumerate(value))
+                elif _is_schema(value):
+                    stack.append((value, at))
+                else:
+                    raise SchemaError(f"items must be {_SCHEMA}, not {_show(value)}", at)
+            elif key == "dependencies":
+                if not isinstance(value, dict):
+                    raise SchemaError(f"dependencies must be an object, not {_show(value)}", at)
+                for k, v in value.items():
+                    if _is_schema(v):
+                        stack.append((v, f"{at}/{_escape(k)}"))
+                    elif not _is_string_list(v):
+                        raise SchemaError("a dependency must be a schema or an array of strings",
+                                          f"{at}/{_escape(k)}")
+
+
+def _escape(tok: str) -> str:
+    return tok.replace("~", "~0").replace("/", "~1")
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
