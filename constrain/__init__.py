@@ -10,6 +10,7 @@ Every compiled grammar follows one protocol (see :mod:`constrain.protocol`)::
 """
 
 from .errors import (
+    BitmaskError,
     ConstraintError,
     EmptySchemaError,
     GrammarError,
@@ -63,6 +64,7 @@ __all__ = [
     "EmptyLanguageError",
     "Matcher",
     "BatchMatcher",
+    "BitmaskError",
     "ConstraintError",
     "EmptySchemaError",
     "GrammarError",

@@ -15,18 +15,52 @@ Semantics (for every implementation):
   is allowed after it.
 * ``fill_bitmask`` sets bit ``t % 32`` of word ``t // 32`` iff ``advance(state, t)``
   is not ``None``. Special tokens and padding ids are never allowed.
+
+Misuse is refused, never a crash or a guess (every implementation):
+
+* a state that is not one of this constraint's (another type, out of range, a
+  state another grammar made that this one cannot have made) raises
+  :class:`~constrain.errors.InvalidStateError` from every method that takes a
+  state; :meth:`Constraint.check_state` is the check;
+* so does a token id outside ``range(len(vocab))`` (negative ones included:
+  they do not count from the end) or one that is not an integer
+  (:func:`check_token_id`);
+* a bitmask that is not a C-contiguous 2-D int32 numpy array or torch tensor
+  at least ``ceil(V/32)`` words wide, or a row that is not one of its indices,
+  raises :class:`~constrain.errors.BitmaskError` before anything is written
+  (:func:`constrain.runtime.bitmask.check_bitmask`).
 """
 
 from __future__ import annotations
 
 import abc
+import operator
 from typing import Hashable
 
 import numpy as np
 
+from constrain.errors import InvalidStateError
 from constrain.vocab.vocabulary import Vocabulary
 
 State = Hashable
+
+
+def check_token_id(token_id, vocab_size: int) -> int:
+    """``token_id`` as an ``int``, checked to be a token of a vocabulary of
+    ``vocab_size`` ids (numpy and torch integers are fine); anything else --
+    a negative id, one past the end, a bool, a float -- raises
+    :class:`~constrain.errors.InvalidStateError`. Implementations call it when
+    the id is not a plain non-negative ``int``, which keeps their fast path one
+    type test."""
+    if isinstance(token_id, (bool, np.bool_)):
+        raise InvalidStateError(f"a token id is an integer, not {token_id!r}")
+    try:
+        t = operator.index(token_id)
+    except TypeError:
+        raise InvalidStateError(f"a token id is an integer, not {token_id!r}") from None
+    if not 0 <= t < vocab_size:
+        raise InvalidStateError(f"token id {t} is outside the vocabulary of {vocab_size}")
+    return t
 
 
 class Constraint(abc.ABC):
@@ -38,6 +72,14 @@ class Constraint(abc.ABC):
     @abc.abstractmethod
     def initial_state(self) -> State:
         """The state before any token has been generated."""
+
+    def check_state(self, state: State) -> State:
+        """``state`` if it is a state of this constraint (normalised to its
+        canonical type), else :class:`~constrain.errors.InvalidStateError`.
+        Every method that takes a state runs this check (or an equivalent fast
+        one); this default, for constraints that cannot tell, accepts
+        anything."""
+        return state
 
     @abc.abstractmethod
     def advance(self, state: State, token_id: int) -> State | None:
@@ -94,7 +136,9 @@ class Constraint(abc.ABC):
     def advance_many(self, state: State, token_ids) -> State | None:
         """Advance through a sequence of tokens; ``None`` as soon as one is refused."""
         for t in token_ids:
-            state = self.advance(state, int(t))
+            # not int(t), which would take 97.5 for 97
+            state = self.advance(state, t if t.__class__ is int else
+                                 check_token_id(t, len(self.vocab)))
             if state is None:
                 return None
         return state

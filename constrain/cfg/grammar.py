@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
-from constrain.runtime.bitmask import numpy_view, row_views, row_writer
+from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
 from constrain.cfg.ir import GrammarIR
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.limits import Limits
-from constrain.protocol import Constraint
+from constrain.protocol import Constraint, check_token_id
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -127,13 +127,16 @@ class GrammarConstraint(Constraint):
         self._ctx_cap = 256
         self._eos = vocab.eos_token_array
         self._eos_set = vocab.eos_token_set
+        self._v = len(vocab)
         self._grammar_token = vocab.grammar_token_list
         self._token_bytes = vocab.tokens
         self._masks: OrderedDict = OrderedDict()
         # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
         # as the mask cache holds, dropped together when full
         self._writers: dict = {}
-        self._last_fill = (None, None)  # the last CPU bitmask and its row views
+        # the last CPU bitmask, its row views and a tensor's data_ptr (None for
+        # a numpy array): see fill_bitmask
+        self._last_fill = (None, None, None)
         self._config_masks: OrderedDict = OrderedDict()
         self._max_masks = max(2, mask_cache_bytes // 2 // (4 * self.words))
         # held wherever the tables grow: the parser's and lexer's tables, the
@@ -142,6 +145,10 @@ class GrammarConstraint(Constraint):
         # the terminals' automata are what the time budget bounds (their
         # construction checks it); the rest is linear in the grammar's size
         self._initial = (True, ((0, self._start(0)),))
+        # the state advance returned last (see there); parser contexts known to
+        # exist (check_state)
+        self._last_out = self._initial
+        self._n_ctx = self.parser.num_contexts
 
     def __repr__(self) -> str:
         return (f"GrammarConstraint(terminals={self.ir.n_terminals}, "
@@ -236,32 +243,69 @@ class GrammarConstraint(Constraint):
         """The state before any token."""
         return self._initial
 
+    def check_state(self, state):
+        """``state``, checked to be a state of this grammar: :data:`TERMINATED`,
+        or ``(fresh, configs)`` with ``fresh`` a bool (``True`` only for the
+        initial state) and ``configs`` a non-empty tuple of ``(context, lexer
+        state)`` int pairs, each a context of this grammar's parser and a state
+        of its lexer. Else :class:`~constrain.errors.InvalidStateError`.
+
+        (A state of another grammar passes only if its numbers all exist here
+        too: contexts and lexer states are numbered as they are made, so this
+        catches what would index past the tables, not every foreign state.)"""
+        if state.__class__ is tuple and len(state) == 2:
+            fresh, configs = state
+            # fresh is True only in the initial state
+            if configs.__class__ is tuple and configs and (fresh is False or state == self._initial):
+                n_lex = self.lexer.n
+                n_ctx = self._n_ctx
+                for cfg in configs:
+                    if cfg.__class__ is tuple and len(cfg) == 2:
+                        c, s = cfg
+                        if c.__class__ is int and s.__class__ is int and 0 < s < n_lex:
+                            if 0 <= c < n_ctx:
+                                continue
+                            # contexts only grow: count them again before refusing
+                            n_ctx = self._n_ctx = self.parser.num_contexts
+                            if 0 <= c < n_ctx:
+                                continue
+                    break
+                else:
+                    return state
+        elif isinstance(state, (int, np.integer)) and not isinstance(state, (bool, np.bool_)) \
+                and state == TERMINATED:
+            return TERMINATED
+        raise InvalidStateError(
+            f"{state!r} is not a state of {self!r} (states come from initial_state() and "
+            f"advance(), and are (fresh, ((context, lexer state), ...)) or {TERMINATED})")
+
     def advance(self, state, token_id: int):
         """The state after ``token_id``, or ``None`` if it is not allowed."""
-        if state == TERMINATED:
-            return None
-        try:
-            fresh, configs = state
-        except (TypeError, ValueError):
-            raise InvalidStateError(f"{state!r} is not a state of this grammar") from None
-        try:
-            grammar_token = self._grammar_token[token_id]
-        except (IndexError, TypeError):
-            raise InvalidStateError(
-                f"token id {token_id!r} is outside the vocabulary of {len(self.vocab)}") from None
+        if token_id.__class__ is not int or not 0 <= token_id < self._v:
+            token_id = check_token_id(token_id, self._v)
+        # the state the last call returned needs no check (a serving loop
+        # advances that one); any other is checked
+        if state is not self._last_out:
+            state = self.check_state(state)
+            if state == TERMINATED:
+                return None
+        fresh, configs = state
         with self._lock:
-            if not grammar_token:
+            if not self._grammar_token[token_id]:
                 if token_id in self._eos_set and self._accepting(fresh, configs):
                     return TERMINATED
                 return None
             out = self._step(configs, self._token_bytes[token_id])
         if not out:
             return None
-        return (False, out)
+        out = self._last_out = (False, out)
+        return out
 
     def advance_bytes(self, state, data: bytes):
         """The state after the bytes ``data`` (not necessarily a token's), or
         ``None`` when no string of the language continues with them."""
+        state = self.check_state(state)
+        data = _as_bytes(data)
         if state == TERMINATED:
             return None
         if not data:
@@ -274,6 +318,7 @@ class GrammarConstraint(Constraint):
         """``[256]`` bool: the bytes that may come next -- those that continue a
         terminal in progress, or start the next one where a terminal may end
         (the same steps as :meth:`advance_bytes`)."""
+        state = self.check_state(state)
         out = np.zeros(256, dtype=np.bool_)
         if state == TERMINATED:
             return out
@@ -291,18 +336,22 @@ class GrammarConstraint(Constraint):
 
     def is_accepting(self, state) -> bool:
         """Whether the bytes so far form a complete string of the language."""
-        if state == TERMINATED:
-            return False
+        if state is not self._last_out:
+            state = self.check_state(state)
+            if state == TERMINATED:
+                return False
         with self._lock:
             return self._accepting(*state)
 
     def is_terminated(self, state) -> bool:
         """Whether EOS has been generated."""
-        return state == TERMINATED
+        if state is self._last_out:
+            return False
+        return self.check_state(state) == TERMINATED
 
     def matches(self, text) -> bool:
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
         fresh, configs = self._initial
         with self._lock:
             if data:
@@ -314,26 +363,39 @@ class GrammarConstraint(Constraint):
 
     def has_cached_mask(self, state) -> bool:
         """Whether ``state``'s mask is cached (its fill is a copy)."""
-        return state == TERMINATED or state in self._masks
+        try:
+            if state in self._masks:
+                return True
+        except TypeError:  # unhashable: no state
+            pass
+        return self.check_state(state) == TERMINATED
 
     def fill_cached_bitmask(self, state, bitmask, row: int = 0) -> bool:
         """:meth:`fill_bitmask` when ``state``'s mask is cached; else ``False``
         and nothing written."""
-        if state in self._writers or self.has_cached_mask(state):
-            self.fill_bitmask(state, bitmask, row)
-            return True
-        return False
+        try:
+            cached = state in self._writers or state in self._masks
+        except TypeError:  # unhashable: no state
+            cached = False
+        if not cached and self.check_state(state) != TERMINATED:
+            return False
+        self.fill_bitmask(state, bitmask, row)
+        return True
 
     def mask_row(self, state) -> np.ndarray:
         """The allowed tokens of ``state`` as uint32 words (cached; do not modify)."""
         masks = self._masks
-        row = masks.get(state)
+        try:
+            row = masks.get(state)
+        except TypeError:  # unhashable: check_state says why
+            row = None
         if row is not None:
             try:
                 masks.move_to_end(state)
             except KeyError:  # evicted since by another thread: the row stays valid
                 pass
             return row
+        state = self.check_state(state)
         if state == TERMINATED:
             return np.zeros(self.words, dtype=np.uint32)
         with self._lock:
@@ -422,21 +484,22 @@ class GrammarConstraint(Constraint):
 
     def fill_bitmask(self, state, bitmask, row: int = 0) -> None:
         """Write the allowed tokens of ``state`` into row ``row`` of ``bitmask``."""
+        # as DFAConstraint.fill_bitmask: the bitmask of the last call (the same
+        # object, with the same memory for a tensor), a state whose writer exists
+        # (it was checked when the writer was made) and a row its views have
         last = self._last_fill
-        if bitmask is last[0]:
-            w = self._writers.get(state)
-            if w is None:
-                w = self._writer(state)
-            if w.__class__ is tuple:
-                w[0](last[1][row], 0, *w[1])
-            else:
-                last[1][row][:] = w
-            return
-        rows = row_views(bitmask)
-        if rows is not None and len(rows[0]) == 4 * self.words:
-            self._last_fill = (bitmask, rows)
-            self.fill_bitmask(state, bitmask, row)
-            return
+        if bitmask is last[0] and (last[2] is None or bitmask.data_ptr() == last[2]):
+            try:
+                if row >= 0:
+                    w = self._writers.get(state)
+                    if w is not None:
+                        if w.__class__ is tuple:
+                            w[0](last[1][row], 0, *w[1])
+                        else:
+                            last[1][row][:] = w
+                        return
+            except (TypeError, ValueError, IndexError):
+                pass  # the checks below say what is wrong
         self._fill_other(state, bitmask, row)
 
     def _writer(self, state):
@@ -445,34 +508,38 @@ class GrammarConstraint(Constraint):
         w = self._writers[state] = row_writer(memoryview(self.mask_row(state)).cast("B"))
         return w
 
-    def _fill_other(self, state, bitmask, row: int) -> None:
-        src = self.mask_row(state)
-        view = numpy_view(bitmask)
-        if view is None:  # a tensor on a GPU
-            import torch
-
-            dst = bitmask[row]
-            w = self.words
-            # cached rows are read-only, which torch.from_numpy refuses to wrap
-            dst[:w].copy_(torch.from_numpy(src.view(np.int32).copy()).to(dst.dtype),
-                          non_blocking=True)
-            if dst.shape[0] > w:
-                dst[w:].zero_()
+    def _fill_other(self, state, bitmask, row) -> None:
+        state = self.check_state(state)
+        target, row = check_bitmask(bitmask, self.words, row)
+        rows = target[2]
+        if rows is not None and target.width == self.words:
+            w = self._writers.get(state)
+            if w is None:
+                w = self._writer(state)
+            self._last_fill = (bitmask, rows, target[3])
+            if w.__class__ is tuple:
+                w[0](rows[row], 0, *w[1])
+            else:
+                rows[row][:] = w
             return
-        w = self.words
-        if view.shape[1] < w:
-            raise ConstraintError(
-                f"the bitmask has {view.shape[1]} words per row but the vocabulary needs {w} "
-                f"(allocate it with allocate_bitmask(batch, len(vocab)))")
-        view[row, :w] = src.view(np.int32)
-        if view.shape[1] > w:
-            view[row, w:] = 0
+        # a wider bitmask, a tensor on a GPU
+        write_row(target, row, self.mask_row(state))
 
     def allowed_token_ids(self, state) -> np.ndarray:
         """The allowed token ids of ``state`` (EOS included when accepting), sorted."""
         from constrain.automata.bits import bits_to_ids
 
         return bits_to_ids(self.mask_row(state), len(self.vocab))
+
+
+def _as_bytes(data) -> bytes:
+    """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
+    byte string (a ``str`` would be read as characters)."""
+    if data.__class__ is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
 def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,

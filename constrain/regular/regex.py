@@ -11,18 +11,20 @@ The language is exactly what ``re.fullmatch(pattern, text)`` accepts, where
 
 from __future__ import annotations
 
+import operator
 import time
 
 import numpy as np
 
-from constrain.runtime.bitmask import numpy_view, row_views, row_writer
+from constrain.cache import check_budget
+from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
 from constrain.automata.determinize_kernels import ascii_byte_dfa
 from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
                              too_many_states)
 from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
-from constrain.protocol import Constraint
+from constrain.protocol import Constraint, check_token_id
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, parse_regex
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES, TokenAutomaton
 from constrain.vocab.vocabulary import Vocabulary
@@ -46,6 +48,9 @@ class DFAConstraint(Constraint):
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "",
                  max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES):
+        if not isinstance(vocab, Vocabulary):
+            raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+        max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
         self.vocab = vocab
         self.dfa = dfa
         self.source = source
@@ -57,6 +62,8 @@ class DFAConstraint(Constraint):
         if not self.tokens.is_live(START):
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
+        self._n = dfa.num_states
+        self._v = len(vocab)
         self._trans = memoryview(np.ascontiguousarray(dfa.transitions)).cast("B").cast("i")
         self._token_bytes = vocab.tokens
         self._grammar_token = vocab.grammar_token_list
@@ -66,7 +73,9 @@ class DFAConstraint(Constraint):
         self._live = None if self.tokens.live is None else self.tokens.live.tolist()
         self._words = self.tokens.words
         self._pool_i32 = self.tokens.pool.view(np.int32)
-        # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros) last
+        self._zeros = np.zeros(self._words, dtype=np.uint32)
+        # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros)
+        # last, at index n, which -1 also reaches
         self._src_rows = self._writers = None
         if self.tokens.eager:
             self._src_rows = [memoryview(r).cast("B") for r in self._pool_i32]
@@ -76,7 +85,10 @@ class DFAConstraint(Constraint):
             # saves for states never visited
             self._writers = [None] * len(self._src_rows)
         self._row_bytes = 4 * self._words
-        self._last_fill = (None, None, None)
+        # the bitmask of the last fill, checked (bitmask.check_bitmask): the
+        # bitmask, its row views, the writers and the tensor's data_ptr (None
+        # for a numpy array)
+        self._last_fill = (None, None, None, None)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "
@@ -93,21 +105,40 @@ class DFAConstraint(Constraint):
         """The start state (``1``)."""
         return START
 
+    def check_state(self, state) -> int:
+        """``state`` as an ``int``, checked to be a state of this constraint:
+        :data:`TERMINATED` or a byte-DFA state ``0 <= state < num_states``
+        (numpy integers are fine; 0 is the dead state, which ``advance`` never
+        returns and which allows nothing). Else
+        :class:`~constrain.errors.InvalidStateError`."""
+        if state.__class__ is not int:
+            if isinstance(state, np.bool_):
+                raise InvalidStateError(f"{state!r} is not a state of {self!r}")
+            try:
+                state = operator.index(state)
+            except TypeError:
+                raise InvalidStateError(
+                    f"{state!r} is not a state of {self!r} (its states are ints)") from None
+        if 0 <= state < self._n or state == TERMINATED:
+            return state
+        raise InvalidStateError(
+            f"{state} is not a state of {self!r} (states are 0..{self._n - 1}, and "
+            f"{TERMINATED} after EOS)")
+
     def advance(self, state: int, token_id: int) -> int | None:
         """The state after ``token_id``, or ``None`` if the token is not allowed."""
-        if state == TERMINATED:
-            return None
-        try:
-            if not self._grammar_token[token_id]:
-                if token_id in self._eos and self._accepting[state]:
-                    return TERMINATED
+        if token_id.__class__ is not int or not 0 <= token_id < self._v:
+            token_id = check_token_id(token_id, self._v)
+        if state.__class__ is not int or not 0 < state < self._n:
+            state = self.check_state(state)
+            if state == TERMINATED:
                 return None
-            data = self._token_bytes[token_id]
-        except (IndexError, TypeError):
-            raise InvalidStateError(
-                f"token id {token_id!r} is outside the vocabulary of {len(self.vocab)}") from None
+        if not self._grammar_token[token_id]:
+            if token_id in self._eos and self._accepting[state]:
+                return TERMINATED
+            return None
         trans = self._trans
-        for b in data:
+        for b in self._token_bytes[token_id]:
             state = trans[(state << 8) | b]
             if state == DEAD:
                 return None
@@ -118,6 +149,8 @@ class DFAConstraint(Constraint):
     def advance_bytes(self, state: int, data: bytes) -> int | None:
         """The DFA state after the bytes ``data``, or ``None`` when they leave
         the language's prefixes."""
+        state = self.check_state(state)
+        data = _as_bytes(data)
         if state == TERMINATED:
             return None
         trans = self._trans
@@ -130,39 +163,54 @@ class DFAConstraint(Constraint):
     def allowed_bytes(self, state: int) -> np.ndarray:
         """``[256]`` bool: the bytes with a transition (the DFA is trimmed:
         each leads on to a complete string)."""
+        state = self.check_state(state)
         if state == TERMINATED:
             return np.zeros(256, dtype=np.bool_)
         return self.dfa.transitions[state] != DEAD
 
     def is_accepting(self, state: int) -> bool:
         """Whether the bytes so far fullmatch the pattern."""
-        return state != TERMINATED and self._accepting[state]
+        if state.__class__ is not int or not 0 < state < self._n:
+            state = self.check_state(state)
+            if state == TERMINATED:
+                return False
+        return self._accepting[state]
 
     def is_terminated(self, state: int) -> bool:
         """Whether EOS has been generated."""
-        return state == TERMINATED
+        if state.__class__ is int and 0 < state < self._n:
+            return False
+        return self.check_state(state) == TERMINATED
 
     def fill_bitmask(self, state: int, bitmask, row: int = 0) -> None:
         """Copy the precomputed mask of ``state`` into row ``row`` of ``bitmask``."""
         # the bitmask of the last call, checked for this grammar's width: serving
-        # loops fill the same one every step, and at ~0.3 us per fill each of the
-        # checks below is a noticeable share
+        # loops fill the same one every step, and at ~0.2 us per fill the checks
+        # of check_bitmask would be most of it. A hit needs the same object (with
+        # the same memory, for a tensor), a state whose writer exists and a row
+        # its views have (a negative one would count from the end); anything else
+        # goes through the checks
         last = self._last_fill
-        if bitmask is last[0]:
-            w = last[2][state]  # the writers; [-1] is TERMINATED's row, all zeros
-            if w is not None:
-                if w.__class__ is tuple:
-                    w[0](last[1][row], 0, *w[1])
-                else:
-                    last[1][row][:] = w
-                return
+        if bitmask is last[0] and (last[3] is None or bitmask.data_ptr() == last[3]):
+            try:
+                if -1 <= state < self._n and row >= 0:
+                    w = last[2][state]  # the writers; [-1] is TERMINATED's, all zeros
+                    if w is not None:
+                        if w.__class__ is tuple:
+                            w[0](last[1][row], 0, *w[1])
+                        else:
+                            last[1][row][:] = w
+                        return
+            except (TypeError, ValueError, IndexError):
+                pass  # the checks below say what is wrong
         self._fill_other(state, bitmask, row)
 
-    def _fill_other(self, state: int, bitmask, row: int) -> None:
-        writers = self._writers
-        rows = row_views(bitmask)
-        if rows is not None and writers is not None and len(rows[0]) == self._row_bytes:
-            self._last_fill = (bitmask, rows, writers)
+    def _fill_other(self, state, bitmask, row) -> None:
+        state = self.check_state(state)
+        target, row = check_bitmask(bitmask, self._words, row)
+        writers, rows = self._writers, target[2]
+        if writers is not None and rows is not None and target.width == self._words:
+            self._last_fill = (bitmask, rows, writers, target[3])
             w = writers[state]
             if w is None:
                 w = writers[state] = row_writer(self._src_rows[state])
@@ -171,50 +219,26 @@ class DFAConstraint(Constraint):
             else:
                 rows[row][:] = w
             return
-        self._fill_slow(state, bitmask, row)
-
-    def _fill_slow(self, state: int, bitmask, row: int) -> None:
-        view = numpy_view(bitmask)
-        if view is None:  # a tensor on a GPU: copy the row over
-            self._fill_torch(state, bitmask, row)
-            return
-        w = self._words
-        _check_width(view.shape[1], w)
-        if state == TERMINATED:
-            view[row] = 0
-            return
-        view[row, :w] = self.tokens.row(state).view(np.int32)
-        view[row, w:] = 0
-
-    def _fill_torch(self, state: int, bitmask, row: int) -> None:
-        dst = bitmask[row]
-        if state == TERMINATED:
-            dst.zero_()
-            return
-        import torch
-
-        src = torch.from_numpy(self.tokens.row(state).view(np.int32))
-        w = self._words
-        _check_width(dst.shape[0], w)
-        dst[:w].copy_(src.to(dst.dtype), non_blocking=True)
-        if dst.shape[0] > w:
-            dst[w:].zero_()
+        # lazy rows, a wider bitmask, a tensor on a GPU
+        write_row(target, row, self._zeros if state == TERMINATED else self.tokens.row(state))
 
     def has_cached_mask(self, state: int) -> bool:
         """Whether ``state``'s mask is computed (always, unless the masks are
         an LRU of rows: ``max_mask_bytes``)."""
+        state = self.check_state(state)
         return state == TERMINATED or self.tokens.is_computed(state)
 
     def fill_cached_bitmask(self, state: int, bitmask, row: int = 0) -> bool:
         """:meth:`fill_bitmask` when ``state``'s mask is computed; else
         ``False`` and nothing written."""
-        if not self.has_cached_mask(state):
+        if self._writers is None and not self.has_cached_mask(state):
             return False
         self.fill_bitmask(state, bitmask, row)
         return True
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
         """The allowed token ids of ``state`` (EOS included when accepting), sorted."""
+        state = self.check_state(state)
         if state == TERMINATED:
             return np.zeros(0, dtype=np.int64)
         from constrain.automata.bits import bits_to_ids
@@ -224,6 +248,7 @@ class DFAConstraint(Constraint):
     def token_transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, next_states)``: every allowed grammar token of ``state`` and the
         state it leads to (EOS not included), as int32 arrays."""
+        state = self.check_state(state)
         if state == TERMINATED:
             e = np.zeros(0, dtype=np.int32)
             return e, e
@@ -231,15 +256,18 @@ class DFAConstraint(Constraint):
 
     def matches(self, text: str | bytes) -> bool:
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
-        data = text.encode("utf-8") if isinstance(text, str) else text
+        data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
         return self.dfa.matches(data)
 
 
-def _check_width(have: int, need: int) -> None:
-    if have < need:
-        raise ConstraintError(
-            f"the bitmask has {have} words per row but the vocabulary needs {need} "
-            f"(allocate it with allocate_bitmask(batch, len(vocab)))")
+def _as_bytes(data) -> bytes:
+    """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
+    byte string (a ``str`` would be read as characters)."""
+    if data.__class__ is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
 def compile_regex(pattern: str, vocab: Vocabulary, *,

@@ -17,11 +17,14 @@ into token-dead states are removed.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
+from constrain.cache import check_budget
+from constrain.errors import InvalidStateError
 from constrain.regular.token_kernels import coreachable_states, token_transitions
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
@@ -50,10 +53,16 @@ class TokenAutomaton:
         dfa: the byte DFA (state 0 dead, 1 start).
         vocab: the vocabulary.
         max_mask_bytes: memory budget for the precomputed bitmask rows.
+
+    The queries take a DFA state ``0 <= state < num_states`` (0 is the dead
+    state) and raise :class:`~constrain.errors.InvalidStateError` for any other
+    value: the trie walk is a numba kernel that trusts its indices, so a bad one
+    must not reach it.
     """
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *,
                  max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES):
+        max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
         self.dfa = dfa
         self.vocab = vocab
         self.trie = trie = TokenTrie.of(vocab)
@@ -133,10 +142,22 @@ class TokenAutomaton:
 
     # -- queries -----------------------------------------------------------------
 
+    def _check(self, state) -> int:
+        # operator.index: numpy integers are fine, floats are not
+        try:
+            s = operator.index(state)
+        except TypeError:
+            s = -1
+        if not 0 <= s < self.num_states:
+            raise InvalidStateError(f"{state!r} is not a state of this automaton "
+                                    f"(0..{self.num_states - 1})")
+        return s
+
     def row(self, state: int) -> np.ndarray:
         """The uint32 bitmask row of ``state`` (EOS bits set when accepting): a
         view of the eager pool (do not modify), or with lazy rows a copy, which
         no later eviction can overwrite (safe under concurrent use)."""
+        state = self._check(state)
         if self._slot is None:
             return self._pool[state]
         with self._lock:
@@ -144,6 +165,7 @@ class TokenAutomaton:
 
     def is_computed(self, state: int) -> bool:
         """Whether ``state``'s row is computed (eager rows: always)."""
+        state = self._check(state)
         return self._slot is None or state in self._slot
 
     @property
@@ -155,6 +177,7 @@ class TokenAutomaton:
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, next_states)`` of the grammar tokens allowed in ``state``
         (EOS not included)."""
+        state = self._check(state)
         if self._slot is None:
             a, b = self._indptr[state], self._indptr[state + 1]
             return self._toks[a:b], self._nexts[a:b]
@@ -164,6 +187,7 @@ class TokenAutomaton:
 
     def is_live(self, state: int) -> bool:
         """Whether some token sequence from ``state`` completes a string."""
+        state = self._check(state)
         if self.live is not None:
             return bool(self.live[state])
         return state != 0

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from constrain.errors import ConstraintError
+from constrain.errors import ConstraintError, InvalidLimitError
 
 
 def default_threads() -> int:
@@ -47,7 +47,7 @@ class BatchMatcher:
         if threads is None:
             threads = default_threads()
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
-            raise ConstraintError(f"threads must be a count >= 1, not {threads!r}")
+            raise InvalidLimitError(f"threads must be a count >= 1, not {threads!r}", "threads")
         self.threads = int(threads)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()

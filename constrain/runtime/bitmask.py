@@ -7,6 +7,7 @@ Layout (the one XGrammar and llguidance use): an int32 array of shape
 
 from __future__ import annotations
 
+import operator
 import struct
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from constrain.automata.bits import bits_to_ids
 from constrain.cache import BoundedCache, registry
 from constrain.runtime.bitmask_kernels import apply_bitmask_rows
-from constrain.errors import ConstraintError
+from constrain.errors import BitmaskError, ConstraintError
 
 
 def bitmask_words(vocab_size: int) -> int:
@@ -62,6 +63,7 @@ def apply_bitmask(logits, bitmask) -> None:
             Tokens past ``32 * W`` (logits wider than the bitmask's vocabulary) are
             masked too.
     """
+    _check_apply_bitmask(bitmask)
     if isinstance(logits, np.ndarray):
         bm = bitmask if isinstance(bitmask, np.ndarray) else bitmask.detach().cpu().numpy()
         lg = logits if logits.ndim == 2 else logits[None, :]
@@ -69,19 +71,19 @@ def apply_bitmask(logits, bitmask) -> None:
         _check_batch(lg.shape[0], bm.shape[0])
         if not np.issubdtype(lg.dtype, np.floating):
             raise ConstraintError(f"logits must be floating point, not {lg.dtype}")
-        apply_bitmask_rows(lg, bm.astype(np.int32, copy=False), lg.dtype.type(-np.inf))
+        apply_bitmask_rows(lg, bm, lg.dtype.type(-np.inf))
         return
     torch = _torch()
     if torch is None or not isinstance(logits, torch.Tensor):
         raise ConstraintError(f"logits must be a numpy array or torch tensor, not {type(logits).__name__}")
     if isinstance(bitmask, np.ndarray):
-        bitmask = torch.from_numpy(np.ascontiguousarray(bitmask, dtype=np.int32))
+        bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
     lg = logits if logits.dim() == 2 else logits.unsqueeze(0)
     bm = bitmask if bitmask.dim() == 2 else bitmask.unsqueeze(0)
     _check_batch(lg.shape[0], bm.shape[0])
     if (lg.device.type == "cpu" and lg.dtype in (torch.float32, torch.float64)
             and lg.is_contiguous() and bm.device.type == "cpu"):
-        apply_bitmask_rows(lg.numpy(), bm.to(torch.int32).numpy(), -np.inf)
+        apply_bitmask_rows(lg.numpy(), bm.numpy(), -np.inf)
         return
     v = lg.shape[-1]
     bm = bm.to(device=lg.device, dtype=torch.int32, non_blocking=True)
@@ -94,6 +96,27 @@ def apply_bitmask(logits, bitmask) -> None:
         pad = torch.zeros((bits.shape[0], v - width), dtype=torch.bool, device=lg.device)
         allowed = torch.cat([bits, pad], dim=1)
     lg.masked_fill_(~allowed, float("-inf"))
+
+
+def _check_apply_bitmask(bitmask) -> None:
+    """A bitmask to apply is int32 (the layout's words: another integer type or
+    a float one would be converted value by value, and its bits lost), with one
+    row or a batch of them."""
+    if isinstance(bitmask, np.ndarray):
+        ok = bitmask.dtype == np.int32
+        ndim = bitmask.ndim
+    else:
+        torch = _torch()
+        if torch is None or not isinstance(bitmask, torch.Tensor):
+            raise BitmaskError(f"a bitmask must be a numpy array or torch tensor, not "
+                               f"{type(bitmask).__name__}")
+        ok = bitmask.dtype == torch.int32
+        ndim = bitmask.dim()
+    if not ok:
+        raise BitmaskError(f"a bitmask is int32 (allocate_bitmask makes one), not {bitmask.dtype}")
+    if ndim not in (1, 2):
+        raise BitmaskError(f"a bitmask has one row (W,) or a batch of them (batch, W), "
+                           f"not {ndim} dimensions")
 
 
 def _check_batch(n_logits: int, n_mask: int) -> None:
@@ -111,65 +134,135 @@ def bitmask_to_ids(row, vocab_size: int) -> np.ndarray:
 
 def _views_bytes(key, entry) -> int:
     # the bitmask's own memory, which the entry keeps alive
-    return entry[1].nbytes
+    return entry[0].nbytes if type(entry[0]) is np.ndarray else entry[0].numel() * 4
 
 
-#: per CPU bitmask (numpy array or int32 torch tensor) used lately, by ``id``:
-#: ``(bitmask, numpy view, row views or None)``. An entry holds its bitmask, so
-#: that id cannot name another object while the entry exists, and a hit is
-#: checked to be the same object all the same. A few entries: a serving loop
-#: fills the same one or two bitmasks every step (and each constraint keeps the
-#: one it filled last), and every entry keeps its bitmask alive.
+#: per bitmask used lately, by ``id``: its :class:`Target`. An entry holds its
+#: bitmask, so that id cannot name another object while the entry exists, and a
+#: hit is checked to be the same object, with the same storage and layout, all
+#: the same (``tensor.set_(other)`` or ``tensor.data = other`` keep the object
+#: and change its memory). A few entries: a serving loop fills the same one or
+#: two bitmasks every step (and each constraint keeps the one it filled last),
+#: and every entry keeps its bitmask alive.
 _VIEWS = registry.register(BoundedCache("bitmask views", 1 << 30, max_entries=8,
                                         sizeof=_views_bytes))
 
 
-def _views(bitmask):
-    """The :data:`_VIEWS` entry of ``bitmask``, made on first use; ``None`` for
-    a tensor on another device or of another dtype."""
+class Target(tuple):
+    """A bitmask checked to take masks: ``(bitmask, view, rows, ptr, layout)``.
+
+    * ``view``: a numpy array sharing its memory (``None`` for a tensor on
+      another device than the CPU);
+    * ``rows``: one writable byte memoryview per row (``None`` likewise);
+    * ``ptr``: a torch tensor's ``data_ptr()`` when checked (``None`` for a
+      numpy array, whose memory cannot be swapped while a view of it exists):
+      a constraint that caches the target compares it to the tensor's before
+      each fill;
+    * ``layout``: ``(rows, words per row)``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def n_rows(self) -> int:
+        """The bitmask's number of rows."""
+        return self[4][0]
+
+    @property
+    def width(self) -> int:
+        """The bitmask's int32 words per row."""
+        return self[4][1]
+
+
+def _layout_error(bitmask, why: str) -> BitmaskError:
+    return BitmaskError(f"a bitmask must be a C-contiguous int32 array or tensor of shape "
+                        f"(batch, ceil(V/32)) (allocate_bitmask makes one): {why}")
+
+
+def _target(bitmask) -> Target:
+    """The :data:`_VIEWS` entry of ``bitmask``, checked and made on first use
+    (and again when its storage or layout changed)."""
     key = id(bitmask)
     hit = _VIEWS.get(key)
-    if hit is not None and hit[0] is bitmask:
-        return hit
     if type(bitmask) is np.ndarray:
-        view = bitmask
+        if hit is not None and hit[0] is bitmask and hit[4] == bitmask.shape:
+            return hit
+        if bitmask.dtype != np.int32:
+            raise _layout_error(bitmask, f"this one is {bitmask.dtype}")
+        view, ptr, device = bitmask, None, "cpu"
+        contiguous = bitmask.flags.c_contiguous
+        writable = bitmask.flags.writeable
     else:
         torch = _torch()
         if torch is None or not isinstance(bitmask, torch.Tensor):
-            raise ConstraintError(
-                f"a bitmask must be a numpy array or torch tensor, not {type(bitmask).__name__}")
-        if bitmask.device.type != "cpu" or bitmask.dtype != torch.int32:
-            return None
-        view = bitmask.numpy()
-    # one memoryview sliced per row: the first fill of a new bitmask right after
-    # a garbage collection (cold caches) costs ~60 us less than one memoryview
-    # per numpy row
+            raise BitmaskError(f"a bitmask must be a numpy array or torch tensor, not "
+                               f"{type(bitmask).__name__}")
+        ptr = bitmask.data_ptr()
+        if hit is not None and hit[0] is bitmask and hit[3] == ptr and \
+                hit[4] == tuple(bitmask.shape) and bitmask.is_contiguous():
+            return hit
+        if bitmask.dtype != torch.int32:
+            raise _layout_error(bitmask, f"this one is {bitmask.dtype}")
+        device = bitmask.device.type
+        contiguous = bitmask.is_contiguous()
+        writable = True
+        view = bitmask.numpy() if device == "cpu" else None
+    shape = tuple(bitmask.shape)
+    if len(shape) != 2:
+        raise _layout_error(bitmask, f"this one has shape {shape}")
+    if not contiguous:
+        raise _layout_error(bitmask, "this one is not C-contiguous")
+    if not writable:
+        raise _layout_error(bitmask, "this one is read-only")
     rows = None
-    flat = memoryview(view)
-    if flat.ndim == 2 and flat.itemsize == 4 and flat.c_contiguous and flat.nbytes:
-        n = flat.shape[0]
-        flat = flat.cast("B")
-        width = len(flat) // n
-        rows = [flat[i * width:(i + 1) * width] for i in range(n)]
-    return _VIEWS.put(key, (bitmask, view, rows))
+    if view is not None and view.size:
+        # one memoryview sliced per row: the first fill of a new bitmask right
+        # after a garbage collection (cold caches) costs ~60 us less than one
+        # memoryview per numpy row
+        flat = memoryview(view).cast("B")
+        width = 4 * shape[1]
+        rows = [flat[i * width:(i + 1) * width] for i in range(shape[0])]
+    return _VIEWS.put(key, Target((bitmask, view, rows, ptr, shape)))
 
 
-def numpy_view(bitmask):
-    """A numpy array sharing memory with ``bitmask`` (itself if it is one; for a
-    CPU int32 torch tensor a view cached per tensor), or ``None`` for a tensor on
-    another device or of another dtype."""
-    if type(bitmask) is np.ndarray:
-        return bitmask
-    entry = _views(bitmask)
-    return None if entry is None else entry[1]
+def check_bitmask(bitmask, words: int, row) -> tuple[Target, int]:
+    """``(target, row)``: ``bitmask`` checked to take a mask of ``words`` int32
+    words in row ``row`` (an index, ``0 <= row < batch``; numpy integers are
+    fine), or :class:`~constrain.errors.BitmaskError` saying what is wrong.
+    Wider rows are fine (the words past ``words`` are zeroed)."""
+    target = _target(bitmask)
+    n, width = target[4]
+    if width < words:
+        raise BitmaskError(f"the bitmask has {width} words per row but the vocabulary needs "
+                           f"{words} (allocate it with allocate_bitmask(batch, len(vocab)))")
+    if isinstance(row, (bool, np.bool_)):
+        raise BitmaskError(f"a bitmask row is an index, not {row!r}")
+    try:
+        r = operator.index(row)
+    except TypeError:
+        raise BitmaskError(f"a bitmask row is an index, not {row!r}") from None
+    if not 0 <= r < n:
+        raise BitmaskError(f"row {r} is outside the bitmask's {n} rows")
+    return target, r
 
 
-def row_views(bitmask):
-    """Per-row writable byte memoryviews of a C-contiguous CPU bitmask (cached
-    for the last few bitmasks, which the cache keeps alive), or ``None`` for a
-    GPU tensor or an unusual layout."""
-    entry = _views(bitmask)
-    return None if entry is None else entry[2]
+def write_row(target: Target, row: int, words: np.ndarray) -> None:
+    """Write the uint32 ``words`` into row ``row`` of a checked bitmask and zero
+    the rest of the row (a CPU bitmask of any width, or a tensor on another
+    device)."""
+    w = len(words)
+    view = target[1]
+    if view is not None:
+        view[row, :w] = words.view(np.int32)
+        view[row, w:] = 0
+        return
+    import torch
+
+    dst = target[0][row]
+    # a copy: cached rows are read-only, which torch.from_numpy refuses to wrap
+    dst[:w].copy_(torch.from_numpy(words.view(np.int32).copy()), non_blocking=True)
+    if dst.shape[0] > w:
+        dst[w:].zero_()
 
 
 # A row writer copies one precomputed mask row into a bitmask row. Copying a 25 KB

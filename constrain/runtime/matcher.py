@@ -13,8 +13,9 @@ import bisect
 
 import numpy as np
 
-from constrain.errors import ConstraintError
-from constrain.protocol import Constraint
+from constrain.errors import ConstraintError, InvalidLimitError
+from constrain.protocol import Constraint, check_token_id
+from constrain.runtime.bitmask import bitmask_words, check_bitmask
 from constrain.vocab.vocabulary import Vocabulary, tokenizer_encoder
 
 #: the longest jump-forward string looked for (bytes): a bound, not a limit of
@@ -43,10 +44,12 @@ class Matcher:
             raise ConstraintError(f"a Matcher needs a compiled constraint, not "
                                   f"{type(grammar).__name__}")
         if max_rollback is not None and (isinstance(max_rollback, bool)
-                                         or not isinstance(max_rollback, int)
+                                         or not isinstance(max_rollback, (int, np.integer))
                                          or max_rollback < 0):
-            raise ConstraintError(f"max_rollback must be None or a count >= 0, "
-                                  f"not {max_rollback!r}")
+            raise InvalidLimitError(f"max_rollback must be None or a count >= 0, "
+                                    f"not {max_rollback!r}", "max_rollback")
+        if max_rollback is not None:
+            max_rollback = int(max_rollback)
         self.grammar = grammar
         self.max_rollback = max_rollback
         self._history = [grammar.initial_state()]
@@ -78,7 +81,7 @@ class Matcher:
         """Advance by ``token_id``; returns ``False`` (and changes nothing) if the
         token is not allowed. An id outside the vocabulary raises
         :class:`~constrain.InvalidStateError`."""
-        nxt = self.grammar.advance(self._history[-1], int(token_id))
+        nxt = self.grammar.advance(self._history[-1], self._token(token_id))
         if nxt is None:
             return False
         self._push([nxt])
@@ -103,11 +106,19 @@ class Matcher:
         advance = self.grammar.advance
         state, out = self._history[-1], []
         for t in token_ids:
-            state = advance(state, int(t))
+            state = advance(state, self._token(t))
             if state is None:
                 break
             out.append(state)
         return out
+
+    def _token(self, token_id) -> int:
+        """``token_id`` as an ``int`` (numpy and torch integers too), or
+        :class:`~constrain.InvalidStateError`: ``int()`` would take ``97.5``
+        for 97 and ``-1`` for the last id."""
+        if token_id.__class__ is int:
+            return token_id
+        return check_token_id(token_id, len(self.grammar.vocab))
 
     def rollback(self, n: int = 1) -> None:
         """Undo the last ``n`` accepted tokens (``0 <= n <=``
@@ -162,14 +173,17 @@ class Matcher:
         were), so that rows ``start_row .. start_row + accepted`` are filled."""
         advance, fill = self.grammar.advance, self.grammar.fill_bitmask
         state = self._history[-1]
-        n_rows = len(bitmask)
-        if start_row < 0 or start_row + len(draft_ids) >= n_rows:
+        # the bitmask checked once, and its row count from that check
+        target, start_row = check_bitmask(bitmask, bitmask_words(len(self.grammar.vocab)),
+                                          start_row)
+        n_rows = target.n_rows
+        if start_row + len(draft_ids) >= n_rows:
             raise ConstraintError(
                 f"a draft of {len(draft_ids)} tokens needs rows {start_row}..."
                 f"{start_row + len(draft_ids)}, but the bitmask has {n_rows}")
         for i, t in enumerate(draft_ids):
             fill(state, bitmask, start_row + i)
-            state = advance(state, int(t))
+            state = advance(state, self._token(t))
             if state is None:
                 return i
         fill(state, bitmask, start_row + len(draft_ids))
