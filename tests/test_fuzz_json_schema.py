@@ -84,6 +84,8 @@ def _extend(child):
         st.builds(lambda t, d: {"dependentSchemas": {t: d}}, _NAMES, child),
         st.builds(lambda t, n: {"dependentRequired": {t: n}}, _NAMES,
                   st.lists(_NAMES, max_size=2, unique=True)),
+        st.builds(lambda k, p: {"type": "object", "propertyNames": k, "properties": p}, child,
+                  st.dictionaries(_NAMES, child, max_size=2)),
     )
 
 

@@ -37,6 +37,8 @@ class Normaliser:
         self.unnegated: dict = {}
         self._cache: dict[bool, dict] = {False: {}, True: {}}
         self._checking = False
+        #: the nodes being flattened right now, per mode
+        self._active: dict[bool, set] = {False: set(), True: set()}
 
     @contextlib.contextmanager
     def proving(self):
@@ -67,19 +69,29 @@ class Normaliser:
             return [()]
         if node is False:
             return []
-        if ref in stack:
+        active = self._active[self._checking]
+        if ref in stack or ref in active:
+            # normalisation takes no structural step: meeting a node again while
+            # expanding it is a cycle with no object or array in between
             raise UnsupportedSchemaError(
                 "a schema that refers to itself without an object or array in between", ref)
-        stack = stack + (ref,)
+        active.add(ref)
+        try:
+            dnf = self._expand(ref, node, stack + (ref,))
+        finally:
+            active.discard(ref)
+        cache[ref] = dnf
+        return dnf
+
+    def _expand(self, ref: NodeRef, node: dict, stack: tuple) -> list[tuple]:
+        """:meth:`flatten` of a node that is an object, not yet memoised."""
         dnf = [(ref,)]
         if "$ref" in node:
             target = self.doc.resolve_ref(node["$ref"], ref + "/$ref")
             if self.doc.ref_ignores_siblings:
                 # drafts 3 to 7: "all other properties in a $ref object MUST be
                 # ignored" (jsonschema does so too)
-                dnf = self.flatten(target, stack)
-                cache[ref] = dnf
-                return dnf
+                return self.flatten(target, stack)
             dnf = self.product(dnf, self.flatten(target, stack), ref)
         sets = not_required_sets(node.get("not"))
         if sets is not None:
@@ -120,7 +132,6 @@ class Normaliser:
             if key == "oneOf" and len(flat) > 1 and not self._checking:
                 flat = self._one_of(flat, ref)
             dnf = self.product(dnf, [c for f in flat for c in f], ref)
-        cache[ref] = dnf
         return dnf
 
     def _negate(self, ref) -> Pointer | None:
@@ -139,11 +150,23 @@ class Normaliser:
         """The branches of the ``oneOf`` at ``ref``, made disjoint where that is
         proven (see :mod:`~constrain.frontends.json_schema.disjointness`)."""
         resolved = resolve_one_of(self, flat, (ref,))
-        if resolved is None:
+        if resolved is not None:
+            return resolved
+        # exactly one branch: branch i and the complement of every other one
+        negs = [self._negate(f"{ref}/oneOf/{j}") for j in range(len(flat))]
+        if any(neg is None for neg in negs):
             self.doc.diag.unsupported(f"{ref}/oneOf", "oneOf branches may overlap (a value "
-                                      "matching two is invalid, and no rule excludes it)")
+                                      "matching two is invalid, no rule excludes it, and a "
+                                      "branch has no complement)")
             return flat
-        return resolved
+        out = []
+        for i, branch in enumerate(flat):
+            alts = branch
+            for j, neg in enumerate(negs):
+                if j != i:
+                    alts = self.product(alts, self.flatten(neg), ref)
+            out.append(alts)
+        return out
 
     def _dependencies(self, node, ref, dnf, stack):
         """Schema-valued ``dependencies``/``dependentSchemas`` of an object schema:
@@ -190,7 +213,13 @@ class Normaliser:
         beside ``ref`` (a parent's other ``allOf`` branches: "cousins")."""
         have = set(conj)
         out: dict = {}
-        for c in self.flatten(ref):
+        # the form as a proof sees it (oneOf branches as written): a branch in
+        # conj is that branch and what made it exclusive, so it contains the
+        # branch's own conjunction; and it can be asked while ref's final form is
+        # still being made (a oneOf's proof or complements looking at objects)
+        with self.proving():
+            form = self.flatten(ref)
+        for c in form:
             if have.issuperset(c):
                 out.update(dict.fromkeys(c))
         # a complement stands for a failed schema, which evaluates nothing: its
@@ -200,8 +229,9 @@ class Normaliser:
         failed = set()
         for e in out:
             if type(e) is str and e.startswith("@n"):
-                for c in self.flatten(e):
-                    failed.update(c)
+                with self.proving():
+                    for c in self.flatten(e):
+                        failed.update(c)
         return tuple(e for e in out if e not in failed)
 
     def flatten_pieces(self, pieces) -> list[tuple]:

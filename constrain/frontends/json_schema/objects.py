@@ -14,7 +14,8 @@ from constrain.frontends.json_schema.document import escape_token
 from constrain.frontends.json_schema.encoding import json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
-from constrain.frontends.json_schema.nodes import NotAll
+from constrain.frontends.json_schema.literals import enum_values
+from constrain.frontends.json_schema.nodes import NotAll, Synthetic
 from constrain.frontends.json_schema.patterns import matches_everything, pattern_class_star, patterns_disjoint
 from constrain.frontends.json_schema.rules import Alt
 from constrain.frontends.json_schema.strings import pattern_content
@@ -59,6 +60,8 @@ class ObjectView:
     #: names that may not appear at all (their value's schema is ``false``): kept
     #: out of the additional members' keys too
     forbidden: list[str] = field(default_factory=list)
+    #: the ``propertyNames`` schemas additional members' names must satisfy
+    key_schemas: list = field(default_factory=list)
 
     def extra_allowed_for(self, name: str) -> bool:
         """Whether an undeclared member ``name`` may appear."""
@@ -215,8 +218,7 @@ def _presence_constraints(t: Translation, conj, view: ObjectView) -> list | None
                     del view.pieces[name]
             view.order = [x for x in view.order if x in view.pieces]
             if view.extra is not None:
-                t.diag.unsupported(f"{p}/propertyNames",
-                                   "propertyNames with additional properties allowed")
+                view.key_schemas.append(f"{p}/propertyNames")
         for key in ("dependentRequired", "dependencies"):
             deps = n.get(key)
             if not isinstance(deps, dict):
@@ -254,7 +256,8 @@ def object_symbol(t: Translation, conj) -> str | None:
     hidden = sorted({x for x in names_in_cons if x not in view.pieces} | set(view.forbidden))
     involved = [x for x in order if x in names_in_cons and x not in view.required]
     min_p, max_p = len_bounds(t.doc, conj, "minProperties", "maxProperties")
-    if (not order and not hidden and not cons and view.extra == "any" and min_p == 0
+    if (not order and not hidden and not cons and view.extra == "any" and not view.key_schemas
+            and min_p == 0
             and max_p is None and g.is_any(t.value(tuple(view.extra_pieces)))):
         # {"type": "object"}: the shared any-object rule (its keys are any
         # JSON string, escapes included: no name needs excluding)
@@ -387,6 +390,18 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
     g = t.grammar
     if view.extra is None:
         return None
+    if view.key_schemas:
+        if view.extra != "any" or len(view.key_schemas) > 1:
+            t.diag.unsupported(view.key_schemas[-1], "propertyNames with patternProperties, or "
+                                                     "in two merged schemas")
+            return None
+        key = _named_key(t, view.key_schemas[0], declared)
+        if key is None:
+            return None
+        val = t.value(tuple(view.extra_pieces))
+        r = g.new_rule("member")
+        g.rules[r] = [Alt([("sym", key), ("sym", val)])]
+        return r
     if view.extra == "any":
         key = exclusion_terminal(g, declared, g.key_colon(), "KEY")
         if key is None:
@@ -409,6 +424,43 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
     r = g.new_rule("member")
     g.rules[r] = alts
     return r
+
+
+def _named_key(t: Translation, where: str, declared) -> str | None:
+    """The key terminal of additional members whose names satisfy the
+    ``propertyNames`` schema at ``where`` (``None``: no name does, or it cannot
+    be enforced): the terminal of the strings of that schema, with the colon.
+    A declared name the schema also admits would need cutting out of it:
+    refused, unless the schema is a finite set of names (then it is left out)."""
+    g, doc = t.grammar, t.doc
+    dnf = t.norm.flatten(where)
+    if dnf == [()]:
+        return exclusion_terminal(g, declared, g.key_colon(), "KEY")
+    if not dnf:
+        return None
+    if len(dnf) > 1:
+        t.diag.unsupported(where, "propertyNames with alternatives (anyOf/oneOf)")
+        return None
+    conj = dnf[0] + (Synthetic("type", "string"),)
+    values = enum_values(doc, conj)
+    if values is not None:
+        names = [v for v in values if isinstance(v, str) and v not in declared]
+        if not names:
+            return None
+        return g.terminal("(?:" + "|".join(lit(json_str(v)) for v in names) + ")" + g.key_colon(),
+                          "KEY")
+    clash = next((d for d in declared if all(doc.valid(d, p) for p in dnf[0])), None)
+    if clash is not None:
+        t.diag.unsupported(where, f"propertyNames admits the declared property {clash!r}")
+        return None
+    syms = t.conjunction(conj)
+    if not syms:
+        return None
+    regex = g.terminal_defs.get(syms[0])
+    if len(syms) != 1 or regex is None or syms[0] in (g.exclusions or {}):
+        t.diag.unsupported(where, "propertyNames that is not one string terminal")
+        return None
+    return g.terminal(regex + g.key_colon(), "KEY")
 
 
 def _pattern_key(t: Translation, pat: str, where: str, declared) -> str | None:
