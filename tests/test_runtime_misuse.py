@@ -71,7 +71,7 @@ def _foreign_states(g):
     else:
         fresh, configs = g.initial_state()
         c, s = configs[0]
-        bad += [(False, ()), (False, ((c, 0),)), (False, ((c, -1),)), (False, ((-1, s),)),
+        bad += [(False, ()), (False, ((c, -1),)), (False, ((-1, s),)),
                 (False, ((c, 10 ** 6),)), (False, ((10 ** 6, s),)), (False, ((c, s, 0),)),
                 (False, ((float(c), s),)), (False, ((c, float(s)),)), (False, [(c, s)]),
                 (False, ([c, s],)), (None, configs), (0, configs), (True, ((c, s), (c, s))),

@@ -262,7 +262,7 @@ class GrammarConstraint(Constraint):
                 for cfg in configs:
                     if cfg.__class__ is tuple and len(cfg) == 2:
                         c, s = cfg
-                        if c.__class__ is int and s.__class__ is int and 0 < s < n_lex:
+                        if c.__class__ is int and s.__class__ is int and 0 <= s < n_lex:
                             if 0 <= c < n_ctx:
                                 continue
                             # contexts only grow: count them again before refusing
