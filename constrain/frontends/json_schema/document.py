@@ -84,6 +84,30 @@ def _load_resources(resources) -> tuple:
     return tuple(out)
 
 
+_VALIDATION_VOCABULARY = "https://json-schema.org/draft/2020-12/vocab/validation"
+#: the keywords of draft 2020-12's validation vocabulary
+_VALIDATION_KEYWORDS = frozenset({
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
+    "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
+    "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties", "required",
+    "dependentRequired"})
+
+
+def _unasserted_keywords(root, externals) -> frozenset:
+    """The validation keywords that assert nothing in ``root``: those of the
+    validation vocabulary when ``root``'s ``$schema`` is a meta-schema given in
+    ``resources`` whose ``$vocabulary`` does not include it (draft 2020-12)."""
+    uri = root.get("$schema") if isinstance(root, dict) else None
+    if not isinstance(uri, str):
+        return frozenset()
+    for u, doc in externals:
+        if _strip_fragment(u) == _strip_fragment(uri) and isinstance(doc, dict):
+            vocab = doc.get("$vocabulary")
+            if isinstance(vocab, dict) and _VALIDATION_VOCABULARY not in vocab:
+                return _VALIDATION_KEYWORDS
+    return frozenset()
+
+
 def escape_token(tok: str) -> str:
     """A key as one JSON pointer token (``~`` and ``/`` escaped)."""
     return tok.replace("~", "~0").replace("/", "~1")
@@ -117,6 +141,9 @@ class Document:
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)
         check_schema(root)
+        #: keywords the root document's meta-schema does not assert (a custom
+        #: meta-schema in resources whose $vocabulary leaves out validation)
+        self._unasserted = _unasserted_keywords(root, self.externals)
         for i, (_, doc) in enumerate(self.externals):
             check_schema(doc, f"@{i}")
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
@@ -162,6 +189,9 @@ class Document:
         if not isinstance(cur, (dict, bool)):
             raise SchemaError(f"a schema must be an object or a boolean, not {type(cur).__name__}",
                               ref)
+        if self._unasserted and isinstance(cur, dict) and not toks[0] \
+                and not self._unasserted.isdisjoint(cur):
+            cur = {k: v for k, v in cur.items() if k not in self._unasserted}
         self._nodes[ref] = cur
         return cur
 

@@ -20,6 +20,8 @@ evaluating a member for ``unevaluatedProperties``/``unevaluatedItems``
 
 from __future__ import annotations
 
+import copy
+
 from constrain.errors import UnsupportedSchemaError
 from constrain.frontends.json_schema.document import escape_token
 from constrain.frontends.json_schema.keywords import IGNORABLE, OTHER_ASSERTIONS, TYPES, type_set
@@ -63,7 +65,12 @@ class Negator:
 
     # -- the complement as JSON ------------------------------------------------
 
-    def _ref(self, ref: str) -> dict:
+    def _ref(self, ref: str):
+        """The schema at ``ref`` itself, inside a complement: a ``$ref`` to it, or
+        for a node of a generated document (whose ``$ref`` are all absolute) a
+        copy of it."""
+        if ref.startswith("@n"):
+            return copy.deepcopy(self.doc.node(ref))
         return {"$ref": self.doc.uri_of(ref)}
 
     def _complement(self, ref: str, depth: int, stack: tuple):

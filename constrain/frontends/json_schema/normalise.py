@@ -16,6 +16,9 @@ from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer, Synt
 from constrain.frontends.json_schema.options import MAX_CONJUNCTIONS
 from constrain.frontends.json_schema.rules import Budget
 
+#: an anyOf of up to this many branches is split by which branches match, where
+#: unevaluated* needs to know (see Normaliser._any_of_subsets)
+_MAX_SPLIT_ANY_OF = 4
 #: the objects (a conjunct of ``not: {required}``)
 _OBJECT = Synthetic("type", "object")
 
@@ -131,8 +134,32 @@ class Normaliser:
             flat = [self.flatten(f"{ref}/{key}/{i}", stack) for i in range(len(branches))]
             if key == "oneOf" and len(flat) > 1 and not self._checking:
                 flat = self._one_of(flat, ref)
+            elif key == "anyOf" and 1 < len(flat) <= _MAX_SPLIT_ANY_OF and not self._checking \
+                    and self.doc.has_unevaluated and not ref.startswith("@n"):
+                # (a complement's anyOf is never split: a failed schema
+                # annotates nothing, and its branches' complements would nest)
+                flat = self._any_of_subsets(flat, ref)
             dnf = self.product(dnf, [c for f in flat for c in f], ref)
         return dnf
+
+    def _any_of_subsets(self, flat, ref) -> list:
+        """The ``anyOf`` at ``ref`` as one alternative per set of branches that
+        match (those branches and the complements of the others), so that an
+        ``unevaluatedProperties``/``unevaluatedItems`` sees the annotations of
+        every branch that matches, not of one (a value matching two branches is
+        evaluated by both). Where a complement cannot be stated: the branches
+        as they are (each alternative then sees one branch: fewer evaluated
+        members, the strict side)."""
+        negs = [self._negate(f"{ref}/anyOf/{j}") for j in range(len(flat))]
+        if any(neg is None for neg in negs):
+            return flat
+        out = []
+        for mask in range(1, 1 << len(flat)):
+            alts = [()]
+            for j, branch in enumerate(flat):
+                alts = self.product(alts, branch if mask >> j & 1 else self.flatten(negs[j]), ref)
+            out.append(alts)
+        return out
 
     def _negate(self, ref) -> Pointer | None:
         """The complement of the schema at ``ref`` (see :mod:`.negation`), or
