@@ -86,6 +86,8 @@ def _extend(child):
                   st.lists(_NAMES, max_size=2, unique=True)),
         st.builds(lambda k, p: {"type": "object", "propertyNames": k, "properties": p}, child,
                   st.dictionaries(_NAMES, child, max_size=2)),
+        st.builds(lambda i, p, n: {"items": i, "prefixItems": p, "uniqueItems": True, "minItems": n},
+                  child, st.lists(child, max_size=2), st.integers(0, 2)),
     )
 
 

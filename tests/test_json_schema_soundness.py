@@ -101,3 +101,14 @@ def test_no_ref_is_ever_fetched():
     c = compile_json_schema({"enum": [1, 2], "not": {"$ref": "http://example.test/x.json"}}, BYTES,
                             resources={"http://example.test/x.json": {"const": 2}})
     assert accepts(c, "1") and not accepts(c, "2")
+
+
+def test_unique_items_over_a_finite_domain_is_exact():
+    agrees({"type": "array", "items": {"enum": ["a", "b", "c"]}, "uniqueItems": True},
+           [[], ["a"], ["a", "b"], ["a", "a"], ["c", "b", "a"], ["a", "b", "c", "a"], ["d"]])
+    agrees({"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "minItems": 2},
+           [[True, False], [True], [True, True], [False, True]])
+    agrees({"items": {"enum": [1, 1.0, 2]}, "uniqueItems": True}, [[1, 2], [1, 1.0], [2, 1]])
+    with pytest.raises(UnsupportedSchemaError):
+        compile_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                            BYTES)

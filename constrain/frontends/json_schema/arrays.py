@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import math
 
 from constrain.errors import GrammarTooComplexError, SchemaError
-from constrain.frontends.json_schema.keywords import len_bounds
+from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
+from constrain.frontends.json_schema.literals import enum_values, literal_symbol
 from constrain.frontends.json_schema.nodes import FALSE
 from constrain.frontends.json_schema.rules import Alt
 
@@ -113,7 +114,11 @@ def array_symbol(t: Translation, conj) -> str | None:
     if hi is not None and lo > hi:
         return None
     if unique and (hi is None or hi > 1):
-        t.diag.unsupported(unique, "uniqueItems: true")
+        sym = _unique_symbol(t, layout, k, lo, hi)
+        if sym is not False:
+            return sym
+        t.diag.unsupported(unique, "uniqueItems: true over items that are not from a finite "
+                                   f"set of at most {_MAX_UNIQUE_DOMAIN} values")
     if lo > cap:
         raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {cap}")
 
@@ -232,3 +237,87 @@ def _count(n, key: str, p: str, default, rounding):
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise SchemaError(f"{key} must be a non-negative integer", f"{p}/{key}")
     return int(rounding(v))
+
+
+#: uniqueItems is enforced over item domains of at most this many values (one
+#: rule per set of values used: 2^n)
+_MAX_UNIQUE_DOMAIN = 8
+
+
+def _item_domain(t: Translation, item) -> list | None:
+    """The finite set of values the item schemas ``item`` admit (JSON-equal
+    values once), or ``None`` when it is not finite (or not known to be)."""
+    doc = t.doc
+    out: list = []
+    for conj in t.norm.flatten_pieces(item):
+        values = enum_values(doc, conj)
+        if values is None:
+            if not conj_types(doc, conj) <= {"null", "boolean"}:
+                return None
+            values = [v for v in (None, True, False) if all(doc.valid(v, p) for p in conj)]
+        for v in values:
+            if not any(json_equal(v, w) for w in out):
+                out.append(v)
+    return out
+
+
+def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
+    """The rule for arrays of distinct items (``uniqueItems``) whose items come
+    from finite domains (one per ``prefixItems`` index, one for the rest): one
+    rule per (index, set of values already used), each alternative a value of
+    that index's domain not in the set (``None``: no array satisfies it;
+    ``False``: a domain is not finite and small)."""
+    g = t.grammar
+    P = g.punct
+    domains = []
+    for i in range(k + 1):
+        d = _item_domain(t, pieces_at(layout, i))
+        if d is None:
+            if i == k and hi is not None and hi <= k:
+                d = []  # no item past the prefix
+            else:
+                return False
+        domains.append(d)
+    union: list = []
+    for d in domains:
+        for v in d:
+            if not any(json_equal(v, w) for w in union):
+                union.append(v)
+    if len(union) > _MAX_UNIQUE_DOMAIN:
+        return False
+    index = [[next(j for j, w in enumerate(union) if json_equal(v, w)) for v in d] for d in domains]
+    top = len(union) if hi is None else min(hi, len(union))
+    if lo > top:
+        return None
+    lits = [literal_symbol(g, [v]) for v in union]
+    name = g.new_rule("unique")
+    rules: dict[tuple, str | None] = {}
+
+    def rest(n: int, used: int) -> str | None:
+        # the items from index n on (each after a comma but the first), given
+        # the values of ``used`` taken
+        key = (min(n, k), used)
+        if key in rules:
+            return rules[key]
+        rules[key] = r = g.new_rule(f"{name}_u")
+        alts = []
+        for j in index[min(n, k)]:
+            if used >> j & 1:
+                continue
+            if n + 1 >= lo:
+                alts.append(Alt([("sym", lits[j])]))
+            if n + 1 < top:
+                nxt = rest(n + 1, used | 1 << j)
+                if nxt is not None:
+                    alts.append(Alt([("sym", lits[j]), ("sym", P["COMMA"]), ("sym", nxt)]))
+        g.rules[r] = alts
+        if not alts:
+            rules[key] = None
+            del g.rules[r]
+        return rules[key]
+
+    first = rest(0, 0) if top else None
+    g.rules[name] = [Alt([("sym", P["LBRACK"]), ("sym", first), ("sym", P["RBRACK"])])] if first else []
+    if lo == 0:
+        g.rules[name].append(Alt([("sym", P["EMPTY_ARR"])]))
+    return name
