@@ -95,3 +95,80 @@ def fullmatch_oracle(pattern: str, text: str, seconds: float = 0.5) -> bool:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+# -- lookaround, atomic groups and possessive quantifiers ------------------------------
+#
+# Hypothesis cannot draw strings from such patterns (it filters its draws by
+# re, and lookarounds reject nearly all of them), so each pattern is built with
+# a relaxed twin: lookarounds dropped, atomic groups and possessive quantifiers
+# made plain. Strings of the twin, mutated, lie near the pattern's language.
+
+_LOOKBEHIND_ATOMS = ["a", "b", "x", " ", "é", "😀", r"\.", r"\d", r"\w", "[a-c]", "[^a]", "."]
+
+
+def _pair_atoms():
+    return _atoms().map(lambda a: (a, a))
+
+
+def _pair_quantified(inner):
+    quant = st.sampled_from(["", "", "*", "+", "?", "{0,2}", "{1,3}", "*?", "+?", "??",
+                             "*+", "++", "?+", "{1,2}+"])
+
+    def wrap(pq):
+        (x, rx), q = pq
+        plain = q[:-1] if q.endswith("+") and len(q) > 1 else q
+        return f"(?:{x}){q}" if q else x, f"(?:{rx}){plain}" if plain else rx
+
+    return st.tuples(inner, quant).map(wrap)
+
+
+def _pair_lookaround(inner):
+    behind = st.lists(st.sampled_from(_LOOKBEHIND_ATOMS), min_size=1, max_size=3).map("".join)
+    return st.one_of(
+        inner.map(lambda p: (f"(?={p[0]})", "")),
+        inner.map(lambda p: (f"(?!{p[0]})", "")),
+        behind.map(lambda b: (f"(?<={b})", "")),
+        behind.map(lambda b: (f"(?<!{b})", "")),
+        inner.map(lambda p: (f"(?>{p[0]})", f"(?:{p[1]})")),
+    )
+
+
+def _pair_body():
+    return st.recursive(
+        _pair_atoms(),
+        lambda inner: st.one_of(
+            _pair_quantified(inner),
+            _pair_lookaround(inner),
+            st.lists(st.one_of(_pair_quantified(inner), _pair_lookaround(inner)),
+                     min_size=2, max_size=4).map(
+                lambda xs: ("".join(x for x, _ in xs), "".join(r for _, r in xs))),
+            st.lists(inner, min_size=2, max_size=3).map(
+                lambda xs: ("(" + "|".join(x for x, _ in xs) + ")",
+                            "(" + "|".join(r for _, r in xs) + ")")),
+        ),
+        max_leaves=7,
+    )
+
+
+@st.composite
+def lookaround_regex_and_string(draw):
+    """A random regex with lookaheads, lookbehinds, atomic groups or possessive
+    quantifiers (and maybe a flag group: ``(?a)`` with a scoped ``(?u:...)``
+    too), and a string near its language: one of the relaxed twin's, maybe
+    mutated, or random text from :data:`ALPHABET`."""
+    body, relaxed = draw(_pair_body())
+    prefix = draw(st.sampled_from(["", "", "", "(?i)", "(?s)", "(?a)", "(?m)"]))
+    if prefix == "(?a)" and draw(st.booleans()):
+        body, relaxed = f"(?u:{body})", f"(?u:{relaxed})"
+    pattern = prefix + body
+    re.compile(pattern)
+    kind = draw(st.sampled_from(["match", "match", "mutate", "random"]))
+    if kind == "random":
+        return pattern, draw(st.text(st.sampled_from(ALPHABET), max_size=8))
+    s = draw(st.from_regex(prefix + relaxed, fullmatch=True))[:40]
+    if kind == "mutate" and s:
+        i = draw(st.integers(0, len(s) - 1))
+        c = draw(st.sampled_from(ALPHABET))
+        s = s[:i] + c + s[i + 1:] if draw(st.booleans()) else s[:i] + s[i + 1:]
+    return pattern, s

@@ -2,10 +2,15 @@
 
 Characters are grouped into *atoms*: the coarsest partition of the code points in
 which every character set of the pattern is a union of atoms, so transitions are
-per atom, not per character. Zero-width assertions (``^ $ \\A \\Z \\b \\B``) are
-handled exactly during determinisation: a DFA state is a set of NFA threads, each
-with an *obligation* on the next character (a set of atoms, or end of input), and
-the class of the previous character where an assertion looks back.
+per atom, not per character. Zero-width assertions are handled exactly during
+determinisation (:class:`_Engine`): a DFA state is a set of NFA threads, each with
+a condition on the next character (a set of atoms, or end of input) and the
+lookaheads still to be decided, plus the class of the previous character where an
+assertion looks back and, per lookbehind, the run of its body over the text so
+far. An atomic group is a run of its body in Python's backtracking order (the
+ordered thread list of a Pike VM), which the thread waits on and leaves where the
+run finds a match, under the condition that no earlier-ranked path of the run
+finds one later.
 """
 
 from __future__ import annotations
@@ -18,10 +23,34 @@ import numpy as np
 
 from constrain.automata.determinize_kernels import determinize
 from constrain.automata.charset import CharSet, oracle_charset
-from constrain.errors import GrammarTooComplexError
-from constrain.automata.regex_syntax import Alt, Assert, Chars, Concat, Repeat
+from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
+from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat
 
 DEFAULT_MAX_STATES = 50_000
+
+
+class _LookMark:
+    """The epsilon edge of a lookaround: its body runs from ``start`` to
+    ``final``; ``k`` numbers the lookbehinds (their runs are part of the DFA
+    state) and the lookaheads apart."""
+
+    __slots__ = ("kind", "k", "start", "final", "behind", "negate", "offset")
+
+    def __init__(self, k, start, final, behind, negate, offset):
+        self.kind = "look"
+        self.k, self.start, self.final = k, start, final
+        self.behind, self.negate, self.offset = behind, negate, offset
+
+
+class _AtomicMark:
+    """The epsilon edge into an atomic group: its body runs, in priority order,
+    from ``start`` to ``final``; the thread goes on at ``next``."""
+
+    __slots__ = ("kind", "k", "start", "final", "next", "offset")
+
+    def __init__(self, k, start, final, nxt, offset):
+        self.kind = "atomic"
+        self.k, self.start, self.final, self.next, self.offset = k, start, final, nxt, offset
 
 
 @dataclass
@@ -57,6 +86,11 @@ class _NFA:
         self._obj_ids: dict = {}     # id() of a CharSet of the IR -> id
         self.has_asserts = False
         self.start = self.final = -1
+        self.behinds: list[_LookMark] = []   # by k, inner ones first
+        self.aheads: list[_LookMark] = []
+        self.atomics: list[_AtomicMark] = []
+        #: the final state of every body (lookarounds, atomic groups)
+        self.body_finals: set[int] = set()
 
     def new(self) -> int:
         self.eps.append([])
@@ -106,25 +140,60 @@ class _NFA:
             self.eps[s].extend([(self.into(item, nxt), None) for item in node.items])
             return s
         if t is Repeat:
-            if node.hi is None:
+            # epsilon edges in the order Python tries them: another copy first
+            # unless lazy (only atomic groups see the order)
+            lo = node.lo
+            if node.hi is None and lo:
+                # X{m,} as X{m-1} then X+, whose one copy loops back through a
+                # junction: m copies, as _positions counts them (X X* made two
+                # per level, and nested + grew the NFA exponentially)
+                junction = self.new()
+                cur = self.into(node.item, junction)
+                body = (cur, None)
+                self.eps[junction].extend([(nxt, None), body] if node.lazy
+                                          else [body, (nxt, None)])
+                lo -= 1
+            elif node.hi is None:
                 loop = self.new()
-                self.eps[loop].append((self.into(node.item, loop), None))
-                self.eps[loop].append((nxt, None))
+                body = (self.into(node.item, loop), None)
+                self.eps[loop].extend([(nxt, None), body] if node.lazy else [body, (nxt, None)])
                 cur = loop
             else:
                 cur = nxt
                 for _ in range(node.hi - node.lo):  # optional copies, innermost last
                     opt = self.new()
-                    self.eps[opt].append((self.into(node.item, cur), None))
-                    self.eps[opt].append((nxt, None))
+                    body = (self.into(node.item, cur), None)
+                    self.eps[opt].extend([(nxt, None), body] if node.lazy
+                                         else [body, (nxt, None)])
                     cur = opt
-            for _ in range(node.lo):
+            for _ in range(lo):
                 cur = self.into(node.item, cur)
             return cur
         if t is Assert:
             self.has_asserts = True
             s = self.new()
             self.eps[s].append((nxt, node))
+            return s
+        if t is Look:
+            self.has_asserts = True
+            final = self.new()
+            start = self.into(node.body, final)  # inner lookbehinds numbered first
+            marks = self.behinds if node.behind else self.aheads
+            mark = _LookMark(len(marks), start, final, node.behind, node.negate, node.offset)
+            marks.append(mark)
+            self.body_finals.add(final)
+            s = self.new()
+            self.eps[s].append((nxt, mark))
+            return s
+        if t is Atomic:
+            self.has_asserts = True
+            final = self.new()
+            start = self.into(node.body, final)
+            mark = _AtomicMark(len(self.atomics), start, final, nxt, node.offset)
+            self.atomics.append(mark)
+            self.body_finals.add(final)
+            s = self.new()
+            self.eps[s].append((nxt, mark))
             return s
         raise TypeError(node)
 
@@ -228,7 +297,6 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     atoms, masks = _partition(charsets)
     n_atoms = len(atoms)
     END = 1 << n_atoms
-    ALL = (END << 1) - 1
     edge_masks = masks[:len(nfa.charsets)]
     extra_mask = dict(zip(extra, masks[len(nfa.charsets):]))
     nl = extra_mask.get("nl", 0)
@@ -248,24 +316,266 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
         return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
                                   pattern)
     edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
-    track_prev = bool(kinds & _PREV_DEPENDENT)
+    engine = _Engine(nfa, edges, END, nl, word, bool(kinds & _PREV_DEPENDENT), pattern)
+    initial = engine.initial()
+    states = _StateIndex(initial, max_states, deadline, pattern)
+    queue = states.queue
+    transitions: list[dict] = []
+    accepting: list[bool] = []
+    while len(transitions) < len(queue):
+        key = queue[len(transitions)]
+        accepting.append(engine.accepts(key))
+        row = {}
+        for a in engine.atoms_read(key):
+            nxt = engine.step(key, a)
+            if nxt is not None:
+                row[a] = states.id_of(nxt)
+        transitions.append(row)
+        states.done(len(transitions))
+    return CharDFA.from_rows(atoms, transitions, accepting)
 
-    # prev: None at the start of input, else the atom just read (only tracked when
-    # an assertion looks back; otherwise a constant so states are not split).
-    def prev_class(atom):
-        if not track_prev:
+
+_EMPTY = frozenset()
+
+
+class _Engine:
+    """Subset construction with assertions, lookaround and atomic groups.
+
+    A DFA state is ``(threads, prev, behind)``: ``prev`` the class of the
+    character just read (``("start",)`` before the first; a constant unless an
+    assertion looks back), ``behind`` per lookbehind the threads of its body
+    started at every position so far (a run of ``.*body``), and ``threads`` a
+    frozenset of ``(state, mask, nte, obligations)``:
+
+    * ``mask``: the atoms (and ``END`` bit) the next character may be;
+      ``nte``: if it is a newline, the input must end right after (``$``);
+    * ``obligations``: a frozenset of what must still be decided about the text
+      ahead: ``("L", k, negate, run)`` for lookahead ``k`` (``run`` the threads
+      of its body: it holds once a thread reaches the body's end with nothing
+      left to check), and ``("P", k, run)`` after leaving atomic group ``k``:
+      the earlier-ranked threads of its body's run, none of which may reach
+      the body's end (else Python would have found that match first);
+    * ``state`` is an NFA state, or ``("W", k, run)`` for a thread inside atomic
+      group ``k``, waiting on ``run``, the body's threads in priority order.
+
+    Bodies of atomic groups hold no assertion on the next character and no
+    lookahead (the parser refuses them), so their runs are plain NFA states and
+    their order is decided one character at a time."""
+
+    def __init__(self, nfa: _NFA, edges, END: int, nl: int, word: dict, track_prev: bool,
+                 pattern: str):
+        self.eps, self.edges = nfa.eps, edges
+        self.final = nfa.final
+        self.body_finals = nfa.body_finals
+        self.behinds, self.aheads, self.atomics = nfa.behinds, nfa.aheads, nfa.atomics
+        self.END, self.ALL = END, (END << 1) - 1
+        self.nl, self.word = nl, word
+        self.track_prev = track_prev
+        self.pattern = pattern
+        self.start = nfa.start
+
+    # -- positions ------------------------------------------------------------
+
+    def prev_class(self, atom):
+        if not self.track_prev:
             return 0
         if atom is None:
             return ("start",)
         bit = 1 << atom
-        return (bool(nl & bit), bool(word[False] & bit), bool(word[True] & bit))
+        return (bool(self.nl & bit), bool(self.word[False] & bit), bool(self.word[True] & bit))
 
-    def check(a: Assert, mask: int, nte: bool, prev):
+    def initial(self):
+        prev = self.prev_class(None)
+        behind = self._behind([None] * len(self.behinds), prev, None)
+        threads = self.closure([(self.start, self.ALL, False, _EMPTY)], prev, behind)
+        return threads, prev, behind
+
+    def _behind(self, runs, prev, atom):
+        """The lookbehind runs at the new position: each stepped over ``atom``
+        (``None``: the start) and restarted here; inner lookbehinds first, as
+        an outer body may test them."""
+        out = []
+        for k, mark in enumerate(self.behinds):
+            seeds = [(mark.start, self.ALL, False, _EMPTY)]
+            if atom is not None:
+                # no lookahead nor atomic group inside a lookbehind: its
+                # threads carry no obligations, so the partial tuple suffices
+                seeds += self.advance(runs[k], atom, False, prev, ())
+            out.append(self.closure(seeds, prev, tuple(out)))
+        return tuple(out)
+
+    def atoms_read(self, key):
+        """The atoms some thread of ``key`` may read next (a superset)."""
+        threads = key[0]
+        m = 0
+        for s, mask, _nte, _obls in threads:
+            if type(s) is tuple:
+                m |= mask
+            elif s not in self.body_finals:
+                for emask, _t in self.edges[s]:
+                    m |= emask & mask
+        m &= ~self.END
+        out = []
+        while m:
+            low = m & -m
+            out.append(low.bit_length() - 1)
+            m ^= low
+        return out
+
+    def step(self, key, atom):
+        """The DFA state after ``atom``, or ``None`` when no thread survives."""
+        threads, _prev, behind = key
+        prev = self.prev_class(atom)
+        behind = self._behind(behind, prev, atom)
+        nxt = self.closure(self.advance(threads, atom, False, prev, behind), prev, behind)
+        return (nxt, prev, behind) if nxt else None
+
+    def accepts(self, key) -> bool:
+        """Whether input may end in DFA state ``key``."""
+        return any(th[0] == self.final and self.ends(th) for th in key[0])
+
+    # -- threads --------------------------------------------------------------
+
+    def advance(self, threads, atom, keep_final: bool, prev, behind) -> list:
+        """The threads after reading ``atom``, before their epsilon closure at the
+        new position (where ``prev`` and ``behind`` hold). ``keep_final``: a
+        thread at a body's end stays (a lookahead body that matched but whose
+        own conditions are still open)."""
+        low = 1 << atom
+        nl_read = bool(self.nl & low)
+        out = []
+        for s, mask, nte, obls in threads:
+            if not mask & low:
+                continue
+            after = self.END if nte and nl_read else self.ALL
+            obls = self.step_obligations(obls, atom, prev, behind) if obls else obls
+            if obls is None:
+                continue
+            if type(s) is tuple:
+                _, k, run = s
+                mark = self.atomics[k]
+                run = self.pstep(run, atom, mark.final, prev, behind)
+                if run and run[-1] == mark.final:
+                    # a match of the body: go on after the group, unless an
+                    # earlier-ranked thread of the run matches later
+                    run = run[:-1]
+                    out.append((mark.next, after, False, obls | {("P", k, run)} if run else obls))
+                if run:
+                    out.append((("W", k, run), after, False, obls))
+            elif s in self.body_finals or s == self.final:
+                if keep_final:
+                    out.append((s, after, False, obls))
+            else:
+                for emask, t in self.edges[s]:
+                    if emask & low:
+                        out.append((t, after, False, obls))
+        return out
+
+    def step_obligations(self, obls, atom, prev, behind):
+        """``obls`` after ``atom``, at the new position: the open ones, or
+        ``None`` once one fails."""
+        out = []
+        for ob in obls:
+            if ob[0] == "L":
+                _, k, negate, run = ob
+                mark = self.aheads[k]
+                run = self.closure(self.advance(run, atom, True, prev, behind), prev, behind)
+                verdict = self.decide(run, mark.final)
+                if verdict is None:
+                    out.append(("L", k, negate, run))
+                elif verdict == negate:
+                    return None
+            else:
+                _, k, run = ob
+                mark = self.atomics[k]
+                run = self.pstep(run, atom, mark.final, prev, behind)
+                if run and run[-1] == mark.final:
+                    return None
+                if run:
+                    out.append(("P", k, run))
+        return frozenset(out)
+
+    def decide(self, run, final):
+        """``True`` once a thread of ``run`` reached ``final`` with nothing left
+        to check, ``False`` when the run is empty, else ``None``."""
+        if (final, self.ALL, False, _EMPTY) in run:
+            return True
+        return False if not run else None
+
+    def closure(self, threads, prev, behind):
+        """The epsilon closure of ``threads`` at a position where the previous
+        character's class is ``prev`` and the lookbehind runs are ``behind``."""
+        ALL = self.ALL
+        seen = set(threads)
+        stack = list(seen)
+        eps = self.eps
+        while stack:
+            s, mask, nte, obls = stack.pop()
+            if type(s) is tuple:
+                continue
+            for t, a in eps[s]:
+                if a is None:
+                    th = (t, mask, nte, obls)
+                elif type(a) is Assert:
+                    r = self.check(a, mask, nte, prev)
+                    if r is None:
+                        continue
+                    th = (t, r[0], r[1], obls)
+                elif a.kind == "look":
+                    if a.behind:
+                        m = self.behind_mask(a, behind, mask)
+                        if m is None:
+                            continue
+                        th = (t, m, nte, obls)
+                    else:
+                        run = self.closure([(a.start, ALL, False, _EMPTY)], prev, behind)
+                        verdict = self.decide(run, a.final)
+                        if verdict is None:
+                            th = (t, mask, nte, obls | {("L", a.k, a.negate, run)})
+                        elif verdict != a.negate:
+                            th = (t, mask, nte, obls)
+                        else:
+                            continue
+                else:  # an atomic group
+                    run = self.pclosure([a.start], a.final, prev, behind)
+                    found = bool(run) and run[-1] == a.final
+                    if found:
+                        run = run[:-1]
+                        th = (t, mask, nte, obls | {("P", a.k, run)} if run else obls)
+                        if th not in seen:
+                            seen.add(th)
+                            stack.append(th)
+                    if not run:
+                        continue
+                    th = (("W", a.k, run), mask, nte, obls)
+                if th not in seen:
+                    seen.add(th)
+                    stack.append(th)
+        return frozenset(seen)
+
+    def behind_mask(self, mark, behind, mask):
+        """``mask`` under lookbehind ``mark`` here, or ``None`` when it fails: its
+        body's run holds threads at the body's end whose conditions on the next
+        character (``\\b`` at the body's end) the lookbehind passes on."""
+        ALL = self.ALL
+        cond = 0
+        for s, m, _nte, _obls in behind[mark.k]:
+            if s == mark.final:
+                if m == ALL:
+                    return None if mark.negate else mask
+                cond |= m
+        mask &= (ALL & ~cond) if mark.negate else cond
+        return mask or None
+
+    def check(self, a: Assert, mask: int, nte: bool, prev):
+        """``(mask, nte)`` under the assertion ``a``, or ``None`` when it fails."""
         k = a.kind
+        END = self.END
         if k == "begin":
             return (mask, nte) if prev == ("start",) else None
         if k == "begin_line":
             return (mask, nte) if prev == ("start",) or prev[0] else None
+        nl = self.nl
         if k == "end_string":
             mask &= END
         elif k == "end_line":
@@ -274,8 +584,8 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
             mask &= END | nl
             nte = True
         else:
-            w = word[a.ascii]
-            nonword = (ALL & ~END) & ~w
+            w = self.word[a.ascii]
+            nonword = (self.ALL & ~END) & ~w
             prev_word = prev != ("start",) and prev[2 if a.ascii else 1]
             if k == "boundary":
                 mask &= (END | nonword) if prev_word else w
@@ -287,50 +597,82 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
                 mask &= END | nonword
         return (mask, nte) if mask else None
 
-    def closure(threads, prev):
-        seen = set(threads)
-        stack = list(threads)
-        while stack:
-            s, mask, nte = stack.pop()
-            for t, a in eps[s]:
-                if a is None:
-                    th = (t, mask, nte)
-                else:
-                    r = check(a, mask, nte, prev)
-                    if r is None:
-                        continue
-                    th = (t, r[0], r[1])
-                if th not in seen:
-                    seen.add(th)
-                    stack.append(th)
-        return frozenset(seen)
+    def ends(self, thread) -> bool:
+        """Whether ``thread`` (at the end of its scope) is satisfied if the input
+        ends here."""
+        _s, mask, _nte, obls = thread
+        if not mask & self.END:
+            return False
+        for ob in obls:
+            if ob[0] == "L":
+                _, k, negate, run = ob
+                final = self.aheads[k].final
+                held = any(th[0] == final and self.ends(th) for th in run)
+                if held == negate:
+                    return False
+            # ("P", ...): no more input, so no later match
+        return True
 
-    init_prev = prev_class(None)
-    states = _StateIndex((closure([(start, ALL, False)], init_prev), init_prev),
-                         max_states, deadline, pattern)
-    queue = states.queue
-    transitions: list[dict] = []
-    accepting: list[bool] = []
-    while len(transitions) < len(queue):
-        threads, prev = queue[len(transitions)]
-        accepting.append(any(s == final and mask & END for s, mask, _ in threads))
-        moves: dict[int, list] = {}
-        for s, mask, nte in threads:
-            for emask, t in edges[s]:
-                m = emask & mask
-                while m:
-                    low = m & -m
-                    a = low.bit_length() - 1
-                    m ^= low
-                    moves.setdefault(a, []).append(
-                        (t, END, False) if (nte and nl & low) else (t, ALL, False))
-        row = {}
-        for a, targets in moves.items():
-            p = prev_class(a)
-            row[a] = states.id_of((closure(targets, p), p))
-        transitions.append(row)
-        states.done(len(transitions))
-    return CharDFA.from_rows(atoms, transitions, accepting)
+    # -- priority runs (atomic groups) --------------------------------------------
+
+    def pclosure(self, starts, final, prev, behind) -> tuple:
+        """The priority-ordered closure of ``starts``: the NFA states that read a
+        character, in the order Python's backtracking tries them, ending with
+        ``final`` if a path reaches it (later paths are cut: Python never tries
+        them)."""
+        out: list = []
+        seen: set = set()
+        for s in starts:
+            if self._pvisit(s, final, prev, behind, out, seen):
+                break
+        return tuple(out)
+
+    def pstep(self, run, atom, final, prev, behind) -> tuple:
+        """``run`` after ``atom``, in priority order, cut after ``final``, closed
+        at the new position (``prev``, ``behind``)."""
+        low = 1 << atom
+        out: list = []
+        seen: set = set()
+        for s in run:
+            for emask, t in self.edges[s]:
+                if emask & low and self._pvisit(t, final, prev, behind, out, seen):
+                    return tuple(out)
+        return tuple(out)
+
+    def _pvisit(self, s, final, prev, behind, out, seen) -> bool:
+        """Depth-first from ``s`` in edge order (iteratively: a stack of
+        successors pushed in reverse); ``True`` once ``final`` is reached."""
+        stack = [s]
+        eps, edges = self.eps, self.edges
+        while stack:
+            u = stack.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u == final:
+                out.append(u)
+                return True
+            if edges[u]:
+                out.append(u)
+                continue
+            nxt = []
+            for t, a in eps[u]:
+                if a is None:
+                    nxt.append(t)
+                elif type(a) is Assert:  # ^ or \A: the parser leaves no other
+                    if self.check(a, self.ALL, False, prev) is not None:
+                        nxt.append(t)
+                else:  # a lookbehind
+                    m = self.behind_mask(a, behind, self.ALL)
+                    if m == self.ALL:
+                        nxt.append(t)
+                    elif m is not None:
+                        raise UnsupportedRegexError(
+                            "a lookbehind that ends with an assertion on the next "
+                            "character, inside an atomic group, is not supported",
+                            self.pattern, a.offset)
+            stack.extend(reversed(nxt))
+        return False
 
 
 class _StateIndex:

@@ -5,14 +5,19 @@ that exact, parsing is done by Python's own parser (``re._parser``, the one
 ``re.compile`` uses), and the character classes by Python's own matcher (see
 :func:`constrain.automata.charset.oracle_charset`). This module turns that parse tree into
 a small IR of character sets, concatenation, alternation, counted repetition and
-zero-width assertions, and rejects what no finite automaton can recognise with an
-error that names the offset in the pattern.
+zero-width assertions (anchors, word boundaries, lookahead and lookbehind) and
+atomic groups, and rejects what no finite automaton can recognise (backreferences,
+conditionals) with an error that names the offset in the pattern.
 
 Limits (each raises :class:`~constrain.errors.RegexTooLargeError`):
 
+* groups nested more than :data:`MAX_DEPTH` (100) deep, checked on the source
+  before any parser runs (Python's own parser, and every pass after it, recurse
+  once per level);
 * a repetition bound ``{m,n}`` above :data:`MAX_REPEAT` (10,000 by default);
 * an expanded pattern of more than :data:`MAX_POSITIONS` character positions
-  (100,000), counting every copy a counted repetition makes.
+  (100,000), counting every copy a counted repetition makes, over the whole
+  pattern.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from constrain.errors import RegexSyntaxError, RegexTooLargeError, UnsupportedRe
 
 MAX_REPEAT = 10_000
 MAX_POSITIONS = 100_000
+MAX_DEPTH = 100
 
 # -- IR ---------------------------------------------------------------------------
 
@@ -59,11 +65,40 @@ class Alt:
 
 @dataclass(slots=True)
 class Repeat:
-    """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
+    """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded);
+    ``lazy`` for ``*? +? ?? {m,n}?``, which denote the same language but are tried
+    in the other order (it matters inside an :class:`Atomic` group)."""
 
     item: object
     lo: int
     hi: int | None
+    lazy: bool = False
+
+
+@dataclass(slots=True)
+class Look:
+    """A lookaround: ``body`` must match (``negate``: must not match) the text
+    after this position (lookahead) or the ``width`` characters before it
+    (lookbehind: Python requires a fixed width). The body sees the whole string:
+    its own assertions look past its ends. ``offset``: where it starts in the
+    source."""
+
+    body: object
+    behind: bool
+    negate: bool
+    width: int
+    offset: int | None
+
+
+@dataclass(slots=True)
+class Atomic:
+    """``(?>body)`` (and a possessive quantifier, ``X*+`` being ``(?>X*)``): the
+    first match of ``body`` that Python's backtracking order finds at this
+    position, given the whole rest of the string, and no other. ``offset``:
+    where it starts in the source."""
+
+    body: object
+    offset: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +117,30 @@ EMPTY = Concat(())
 
 # -- entry point ---------------------------------------------------------------------
 
-_I, _M, _S, _A, _X, _L = (
+_I, _M, _S, _A, _X, _L, _U = (
     sre_c.SRE_FLAG_IGNORECASE, sre_c.SRE_FLAG_MULTILINE, sre_c.SRE_FLAG_DOTALL,
     sre_c.SRE_FLAG_ASCII, sre_c.SRE_FLAG_VERBOSE, sre_c.SRE_FLAG_LOCALE,
+    sre_c.SRE_FLAG_UNICODE,
 )
+_TYPE_FLAGS = _A | _L | _U
+
+
+def _scoped_flags(flags: int, add: int, delete: int) -> int:
+    """The flags inside ``(?add-delete:...)``: ``re``'s own rule
+    (``re._compiler._combine_flags``), under which a scoped ``a``, ``u`` or
+    ``L`` replaces the enclosing one (``(?u:\\w)`` inside ``(?a)`` is
+    Unicode-wide)."""
+    if add & _TYPE_FLAGS:
+        flags &= ~_TYPE_FLAGS
+    return (flags | add) & ~delete
+
+
+def _class_flags(flags: int) -> int:
+    """The flags a one-character class is evaluated under: case folding, and
+    ASCII exactly when the Unicode flag is off (``re`` itself tests
+    ``SRE_FLAG_UNICODE``, which the parser sets for every str pattern not marked
+    ASCII)."""
+    return (flags & _I) | (0 if flags & _U else _A)
 
 
 def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
@@ -95,24 +150,28 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
 
     Raises:
         RegexSyntaxError: the pattern is not valid Python regex syntax.
-        UnsupportedRegexError: backreferences, lookaround, conditionals, atomic
-            groups or possessive quantifiers.
+        UnsupportedRegexError: backreferences and conditionals (no finite
+            automaton recognises them); lookahead, ``$``, ``\\b`` or nested
+            atomic groups inside an atomic group, lookahead or atomic groups
+            inside a lookbehind, and repetitions of what may match the empty
+            string inside an atomic group (regular, but not supported).
         RegexTooLargeError: a size limit was exceeded.
     """
     if not isinstance(pattern, str):
         raise RegexSyntaxError(
             f"a regex must be a str, not {type(pattern).__name__}", str(pattern))
+    _check_depth(pattern)
     if not flags:
         node = _parse_simple(pattern, max_repeat, max_positions)
         if node is not None:
             return node
     try:
-        # Python's own parser: the same tree and syntax errors as re.compile (the
-        # few checks re.compile adds concern lookbehind, refused below anyway)
+        # Python's own parser: the same tree and syntax errors as re.compile
+        # (the checks re.compile adds, on lookbehind widths, are made below)
         tree = sre_parse.parse(pattern, int(flags))
     except re.error as e:
         raise RegexSyntaxError(e.msg, pattern, e.pos) from None
-    except (OverflowError, RecursionError, ValueError) as e:
+    except (OverflowError, RecursionError, ValueError, TypeError) as e:
         raise RegexSyntaxError(str(e), pattern, None) from None
     flags = tree.state.flags
     # source offsets are only needed for error messages: scanned on demand
@@ -123,6 +182,40 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
         # without counted repetition the expansion is at most twice the source
         _positions(node, pattern, constructs, max_positions)
     return node
+
+
+def _check_depth(p: str) -> None:
+    """Refuse groups nested deeper than :data:`MAX_DEPTH`, at the offset of the
+    first one too deep: Python's parser recurses twice per level and would
+    raise ``RecursionError`` somewhere past 450 levels, as would the passes
+    after it. Escapes and classes are skipped; a parenthesis in a verbose
+    comment counts, which can only refuse early, never let a deep pattern
+    through."""
+    if p.count("(") <= MAX_DEPTH:
+        return
+    depth = 0
+    i, n = 0, len(p)
+    while i < n:
+        c = p[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            if i < n and p[i] == "^":
+                i += 1
+            if i < n and p[i] == "]":
+                i += 1
+            while i < n and p[i] != "]":
+                i += 2 if p[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise RegexTooLargeError(
+                    f"groups are nested more than {MAX_DEPTH} deep", p, i)
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        i += 1
 
 
 # -- fast path for the common syntax ---------------------------------------------------
@@ -271,7 +364,8 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
             else:
                 lo, hi = (0, None) if c == "*" else (1, None) if c == "+" else (0, 1)
                 i += 1
-            if i < n and p[i] == "?":
+            lazy = i < n and p[i] == "?"
+            if lazy:
                 i += 1
             elif i < n and p[i] == "+":
                 return None
@@ -279,13 +373,16 @@ def _parse_simple(p: str, max_repeat: int, max_positions: int):
             size = last[1] * (hi if hi is not None else max(lo, 1))
             if size > max_positions:
                 return None
-            seq[-1] = [Repeat(last[0], lo, hi), size, True]
+            seq[-1] = [Repeat(last[0], lo, hi, lazy), size, True]
         else:
             return None
     if outer:
         return None
     branches.append(_simple_seq(seq))
-    return _simple_alt(branches)[0]
+    node, size = _simple_alt(branches)
+    # the whole pattern's size, not only each repetition's: past the limit
+    # re's parser and _positions report it with an offset
+    return node if size <= max_positions else None
 
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -350,10 +447,19 @@ def _u(cp: int) -> str:
 
 
 class _Converter:
+    """The IR of a parse tree of ``re._parser``. Where a construct needs its
+    source offset (an error, a lookaround's place), the k-th construct of a kind
+    met in the tree is the k-th one of that kind the scan of the source found:
+    the tree keeps the source order."""
+
     def __init__(self, pattern: str, constructs, max_repeat: int):
         self.pattern = pattern
         self.constructs = constructs
         self.max_repeat = max_repeat
+        self._seen: dict[str, int] = {}
+        #: the lookarounds and atomic groups being converted, innermost last:
+        #: what they contain is restricted (see parse_regex)
+        self._inside: list[str] = []
 
     def offset_of(self, kind: str, pred=lambda c: True) -> int | None:
         for c in self.constructs:
@@ -361,10 +467,28 @@ class _Converter:
                 return c[1]
         return None
 
+    def next_offset(self, kind: str) -> int | None:
+        """The source offset of the next construct of ``kind`` in tree order."""
+        k = self._seen.get(kind, 0)
+        self._seen[kind] = k + 1
+        for c in self.constructs:
+            if c[0] == kind:
+                if k == 0:
+                    return c[1]
+                k -= 1
+        return None
+
     def unsupported(self, kind: str, what: str):
         raise UnsupportedRegexError(
             f"{what} cannot be recognised by a finite automaton and is not supported",
             self.pattern, self.offset_of(kind))
+
+    def refuse_inside(self, what: str, offset: int | None):
+        """Refuse ``what`` inside the innermost lookbehind or atomic group."""
+        where = "an atomic group (or possessive quantifier)" \
+            if self._inside[-1] == "atomic" else "a lookbehind"
+        raise UnsupportedRegexError(f"{what} inside {where} is not supported", self.pattern,
+                                    offset)
 
     def subpattern(self, sub, flags: int):
         items = [self.item(op, av, flags) for op, av in sub]
@@ -375,30 +499,27 @@ class _Converter:
 
     def item(self, op, av, flags: int):
         if op is sre_c.LITERAL:
-            return _literal_node(av, flags & (_I | _A))
+            return _literal_node(av, _class_flags(flags))
         if op is sre_c.NOT_LITERAL:
-            return Chars(_literal_set(av, flags).complement())
+            return Chars(_literal_set(av, _class_flags(flags)).complement())
         if op is sre_c.ANY:
             full = CharSet.full()
             return Chars(full if flags & _S else full.difference(_NEWLINE))
         if op is sre_c.IN:
-            return Chars(_class_set(av, flags))
+            return Chars(_class_set(av, _class_flags(flags)))
         if op is sre_c.BRANCH:
             return Alt(tuple(self.subpattern(s, flags) for s in av[1]))
         if op is sre_c.SUBPATTERN:
             _group, add, delete, sub = av
-            return self.subpattern(sub, (flags | add) & ~delete)
+            return self.subpattern(sub, _scoped_flags(flags, add, delete))
         if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
-            lo, hi, sub = av
-            hi = None if hi is sre_c.MAXREPEAT else int(hi)
-            for bound in (lo, hi):
-                if bound is not None and bound > self.max_repeat:
-                    raise RegexTooLargeError(
-                        f"repetition bound {bound} exceeds the limit of {self.max_repeat} "
-                        f"(pass max_repeat= to raise it)",
-                        self.pattern,
-                        self.offset_of("repeat", lambda c: bound in (c[2], c[3])))
-            return Repeat(self.subpattern(sub, flags), int(lo), hi)
+            return self.repeat(av, flags, op is sre_c.MIN_REPEAT)
+        if getattr(sre_c, "POSSESSIVE_REPEAT", None) is op:
+            offset = self.next_offset("possessive")
+            self.enter("atomic", "a possessive quantifier", offset)
+            node = self.repeat(av, flags, False)
+            self._inside.pop()
+            return Atomic(node, offset)
         if op is sre_c.AT:
             return self.at(av, flags)
         if op is sre_c.GROUPREF:
@@ -406,23 +527,91 @@ class _Converter:
         if op is sre_c.GROUPREF_EXISTS:
             self.unsupported("conditional", "a conditional group (?(id)yes|no)")
         if op in (sre_c.ASSERT, sre_c.ASSERT_NOT):
-            direction = av[0]
-            if direction < 0:
-                self.unsupported("lookbehind", "a lookbehind assertion")
-            self.unsupported("lookahead", "a lookahead assertion")
+            return self.look(av, flags, op is sre_c.ASSERT_NOT)
         if getattr(sre_c, "ATOMIC_GROUP", None) is op:
-            self.unsupported("atomic", "an atomic group (?>...)")
-        if getattr(sre_c, "POSSESSIVE_REPEAT", None) is op:
-            self.unsupported("possessive", "a possessive quantifier")
+            offset = self.next_offset("atomic")
+            self.enter("atomic", "an atomic group", offset)
+            body = self.subpattern(av, flags)
+            self._inside.pop()
+            return Atomic(body, offset)
         raise UnsupportedRegexError(f"regex construct {op} is not supported", self.pattern)
 
+    def enter(self, kind: str, what: str, offset: int | None) -> None:
+        """Start converting the body of a lookaround or atomic group (``kind``
+        ``ahead``, ``behind`` or ``atomic``), refusing the nestings no automaton
+        here follows: an atomic group inside a lookbehind or another atomic
+        group, a lookahead inside either."""
+        if kind != "behind" and any(k in ("atomic", "behind") for k in self._inside):
+            for k in reversed(self._inside):
+                if k in ("atomic", "behind"):
+                    break
+            where = "an atomic group (or possessive quantifier)" if k == "atomic" \
+                else "a lookbehind"
+            raise UnsupportedRegexError(f"{what} inside {where} is not supported",
+                                        self.pattern, offset)
+        self._inside.append(kind)
+
+    def repeat(self, av, flags: int, lazy: bool) -> Repeat:
+        lo, hi, sub = av
+        hi = None if hi is sre_c.MAXREPEAT else int(hi)
+        for bound in (lo, hi):
+            if bound is not None and bound > self.max_repeat:
+                raise RegexTooLargeError(
+                    f"repetition bound {bound} exceeds the limit of {self.max_repeat} "
+                    f"(pass max_repeat= to raise it)",
+                    self.pattern,
+                    self.offset_of("repeat", lambda c: bound in (c[2], c[3])))
+        item = self.subpattern(sub, flags)
+        # after the item: quantifiers follow what they repeat, so the source
+        # order of quantifiers is the tree's postorder
+        offset = self.next_offset("repeat")
+        if "atomic" in self._inside and (hi is None or hi > int(lo)) and nullable(item):
+            # Python stops repeating once an iteration matched the empty string,
+            # which changes which match it finds first: not followed here
+            raise UnsupportedRegexError(
+                "a repetition of something that can match the empty string inside an "
+                "atomic group (or possessive quantifier) is not supported",
+                self.pattern, offset)
+        return Repeat(item, int(lo), hi, lazy)
+
+    def look(self, av, flags: int, negate: bool) -> Look:
+        direction, sub = av
+        behind = direction < 0
+        offset = self.next_offset("lookbehind" if behind else "lookahead")
+        width = 0
+        if behind:
+            lo, hi = sub.getwidth()
+            if lo >= sre_c.MAXREPEAT:
+                raise RegexSyntaxError("looks too much behind", self.pattern, offset)
+            if lo != hi:  # re.compile's own check, which the parser leaves to it
+                raise RegexSyntaxError("look-behind requires fixed-width pattern",
+                                       self.pattern, offset)
+            width = int(lo)
+        self.enter("behind" if behind else "ahead",
+                   "a lookbehind" if behind else "a lookahead", offset)
+        body = self.subpattern(sub, flags)
+        self._inside.pop()
+        return Look(body, behind, negate, width, offset)
+
     def at(self, code, flags: int):
-        ascii_words = bool(flags & _A)
+        ascii_words = not flags & _U
+        offset = self.next_offset("at")
         if code is sre_c.AT_BEGINNING:
             return Assert("begin_line" if flags & _M else "begin")
         if code is sre_c.AT_BEGINNING_STRING:
             return Assert("begin")
+        # every other assertion looks at the next character: inside an atomic
+        # group it decides which match is found first
+        inner = next((k for k in reversed(self._inside) if k in ("atomic", "behind")), None)
+        if inner == "atomic":
+            raise UnsupportedRegexError(
+                "an assertion on the next character ($, \\Z, \\b, \\B) inside an atomic "
+                "group (or possessive quantifier) is not supported", self.pattern, offset)
         if code is sre_c.AT_END:
+            if inner == "behind" and not flags & _M:
+                raise UnsupportedRegexError(
+                    "'$' (end, or before a final newline) inside a lookbehind is not "
+                    "supported", self.pattern, offset)
             return Assert("end_line" if flags & _M else "end")
         if code is sre_c.AT_END_STRING:
             return Assert("end_string")
@@ -431,6 +620,23 @@ class _Converter:
         if code is sre_c.AT_NON_BOUNDARY:
             return Assert("non_boundary", ascii_words)
         raise UnsupportedRegexError(f"assertion {code} is not supported", self.pattern)
+
+
+def nullable(node) -> bool:
+    """Whether the IR ``node`` may match the empty string (assertions counted
+    as satisfiable)."""
+    t = type(node)
+    if t is Chars:
+        return False
+    if t is Concat:
+        return all(nullable(i) for i in node.items)
+    if t is Alt:
+        return any(nullable(i) for i in node.items)
+    if t is Repeat:
+        return node.lo == 0 or nullable(node.item)
+    if t is Atomic:
+        return nullable(node.body)
+    return True  # Assert, Look
 
 
 @registry.register
@@ -522,39 +728,56 @@ def _cased(ascii_only: bool) -> tuple[list[int], CharSet]:
 
 
 def _positions(node, pattern: str, constructs, limit: int) -> int:
-    """Character positions of the fully expanded pattern; raises past ``limit``.
+    """Character positions of the fully expanded pattern; raises past ``limit``,
+    for one repetition or for the whole pattern.
 
     Repetitions are visited in postorder, the order of their quantifiers in the
     source, so the k-th one visited is the k-th quantifier scanned."""
     seen = 0
+    repeats = None
+    last = None  # the last repetition visited: (its index, its node)
+
+    def offset(k: int, n) -> int | None:
+        nonlocal repeats
+        if repeats is None:
+            repeats = [c for c in constructs if c[0] == "repeat"]
+        if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
+            return repeats[k][1]
+        for c in repeats:
+            if (c[2], c[3]) == (n.lo, n.hi):
+                return c[1]
+        return None
 
     def size(n) -> int:
-        nonlocal seen
-        if isinstance(n, Chars):
+        nonlocal seen, last
+        t = type(n)
+        if t is Chars:
             return 1
-        if isinstance(n, Assert):
+        if t is Assert:
             return 0
-        if isinstance(n, (Concat, Alt)):
-            return sum(size(i) for i in n.items)
+        if t is Concat or t is Alt:
+            total = 0
+            for i in n.items:
+                total += size(i)
+                if total > limit:
+                    raise RegexTooLargeError(
+                        f"the pattern expands to more than {limit} character positions "
+                        f"(pass max_positions= to raise the limit)", pattern,
+                        offset(*last) if last else None)
+            return total
+        if t is Look or t is Atomic:
+            return size(n.body)
         inner = size(n.item)
         k = seen
         seen += 1
+        last = (k, n)
         copies = n.hi if n.hi is not None else max(n.lo, 1)
         total = inner * copies
         if total > limit:
-            repeats = [c for c in constructs if c[0] == "repeat"]
-            offset = None
-            if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
-                offset = repeats[k][1]
-            else:
-                for c in repeats:
-                    if (c[2], c[3]) == (n.lo, n.hi):
-                        offset = c[1]
-                        break
             raise RegexTooLargeError(
                 f"the pattern expands to more than {limit} character positions "
                 f"(a repetition of {copies} copies of a {inner}-position item; "
-                f"pass max_positions= to raise the limit)", pattern, offset)
+                f"pass max_positions= to raise the limit)", pattern, offset(k, n))
         return total
 
     return size(node)
@@ -567,7 +790,8 @@ _QUANT = re.compile(r"\{(\d*)(,?)(\d*)\}")
 
 def _scan(p: str, verbose: bool) -> list:
     """Source offsets of the constructs error messages point at, in order:
-    ``(kind, offset)`` and ``("repeat", offset, lo, hi)`` for counted repetitions."""
+    ``(kind, offset)``, and ``("repeat", offset, lo, hi)`` for every quantifier
+    (``*`` is ``(0, None)``)."""
     out: list = []
     n = len(p)
     i = 0
@@ -576,6 +800,8 @@ def _scan(p: str, verbose: bool) -> list:
         if c == "\\":
             if i + 1 < n and p[i + 1] in "123456789":
                 out.append(("backref", i))
+            elif i + 1 < n and p[i + 1] in "AZbB":
+                out.append(("at", i))
             i += 2
             continue
         if c == "[":
@@ -592,6 +818,10 @@ def _scan(p: str, verbose: bool) -> list:
             while i < n and p[i] != "\n":
                 i += 1
             continue
+        if c in "^$":
+            out.append(("at", i))
+            i += 1
+            continue
         if c == "(" and p.startswith("?", i + 1):
             rest = p[i + 2:i + 5]
             if rest.startswith(("=", "!")):
@@ -607,14 +837,18 @@ def _scan(p: str, verbose: bool) -> list:
             elif rest.startswith("#"):
                 while i < n and p[i] != ")":
                     i += 1
-            i += 1
+            # past "(?": its "?" is no quantifier
+            i += 2
             continue
         if c in "*+?":
-            if i + 1 < n and p[i + 1] == "+":
-                out.append(("possessive", i + 1))
-                i += 2
-                continue
+            lo, hi = (0, None) if c == "*" else (1, None) if c == "+" else (0, 1)
+            out.append(("repeat", i, lo, hi))
             i += 1
+            if i < n and p[i] == "?":
+                i += 1
+            elif i < n and p[i] == "+":
+                out.append(("possessive", i))
+                i += 1
             continue
         if c == "{":
             m = _QUANT.match(p, i)
@@ -626,7 +860,9 @@ def _scan(p: str, verbose: bool) -> list:
                     hi = lo
                 out.append(("repeat", i, lo, hi))
                 j = m.end()
-                if j < n and p[j] == "+":
+                if j < n and p[j] == "?":
+                    j += 1
+                elif j < n and p[j] == "+":
                     out.append(("possessive", j))
                     j += 1
                 i = j

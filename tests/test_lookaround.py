@@ -1,0 +1,169 @@
+"""Lookahead, lookbehind, atomic groups and possessive quantifiers compile
+exactly: the language is ``re.fullmatch``'s (hand-picked cases, random regexes,
+every terminal of lark's ``common.lark``); scoped type flags follow ``re``; deep
+nesting and oversized patterns are refused with a typed error and an offset."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+import time
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from constrain import RegexTooLargeError, UnsupportedRegexError, Vocabulary, compile_regex
+from constrain.automata.byte_dfa import char_dfa_to_bytes, trim_and_minimize
+from constrain.automata.char_dfa import build_char_dfa
+from constrain.automata.regex_syntax import MAX_DEPTH, parse_regex
+from constrain.errors import GrammarTooComplexError
+from regex_strategies import OracleTimeout, fullmatch_oracle, lookaround_regex_and_string
+from fuzz_settings import examples
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+
+
+def byte_dfa(pattern: str, max_states: int = 20_000):
+    return trim_and_minimize(char_dfa_to_bytes(
+        build_char_dfa(parse_regex(pattern), max_states=max_states), max_states=4 * max_states))
+
+
+def _samples(pattern: str, alphabet: str, exhaustive: int = 4, n: int = 3000) -> set[str]:
+    rnd = random.Random(pattern)
+    out = {"".join(s) for k in range(exhaustive + 1)
+           for s in itertools.product(alphabet[:6], repeat=k)}
+    for _ in range(n):
+        out.add("".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 10))))
+    return out
+
+
+CASES = [
+    r"(?<=ab)c", r"a(?<=a)b", r"x*(?<!x)y", r"(?=ab)a.", r"(?!ab)..", r"a(?=b)", r"a(?!b)",
+    r"(?>a|ab)c", r"(?>a*)a", r"(?>a*?)a", r"a*+b", r"(?>a+|b)+", r"(?>ab|a)b", r"(?>a{1,3})a",
+    r"(?>(?:ab|a)(?:c|bc))", r"(?>a?)(?=b)b", r"(?=(?>a*)b)a*b", r"(?>(?<=a)b|ab)*",
+    r'".*?(?<!\\)(\\\\)*?"', r'(?>".*?(?<!\\)(\\\\)*?")',
+    r"(?=a$)a", r"(?=.*b)a*b?", r"(?=(?=a)a)a", r"(?!a(?!b))..", r"\b(?<=a)b?", r"(?<=\ba)b",
+    r"(?<!^)a", r"(?<=^)a", r"(?i)(?<=k)x", r"((?<=x)y|x)*", r"(?<!a)(?<=b)c|.c", r"(?m)(?<=\n)a",
+    r"(?=\w\b)..?", r"(?<=a\b).", r"(?<!a\b)\W", r"a(?=\Z)", r"a(?!$)\n?", r"(?:(?!ab).)*",
+    r"(?:a(?=b)|b(?!a)|c)+", r"(?<=(?<=a)b)c", r"(?<=a(?<!b))c", r"(?=a(?=b(?=c)))abc",
+]
+
+
+@pytest.mark.parametrize("pattern", CASES)
+def test_lookaround_cases_agree_with_re(pattern):
+    dfa = byte_dfa(pattern)
+    rx = re.compile(pattern)
+    for s in _samples(pattern, "abcxy\\\"\n é"):
+        assert dfa.matches(s.encode()) == bool(rx.fullmatch(s)), (pattern, s)
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck),
+          database=None, derandomize=True)
+@given(lookaround_regex_and_string())
+def test_random_lookaround_regexes_agree_with_re(case):
+    pattern, text = case
+    try:
+        dfa = byte_dfa(pattern, max_states=3000)
+    except (UnsupportedRegexError, GrammarTooComplexError):
+        assume(False)
+    try:
+        expected = fullmatch_oracle(pattern, text)
+    except OracleTimeout:
+        assume(False)
+    assert dfa.matches(text.encode()) == expected, (pattern, text)
+
+
+def _common_lark_terminals() -> dict[str, str]:
+    """Every terminal of lark's ``common.lark``, as the regex lark builds for it."""
+    lark = pytest.importorskip("lark")
+    from pathlib import Path
+
+    from lark.load_grammar import load_grammar
+
+    text = (Path(lark.__file__).parent / "grammars" / "common.lark").read_text()
+    names = re.findall(r"^([A-Z][A-Z_]*)\s*:", text, re.M)
+    grammar = "\n".join(f"%import common.{n}" for n in names)
+    grammar += "\nstart: " + " | ".join(names) + "\n"
+    g, _ = load_grammar(grammar, "<common>", [], False)
+    terms, _, _ = g.compile(["start"], set(names))
+    return {t.name: t.pattern.to_regexp() for t in terms if t.name in names}
+
+
+_COMMON_ALPHABET = "0123456789abefxzAEZ_.+-\"\\ \t\f\r\n#/*"
+
+
+def test_every_common_lark_terminal_agrees_with_re():
+    terminals = _common_lark_terminals()
+    assert {"ESCAPED_STRING", "C_COMMENT", "SIGNED_NUMBER", "CNAME", "NEWLINE"} <= set(terminals)
+    for name, pattern in terminals.items():
+        dfa = byte_dfa(pattern)
+        rx = re.compile(pattern)
+        samples = _samples(pattern, _COMMON_ALPHABET, exhaustive=2, n=4000)
+        # strings of the language, then near it
+        rnd = random.Random(name)
+        seeds = ['"a\\"b"', '"\\\\"', '""', "/* x */", "1.5e-3", "-.5", "_a1", "\r\n\n", "# c",
+                 "// c", "-- c", "0x", "  \t"]
+        for s in seeds:
+            for _ in range(20):
+                i = rnd.randint(0, len(s))
+                samples.add(s[:i] + rnd.choice(_COMMON_ALPHABET) + s[i:])
+                samples.add(s[:i] + s[i + 1:])
+            samples.add(s)
+        accepted = 0
+        for s in samples:
+            expected = bool(rx.fullmatch(s))
+            accepted += expected
+            assert dfa.matches(s.encode()) == expected, (name, pattern, s)
+        assert accepted, name
+
+
+def test_escaped_string_compiles_to_its_exact_language(vocab):
+    g = compile_regex(_common_lark_terminals()["ESCAPED_STRING"], vocab)
+    assert g.matches('"a\\"b"') and g.matches('""') and g.matches('"\\\\"')
+    assert not g.matches('"a\\"') and not g.matches('"\\\\\\"')
+    assert g.matches('"a"b"')  # re.fullmatch: the lazy .*? may run past a quote
+
+
+@pytest.mark.parametrize("pattern", [r"(?a)(?u:\w)", r"(?a)(?u:\D)", r"(?a)(?u:\W)",
+                                     r"(?a)(?u:\S)", r"(?a)(?u:\b).", r"(?a:\w)", r"(?a:\d)x",
+                                     r"(?a)(?i:(?u:k))", r"(?i)(?a:k)", r"(?a)(?u:\B)."])
+def test_scoped_type_flags_follow_re(vocab, pattern):
+    g = compile_regex(pattern, vocab)
+    for c in ["é", "١", "\u00a0", "a", " ", "k", "K", "\u212a", "ß", "_", "\u2028", "1"]:
+        for s in (c, c + "x"):
+            assert g.matches(s) == bool(re.fullmatch(pattern, s)), (pattern, s)
+
+
+@pytest.mark.parametrize("shape", ["({})", "(?:b|{})", "(?i:{})", "(?:{})*", "(?={})a", "({}|\\d)"])
+def test_deep_nesting_is_refused_with_an_offset(vocab, shape):
+    inner = "a"
+    for _ in range(MAX_DEPTH):
+        inner = shape.format(inner)
+    try:
+        compile_regex(inner, vocab)
+    except UnsupportedRegexError:
+        pass  # lookahead nested in lookahead past the size of an automaton: fine
+    except GrammarTooComplexError:
+        pass
+    deep = shape.format(inner)
+    t = time.perf_counter()
+    with pytest.raises(RegexTooLargeError, match="nested") as info:
+        compile_regex(deep * 3, vocab)
+    assert time.perf_counter() - t < 1.0
+    opens = [i for i, c in enumerate(deep) if c == "("]
+    assert info.value.offset == opens[MAX_DEPTH]
+
+
+def test_size_limit_covers_the_whole_pattern(vocab):
+    t = time.perf_counter()
+    with pytest.raises(RegexTooLargeError, match="expands to more than") as info:
+        compile_regex("a{10000}" * 60, vocab)
+    assert time.perf_counter() - t < 1.0
+    assert info.value.offset == 81  # the eleventh repetition passes 100,000
+    with pytest.raises(RegexTooLargeError, match="expands to more than"):
+        compile_regex("(?:b|a{10000})" * 11, vocab)
+    parse_regex("a{10000}" * 10)  # exactly the limit
