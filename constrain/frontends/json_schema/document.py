@@ -84,6 +84,9 @@ def _load_resources(resources) -> tuple:
     return tuple(out)
 
 
+#: the applicators normalisation expands into conjunctions (see valid_local)
+_EXPANDED = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref",
+                       "dependentSchemas"})
 _VALIDATION_VOCABULARY = "https://json-schema.org/draft/2020-12/vocab/validation"
 #: the keywords of draft 2020-12's validation vocabulary
 _VALIDATION_KEYWORDS = frozenset({
@@ -390,6 +393,24 @@ class Document:
                                        f"({type(e).__name__}: {_short(str(e))}), so which enum/const "
                                        f"values it admits is unknown")
             return False
+
+    def valid_local(self, value, ref: NodeRef) -> bool:
+        """:meth:`valid` against the node's own keywords only, without the
+        in-place applicators normalisation expands into a conjunction
+        (``allOf``, ``anyOf``, ``oneOf``, ``not``, ``if``, ``$ref``, dependent
+        schemas): what a conjunction's member asserts by itself. (The full node
+        would also test a ``oneOf`` being compiled, which every value two
+        branches share fails.)"""
+        if type(ref) is not str:
+            return self.valid(value, ref)
+        node = self.node(ref)
+        if not isinstance(node, dict) or _EXPANDED.isdisjoint(node):
+            return self.valid(value, ref)
+        local = self._nodes.get(("local", ref))
+        if local is None:
+            local = self._nodes[("local", ref)] = self.add_generated(
+                {k: v for k, v in node.items() if k not in _EXPANDED}, self.base_uri(ref))
+        return self.valid(value, local)
 
     def accepts(self, value, ref: NodeRef) -> bool:
         """:meth:`valid`, decided here for a node that asserts only ``enum``,

@@ -105,23 +105,16 @@ class Normaliser:
             # any other not but those the emitters apply (types, enum values): its
             # complement, as a schema
             neg = self._negate(f"{ref}/not")
-            if neg is not None:
+            form = None if neg is None else self._deferred(f"{ref}/not", lambda: self.flatten(neg, stack))
+            if form is not None:
                 self.negated.add(ref)
-                dnf = self.product(dnf, self.flatten(neg, stack), ref)
+                dnf = self.product(dnf, form, ref)
         if "if" in node and ("then" in node or "else" in node or self.doc.has_unevaluated):
             neg = self._negate(f"{ref}/if")
-        else:
-            neg = None
-        if neg is not None:
-            # (if and then) or (not if and else); an if alone changes nothing
-            # but the annotations unevaluated* see, so it splits only then
-            yes = self.flatten(f"{ref}/if", stack)
-            if "then" in node:
-                yes = self.product(yes, self.flatten(f"{ref}/then", stack), ref)
-            no = self.flatten(neg, stack)
-            if "else" in node:
-                no = self.product(no, self.flatten(f"{ref}/else", stack), ref)
-            dnf = self.product(dnf, yes + no, ref)
+            form = None if neg is None else self._deferred(
+                f"{ref}/if", lambda: self._if_then_else(ref, node, neg, stack))
+            if form is not None:
+                dnf = self.product(dnf, form, ref)
         dnf = self._dependencies(node, ref, dnf, stack)
         for i, _ in enumerate(_list(node, "allOf", ref)):
             dnf = self.product(dnf, self.flatten(f"{ref}/allOf/{i}", stack), ref)
@@ -141,6 +134,26 @@ class Normaliser:
                 flat = self._any_of_subsets(flat, ref)
             dnf = self.product(dnf, [c for f in flat for c in f], ref)
         return dnf
+
+    def _if_then_else(self, ref, node, neg, stack) -> list[tuple]:
+        """(if and then) or (not if and else); an if alone changes nothing but
+        the annotations unevaluated* see, so it splits only then."""
+        yes = self.flatten(f"{ref}/if", stack)
+        if "then" in node:
+            yes = self.product(yes, self.flatten(f"{ref}/then", stack), ref)
+        no = self.flatten(neg, stack)
+        if "else" in node:
+            no = self.product(no, self.flatten(f"{ref}/else", stack), ref)
+        return yes + no
+
+    def _deferred(self, ref, make):
+        """``make()``, or ``None`` when it is refused (kept in ``unnegated[ref]``,
+        raised only if an emitter needs the keyword, as for :meth:`_negate`)."""
+        try:
+            return make()
+        except UnsupportedSchemaError as e:
+            self.unnegated[ref] = e
+            return None
 
     def _any_of_subsets(self, flat, ref) -> list:
         """The ``anyOf`` at ``ref`` as one alternative per set of branches that

@@ -6,6 +6,7 @@ lowered to it: the strict side, where exactness would be costly."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from constrain.errors import GrammarTooComplexError
 from constrain.frontends.json_schema.encoding import JSON_CHAR_ANY, JSON_CODEPOINT
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.formats import FORMATS
-from constrain.frontends.json_schema.keywords import STRING_KEYWORDS, len_bounds
+from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.patterns import PatternUnsupported, translate_pattern
 
 if TYPE_CHECKING:
@@ -35,13 +36,35 @@ def pattern_content(t: Translation, pattern: str, where: str, lo: int = 0,
     return False, None
 
 
+def _asserts_on_strings(t: Translation, n) -> bool:
+    """Whether the node ``n`` has a ``pattern`` or an enforced ``format``."""
+    if not isinstance(n, dict):
+        return False
+    f = n.get("format")
+    return "pattern" in n or (isinstance(f, str) and f in FORMATS and t.options.formats == "assert")
+
+
+def _format_admits(t: Translation, n, v) -> bool:
+    """Whether the enforced ``format`` of the node ``n`` (if any) admits ``v``."""
+    f = n.get("format") if isinstance(n, dict) else None
+    if not (isinstance(v, str) and isinstance(f, str) and f in FORMATS
+            and t.options.formats == "assert"):
+        return True
+    return re.fullmatch(FORMATS[f], json.dumps(v, ensure_ascii=False)[1:-1]) is not None
+
+
 def string_symbol(t: Translation, conj, excluded=()) -> str | None:
     """One terminal for the strings of the conjunction (less the ``excluded``
     ones)."""
     doc, cap = t.doc, t.options.max_string_length
     lo, hi = len_bounds(doc, conj, "minLength", "maxLength")
     if excluded:
-        if any(isinstance(doc.node(p), dict) and STRING_KEYWORDS & set(doc.node(p)) for p in conj):
+        # only the values the rest of the conjunction admits need cutting out
+        # (an enforced format's regex included: it is the terminal's language)
+        excluded = [v for v in excluded
+                    if all(doc.valid_local(v, p) and _format_admits(t, doc.node(p), v) for p in conj)]
+    if excluded:
+        if lo > 0 or hi is not None or any(_asserts_on_strings(t, doc.node(p)) for p in conj):
             t.diag.unsupported("", "not: {enum} together with string constraints")
         else:
             return exclusion_terminal(t.grammar, excluded, "", "STRING")
