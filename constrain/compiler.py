@@ -25,7 +25,6 @@ vocabulary, made on first use.
 from __future__ import annotations
 
 import itertools
-import time
 
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
 from constrain.cfg.grammar import GrammarConstraint
@@ -34,6 +33,7 @@ from constrain.errors import ConstraintError
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
+from constrain.automata.deadline import Deadline
 from constrain.regular.regex import DFAConstraint, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -109,11 +109,13 @@ class Compiler:
         """:func:`constrain.compile_regex` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
         limits = self._limits(overrides)
+        # one deadline for both phases: the automaton and the token masks
+        deadline = Deadline.after(limits.time_budget)
         dfa = regex_byte_dfa(pattern, self.trie.alphabet, flags=flags,
                              max_repeat=limits.max_repeat, max_positions=limits.max_positions,
-                             max_states=limits.max_states,
-                             deadline=time.perf_counter() + limits.time_budget)
-        return DFAConstraint(dfa, self.vocab, source=pattern, max_mask_bytes=limits.max_mask_bytes)
+                             max_states=limits.max_states, deadline=deadline)
+        return DFAConstraint(dfa, self.vocab, source=pattern, max_mask_bytes=limits.max_mask_bytes,
+                             deadline=deadline)
 
     def compile_grammar(self, source, start: str = "start", **overrides) -> GrammarConstraint:
         """:func:`constrain.compile_grammar` over this compiler's vocabulary;

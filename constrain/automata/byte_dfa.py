@@ -13,6 +13,7 @@ into the dead state, so "not dead" means "a prefix of some string of the languag
 from __future__ import annotations
 
 import bisect
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,9 +111,12 @@ class _Builder:
         return s
 
 
-def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None) -> ByteDFA:
+def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
+                      deadline=None) -> ByteDFA:
     """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised),
-    raising :class:`GrammarTooComplexError` past ``max_states`` byte states."""
+    raising :class:`GrammarTooComplexError` past ``max_states`` byte states or
+    the ``deadline`` (a ``time.perf_counter()`` value, checked per state with
+    non-ASCII transitions: each costs Python work per atom)."""
     n, n_atoms = dfa.table.shape
     b = _Builder(n, max_states)
     # ASCII: each byte belongs to at most one atom, so all ASCII rows are one
@@ -130,6 +134,10 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None) -> ByteDFA:
     wide_atoms = [a for a in range(n_atoms) if wide[a]]
     if wide_atoms:
         for q in range(n):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise GrammarTooComplexError(
+                    "expanding the automaton to UTF-8 bytes exceeded the time budget "
+                    "(pass time_budget= to raise it)")
             row = dfa.table[q]
             spans = [(lo, hi, int(row[a]) + 1) for a in wide_atoms if row[a] >= 0
                      for lo, hi in dfa.atoms[a].intervals if hi >= 0x80]

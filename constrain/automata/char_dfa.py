@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.automata.determinize_kernels import determinize
+from constrain.automata.deadline import Deadline, kernel_deadline, ready
+from constrain.automata.determinize_kernels import OUT_OF_TIME, determinize
 from constrain.automata.charset import CharSet, oracle_charset
 from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
 from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat
@@ -266,21 +267,38 @@ def ascii_nfa_arrays(nfa: _NFA):
 
 
 def too_many_states(pattern: str, max_states: int) -> GrammarTooComplexError:
+    """The error of a regex whose automaton needs more than ``max_states``."""
     return GrammarTooComplexError(
         f"the regex {pattern[:80]!r} needs more than {max_states} automaton "
         f"states (pass max_states= to raise the limit)")
 
 
+def out_of_time(pattern: str) -> GrammarTooComplexError:
+    """The error of a regex whose compilation ran past its time budget."""
+    return GrammarTooComplexError(
+        f"compiling the regex {pattern[:80]!r} exceeded its time budget "
+        f"(pass time_budget= to raise it)")
+
+
+def check_deadline(deadline, pattern: str) -> None:
+    """Raise :func:`out_of_time` once ``deadline`` (``None``: none) has passed."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise out_of_time(pattern)
+
+
 def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
-                   deadline: float | None = None, pattern: str = "",
+                   deadline: float | Deadline | None = None, pattern: str = "",
                    nfa: _NFA | None = None) -> CharDFA:
     """Determinise the regex IR ``node`` into a :class:`CharDFA` (``nfa``: its
     :func:`build_nfa`, when already built).
 
     Raises :class:`GrammarTooComplexError` past ``max_states`` states or the
-    ``deadline`` (a ``time.perf_counter()`` value)."""
+    ``deadline`` (a ``time.perf_counter()`` value or a :class:`Deadline`, which
+    the numba kernel's compilation moves later)."""
+    deadline = Deadline.of(deadline)
     if nfa is None:
         nfa = build_nfa(node)
+        check_deadline(deadline, pattern)
     start, final = nfa.start, nfa.final
     asserts = {a for lst in nfa.eps for _, a in lst if a is not None}
     kinds = {a.kind for a in asserts}
@@ -305,13 +323,8 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     if not asserts:
         atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
         if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
-            # bounded by max_states; the time budget is checked once it returns,
-            # unless that call JIT-compiled the kernel (not the pattern's cost)
-            jitted = bool(determinize.signatures)
-            dfa = _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states, pattern)
-            if jitted and deadline is not None:
-                _StateIndex(None, max_states, deadline, pattern).done(0)
-            return dfa
+            return _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states,
+                                       pattern, deadline)
         plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
         return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
                                   pattern)
@@ -696,12 +709,10 @@ class _StateIndex:
         return j
 
     def done(self, n_expanded: int) -> None:
-        """Check the time budget every 256 expanded states."""
-        if self.deadline is not None and n_expanded % 256 == 0 \
-                and time.perf_counter() > self.deadline:
-            raise GrammarTooComplexError(
-                f"compiling the regex {self.pattern[:80]!r} exceeded its time budget "
-                f"(pass time_budget= to raise it)")
+        """Check the time budget after each expanded state (one state's closures
+        can take long: the clock costs far less)."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise out_of_time(self.pattern)
 
 
 # the numba subset construction keeps an epsilon-closure bitset per NFA state:
@@ -710,8 +721,9 @@ _KERNEL_MAX_WORDS = 4 * 1024 * 1024
 
 
 def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
-                        pattern) -> CharDFA:
-    """:func:`_determinize_plain` as one numba kernel over CSR arrays."""
+                        pattern, deadline: Deadline | None) -> CharDFA:
+    """:func:`_determinize_plain` as one numba kernel over CSR arrays, which
+    reads the clock as it goes (its own compilation not counted)."""
     n = len(nfa.eps)
     eps_ptr = np.zeros(n + 1, dtype=np.int64)
     edge_ptr = np.zeros(n + 1, dtype=np.int64)
@@ -727,10 +739,13 @@ def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
             edge_atom.extend(lst)
             edge_dst.extend([t] * len(lst))
         edge_ptr[s + 1] = len(edge_atom)
-    table, accepting, count = determinize(
-        len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
-        np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
-        start, final, max_states)
+    args = (len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
+            np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
+            start, final, max_states, kernel_deadline(deadline))
+    ready(determinize, args, deadline)
+    table, accepting, count = determinize(*args[:-1], kernel_deadline(deadline))
+    if count == OUT_OF_TIME:
+        raise out_of_time(pattern)
     if count < 0:
         raise too_many_states(pattern, max_states)
     return CharDFA(atoms, table, accepting)
@@ -748,6 +763,9 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
     def closure_of(s) -> int:
         c = closures[s]
         if c is None:
+            # a closure is up to the whole NFA (chains of optional copies), and
+            # one DFA state may compute hundreds: the clock, per closure
+            check_deadline(deadline, pattern)
             seen = {s}
             stack = [s]
             while stack:

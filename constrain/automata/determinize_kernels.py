@@ -10,19 +10,30 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.bits import bit_index
+from constrain.automata.deadline import clock
 from constrain.automata.hash_table import grow_rows, hash_ints, table_probe, table_rehash
 from constrain.automata.liveness import coreachable_dense
 from constrain.automata.minimize_kernels import column_classes, moore_classes, quotient_renumber
 
 
+#: the kernels look at the clock once per this many steps of their loops
+_CLOCK_EVERY = 1 << 18
+#: what determinize returns for ``n`` past its state and time budgets
+TOO_MANY_STATES = -1
+OUT_OF_TIME = -2
+
+
 @njit(cache=True, nogil=True)
 def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start, final,
-                max_states):
+                max_states, deadline):
     """Subset construction of an epsilon-NFA without assertions. A DFA state is
     the bitset of the *important* NFA states (with a character edge, or final) of
     an epsilon closure. Returns ``(table, accepting, n)``: ``table[d, a]`` is the
     successor of DFA state ``d`` on atom ``a`` (-1: none), state 0 the start;
-    ``n`` is -1 when more than ``max_states`` states would be needed."""
+    ``n`` is :data:`TOO_MANY_STATES` when more than ``max_states`` states would
+    be needed, :data:`OUT_OF_TIME` past ``deadline`` (a ``time.perf_counter()``
+    value; the clock is read every :data:`_CLOCK_EVERY` steps: the epsilon
+    closures alone are quadratic in a long chain of optional copies)."""
     n = eps_ptr.shape[0] - 1
     bit_of = np.full(n, -1, np.int64)
     m = 0
@@ -39,6 +50,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     clo = np.zeros((n, W), np.uint64)
     seen = np.full(n, -1, np.int64)
     stack = np.empty(n, np.int64)
+    work = 0
     for s in range(n):
         top = 0
         stack[0] = s
@@ -46,6 +58,11 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
         seen[s] = s
         while top > 0:
             top -= 1
+            work += 1
+            if work >= _CLOCK_EVERY:
+                work = 0
+                if clock() > deadline:
+                    return np.zeros((0, n_atoms), np.int32), np.zeros(0, np.bool_), OUT_OF_TIME
             u = stack[top]
             if bit_of[u] >= 0:
                 b = bit_of[u]
@@ -72,6 +89,11 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     fb = bit_of[final]
     d = 0
     while d < count:
+        work += W * n_atoms + 1
+        if work >= _CLOCK_EVERY:
+            work = 0
+            if clock() > deadline:
+                return table[:0], acc[:0], OUT_OF_TIME
         acc[d] = (sets[d, fb >> 6] >> np.uint64(fb & 63)) & np.uint64(1) == np.uint64(1)
         for a in range(n_atoms):
             used[a] = False
@@ -82,6 +104,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
                 b = w * 64 + bit_index(low)
                 x ^= low
                 s = state_of_bit[b]
+                work += W
                 for k in range(edge_ptr[s], edge_ptr[s + 1]):
                     a = edge_atom[k]
                     t = edge_dst[k]
@@ -99,7 +122,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
             slot, found = table_probe(htab, hashes, sets, moves[a], h)
             if found < 0:
                 if count >= max_states:
-                    return table[:0], acc[:0], -1
+                    return table[:0], acc[:0], TOO_MANY_STATES
                 if count == cap:
                     cap *= 2
                     sets = grow_rows(sets, count, cap, np.uint64(0))
@@ -124,7 +147,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
 
 
 @njit(cache=True, nogil=True)
-def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
+def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds, deadline):
     """An epsilon-NFA over ASCII characters (no assertions) straight to its
     trimmed, minimal byte DFA, as :func:`trim_minimize` of the UTF-8 expansion of
     its :func:`determinize` would give. One call instead of several small Python
@@ -139,8 +162,9 @@ def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
     (their targets consecutive in ``eps_dst``); set ``c`` is ``set_cnt[c]``
     intervals ``(lo, hi)`` of bytes < 128; an edge ``(source, set, target)``,
     edges grouped by source in increasing order. Returns ``(table, accepting,
-    status)``: status -1 when more than ``max_states`` character states are
-    needed, 0 when no string is accepted, 1 otherwise."""
+    status)``: status :data:`TOO_MANY_STATES` when more than ``max_states``
+    character states are needed, :data:`OUT_OF_TIME` past ``deadline``, 0 when
+    no string is accepted, 1 otherwise."""
     n = prog[0]
     p = 1
     eps_ptr = np.zeros(n + 1, np.int64)
@@ -200,9 +224,9 @@ def ascii_byte_dfa(prog, start, final, max_states, alphabet, max_rounds):
         if edge_ptr[s + 1] < edge_ptr[s]:
             edge_ptr[s + 1] = edge_ptr[s]
     table, acc, count = determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst,
-                                    start, final, max_states)
+                                    start, final, max_states, deadline)
     if count < 0:
-        return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), -1
+        return np.zeros((0, 256), np.int32), np.zeros(0, np.bool_), count
     any_acc = False
     for q in range(count):
         if acc[q]:

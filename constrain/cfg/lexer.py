@@ -30,6 +30,7 @@ from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
+from constrain.automata.deadline import Deadline
 from constrain.cache import BoundedCache, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
@@ -269,6 +270,9 @@ class TerminalAutomata:
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None, compiler: Compiler | None = None):
+        # one Deadline for every terminal: a kernel compiled for the first one
+        # moves it later for all
+        deadline = Deadline.of(deadline)
         n_t = ir.n_terminals
         self.usable = usable = np.zeros(n_t, dtype=np.bool_)
         alphabet_key = alphabet.tobytes()

@@ -12,7 +12,6 @@ The language is exactly what ``re.fullmatch(pattern, text)`` accepts, where
 from __future__ import annotations
 
 import operator
-import time
 
 import numpy as np
 
@@ -20,10 +19,11 @@ from constrain.cache import check_budget
 from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
-from constrain.automata.determinize_kernels import ascii_byte_dfa
-from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa, build_nfa,
-                             too_many_states)
-from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
+from constrain.automata.deadline import Deadline, kernel_deadline, ready
+from constrain.automata.determinize_kernels import OUT_OF_TIME, ascii_byte_dfa
+from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa,
+                                         build_nfa, check_deadline, out_of_time, too_many_states)
+from constrain.errors import ConstraintError, InvalidStateError
 from constrain.protocol import Constraint, check_token_id
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, parse_regex
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES, TokenAutomaton
@@ -47,7 +47,8 @@ class DFAConstraint(Constraint):
     """
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *, source: str = "",
-                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES):
+                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES,
+                 deadline: float | Deadline | None = None):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
@@ -58,7 +59,10 @@ class DFAConstraint(Constraint):
         if True not in self._accepting:
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
-        self.tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes)
+        # the trie walks, the last compile phase, are under the same deadline
+        # (a regex of 32k states spent 20 s there)
+        self.tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes,
+                                     deadline=deadline)
         if not self.tokens.is_live(START):
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
@@ -321,28 +325,31 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
 def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
                    max_repeat: int = MAX_REPEAT, max_positions: int = MAX_POSITIONS,
                    max_states: int = DEFAULT_MAX_STATES,
-                   deadline: float | None = None) -> ByteDFA:
+                   deadline: float | Deadline | None = None) -> ByteDFA:
     """The trimmed, minimal UTF-8 byte DFA of ``re.fullmatch(pattern, ., flags)``,
     reading only the bytes in ``alphabet`` (256 booleans). Raises what
-    :func:`compile_regex` raises."""
+    :func:`compile_regex` raises.
+
+    ``deadline``: a ``time.perf_counter()`` value, or a :class:`Deadline` shared
+    with the compile's other phases; every phase checks it, the numba kernels
+    as they run. Loading or compiling a kernel moves it later (numba's cost,
+    not the pattern's)."""
+    deadline = Deadline.of(deadline)
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     nfa = build_nfa(node)
+    check_deadline(deadline, pattern)
     prog = ascii_nfa_arrays(nfa)
     if prog is not None:
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
-        # fixed cost of the general pipeline's Python and numpy steps). Its first
-        # call in a process also JIT-compiles it or loads it from numba's cache,
-        # not the pattern's cost: the time budget is not applied to that call.
-        jitted = bool(ascii_byte_dfa.signatures)
-        table, accepting, status = ascii_byte_dfa(
-            prog, nfa.start, nfa.final, max_states, alphabet, 256)
+        # fixed cost of the general pipeline's Python and numpy steps)
+        args = (prog, nfa.start, nfa.final, max_states, alphabet, 256, kernel_deadline(deadline))
+        ready(ascii_byte_dfa, args, deadline)
+        table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
+        if status == OUT_OF_TIME:
+            raise out_of_time(pattern)
         if status < 0:
             raise too_many_states(pattern, max_states)
-        if jitted and deadline is not None and time.perf_counter() > deadline:
-            raise GrammarTooComplexError(
-                f"compiling the regex {pattern[:80]!r} exceeded its time budget "
-                f"(pass time_budget= to raise it)")
         if status == 0:
             raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
         return ByteDFA(table, accepting)
@@ -354,5 +361,8 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     # merge equivalent character states first: a key that is none of the declared
     # names had one "any string" state per trie node, each expanded on its own
     char_dfa = minimize_char_dfa(char_dfa)
-    byte_dfa = char_dfa_to_bytes(char_dfa, max_states=4 * max_states + 1024)
-    return trim_and_minimize(byte_dfa, alphabet=alphabet)
+    check_deadline(deadline, pattern)
+    byte_dfa = char_dfa_to_bytes(char_dfa, max_states=4 * max_states + 1024, deadline=deadline)
+    dfa = trim_and_minimize(byte_dfa, alphabet=alphabet)
+    check_deadline(deadline, pattern)
+    return dfa

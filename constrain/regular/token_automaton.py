@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import operator
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
 
 from constrain.cache import check_budget
-from constrain.errors import InvalidStateError
+from constrain.errors import GrammarTooComplexError, InvalidStateError
+from constrain.automata.deadline import Deadline, ready
 from constrain.regular.token_kernels import coreachable_states, token_transitions
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
@@ -52,7 +54,14 @@ class TokenAutomaton:
     Args:
         dfa: the byte DFA (state 0 dead, 1 start).
         vocab: the vocabulary.
-        max_mask_bytes: memory budget for the precomputed bitmask rows.
+        max_mask_bytes: memory budget for the precomputed bitmask rows, and
+            apart for their token transitions (8 bytes per allowed token): past
+            either, rows are computed on first visit (or, where liveness needs
+            every row, :class:`~constrain.errors.GrammarTooComplexError`).
+        deadline: when the precomputed rows must be done (a
+            ``time.perf_counter()`` value or a
+            :class:`~constrain.automata.deadline.Deadline`), checked between
+            chunks of states; past it, ``GrammarTooComplexError``.
 
     The queries take a DFA state ``0 <= state < num_states`` (0 is the dead
     state) and raise :class:`~constrain.errors.InvalidStateError` for any other
@@ -61,7 +70,7 @@ class TokenAutomaton:
     """
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *,
-                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES):
+                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES, deadline=None):
         max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
         self.dfa = dfa
         self.vocab = vocab
@@ -73,10 +82,15 @@ class TokenAutomaton:
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
+        walked = None
         if self.eager:
             self._pool = _aligned_rows(n, words)
             eos = _NO_EOS if exact_liveness else self._eos
-            indptr, toks, nexts = self._walk(np.arange(n, dtype=np.int32), self._pool, eos)
+            walked = self._walk_all(eos, Deadline.of(deadline), max_mask_bytes, exact_liveness)
+            # over the transitions' budget: rows on first visit instead
+            self.eager = walked is not None
+        if self.eager:
+            indptr, toks, nexts = walked
             self.live = None  # a trimmed byte DFA: every state but 0 is live
             if exact_liveness:
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
@@ -92,6 +106,51 @@ class TokenAutomaton:
             self.live = None
 
     # -- computing rows ------------------------------------------------------------
+
+    def _walk_all(self, eos: np.ndarray, deadline, max_bytes: int, required: bool):
+        """Every state's row into the pool and the CSR of their transitions,
+        walked in chunks of states between which the ``deadline`` is checked;
+        ``None`` once the transitions pass ``max_bytes`` (unless ``required``:
+        then ``GrammarTooComplexError``)."""
+        n = self.num_states
+        parts = []
+        total = 0
+        chunk = 64  # ~40 ms of SmolLM2 walks: the deadline's granularity
+        for lo in range(0, n, chunk):
+            states = np.arange(lo, min(n, lo + chunk), dtype=np.int32)
+            if lo == 0:
+                t = self.trie
+                ready(token_transitions, (self.dfa.transitions, states, t.first, t.byte, t.depth,
+                                          t.skip, t.tok_start, t.tok_end, t.order, t.max_depth,
+                                          self._pool[:len(states)], 0, self.dfa.accepting, eos),
+                      deadline)
+            part = self._walk(states, self._pool[lo:lo + len(states)], eos)
+            parts.append(part)
+            total += part[1].nbytes + part[2].nbytes
+            # past the budget, or bound to pass it twice over at this rate:
+            # the walks so far are wasted either way
+            if total > max_bytes or (not required and total * n > 2 * max_bytes * (lo + chunk)):
+                if required:
+                    raise GrammarTooComplexError(
+                        f"the token transitions of {n} states need more than {max_bytes} "
+                        f"bytes (pass max_mask_bytes= to raise the limit)")
+                return None
+            if deadline is not None and time.perf_counter() > deadline:
+                raise GrammarTooComplexError(
+                    f"computing the token masks of {n} states exceeded the time budget "
+                    f"(pass time_budget= to raise it)")
+        if len(parts) == 1:
+            return parts[0]
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        k = 0
+        offset = 0
+        for part_ptr, toks, _ in parts:
+            m = len(part_ptr) - 1
+            indptr[k + 1:k + m + 1] = part_ptr[1:] + offset
+            k += m
+            offset += len(toks)
+        return (indptr, np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
 
     def _walk(self, states: np.ndarray, rows: np.ndarray, eos: np.ndarray):
         t = self.trie

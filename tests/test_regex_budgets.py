@@ -1,0 +1,94 @@
+"""Every phase of a regex compile stays within ``time_budget`` (the numba
+kernels included, their own compilation not counted) and within memory bounds
+that follow from the documented limits."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from numba import njit
+
+from constrain import GrammarTooComplexError, Vocabulary, compile_regex
+from constrain.automata.deadline import Deadline
+from constrain.automata.determinize_kernels import OUT_OF_TIME, determinize
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?:(?:a{0,3}){2,5}){1000}",   # the plain subset construction's closures
+    r"(?:(?:a{0,3}){2,5}){300}",    # the numba kernel's closures
+    r"[ab]*a[ab]{16}",              # many states, the kernel's main loop
+    r"(?:(?=a)[ab]|b)*a[ab]{9}",    # the engine with assertions
+])
+def test_time_budget_bounds_every_phase(vocab, pattern):
+    for _ in range(2):  # the first call may compile the kernels: not counted, but slow
+        t = time.perf_counter()
+        try:
+            compile_regex(pattern, vocab, time_budget=0.2, max_states=10 ** 6)
+        except GrammarTooComplexError as e:
+            assert "time budget" in str(e)
+    assert time.perf_counter() - t < 1.5
+
+
+def test_token_masks_are_under_the_deadline_and_fall_back_to_lazy_rows(vocab):
+    # rows fit the budget, their transitions (8 bytes per token) do not
+    eager = compile_regex(r"[a-z]*a[a-z]{6}", vocab)
+    lazy = compile_regex(r"[a-z]*a[a-z]{6}", vocab, max_mask_bytes=20_000)
+    assert eager.tokens.eager and not lazy.tokens.eager
+    for s in range(1, eager.num_states):
+        assert (eager.allowed_token_ids(s) == lazy.allowed_token_ids(s)).all()
+        a, b = eager.token_transitions(s), lazy.token_transitions(s)
+        assert sorted(zip(*map(list, a))) == sorted(zip(*map(list, b)))
+
+
+def test_smollm2_wide_regex_stays_within_budget(smollm2_vocab):
+    t = time.perf_counter()
+    g = compile_regex(r"[a-z]*a[a-z]{14}", smollm2_vocab, time_budget=1.0)
+    assert time.perf_counter() - t < 3.0
+    s = g.initial_state()
+    for tok in (smollm2_vocab.tokens.index(b"hello"), smollm2_vocab.tokens.index(b"a")):
+        s = g.advance(s, tok)
+        assert s is not None
+
+
+def test_kernels_read_the_clock():
+    one = np.zeros(2, dtype=np.int64)
+    args = (1, one, np.zeros(0, np.int64), one, np.zeros(0, np.int64), np.zeros(0, np.int64),
+            0, 0, 10)
+    assert determinize(*args, np.inf)[2] == 1
+    # a long chain of epsilon edges: the closures alone pass the deadline
+    n = 6000
+    eps_ptr = np.arange(n + 1, dtype=np.int64)
+    eps_ptr[-1] = n - 1
+    eps_dst = np.arange(1, n, dtype=np.int64)
+    edge_ptr = np.zeros(n + 1, dtype=np.int64)
+    out = determinize(1, eps_ptr, eps_dst, edge_ptr, np.zeros(0, np.int64),
+                      np.zeros(0, np.int64), 0, n - 1, 10, time.perf_counter() - 1.0)
+    assert out[2] == OUT_OF_TIME
+
+
+def test_kernel_compilation_does_not_count():
+    @njit(cache=False)
+    def kernel(x):
+        s = 0.0
+        for i in range(x.shape[0]):
+            s += np.sin(x[i]) * np.cos(x[i]) + np.sqrt(abs(x[i]))
+        return s
+
+    deadline = Deadline.after(0.0)
+    before = deadline.at
+    t = time.perf_counter()
+    deadline.ready(kernel, np.ones(3))
+    spent = time.perf_counter() - t
+    assert kernel.signatures and spent > 0.01
+    assert deadline.at - before >= spent * 0.9
+    deadline.ready(kernel, np.ones(3))  # compiled: nothing moves
+    assert deadline.at - before < spent * 1.1
+    assert time.perf_counter() > Deadline(time.perf_counter() - 1)
+    assert Deadline.of(None) is None and Deadline.of(deadline) is deadline
