@@ -112,3 +112,11 @@ def test_unique_items_over_a_finite_domain_is_exact():
     with pytest.raises(UnsupportedSchemaError):
         compile_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
                             BYTES)
+
+
+def test_multiple_of_one_admits_only_integers():
+    for m in (1, 1.0, 2.0):
+        c = compile_json_schema({"type": "number", "multipleOf": m}, BYTES)
+        for text in ("2.5", "0.5", "-1.5", "3.25"):
+            assert not accepts(c, text), (m, text)
+        assert accepts(c, "4") and accepts(c, "-2")

@@ -72,9 +72,10 @@ def num_bounds(doc, conj, quiet: bool = False):
 
 
 def _multiple_ofs(doc, conj):
-    """``(mult, float_ms, float_cap)``: the lcm of the integer ``multipleOf``
-    values; the others as ``(pointer, m, exact)``, ``exact`` when integer texts
-    are exact up to ``float_cap``.
+    """``(mult, float_ms, float_cap, integral)``: the lcm of the integer
+    ``multipleOf`` values; the others as ``(pointer, m, exact)``, ``exact`` when
+    integer texts are exact up to ``float_cap``; ``integral``: an integer value
+    (``1`` and ``1.0`` included) was among them, so only integers are multiples.
 
     jsonschema tests ``int(x / m) == x / m`` in floating point. For ``m`` within
     2^-54 (relative) of ``1/M`` and an integer ``x`` with ``|x*M| < 2^53``,
@@ -82,6 +83,7 @@ def _multiple_ofs(doc, conj):
     mult = 1
     float_cap = None
     float_ms = []
+    integral = False
     for p in conj:
         n = doc.node(p)
         if not isinstance(n, dict) or "multipleOf" not in n:
@@ -97,8 +99,9 @@ def _multiple_ofs(doc, conj):
                 float_cap = cap if float_cap is None else min(float_cap, cap)
             float_ms.append((p, m, exact))
             continue
+        integral = True
         mult = mult * int(m) // math.gcd(mult, int(m))
-    return mult, float_ms, float_cap
+    return mult, float_ms, float_cap, integral
 
 
 #: numbers are written below this magnitude (see number_symbol)
@@ -136,7 +139,10 @@ def number_symbol(t: Translation, conj, integer: bool, excluded=()) -> str | Non
     bounds = lo, lo_x, hi, hi_x
     if excluded:
         return _number_excluding(t, conj, integer, excluded, bounds)
-    mult, float_ms, float_cap = _multiple_ofs(doc, conj)
+    mult, float_ms, float_cap, integral = _multiple_ofs(doc, conj)
+    # a multiple of an integer is an integer: multipleOf 1 (or 1.0) is no
+    # constraint only on integers (2.5 was accepted under it: unsound)
+    integer = integer or integral
     ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
     if float_cap is not None:
         ilo = -float_cap if ilo is None else max(ilo, -float_cap)
