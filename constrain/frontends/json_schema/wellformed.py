@@ -71,50 +71,77 @@ _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
+_ONE_KIND, _LIST_KIND, _MAP_KIND, _ITEMS_KIND, _DEPS_KIND = 1, 2, 3, 4, 5
+#: keyword -> how its value holds subschemas
+_KIND = {**{k: _ONE_KIND for k in _ONE}, **{k: _LIST_KIND for k in _LIST},
+         **{k: _MAP_KIND for k in _MAP}, "items": _ITEMS_KIND, "dependencies": _DEPS_KIND}
+
+
 def check_schema(root, prefix: str = "") -> None:
     """Raise :class:`SchemaError` at the JSON pointer of the first keyword whose
     value has the wrong JSON type, in ``root`` or any of its subschemas."""
-    stack = [(root, prefix)]
-    while stack:
-        node, ptr = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        for key, value in node.items():
-            at = f"{ptr}/{_escape(key)}"
-            check = _CHECKS.get(key)
-            if check is not None and not check[0](value):
-                raise SchemaError(f"{key} must be {check[1]}, not {_show(value)}", at)
-            if key in _ONE:
-                if not _is_schema(value):
-                    raise SchemaError(f"{key} must be {_SCHEMA}, not {_show(value)}", at)
-                stack.append((value, at))
-            elif key in _LIST:
-                if not (isinstance(value, list) and value and all(map(_is_schema, value))):
-                    raise SchemaError(f"{key} must be a non-empty array of schemas, "
-                                      f"not {_show(value)}", at)
-                stack.extend((v, f"{at}/{i}") for i, v in enumerate(value))
-            elif key in _MAP:
-                if not (isinstance(value, dict) and all(map(_is_schema, value.values()))):
-                    raise SchemaError(f"{key} must be an object of schemas, not {_show(value)}", at)
-                stack.extend((v, f"{at}/{_escape(k)}") for k, v in value.items())
-            elif key == "items":
-                if isinstance(value, list):
-                    if not all(map(_is_schema, value)):
-                        raise SchemaError(f"items must be {_SCHEMA} or an array of schemas", at)
-                    stack.extend((v, f"{at}/{i}") for i, v in enumerate(value))
-                elif _is_schema(value):
-                    stack.append((value, at))
+    # (node, index of its parent entry, its key): pointers are spelled only for
+    # an error (spelling one per node was ~40% of this pass)
+    seen = [(root, -1, prefix)]
+    i = 0
+    while i < len(seen):
+        node = seen[i][0]
+        if isinstance(node, dict):
+            for key, value in node.items():
+                check = _CHECKS.get(key)
+                if check is not None and not check[0](value):
+                    raise SchemaError(f"{key} must be {check[1]}, not {_show(value)}",
+                                      _pointer(seen, i, key))
+                kind = _KIND.get(key)
+                if kind is None:
+                    continue
+                if kind == _ONE_KIND:
+                    if not _is_schema(value):
+                        raise SchemaError(f"{key} must be {_SCHEMA}, not {_show(value)}",
+                                          _pointer(seen, i, key))
+                    seen.append((value, i, key))
+                elif kind == _LIST_KIND:
+                    if not (isinstance(value, list) and value and all(map(_is_schema, value))):
+                        raise SchemaError(f"{key} must be a non-empty array of schemas, "
+                                          f"not {_show(value)}", _pointer(seen, i, key))
+                    seen.extend((v, i, (key, str(n))) for n, v in enumerate(value))
+                elif kind == _MAP_KIND:
+                    if not (isinstance(value, dict) and all(map(_is_schema, value.values()))):
+                        raise SchemaError(f"{key} must be an object of schemas, not {_show(value)}",
+                                          _pointer(seen, i, key))
+                    seen.extend((v, i, (key, k)) for k, v in value.items())
+                elif kind == _ITEMS_KIND:
+                    if isinstance(value, list):
+                        if not all(map(_is_schema, value)):
+                            raise SchemaError(f"items must be {_SCHEMA} or an array of schemas",
+                                              _pointer(seen, i, key))
+                        seen.extend((v, i, (key, str(n))) for n, v in enumerate(value))
+                    elif _is_schema(value):
+                        seen.append((value, i, key))
+                    else:
+                        raise SchemaError(f"items must be {_SCHEMA}, not {_show(value)}",
+                                          _pointer(seen, i, key))
                 else:
-                    raise SchemaError(f"items must be {_SCHEMA}, not {_show(value)}", at)
-            elif key == "dependencies":
-                if not isinstance(value, dict):
-                    raise SchemaError(f"dependencies must be an object, not {_show(value)}", at)
-                for k, v in value.items():
-                    if _is_schema(v):
-                        stack.append((v, f"{at}/{_escape(k)}"))
-                    elif not _is_string_list(v):
-                        raise SchemaError("a dependency must be a schema or an array of strings",
-                                          f"{at}/{_escape(k)}")
+                    if not isinstance(value, dict):
+                        raise SchemaError(f"dependencies must be an object, not {_show(value)}",
+                                          _pointer(seen, i, key))
+                    for k, v in value.items():
+                        if _is_schema(v):
+                            seen.append((v, i, (key, k)))
+                        elif not _is_string_list(v):
+                            raise SchemaError("a dependency must be a schema or an array of strings",
+                                              _pointer(seen, i, (key, k)))
+        i += 1
+
+
+def _pointer(seen, i: int, key) -> str:
+    """The pointer of ``key`` (a token or a pair of them) under entry ``i``."""
+    toks = list(key) if isinstance(key, tuple) else [key]
+    while seen[i][1] >= 0:
+        _, parent, k = seen[i]
+        toks[:0] = list(k) if isinstance(k, tuple) else [k]
+        i = parent
+    return seen[i][2] + "".join("/" + _escape(t) for t in toks)
 
 
 def _escape(tok: str) -> str:
