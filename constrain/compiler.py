@@ -52,7 +52,7 @@ def _grammar_budgets(limits: Limits) -> dict:
     takes them."""
     return {"max_states": limits.max_states, "time_budget": limits.time_budget,
             "max_contexts": limits.max_contexts, "max_width": limits.max_width,
-            "mask_cache_bytes": limits.mask_cache_bytes}
+            "mask_cache_bytes": limits.mask_cache_bytes, "max_items": limits.max_items}
 
 
 class Compiler:

@@ -18,7 +18,15 @@ field                  read by     bounds
 ``max_contexts``       grammars    distinct parser chart columns
 ``max_width``          grammars    ways one token may split between terminals
 ``mask_cache_bytes``   grammars    cached masks of one grammar
+``max_items``          grammars    parse items one output position keeps (past
+                                   it a subset: sound masks, see
+                                   :func:`constrain.compile_grammar`)
 =====================  ==========  ==============================================
+
+Every budget is also checked where a constructor takes it without a
+:class:`Limits` (``DFAConstraint``, ``GrammarConstraint``, ``TokenAutomaton``,
+``EarleyRecognizer``, ``Matcher``, ``BatchMatcher``): the same
+:class:`~constrain.errors.InvalidLimitError` naming the field.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import dataclasses
 from constrain.automata.char_dfa import DEFAULT_MAX_STATES
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT
 from constrain.cache import check_budget
+from constrain.cfg.earley import DEFAULT_MAX_ITEMS
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES
 
 #: the fields that hold seconds (any positive real, ``inf`` for none); the
@@ -50,6 +59,7 @@ class Limits:
     max_contexts: int = 2_000_000
     max_width: int = 256
     mask_cache_bytes: int = 256 * 1024 * 1024
+    max_items: int = DEFAULT_MAX_ITEMS
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -37,12 +37,19 @@ from itertools import accumulate
 
 import numpy as np
 
+from constrain.cache import check_budget
 from constrain.cfg import earley_kernels as ek
 from constrain.errors import GrammarError, GrammarTooComplexError
+from constrain.cfg.lexer import symbol_position
 from constrain.automata.hash_table import table_rehash
 from constrain.cfg.ir import GrammarIR
 
 _LITTLE = sys.byteorder == "little"
+
+#: the default ``max_items``: the largest column of the grammars and schemas in
+#: tests/data has 31 items (SQL over Spider's dev queries), a very ambiguous
+#: grammar's grow with the input
+DEFAULT_MAX_ITEMS = 1024
 
 
 class EarleyRecognizer:
@@ -51,9 +58,19 @@ class EarleyRecognizer:
     Contexts are ints from 0 (the start); ``next(c, t)`` is the context after
     terminal ``t`` or -1, ``expected(c)`` the terminals allowed next,
     ``accepts(c)`` whether the terminals so far form a sentence.
+
+    ``max_contexts`` bounds the columns made (past it:
+    :class:`~constrain.errors.GrammarTooComplexError`); ``max_items`` the items
+    one column keeps, and so the work of making one: a column of a very
+    ambiguous grammar past it keeps a subset of its items, which recognises a
+    subset of the language (see :func:`~constrain.cfg.earley_kernels.earley_next`
+    and :attr:`truncated_columns`).
     """
 
-    def __init__(self, ir: GrammarIR, usable=None, *, max_contexts: int = 2_000_000):
+    def __init__(self, ir: GrammarIR, usable=None, *, max_contexts: int = 2_000_000,
+                 max_items: int = DEFAULT_MAX_ITEMS):
+        max_contexts = check_budget("max_contexts", max_contexts)
+        max_items = check_budget("max_items", max_items)
         self.ir = ir
         n_t = ir.n_terminals
         self.n_t = n_t
@@ -86,15 +103,18 @@ class EarleyRecognizer:
         # on a cold compile
         check = not (ir.productive and (usable is None or 0 not in spelled.tobytes()))
         tables = ek.earley_tables(flat_rules[:n_r], flat_rules[n_r:2 * n_r + 1],
-                                  flat_rules[2 * n_r + 1:], n_t, spelled, check, max_contexts)
+                                  flat_rules[2 * n_r + 1:], n_t, spelled, check, max_contexts,
+                                  max_items)
         if not tables[0]:
-            raise GrammarError(f"the start symbol {ir.nonterminals[ir.start]!r} derives no "
-                               f"string the vocabulary can spell")
+            name = ir.nonterminals[ir.start]
+            raise GrammarError(f"the start symbol {name!r} derives no "
+                               f"string the vocabulary can spell", *symbol_position(ir.source, name))
         self._meta, self._grammar = tables[1], tables[2]
         self._pred, self._ctx = list(tables[3]), list(tables[4])
         self._kernel_args()
         self._expected: dict[int, frozenset] = {}
         self._next: dict = {}
+        self._unions: dict = {}
 
     # -- grammar analysis ---------------------------------------------------------
 
@@ -168,6 +188,13 @@ class EarleyRecognizer:
         """Number of distinct chart columns created so far."""
         return int(self._meta[ek.M_CONTEXTS])
 
+    @property
+    def truncated_columns(self) -> int:
+        """How many columns were made with a subset of their items (``max_items``):
+        0 unless the grammar is very ambiguous. Masks stay sound; past the first,
+        some valid continuations may be refused."""
+        return int(self._meta[ek.M_TRUNCATED])
+
     def expected(self, c: int) -> frozenset:
         """The terminals the parser accepts next in context ``c``."""
         hit = self._expected.get(c)
@@ -210,6 +237,20 @@ class EarleyRecognizer:
                 raise IndexError(f"no context {c} or terminal {t} in this recognizer "
                                  f"({self.num_contexts} contexts, {self.n_t} terminals)")
             hit = self._next[key] = self._run(ek.earley_next, c, t)
+        return hit
+
+    def union(self, contexts) -> int:
+        """The context whose items are those of all of ``contexts`` (distinct,
+        none of them 0): what follows it is what follows any of them
+        (:func:`~constrain.cfg.earley_kernels.earley_union`). Cached."""
+        key = tuple(sorted(contexts))
+        hit = self._unions.get(key)
+        if hit is None:
+            n = self._meta[ek.M_CONTEXTS]
+            if not (len(key) > 1 and 0 < key[0] and key[-1] < n):
+                raise IndexError(f"no union of the contexts {key} in this recognizer "
+                                 f"({self.num_contexts} contexts; context 0 has none)")
+            hit = self._unions[key] = self._run(ek.earley_union, np.array(key, dtype=np.int64))
         return hit
 
     def recognize(self, terminals) -> bool:

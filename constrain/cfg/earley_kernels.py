@@ -43,11 +43,16 @@ from constrain.automata.hash_table import hash_ints
 #: ``meta`` indices
 M_CONTEXTS = 0     # contexts so far
 M_PRED = 1         # entries used in pred_sym / pred_rd
+M_TRUNCATED = 2    # columns cut at M_MAX_ITEMS (see earley_next)
 M_N_T = 3          # terminals
 M_N_RD = 4         # dotted rules
 M_ACCEPT_ITEM = 5  # the item S' -> start . from context 0
 M_MAX_CONTEXTS = 6
+M_MAX_ITEMS = 7    # items one column keeps; its closure pushes at most PUSHES_PER_ITEM times as many
 META_SIZE = 8
+
+#: the closure of a new column pushes at most this many items per item it may keep
+PUSHES_PER_ITEM = 64
 
 DONE = 0
 GROW_PRED = 1
@@ -179,9 +184,10 @@ def _push_advanced(c, sym, stack, top, meta, grammar, pred, chart):
         grown = np.empty(max(2 * stack.shape[0], need), np.int64)
         grown[:top] = stack[:top]
         stack = grown
-    for i in range(lo, hi):
-        stack[top] = items[i] + 1
-        top += 1
+    # the earliest origins on top of the stack, so popped first: predicted items
+    # (origin c) first, then the others from the latest origin down. A set either
+    # way; but when a closure is cut (max_items) the parses that began earliest
+    # are the ones kept, and with them the way to acceptance
     off = (c + 1) * n_rd + 1
     for r in range(c_roff[c], c_roff[c + 1]):
         nt = roots[r] - n_t
@@ -192,6 +198,9 @@ def _push_advanced(c, sym, stack, top, meta, grammar, pred, chart):
             stack[top] = off + pred_rd[a]
             top += 1
             a += 1
+    for i in range(hi - 1, lo - 1, -1):
+        stack[top] = items[i] + 1
+        top += 1
     return stack, top
 
 
@@ -262,10 +271,23 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
     n_rd = meta[M_N_RD]
     n_t = meta[M_N_T]
     accept_item = meta[M_ACCEPT_ITEM]
+    max_items = meta[M_MAX_ITEMS]
+    max_pushed = PUSHES_PER_ITEM * max_items
     stack = np.empty(64, np.int64)
     stack, top = _push_advanced(c, t, stack, 0, meta, grammar, pred, chart)
+    pushed = top
+    cut = False
     # the closure: what the scanned items complete, and the items after nullable
-    # symbols; ``seen`` is an open-addressing set of items
+    # symbols; ``seen`` is an open-addressing set of items.
+    #
+    # A very ambiguous grammar (``a: a a | "x"``) has columns that grow with
+    # the input, and closures that grow with its square: a column keeps at
+    # most ``max_items`` items, and the closure stops after ``max_pushed``
+    # pushes -- but never before the column has an item that waits for a
+    # symbol or accepts, so it stays live. Every item kept is an item of the
+    # full column, so the column's language is a subset of the full one: the
+    # masks stay sound (they allow only what some kept parse allows) and lose
+    # completeness only for the parses cut.
     cap = 64
     while cap < 4 * top:
         cap *= 2
@@ -275,6 +297,9 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
     k = 0
     accepts = False
     while top:
+        if k >= max_items or (pushed >= max_pushed and (k or accepts)):
+            cut = True
+            break
         top -= 1
         it = stack[top]
         mask = cap - 1
@@ -304,14 +329,33 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
         if y < 0:
             if it == accept_item:
                 accepts = True
+            before = top
             stack, top = _push_advanced(it // n_rd - 1, -1 - y, stack, top, meta, grammar, pred,
                                         chart)
+            pushed += top - before
         else:
             inc = _pushed(inc, k, it)
             k += 1
             if y >= n_t and nullable[y - n_t]:
                 stack = _pushed(stack, top, it + 1)
                 top += 1
+                pushed += 1
+    status, g = _intern(inc, k, accepts, meta, grammar, pred, chart)
+    if cut and status == DONE:
+        meta[M_TRUNCATED] += 1
+    return status, g
+
+
+@njit(cache=True, nogil=True)
+def _intern(inc, k, accepts, meta, grammar, pred, chart):
+    """The context with the distinct items ``inc[:k]`` (any order) and the
+    ``accepts`` flag: the one interned already, or a new one, whose predicted
+    nonterminals are those its items wait for. Returns ``(status, c)`` as
+    :func:`add_context`."""
+    rd_next = grammar[0]
+    c_ioff, items, _, _, _, c_acc, c_hash, htab = chart
+    n_rd = meta[M_N_RD]
+    n_t = meta[M_N_T]
     # canonical order: by waited symbol, then item
     buf = np.sort(inc[:k])
     syms = np.empty(k, np.int64)
@@ -346,6 +390,55 @@ def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_l
             last = y
     return add_context(buf, k, root_buf, n_roots, accepts, h, np.int64(slot), meta, grammar,
                        pred, chart)
+
+
+@njit(cache=True, nogil=True)
+def earley_union(cs, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
+                 pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab):
+    """The context whose items are those of all the contexts ``cs`` (none of
+    them context 0, whose prediction of the start symbol is not among its
+    items), accepting if one of them does: ``(DONE, context)`` or a ``GROW_*``
+    / ``TOO_MANY_CONTEXTS`` status, as :func:`earley_next`, which takes the
+    same arrays.
+
+    Two configurations at one input position with one lexer state are one
+    with this union: what follows either column follows the union (Earley's
+    own column is the union of every history's items), and items keep their
+    origins, so nothing is mixed up. Without it, an ambiguous grammar kept one
+    configuration per way of splitting the input so far."""
+    grammar = (rd_next, nullable, lhs_off, lhs_rd)
+    pred = (pred_off, pred_len, pred_sym, pred_rd, pexp)
+    chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
+    total = 0
+    for c in cs:
+        total += c_ioff[c + 1] - c_ioff[c]
+    inc = np.empty(max(total, 1), np.int64)
+    k = 0
+    accepts = False
+    for c in cs:
+        for i in range(c_ioff[c], c_ioff[c + 1]):
+            inc[k] = items[i]
+            k += 1
+        if c_acc[c]:
+            accepts = True
+    # distinct items, the first max_items of them (by origin, then dotted
+    # rule): a subset of a live column's waiting items is live, and its
+    # language a subset (see earley_next)
+    inc = np.sort(inc[:k])
+    m = 0
+    max_items = meta[M_MAX_ITEMS]
+    cut = False
+    for j in range(k):
+        if m == 0 or inc[j] != inc[m - 1]:
+            if m == max_items:
+                cut = True
+                break
+            inc[m] = inc[j]
+            m += 1
+    status, g = _intern(inc, m, accepts, meta, grammar, pred, chart)
+    if cut and status == DONE:
+        meta[M_TRUNCATED] += 1
+    return status, g
 
 
 @njit(cache=True, nogil=True)
@@ -410,10 +503,11 @@ def derives(lhs, off, flat, n_t, n_sym, term_ok, rule_ok):
 
 
 @njit(cache=True, nogil=True)
-def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
+def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts, max_items):
     """Every array of a recognizer for the rules ``lhs[r] -> flat[off[r]:off[r +
     1]]`` (the last rule is the augmented start ``S' -> start``), with context 0
-    made. Rules using a symbol that derives nothing ``term_ok`` allows are left
+    made; a chart column keeps at most ``max_items`` items (see
+    :func:`earley_next`). Rules using a symbol that derives nothing ``term_ok`` allows are left
     out when ``check_productive`` (else every rule is known productive).
 
     Returns ``(ok, meta, grammar, pred, chart)`` (the tuples of the module
@@ -459,6 +553,7 @@ def earley_tables(lhs, off, flat, n_t, term_ok, check_productive, max_contexts):
     meta[M_N_RD] = rd_next.shape[0]
     meta[M_ACCEPT_ITEM] = rd_next.shape[0] + off[n_r - 1] + n_r - 1 + 1
     meta[M_MAX_CONTEXTS] = max_contexts
+    meta[M_MAX_ITEMS] = max_items
     pred_off = np.full(n_sym, -1, np.int64)
     pred_len = np.zeros(n_sym, np.int64)
     pred_sym = np.empty(2048, np.int64)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from numbers import Real
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,7 +43,8 @@ import numpy as np
 from constrain.cfg import lexer_kernels as gk
 from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.cfg.earley import EarleyRecognizer
-from constrain.errors import ConstraintError, GrammarTooComplexError, InvalidStateError
+from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLimitError,
+                              InvalidStateError)
 from constrain.cfg.ir import GrammarIR
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.limits import Limits
@@ -81,19 +83,26 @@ class GrammarConstraint(Constraint):
                  max_states: int = _DEFAULT.max_states, time_budget: float = _DEFAULT.time_budget,
                  max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                  mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
+                 max_items: int = _DEFAULT.max_items,
                  compiler: Compiler | None = None):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+        # checked here whoever calls (a Limits is free when nothing differs
+        # from the defaults). time_budget apart: a front end passes what its
+        # translation left, which may be nothing (the first deadline check
+        # then fails), so 0 is allowed, not a negative number or NaN
+        _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
+                         max_width=max_width, mask_cache_bytes=mask_cache_bytes,
+                         max_items=max_items)
+        if isinstance(time_budget, bool) or not isinstance(time_budget, Real) \
+                or not time_budget >= 0:
+            raise InvalidLimitError(f"time_budget must be a number of seconds >= 0, "
+                                    f"not {time_budget!r}", "time_budget")
         if compiler is None:
             # here, not at the top: the compiler module builds on this one
             from constrain.compiler import default_compiler
 
             compiler = default_compiler(vocab)
-            # a compiler checked the budgets it passes; these come from the
-            # caller. Not time_budget: a front end passes what its translation
-            # left, which may be nothing (the first deadline check then fails)
-            _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
-                             max_width=max_width, mask_cache_bytes=mask_cache_bytes)
         elif compiler.vocab is not vocab and compiler.vocab != vocab:
             raise ConstraintError(f"the compiler is for the vocabulary {compiler.vocab.name}, "
                                   f"not {vocab.name}")
@@ -106,7 +115,8 @@ class GrammarConstraint(Constraint):
         self.words = (len(vocab) + 31) // 32
         self.terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,
                                       compiler=compiler)
-        self.parser = EarleyRecognizer(ir, self.terms.usable, max_contexts=max_contexts)
+        self.parser = EarleyRecognizer(ir, self.terms.usable, max_contexts=max_contexts,
+                                       max_items=max_items)
         self.lexer = LexerTables(self.terms, ir.n_terminals, trie, words32=self.words,
                                  max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
         self.max_width = max_width
@@ -222,8 +232,34 @@ class GrammarConstraint(Constraint):
                             new.add((c2, s3))
             if not new:
                 return ()
+            if len(new) > 1:
+                new = self._merged(new)
             configs = new
         return tuple(sorted(configs))
+
+    def _merged(self, configs: set) -> set:
+        """``configs`` with the configurations that share a lexer state made one,
+        whose context is the union of theirs (:meth:`EarleyRecognizer.union`):
+        the same language, and as many configurations as lexer states. Without
+        it an ambiguous grammar (``a: a a | "x" | "xx"``) kept one per way of
+        splitting the output so far, and each token cost more than the last."""
+        by_lexer: dict = {}
+        for c, s in configs:
+            by_lexer.setdefault(s, []).append(c)
+        if len(by_lexer) == len(configs):
+            return configs
+        out = set()
+        for s, cs in by_lexer.items():
+            if len(cs) > 1 and 0 in cs:
+                # context 0 predicts the start symbol without an item for it: it
+                # keeps its own configuration
+                out.add((0, s))
+                cs = [c for c in cs if c]
+            if len(cs) > 1:
+                out.add((self.parser.union(cs), s))
+            else:
+                out.update((c, s) for c in cs)
+        return out
 
     def _accepting(self, fresh: bool, configs) -> bool:
         lex = self.lexer
@@ -546,7 +582,8 @@ def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
                     max_states: int = _DEFAULT.max_states,
                     time_budget: float = _DEFAULT.time_budget,
                     max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
-                    mask_cache_bytes: int = _DEFAULT.mask_cache_bytes) -> GrammarConstraint:
+                    mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
+                    max_items: int = _DEFAULT.max_items) -> GrammarConstraint:
     """Compile a context-free grammar in Lark syntax into a token-level constraint.
 
     The language is what ``lark.Lark(text, parser="earley",
@@ -566,6 +603,13 @@ def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
             long-running server).
         max_width: limit on the ways one token may be split between terminals.
         mask_cache_bytes: memory for cached masks.
+        max_items: the parse items (partial parses) one position of the output
+            keeps, which bounds the work of a token. Only very ambiguous
+            grammars reach it (``a: a a | "x"``, whose items grow with the
+            output); there a position keeps a subset of its items: every token
+            allowed is still allowed by the grammar (sound), but some valid
+            continuations may be refused (``grammar.parser.truncated_columns``
+            counts the positions cut).
 
     The budgets override those of the vocabulary's default compiler
     (:func:`constrain.compiler.default_compiler`), whose caches the grammar
@@ -582,7 +626,8 @@ def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
 
     return default_compiler(vocab).compile_grammar(
         source, start, max_states=max_states, time_budget=time_budget,
-        max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes)
+        max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes,
+        max_items=max_items)
 
 
 __all__ = ["GrammarConstraint", "compile_grammar", "TERMINATED"]
