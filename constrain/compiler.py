@@ -121,9 +121,12 @@ class Compiler:
         """:func:`constrain.compile_grammar` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
         limits = self._limits(overrides)
-        ir = load_lark_grammar(source, start=start)
-        return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self,
-                                 **_grammar_budgets(limits))
+        # loading is under the same time budget: what it leaves goes on
+        deadline = Deadline.after(limits.time_budget)
+        ir = load_lark_grammar(source, start=start, deadline=deadline)
+        budgets = _grammar_budgets(limits)
+        budgets["time_budget"] = max(deadline.remaining(), 1e-9)
+        return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
 
     def compile_json_schema(self, schema, **options) -> GrammarConstraint:
         """:func:`constrain.compile_json_schema` over this compiler's vocabulary;

@@ -92,6 +92,14 @@ class _NFA:
         self.atomics: list[_AtomicMark] = []
         #: the final state of every body (lookarounds, atomic groups)
         self.body_finals: set[int] = set()
+        #: Python's rule for a repetition whose iteration matched the empty
+        #: string: no further iteration, go on after the repetition. A state
+        #: ``s`` in ``guard`` (a loop's head, a counted repetition's next
+        #: optional copy) reached while ``guard[s]`` is on the search path at
+        #: the same position is such a case, and goes to ``loop_exit[s]``
+        #: (only the priority order of atomic groups depends on it)
+        self.guard: dict[int, int] = {}
+        self.loop_exit: dict[int, int] = {}
 
     def new(self) -> int:
         self.eps.append([])
@@ -153,11 +161,13 @@ class _NFA:
                 body = (cur, None)
                 self.eps[junction].extend([(nxt, None), body] if node.lazy
                                           else [body, (nxt, None)])
+                self.guard[junction], self.loop_exit[junction] = junction, nxt
                 lo -= 1
             elif node.hi is None:
                 loop = self.new()
                 body = (self.into(node.item, loop), None)
                 self.eps[loop].extend([(nxt, None), body] if node.lazy else [body, (nxt, None)])
+                self.guard[loop], self.loop_exit[loop] = loop, nxt
                 cur = loop
             else:
                 cur = nxt
@@ -166,6 +176,8 @@ class _NFA:
                     body = (self.into(node.item, cur), None)
                     self.eps[opt].extend([(nxt, None), body] if node.lazy
                                          else [body, (nxt, None)])
+                    if cur != nxt:  # the next copy, reached from this one's body
+                        self.guard[cur], self.loop_exit[cur] = opt, nxt
                     cur = opt
             for _ in range(lo):
                 cur = self.into(node.item, cur)
@@ -286,15 +298,24 @@ def check_deadline(deadline, pattern: str) -> None:
         raise out_of_time(pattern)
 
 
+class UndecidedAtomicExit(Exception):
+    """Raised by :func:`build_char_dfa` with ``strict_atomic_exits``: a thread
+    reached the end of the pattern while whether an atomic group it left had
+    found its first match was still open."""
+
+
 def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
                    deadline: float | Deadline | None = None, pattern: str = "",
-                   nfa: _NFA | None = None) -> CharDFA:
+                   nfa: _NFA | None = None, strict_atomic_exits: bool = False) -> CharDFA:
     """Determinise the regex IR ``node`` into a :class:`CharDFA` (``nfa``: its
     :func:`build_nfa`, when already built).
 
     Raises :class:`GrammarTooComplexError` past ``max_states`` states or the
     ``deadline`` (a ``time.perf_counter()`` value or a :class:`Deadline`, which
-    the numba kernel's compilation moves later)."""
+    the numba kernel's compilation moves later). With ``strict_atomic_exits``,
+    :class:`UndecidedAtomicExit` where a thread reaches the end of the pattern
+    with an atomic group's exit still undecided (``(?>X).``: whether the
+    character after ``X``'s match decides it)."""
     deadline = Deadline.of(deadline)
     if nfa is None:
         nfa = build_nfa(node)
@@ -337,6 +358,9 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     accepting: list[bool] = []
     while len(transitions) < len(queue):
         key = queue[len(transitions)]
+        if strict_atomic_exits and any(th[0] == final and any(ob[0] == "P" for ob in th[3])
+                                       for th in key[0]):
+            raise UndecidedAtomicExit(pattern)
         accepting.append(engine.accepts(key))
         row = {}
         for a in engine.atoms_read(key):
@@ -381,6 +405,7 @@ class _Engine:
         self.final = nfa.final
         self.body_finals = nfa.body_finals
         self.behinds, self.aheads, self.atomics = nfa.behinds, nfa.aheads, nfa.atomics
+        self.guard, self.loop_exit = nfa.guard, nfa.loop_exit
         self.END, self.ALL = END, (END << 1) - 1
         self.nl, self.word = nl, word
         self.track_prev = track_prev
@@ -653,13 +678,33 @@ class _Engine:
         return tuple(out)
 
     def _pvisit(self, s, final, prev, behind, out, seen) -> bool:
-        """Depth-first from ``s`` in edge order (iteratively: a stack of
-        successors pushed in reverse); ``True`` once ``final`` is reached."""
-        stack = [s]
+        """Depth-first from ``s`` in edge order, the order Python's backtracking
+        tries paths in; ``True`` once ``final`` is reached. Iterative: a stack
+        of ``[state, successors, next index]`` frames, whose states are the
+        search path (for the empty-iteration rule of :attr:`_NFA.guard`)."""
         eps, edges = self.eps, self.edges
+        guard, loop_exit = self.guard, self.loop_exit
+        on_path: set = set()
+        stack = [[s, None, 0]]
         while stack:
-            u = stack.pop()
+            frame = stack[-1]
+            u, succ, i = frame
+            if succ is not None:
+                if i < len(succ):
+                    frame[2] = i + 1
+                    stack.append([succ[i], None, 0])
+                else:
+                    on_path.discard(u)
+                    stack.pop()
+                continue
+            g = guard.get(u)
+            if g is not None and g in on_path:
+                # an iteration matched the empty string: Python goes on after
+                # the repetition, and tries no further iteration
+                frame[0] = loop_exit[u]
+                continue
             if u in seen:
+                stack.pop()
                 continue
             seen.add(u)
             if u == final:
@@ -667,6 +712,7 @@ class _Engine:
                 return True
             if edges[u]:
                 out.append(u)
+                stack.pop()
                 continue
             nxt = []
             for t, a in eps[u]:
@@ -684,7 +730,8 @@ class _Engine:
                             "a lookbehind that ends with an assertion on the next "
                             "character, inside an atomic group, is not supported",
                             self.pattern, a.offset)
-            stack.extend(reversed(nxt))
+            on_path.add(u)
+            frame[1] = nxt
         return False
 
 

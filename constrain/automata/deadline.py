@@ -59,6 +59,10 @@ class Deadline:
         """Whether the deadline has passed."""
         return time.perf_counter() > self.at
 
+    def remaining(self) -> float:
+        """Seconds left (0 once passed)."""
+        return max(self.at - time.perf_counter(), 0.0)
+
     def ready(self, kernel, *args) -> None:
         """Make sure ``kernel`` is compiled (or loaded from numba's cache) for
         ``args``, the arguments of the call about to be made, and move the

@@ -153,13 +153,30 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
         UnsupportedRegexError: backreferences and conditionals (no finite
             automaton recognises them); lookahead, ``$``, ``\\b`` or nested
             atomic groups inside an atomic group, lookahead or atomic groups
-            inside a lookbehind, and repetitions of what may match the empty
-            string inside an atomic group (regular, but not supported).
+            inside a lookbehind (regular, but not supported).
         RegexTooLargeError: a size limit was exceeded.
     """
     if not isinstance(pattern, str):
         raise RegexSyntaxError(
             f"a regex must be a str, not {type(pattern).__name__}", str(pattern))
+    if len(pattern) >= _CACHED_LENGTH:
+        # a long pattern is parsed more than once (a Lark terminal: checked when
+        # the grammar is loaded, compiled after); re's parser is slow on them
+        # (~0.1 s for SQL's 12k-character name regex). IR nodes are never mutated
+        return _parse_long(pattern, int(flags), max_repeat, max_positions)
+    return _parse(pattern, flags, max_repeat, max_positions)
+
+
+_CACHED_LENGTH = 256
+
+
+@registry.register
+@functools.lru_cache(maxsize=32)
+def _parse_long(pattern: str, flags: int, max_repeat: int, max_positions: int):
+    return _parse(pattern, flags, max_repeat, max_positions)
+
+
+def _parse(pattern: str, flags: int, max_repeat: int, max_positions: int):
     _check_depth(pattern)
     if not flags:
         node = _parse_simple(pattern, max_repeat, max_positions)
@@ -564,14 +581,7 @@ class _Converter:
         item = self.subpattern(sub, flags)
         # after the item: quantifiers follow what they repeat, so the source
         # order of quantifiers is the tree's postorder
-        offset = self.next_offset("repeat")
-        if "atomic" in self._inside and (hi is None or hi > int(lo)) and nullable(item):
-            # Python stops repeating once an iteration matched the empty string,
-            # which changes which match it finds first: not followed here
-            raise UnsupportedRegexError(
-                "a repetition of something that can match the empty string inside an "
-                "atomic group (or possessive quantifier) is not supported",
-                self.pattern, offset)
+        self.next_offset("repeat")
         return Repeat(item, int(lo), hi, lazy)
 
     def look(self, av, flags: int, negate: bool) -> Look:

@@ -45,6 +45,36 @@ if TYPE_CHECKING:
 _IGNORECASE = int(re.IGNORECASE)  # an int: RegexFlag operations run the enum module's Python
 
 
+def symbol_position(source: str, name: str, raw: str | None = None, *,
+                    ignore: bool = False) -> tuple[int | None, int | None]:
+    """The 1-based ``(line, column)`` in the grammar text ``source`` that a
+    symbol's errors point at: with ``ignore``, the ``%ignore`` naming it; its
+    source text ``raw`` (``"if"i``, ``/a+/``: where an anonymous terminal is
+    written); its definition (``NAME:``, ``?rule.2:``); the ``%import`` naming
+    it; else its first use. ``(None, None)`` when none is found (a grammar
+    without source text)."""
+    if not source:
+        return None, None
+    word = re.escape(name.lstrip("?!")) if name else None
+    patterns = []
+    if ignore:
+        patterns.append(r"^[ \t]*%ignore\b[^\n]*?(" + (re.escape(raw) if raw else word) + ")")
+    if raw:
+        patterns.append("(" + re.escape(raw) + ")")
+    if word:
+        patterns += [r"^[ \t]*[?!]?_?(" + word + r")(?:\.-?\d+)?(?:\{[^}\n]*\})?[ \t]*:",
+                     r"^[ \t]*%import\b[^\n]*?\b(" + word + r")\b",
+                     r"(?<![A-Za-z_0-9])(" + word + r")(?![A-Za-z_0-9])"]
+    for pat in patterns:
+        m = re.search(pat, source, re.M)
+        if m:
+            i = m.start(1)
+            return source.count("\n", 0, i) + 1, i - (source.rfind("\n", 0, i) + 1) + 1
+    if name and name.startswith("_"):  # lark's generated names (__ANON_0, _X inlined)
+        return symbol_position(source, name.lstrip("_"), ignore=ignore)
+    return None, None
+
+
 def terminal_key(term: Terminal, alphabet_key: bytes, exclusion: tuple | None) -> tuple:
     """What names a terminal's automaton across grammars: its pattern, flags,
     literal and exclusion (an exclusion terminal's pattern is only a stand-in
@@ -360,8 +390,13 @@ class TerminalAutomata:
                 else:
                     part = lex
             if op is None and part is None:
-                part = terminal_dfa(term, alphabet, max_states=max_states, deadline=deadline,
-                                    exclusion=excl, cache=automata)
+                try:
+                    part = terminal_dfa(term, alphabet, max_states=max_states,
+                                        deadline=deadline, exclusion=excl, cache=automata)
+                except GrammarError as e:
+                    if e.line is not None:
+                        raise
+                    raise GrammarError(e.msg, *symbol_position(ir.source, term.name)) from None
             if op is None:
                 size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
                     else part.transitions.shape[0]

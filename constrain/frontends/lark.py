@@ -4,21 +4,68 @@ lark's own grammar loader reads the file (so ``%import common.X``, ``%ignore``,
 ``?rule`` inlining, ``[]`` ``*`` ``+`` ``?`` ``~n`` ``~n..m`` and templates mean
 exactly what they mean in lark); what comes out is a flat CFG whose terminals are
 regular expressions. Everything after this module is ours.
+
+The language is what ``lark.Lark(text, parser="earley",
+lexer="dynamic_complete")`` accepts, including how lark's dynamic lexer matches
+a terminal (see docs/grammars.md):
+
+* A terminal may end wherever lark's first match (``re.match``, leftmost-first:
+  ``/a|ab/`` is ``a``, a lazy ``.*?`` stops early) of its regex, on the text
+  from its start or on a prefix of that text, ends: the strings ``s`` with
+  ``re.match(T, s).end() == len(s)``, which is the ``re.fullmatch`` language of
+  the atomic group ``(?>T)``. Regex terminals are written so.
+* An ``%ignore`` terminal is matched once where it may start, by its first
+  match on the text from there, never on a prefix: a comment runs to the end of
+  its line, blanks to the next non-blank. Ignored runs are therefore written
+  into the terminals that follow them — every terminal ``T`` of the rules
+  becomes ``(?:(?>I1)|(?>I2)|...)*T`` — and a run at the end of the text is
+  the terminal :data:`IGNORED`, after the start symbol; the IR has no
+  ``ignore`` list. The text after an ignored match decides where it ends; when
+  that takes more than the one character after it, the grammar is refused.
+* Where a terminal's match would look at text outside it — ``^``, ``\\A`` or a
+  lookbehind before its start, ``$``, ``\\b`` or a lookahead past its end —
+  lark's answer depends on which prefix it tries, so no constraint can follow
+  it: such terminals are refused.
+
+Every error is a :class:`GrammarError` naming the line and column (or, for a
+size limit, a :class:`GrammarTooComplexError` naming them): syntax errors,
+undefined symbols, terminals whose regex cannot be compiled, groups nested more
+than :data:`MAX_GRAMMAR_DEPTH` deep (lark's loader recurses per level), and
+rules that lark would expand into more than :data:`MAX_RULE_ALTERNATIVES`
+alternatives (it distributes every group, optional and repetition: ``("a"~0..30)
+~0..30`` is 31^30 of them, and its loader never finished).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from ast import literal_eval
 from pathlib import Path
 
+from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
+from constrain.automata.regex_syntax import Assert, Atomic, Chars, Concat, Look, Repeat, \
+    nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
-from constrain.errors import GrammarError
-
+from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
+from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": 0, "x": re.VERBOSE,
               "l": re.LOCALE}
+
+#: groups (``(`` ``[`` ``{``) nested deeper than this are refused
+MAX_GRAMMAR_DEPTH = 50
+#: the alternatives lark may expand one rule into (before it removes
+#: duplicates); its loader takes ~50 µs each
+MAX_RULE_ALTERNATIVES = 20_000
+#: the symbols lark's expansion of all rules may write
+MAX_GRAMMAR_SYMBOLS = 1_000_000
+#: the name of the terminal of an ignored run at the end of the text
+IGNORED = "__IGNORED"
+#: the states a terminal's checks here may build (its automaton is built later,
+#: under the grammar's own max_states)
+_CHECK_STATES = 50_000
 
 
 def read_grammar_source(source) -> tuple[str, str | None]:
@@ -35,74 +82,506 @@ def read_grammar_source(source) -> tuple[str, str | None]:
     return source, None
 
 
-def load_lark_grammar(source, start: str = "start") -> GrammarIR:
-    """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`.
+def load_lark_grammar(source, start: str = "start", *, deadline=None) -> GrammarIR:
+    """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`
+    with lark's ``dynamic_complete`` semantics (see the module docstring).
+
+    ``deadline``: a ``time.perf_counter()`` value (or a
+    :class:`~constrain.automata.deadline.Deadline`) the loading must finish by.
 
     Raises:
-        GrammarError: bad syntax (with line and column), an undefined or unusable
-            symbol, an unknown start symbol, a ``%declare``-d terminal (it has no
-            pattern to enforce).
+        GrammarError: bad syntax, an undefined or unusable symbol, an unknown
+            start symbol, a ``%declare``-d terminal (it has no pattern to
+            enforce), a terminal that matches the empty string or that Trellis
+            cannot enforce exactly; with the line and column.
+        GrammarTooComplexError: nesting, rule expansion or time past a limit.
     """
     from lark.exceptions import LarkError, UnexpectedInput
     from lark.load_grammar import load_grammar
 
+    if not isinstance(start, str):
+        raise GrammarError(f"the start symbol is a rule name, not {type(start).__name__}")
     text, directory = read_grammar_source(source)
-    fast = _load_plain(text, start)
-    if fast is not None:
-        return dataclasses.replace(fast, source=text)
-    import_paths = [directory] if directory else []
-    try:
-        grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
-        terms, rules, ignore = grammar.compile([start], set())
-    except UnexpectedInput as e:
-        raise GrammarError(f"syntax error in grammar: {_first_line(e)}",
-                           getattr(e, "line", None), getattr(e, "column", None)) from None
-    except LarkError as e:
-        m = re.search(r"at line (\d+) column (\d+)", str(e))
-        line, col = (int(m.group(1)), int(m.group(2))) if m else _locate(str(e), text)
-        raise GrammarError(f"invalid grammar: {_first_line(e)}", line, col) from None
-    except (OSError, ImportError) as e:
-        raise GrammarError(f"invalid grammar: {e}") from None
+    _check_nesting(text)
+    raw = _load_plain(text, start)
+    if raw is None:
+        tree = _parse(text)
+        _check_expansion(tree)
+        _check_deadline(deadline)
+        import_paths = [directory] if directory else []
+        try:
+            grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
+            terms, rules, ignore = grammar.compile([start], set())
+        except UnexpectedInput as e:
+            raise GrammarError(f"syntax error in grammar: {_first_line(e)}",
+                               getattr(e, "line", None), getattr(e, "column", None)) from None
+        except LarkError as e:
+            raise GrammarError(f"invalid grammar: {_first_line(e)}",
+                               *_locate_error(str(e), text, start)) from None
+        except (OSError, ImportError) as e:
+            raise GrammarError(f"invalid grammar: {e}", *_locate_error(str(e), text, start)) \
+                from None
+        except RecursionError:
+            raise GrammarTooComplexError("the grammar is nested too deeply for lark's loader") \
+                from None
+        raw = _raw_from_lark(terms, rules, ignore, text, start)
+    _check_deadline(deadline)
+    return _finish(raw, text, start, deadline)
 
-    term_index = {}
-    terminals = []
+
+def _check_deadline(deadline) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise GrammarTooComplexError("loading the grammar exceeded its time budget "
+                                     "(pass time_budget= to raise it)")
+
+
+def _too_complex(message: str, line: int | None, column: int | None) -> GrammarTooComplexError:
+    """A :class:`GrammarTooComplexError` naming the place (``line``, ``column``
+    attributes, as a :class:`GrammarError` has them)."""
+    e = GrammarTooComplexError(f"{message} (line {line}, column {column})" if line else message)
+    e.line, e.column = line, column
+    return e
+
+
+# -- what the loaders produce ----------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _RawTerminal:
+    """A terminal as lark defines it: ``regexp`` its ``Pattern.to_regexp()``
+    (flags scoped inside), ``literal`` the text of a string terminal, ``raw``
+    its source text (``"if"i``, ``/a+/``) when it has one."""
+
+    name: str
+    regexp: str
+    flags: int
+    literal: str | None
+    raw: str | None
+
+
+@dataclasses.dataclass
+class _Raw:
+    """A loaded grammar before :func:`_finish`: rules ``(lhs, rhs)`` over
+    terminal ids ``t >= 0`` and nonterminals ``-1 - n`` (``nonterminals[0]`` is
+    the start symbol)."""
+
+    terminals: list
+    nonterminals: list
+    rules: list
+    ignore: list
+
+
+def _raw_from_lark(terms, rules, ignore, text: str, start: str) -> _Raw:
+    terminals, index = [], {}
     for t in terms:
         if t.pattern is None:
             raise GrammarError(f"terminal {t.name} is %declare-d: it has no pattern to enforce",
-                               *_locate_name(t.name, text))
+                               *symbol_position(text, t.name))
         flags = 0
         for f in t.pattern.flags:
             flags |= _FLAG_BITS.get(f, 0)
-        term_index[t.name] = len(terminals)
+        index[t.name] = len(terminals)
         literal = t.pattern.value if type(t.pattern).__name__ == "PatternStr" else None
-        terminals.append(Terminal(t.name, t.pattern.to_regexp(), flags, literal))
-    nt_index: dict[str, int] = {}
-    nonterminals: list[str] = []
+        terminals.append(_RawTerminal(t.name, t.pattern.to_regexp(), flags, literal,
+                                      getattr(t.pattern, "raw", None)))
+    nt_index: dict[str, int] = {start: 0}
+    nonterminals = [start]
 
     def nt(name: str) -> int:
         if name not in nt_index:
             nt_index[name] = len(nonterminals)
             nonterminals.append(name)
-        return nt_index[name]
+        return -1 - nt_index[name]
 
-    nt(start)
-    n_t = len(terminals)
-    out_rules = []
+    out = []
     for r in rules:
         rhs = []
         for s in r.expansion:
             if s.is_term:
-                if s.name not in term_index:
+                if s.name not in index:
                     raise GrammarError(f"terminal {s.name} is used but not defined",
-                                       *_locate_name(s.name, text))
-                rhs.append(term_index[s.name])
+                                       *symbol_position(text, s.name))
+                rhs.append(index[s.name])
             else:
-                rhs.append(n_t + nt(s.name))
-        out_rules.append((nt(r.origin.name), tuple(rhs)))
-    if not any(lhs == 0 for lhs, _ in out_rules):
-        raise GrammarError(f"the start symbol {start!r} has no rule")
-    ignore_ids = [term_index[name] for name in ignore if name in term_index]
-    return GrammarIR(terminals, nonterminals, out_rules, 0, ignore_ids, text)
+                rhs.append(nt(s.name))
+        out.append((-1 - nt(r.origin.name), tuple(rhs)))
+    return _Raw(terminals, nonterminals, out, [index[n] for n in ignore if n in index])
+
+
+# -- terminals as lark's dynamic lexer matches them ------------------------------------------
+
+
+def _finish(raw: _Raw, text: str, start: str, deadline) -> GrammarIR:
+    """The IR of ``raw``: each terminal written as lark matches it, the ignored
+    runs written into the terminals (see the module docstring)."""
+    if not any(lhs == 0 for lhs, _ in raw.rules):
+        # no rule to point at: where the start symbol is used, else the top
+        where = symbol_position(text, start)
+        raise GrammarError(f"the start symbol {start!r} has no rule (define it, or pass "
+                           f"start=)", *(where if where[0] else (1, 1)))
+    used = sorted({s for _, rhs in raw.rules for s in rhs if s >= 0})
+    parts = {}
+    for t in sorted(set(used) | set(raw.ignore)):
+        parts[t] = _terminal_part(raw.terminals[t], text, deadline)
+    prefix = ""
+    if raw.ignore:
+        runs = []
+        for t in raw.ignore:
+            part = parts[t]
+            if part.startswith("(?>"):
+                _check_ignore(raw.terminals[t], part, text, deadline)
+            if part not in runs:
+                runs.append(part)
+        prefix = "(?:" + "|".join(runs) + ")*"
+    terminals, new_id = [], {}
+    for t in used:
+        rt = raw.terminals[t]
+        new_id[t] = len(terminals)
+        part = parts[t]
+        if prefix:
+            terminals.append(Terminal(rt.name, prefix + part))
+        elif part == rt.regexp:
+            terminals.append(Terminal(rt.name, part, rt.flags, rt.literal))
+        else:  # flags scoped inside the part
+            terminals.append(Terminal(rt.name, part))
+    nonterminals = list(raw.nonterminals)
+    if prefix:
+        # an ignored run may also end the text: top -> start | start IGNORED
+        ignored = len(terminals)
+        terminals.append(Terminal(IGNORED, "(?:" + "|".join(runs) + ")+"))
+    n_t = len(terminals)
+    rules = [(lhs, tuple(new_id[s] if s >= 0 else n_t - 1 - s for s in rhs))
+             for lhs, rhs in raw.rules]
+    start_index = 0
+    if prefix:
+        start_index = len(nonterminals)
+        nonterminals.append(start)  # a name to show: the symbol the user knows
+        rules += [(start_index, (n_t,)), (start_index, (n_t, ignored))]
+    return GrammarIR(terminals, nonterminals, rules, start_index, (), text)
+
+
+def _scoped(regexp: str) -> str:
+    """``regexp`` with its leading global flags (``(?i)abc``) made scoped
+    (``(?i:abc)``), so that it can sit inside a larger pattern."""
+    m = re.match(r"((?:\(\?[aiLmsux]+\))+)", regexp)
+    if not m:
+        return regexp
+    flags = "".join(re.findall(r"[aiLmsux]", m.group(1)))
+    return f"(?{flags}:{regexp[m.end():]})"
+
+
+def _terminal_part(rt: _RawTerminal, text: str, deadline) -> str:
+    """The regex of ``rt`` as lark's dynamic lexer matches it, checked: a
+    string as it is, a regex as ``(?>regex)`` (leftmost-first), or without
+    the atomic group where that changes nothing (a literal; an alternation of
+    literals, less those an earlier one is a prefix of)."""
+    where = symbol_position(text, rt.name, rt.raw)
+    if where[0] is None:  # lark keeps no source text for a range ("a".."z")
+        m = re.fullmatch(r"\[(.)-(.)\]", rt.regexp)
+        found = m and re.search(r'"%s"\s*\.\.\s*"%s"' % (re.escape(m.group(1)),
+                                                        re.escape(m.group(2))), text)
+        where = _position(text, found.start()) if found else (1, 1)
+    regexp = rt.regexp
+    if rt.literal is not None:
+        return regexp
+    if not rt.flags and _regex_literal(regexp):
+        return regexp
+    alts = _regex_alternatives(regexp) if not rt.flags else None
+    if alts and all(alts):
+        kept = []
+        for a in alts:
+            if not any(a.startswith(k) for k in kept):
+                kept.append(a)
+        return "|".join(re.escape(a) for a in kept)
+    inner = _scoped(regexp)
+    part = f"(?>{inner})"
+    try:
+        node = parse_regex(part).body
+    except RegexError as e:
+        try:
+            parse_regex(inner)
+        except RegexError as e2:  # an error of the regex itself
+            raise _pattern_error(rt, e2.msg, e2.offset, *where) from None
+        if _matches_nothing(inner, deadline):
+            return inner  # lark never matches it either: an unusable terminal
+        offset = None if e.offset is None else max(e.offset - 3, 0)
+        msg = e.msg.replace(" inside an atomic group (or possessive quantifier)", "")
+        msg = msg.replace(" is not supported", "") + (
+            ": lark matches a terminal leftmost-first, testing it on the text after the "
+            "match or on a prefix of it as it tries them, which no constraint can follow")
+        raise _pattern_error(rt, msg, offset, *where) from None
+    if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline):
+        raise _pattern_error(
+            rt, "an assertion on the text before the terminal: lark tests it on the whole "
+            "text for its first match and on the terminal alone for the others, which no "
+            "constraint can follow", None, *where)
+    if nullable(node):
+        dfa = build_char_dfa(parse_regex(part), max_states=_CHECK_STATES, deadline=deadline,
+                             pattern=part)
+        if dfa.accepting[0]:
+            raise GrammarError(f"terminal {rt.name} matches the empty string "
+                               f"(pattern {regexp[:80]!r}); terminals must consume input",
+                               *where)
+    return part
+
+
+def _pattern_error(rt: _RawTerminal, msg: str, offset: int | None, line, column) -> GrammarError:
+    at = f" at offset {offset}" if offset is not None else ""
+    return GrammarError(f"terminal {rt.name} has a pattern Trellis cannot compile exactly: "
+                        f"{msg} (pattern {rt.regexp[:80]!r}{at})", line, column)
+
+
+def _matches_nothing(regexp: str, deadline) -> bool:
+    """Whether ``regexp`` (which parses) matches nowhere in any text: with any
+    text around it, so that its assertions see what they would see in lark's
+    (``a(?=b)`` matches ``a`` before a ``b``; ``a^b`` never matches)."""
+    anywhere = f"(?s:.)*(?:{regexp})(?s:.)*"
+    return not build_char_dfa(parse_regex(anywhere), max_states=_CHECK_STATES,
+                              deadline=deadline, pattern=regexp).accepting.any()
+
+
+def _looks_before_start(node, offset: int) -> bool:
+    """Whether an assertion of ``node``, matched ``offset`` characters (at
+    least) after the terminal's start, looks at the character before it."""
+    t = type(node)
+    if t is Chars:
+        return False
+    if t is Assert:
+        return offset == 0 and node.kind in ("begin", "begin_line", "boundary", "non_boundary")
+    if t is Look:
+        if node.behind:
+            return offset < node.width or _looks_before_start(node.body, offset - node.width)
+        return _looks_before_start(node.body, offset)
+    if t is Concat:
+        for item in node.items:
+            if _looks_before_start(item, offset):
+                return True
+            offset += _min_width(item)
+        return False
+    if t is Repeat:
+        return _looks_before_start(node.item, offset)
+    if t is Atomic:
+        return _looks_before_start(node.body, offset)
+    return any(_looks_before_start(i, offset) for i in node.items)  # Alt
+
+
+def _min_width(node) -> int:
+    t = type(node)
+    if t is Chars:
+        return 1
+    if t is Concat:
+        return sum(_min_width(i) for i in node.items)
+    if t is Repeat:
+        return node.lo * _min_width(node.item)
+    if t is Atomic:
+        return _min_width(node.body)
+    if t is Assert or t is Look:
+        return 0
+    return min(_min_width(i) for i in node.items)  # Alt
+
+
+def _check_ignore(rt: _RawTerminal, part: str, text: str, deadline) -> None:
+    """Refuse an ignored terminal whose first match lark could only tell from
+    more than the one character after it (``/a(bc)*/``: after ``a``, ``bc``
+    would extend it): the ignored run is written into the next terminal, which
+    may be that one character."""
+    try:
+        build_char_dfa(parse_regex(part + "(?s:.)"), max_states=_CHECK_STATES,
+                       deadline=deadline, pattern=part, strict_atomic_exits=True)
+    except UndecidedAtomicExit:
+        raise GrammarError(
+            f"the ignored terminal {rt.name} ({rt.regexp[:60]!r}) ends where lark's first match "
+            f"of it ends, which the text after it decides; here that can take more than the "
+            f"next character, and Trellis decides it from one",
+            *symbol_position(text, rt.name, rt.raw, ignore=True)) from None
+
+
+# -- limits on what lark's loader is given ---------------------------------------------
+
+
+def _check_nesting(text: str) -> None:
+    """Refuse groups nested deeper than :data:`MAX_GRAMMAR_DEPTH`: lark's loader,
+    and the plain loader here, recurse per level. Strings, regexes and comments
+    are skipped."""
+    if text.count("(") + text.count("[") + text.count("{") <= MAX_GRAMMAR_DEPTH:
+        return
+    depth = 0
+    line, col0 = 1, 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\n":
+            line, col0 = line + 1, i + 1
+        elif c == '"':
+            i += 1
+            while i < n and text[i] not in '"\n':
+                i += 2 if text[i] == "\\" else 1
+        elif c == "/":
+            if text.startswith("//", i):
+                while i < n and text[i] != "\n":
+                    i += 1
+                continue
+            i += 1
+            while i < n and text[i] not in "/\n":
+                i += 2 if text[i] == "\\" else 1
+        elif c in "([{":
+            depth += 1
+            if depth > MAX_GRAMMAR_DEPTH:
+                raise _too_complex(f"groups are nested more than {MAX_GRAMMAR_DEPTH} deep",
+                                   line, i - col0 + 1)
+        elif c in ")]}":
+            depth = max(depth - 1, 0)
+        i += 1
+
+
+def _parse(text: str):
+    """lark's parse tree of the grammar text (the first step of its loader)."""
+    from lark.exceptions import LarkError, UnexpectedInput
+    from lark.load_grammar import _parse_grammar
+
+    try:
+        return _parse_grammar(text, "<grammar>")
+    except UnexpectedInput as e:
+        raise GrammarError(f"syntax error in grammar: {_first_line(e)}",
+                           getattr(e, "line", None), getattr(e, "column", None)) from None
+    except LarkError as e:
+        raise GrammarError(f"invalid grammar: {_first_line(e)}",
+                           *_locate_error(str(e), text, None)) from None
+
+
+def _check_expansion(tree) -> None:
+    """Refuse a rule that lark's loader would expand into more than
+    :data:`MAX_RULE_ALTERNATIVES` alternatives, or a grammar into more than
+    :data:`MAX_GRAMMAR_SYMBOLS` symbols. lark writes each rule as a list of
+    alternatives: a group, ``[x]``, ``x?``, ``x*`` and ``x~m..n`` (``n < 50``)
+    inside a sequence multiply the sequence's alternatives (the repetitions
+    ``*``, ``+`` and ``~m..n`` past 50 go to new rules, counted apart)."""
+    from lark import Token, Tree
+
+    big = MAX_RULE_ALTERNATIVES * 100  # saturation: sizes past it all refuse
+
+    def sat(x: int) -> int:
+        return x if x < big else big
+
+    total = 0
+    for stmt in tree.children:
+        if not isinstance(stmt, Tree) or stmt.data not in ("rule", "override", "extend"):
+            continue
+        rule = stmt.children[0] if stmt.data != "rule" else stmt
+        if not isinstance(rule, Tree) or rule.data != "rule":
+            continue
+        name = rule.children[1]
+        side = [0, 0]  # the alternatives and symbols of the new rules it makes
+
+        def measure(node):
+            """``(alternatives, symbols)`` of ``node`` once lark distributed it."""
+            if not isinstance(node, Tree):
+                return 1, 1
+            d = node.data
+            if d == "expansions":
+                a = s = 0
+                for c in node.children:
+                    ca, cs = measure(c)
+                    a, s = sat(a + ca), sat(s + cs)
+                return a, s
+            if d == "alias":
+                return measure(node.children[0])
+            if d == "expansion":
+                items = [measure(c) for c in node.children]
+                a = 1
+                for ca, _ in items:
+                    a = sat(a * ca)
+                s = 0
+                for ca, cs in items:
+                    s = sat(s + cs * (a // ca if ca else 0))
+                return a, s
+            if d == "maybe":
+                a, s = measure(node.children[0])
+                return sat(a + 1), sat(2 * s)
+            if d == "expr":
+                a, s = measure(node.children[0])
+                op = node.children[1]
+                if op == "?":
+                    return sat(a + 1), s
+                if op in ("*", "+"):
+                    side[0], side[1] = sat(side[0] + 2 * a), sat(side[1] + 3 * s)
+                    return (2, 1) if op == "*" else (1, 1)
+                nums = [int(c) for c in node.children[2:] if isinstance(c, Token)]
+                lo, hi = (nums[0], nums[0]) if len(nums) == 1 else (nums[0], nums[-1])
+                if hi >= 50:  # lark's factored helper rules: a few, of up to ~a^5 each
+                    side[0] = sat(side[0] + 20 * sat(a ** 5 if a < 50 else big))
+                    side[1] = sat(side[1] + 20 * sat(s * 10))
+                    return 1, 2
+                ra = rs = 0
+                for k in range(lo, hi + 1):
+                    if a > 1 and k > 1 and a ** min(k, 40) >= big:
+                        return big, big
+                    ra = sat(ra + sat(a ** k))
+                    rs = sat(rs + sat(k * s * sat(a ** max(k - 1, 0))))
+                return ra, rs
+            return 1, 1  # a value: a name, a literal, a range, a template use
+
+        alts, symbols = measure(rule.children[-1])
+        alts, symbols = sat(alts + side[0]), sat(symbols + side[1])
+        total = sat(total + symbols)
+        if alts > MAX_RULE_ALTERNATIVES:
+            shown = "more than " + f"{big:,}" if alts >= big else f"{alts:,}"
+            raise _too_complex(
+                f"rule {name} would be expanded by lark's loader into {shown} alternatives "
+                f"(at most {MAX_RULE_ALTERNATIVES:,}): write its repeated or optional groups as "
+                f"rules of their own", getattr(name, "line", None), getattr(name, "column", None))
+        if total > MAX_GRAMMAR_SYMBOLS:
+            raise _too_complex(
+                f"the grammar would be expanded by lark's loader into more than "
+                f"{MAX_GRAMMAR_SYMBOLS:,} symbols", getattr(name, "line", None),
+                getattr(name, "column", None))
+
+
+# -- places -------------------------------------------------------------------------
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _locate_error(message: str, text: str, start: str | None) -> tuple[int | None, int | None]:
+    """Line and column for a lark error message: its own position when it gives
+    one, else the first place it names that is found in the text (a quoted or
+    capitalised symbol, the source of a literal)."""
+    m = re.search(r"at line (\d+) column (\d+)", message)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    m = re.search(r"line (\d+)", message)
+    if m:
+        return int(m.group(1)), 1
+    # a literal's own text: lark quotes it in parentheses, backquotes or as repr
+    for lit in re.findall(r"\((\"[^\n]*?\"i?|/[^\n]*?/[imslux]*)\)", message) + \
+            re.findall(r"`(.*?)`", message):
+        pos = symbol_position(text, "", lit)
+        if pos[0] is not None:
+            return pos
+    for q in re.findall(r"\('((?:[^'\\]|\\.)*)'", message):
+        try:
+            body = literal_eval("'" + q + "'")
+        except (SyntaxError, ValueError):
+            body = q
+        for needle in (body, q):
+            i = text.find(needle) if needle else -1
+            if i >= 0:
+                return _position(text, i)
+    names = re.findall(r"'([A-Za-z_][A-Za-z_0-9]*)'", message) + \
+        re.findall(r"\b([A-Z_][A-Z_0-9]+)\b", message) + \
+        re.findall(r"\"([A-Za-z_][A-Za-z_0-9]*)\"", message)
+    for name in names:
+        pos = symbol_position(text, name)
+        if pos[0] is not None:
+            return pos
+    return (1, 1) if text.strip() else (None, None)
+
+
+def _position(text: str, i: int) -> tuple[int, int]:
+    line = text.count("\n", 0, i) + 1
+    return line, i - (text.rfind("\n", 0, i) + 1) + 1
 
 
 # -- a fast path for plain grammars ------------------------------------------------
@@ -191,7 +670,7 @@ def _tokens(body: str) -> list[tuple[str, str]]:
     return out
 
 
-def _load_plain(text: str, start: str) -> GrammarIR | None:
+def _load_plain(text: str, start: str) -> _Raw | None:
     """Read a grammar of plain rules and literal terminals, or return ``None``."""
     try:
         return _PlainLoader(text, start).result()
@@ -222,7 +701,7 @@ class _PlainLoader:
             if m is None or "//" in m.group(2) or "->" in m.group(2):
                 raise _NotPlain
             defs.append([m.group(1), m.group(2)])
-        self.terminals: list[Terminal] = []
+        self.terminals: list[_RawTerminal] = []
         self.term_index: dict[str, int] = {}
         self.anon: dict[tuple, int] = {}
         self.nonterminals: list[str] = [start]
@@ -266,7 +745,7 @@ class _PlainLoader:
             flags |= _FLAG_BITS.get(f, 0)
         literal = pat.value if tok[0] == "STRING" else None
         self.term_index[name] = len(self.terminals)
-        self.terminals.append(Terminal(name, pat.to_regexp(), flags, literal))
+        self.terminals.append(_RawTerminal(name, pat.to_regexp(), flags, literal, tok[1]))
         return self.term_index[name]
 
     def _nt(self, name: str) -> int:
@@ -343,31 +822,11 @@ class _PlainLoader:
             sym = ("n", nt)
         return sym, pos
 
-    def result(self) -> GrammarIR:
-        n_t = len(self.terminals)
-        rules = [(lhs, tuple(v if k == "t" else n_t + v for k, v in seq)) for lhs, seq in self.pending]
-        return GrammarIR(self.terminals, self.nonterminals, rules, 0, self.ignore, "")
+    def result(self) -> _Raw:
+        rules = [(lhs, tuple(v if k == "t" else -1 - v for k, v in seq))
+                 for lhs, seq in self.pending]
+        return _Raw(self.terminals, self.nonterminals, rules, self.ignore)
 
 
-def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-
-
-def _locate(message: str, text: str) -> tuple[int | None, int | None]:
-    """Best-effort line and column for a lark error message naming a symbol."""
-    m = re.search(r"'([A-Za-z_][A-Za-z_0-9]*)'", message) or re.search(r"\b([A-Z_][A-Z_0-9]+)\b", message)
-    if m:
-        return _locate_name(m.group(1), text)
-    return None, None
-
-
-def _locate_name(name: str, text: str) -> tuple[int | None, int | None]:
-    m = re.search(r"(?<![A-Za-z_0-9])" + re.escape(name.lstrip("_?!")) + r"(?![A-Za-z_0-9])", text)
-    if not m:
-        return None, None
-    line = text.count("\n", 0, m.start()) + 1
-    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-    return line, col
-
-
-__all__ = ["load_lark_grammar", "read_grammar_source", "eval_escaping"]
+__all__ = ["load_lark_grammar", "read_grammar_source", "eval_escaping", "IGNORED",
+           "MAX_GRAMMAR_DEPTH", "MAX_RULE_ALTERNATIVES", "MAX_GRAMMAR_SYMBOLS"]
