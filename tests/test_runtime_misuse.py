@@ -15,6 +15,7 @@ import constrain
 from constrain import (
     BatchMatcher,
     ConstraintError,
+    InvalidLimitError,
     InvalidStateError,
     Matcher,
     Vocabulary,
@@ -348,3 +349,61 @@ def test_apply_bitmask_refuses_other_dtypes():
             constrain.apply_bitmask(torch.from_numpy(logits), bm)
     constrain.apply_bitmask(logits, np.zeros((1, WORDS), np.int32))
     assert np.isinf(logits).all()
+
+
+# -- budgets taken without a Limits ----------------------------------------------------------
+
+def _budget_takers():
+    """Every constructor or call that takes a budget directly (not through a
+    Limits), with the values it may legitimately take besides positive ones."""
+    from constrain.cfg.earley import EarleyRecognizer
+    from constrain.cfg.grammar import GrammarConstraint
+    from constrain.frontends.lark import load_lark_grammar
+    from constrain.regular.regex import DFAConstraint, regex_byte_dfa
+    from constrain.regular.token_automaton import TokenAutomaton
+    from constrain.vocab.trie import TokenTrie
+
+    dfa = regex_byte_dfa("ab+", TokenTrie.of(BYTES).alphabet)
+    ir = load_lark_grammar('start: "a"+')
+    compiler = constrain.default_compiler(BYTES)
+    takers = {
+        "DFAConstraint max_mask_bytes": lambda v: DFAConstraint(dfa, BYTES, max_mask_bytes=v),
+        "TokenAutomaton max_mask_bytes": lambda v: TokenAutomaton(dfa, BYTES, max_mask_bytes=v),
+        "EarleyRecognizer max_contexts": lambda v: EarleyRecognizer(ir, max_contexts=v),
+        "EarleyRecognizer max_items": lambda v: EarleyRecognizer(ir, max_items=v),
+        "Matcher max_rollback": lambda v: Matcher(constrain.compile_regex("a", BYTES), max_rollback=v),
+        "BatchMatcher threads": lambda v: BatchMatcher(threads=v),
+        "find_jump_forward_bytes max_bytes":
+            lambda v: Matcher(constrain.compile_regex("abc", BYTES)).find_jump_forward_bytes(v),
+    }
+    for field in ("max_states", "max_contexts", "max_width", "mask_cache_bytes", "max_items"):
+        for comp in (None, compiler):
+            takers[f"GrammarConstraint {field} compiler={comp is not None}"] = \
+                lambda v, field=field, comp=comp: GrammarConstraint(ir, BYTES, compiler=comp,
+                                                                    **{field: v})
+    for comp in (None, compiler):
+        takers[f"GrammarConstraint time_budget compiler={comp is not None}"] = \
+            lambda v, comp=comp: GrammarConstraint(ir, BYTES, compiler=comp, time_budget=v)
+    # zero is a legitimate value here: keep no history, jump by nothing, no
+    # time left (a front end passes what its translation left)
+    zero_ok = {"Matcher max_rollback", "find_jump_forward_bytes max_bytes",
+               "GrammarConstraint time_budget compiler=False",
+               "GrammarConstraint time_budget compiler=True"}
+    return takers, zero_ok
+
+
+@pytest.mark.parametrize("bad", [0, -1, -0.5, float("nan"), True, "5", None, [3]])
+def test_budgets_are_checked_wherever_they_are_taken(bad):
+    """Before, a budget passed past Limits (DFAConstraint(max_mask_bytes=0),
+    GrammarConstraint(..., compiler=c, max_contexts=0): a numba MemoryError)
+    was accepted or failed deep inside."""
+    takers, zero_ok = _budget_takers()
+    for name, take in takers.items():
+        if bad == 0 and not isinstance(bad, bool) and name in zero_ok:
+            take(bad)
+            continue
+        if bad is None and name in ("Matcher max_rollback", "BatchMatcher threads"):
+            continue  # None: keep every state; the default thread count
+        with pytest.raises(InvalidLimitError):
+            take(bad)
+            pytest.fail(f"{name}={bad!r} was accepted")

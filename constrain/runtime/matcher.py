@@ -196,6 +196,10 @@ class Matcher:
         longest run of next bytes that the constraint leaves no choice about
         (empty when EOS is allowed, or two bytes may follow). At most
         ``max_bytes``. The matcher does not change."""
+        if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, (int, np.integer)) \
+                or max_bytes < 0:
+            raise InvalidLimitError(f"max_bytes must be a count >= 0, not {max_bytes!r}",
+                                    "max_bytes")
         g = self.grammar
         state = self._history[-1]
         out = bytearray()
