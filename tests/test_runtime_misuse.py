@@ -74,9 +74,11 @@ def _foreign_states(g):
         c, s = configs[0]
         bad += [(False, ()), (False, ((c, -1),)), (False, ((-1, s),)),
                 (False, ((c, 10 ** 6),)), (False, ((10 ** 6, s),)), (False, ((c, s, 0),)),
-                (False, ((float(c), s),)), (False, ((c, float(s)),)), (False, [(c, s)]),
-                (False, ([c, s],)), (None, configs), (0, configs), (True, ((c, s), (c, s))),
-                (False, configs, 0), (False,), 5]
+                (False, ((c + 0.5, s),)), (False, ((c, s + 0.5),)), (False, [(c, s)]),
+                (False, ((str(c), s),)), (False, ((np.array([c]), s),)), (0.5, configs),
+                (False, ([c, s],)), (None, configs), ("", configs), (True, ((c, s), (c, s))),
+                (False, configs, 0), (False,), 5, (np.array([True, False]), configs),
+                (np.array(True), configs)]
         # a state of another grammar with more contexts than this one has made
         other = constrain.compile_grammar('start: "(" start ")" | "x"', BYTES)
         deep = other.advance_many(other.initial_state(), b"(" * 300)
@@ -131,6 +133,16 @@ def test_valid_states_of_every_form_are_accepted(kind):
     for s in states + [-1]:
         assert g.check_state(s) == s
     assert g.check_state(np.int64(-1)) == -1 and g.is_terminated(np.int64(-1))
+    if not isinstance(g, constrain.DFAConstraint):
+        # values equal to a state's are that state (the mask caches find states
+        # by equality), made plain ints and bools
+        fresh, configs = states[2]
+        same = (np.bool_(fresh), tuple((np.int64(c), float(s)) for c, s in configs))
+        assert g.check_state(same) == states[2]
+        assert type(g.check_state(same)[1][0][1]) is int
+        assert g.allowed_token_ids(same).tolist() == g.allowed_token_ids(states[2]).tolist()
+        assert g.advance(same, 97) == g.advance(states[2], 97)
+        assert g.check_state((1, states[0][1])) == states[0]
     if isinstance(g, constrain.DFAConstraint):
         # numpy integers are states (token_transitions gives next states as int32)
         toks, nexts = g.token_transitions(states[1])

@@ -291,27 +291,40 @@ class GrammarConstraint(Constraint):
         catches what would index past the tables, not every foreign state.)"""
         if state.__class__ is tuple and len(state) == 2:
             fresh, configs = state
-            # fresh is True only in the initial state
-            if configs.__class__ is tuple and configs and (fresh is False or state == self._initial):
+            if (fresh is False or fresh is True) and configs.__class__ is tuple and configs:
                 n_lex = self.lexer.n
                 n_ctx = self._n_ctx
                 for cfg in configs:
                     if cfg.__class__ is tuple and len(cfg) == 2:
                         c, s = cfg
-                        if c.__class__ is int and s.__class__ is int and 0 <= s < n_lex:
+                        if c.__class__ is not int or s.__class__ is not int:
+                            break  # perhaps equal to ints: see below
+                        if 0 <= s < n_lex:
                             if 0 <= c < n_ctx:
                                 continue
                             # contexts only grow: count them again before refusing
                             n_ctx = self._n_ctx = self.parser.num_contexts
                             if 0 <= c < n_ctx:
                                 continue
+                        raise self._refusal(state)
                     break
                 else:
-                    return state
+                    # fresh is True only in the initial state
+                    if fresh is False or state == self._initial:
+                        return state
+                    raise self._refusal(state)
+            # a state equal to one of plain ints and bools (numpy integers, 1
+            # for True) is that state: mask caches find it by equality
+            canonical = _canonical(fresh, configs)
+            if canonical is not None:
+                return self.check_state(canonical)
         elif isinstance(state, (int, np.integer)) and not isinstance(state, (bool, np.bool_)) \
                 and state == TERMINATED:
             return TERMINATED
-        raise InvalidStateError(
+        raise self._refusal(state)
+
+    def _refusal(self, state) -> InvalidStateError:
+        return InvalidStateError(
             f"{state!r} is not a state of {self!r} (states come from initial_state() and "
             f"advance(), and are (fresh, ((context, lexer state), ...)) or {TERMINATED})")
 
@@ -566,6 +579,32 @@ class GrammarConstraint(Constraint):
         from constrain.automata.bits import bits_to_ids
 
         return bits_to_ids(self.mask_row(state), len(self.vocab))
+
+
+def _canonical(fresh, configs):
+    """``(fresh, configs)`` rebuilt of plain bools and ints when every value
+    equals one (``1.0``, ``np.int64(3)``, ``1`` for ``True``), else ``None``."""
+    if configs.__class__ is not tuple or not configs:
+        return None
+    try:
+        if fresh.__hash__ is None or not (fresh == True or fresh == False):  # noqa: E712
+            return None
+        out = []
+        for cfg in configs:
+            if cfg.__class__ is not tuple or len(cfg) != 2:
+                return None
+            pair = []
+            for x in cfg:
+                if x.__hash__ is None or isinstance(x, (str, bytes)):
+                    return None
+                i = int(x)
+                if not i == x:
+                    return None
+                pair.append(i)
+            out.append(tuple(pair))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return (bool(fresh == True), tuple(out))  # noqa: E712
 
 
 def _as_bytes(data) -> bytes:
