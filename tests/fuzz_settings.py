@@ -18,3 +18,52 @@ def long_run() -> bool:
 def examples(default: int) -> int:
     """``default`` examples, or :data:`LONG_FACTOR` times as many in a long run."""
     return default * LONG_FACTOR if long_run() else default
+
+
+class FuzzLog:
+    """Counts of one fuzz module's inputs and outcomes, per front end, printed
+    when the module's tests end (``pytest -s`` shows them) and appended as a
+    JSON line to ``$TRELLIS_FUZZ_REPORT`` when it is set."""
+
+    def __init__(self, name: str):
+        import collections
+
+        self.name = name
+        self.counts: dict = collections.defaultdict(collections.Counter)
+
+    def add(self, front_end: str, outcome: str, n: int = 1) -> None:
+        """Count ``n`` inputs of ``front_end`` with ``outcome``."""
+        self.counts[front_end][outcome] += n
+
+    def report(self) -> str:
+        """One line per front end: its inputs and outcomes."""
+        lines = []
+        for front_end, c in sorted(self.counts.items()):
+            total = sum(c.values())
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+            lines.append(f"{self.name} {front_end}: {total} inputs ({parts})")
+        return "\n".join(lines)
+
+    def flush(self) -> None:
+        """Print the report and append it to ``$TRELLIS_FUZZ_REPORT``."""
+        import json
+
+        text = self.report()
+        if text:
+            print("\n" + text)
+        path = os.environ.get("TRELLIS_FUZZ_REPORT")
+        if path:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"module": self.name, "long": long_run(),
+                                    "counts": {k: dict(v) for k, v in self.counts.items()}})
+                        + "\n")
+
+
+def fuzz(default: int):
+    """The hypothesis settings of a fuzz test drawing :func:`examples` of
+    ``default``: derandomized (the same cases on every run), no example
+    database, no per-example deadline (each test bounds its own cases' time)."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(max_examples=examples(default), deadline=None, database=None,
+                    derandomize=True, suppress_health_check=list(HealthCheck))

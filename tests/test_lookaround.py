@@ -1,6 +1,6 @@
 """Lookahead, lookbehind, atomic groups and possessive quantifiers compile
-exactly: the language is ``re.fullmatch``'s (hand-picked cases, random regexes,
-every terminal of lark's ``common.lark``); scoped type flags follow ``re``; deep
+exactly: the language is ``re.fullmatch``'s (hand-picked cases, every terminal
+of lark's ``common.lark``; random regexes in test_fuzz_regex.py); scoped type flags follow ``re``; deep
 nesting and oversized patterns are refused with a typed error and an offset."""
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ import re
 import time
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
 
 from constrain import RegexTooLargeError, UnsupportedRegexError, Vocabulary, compile_regex
 from constrain.automata.byte_dfa import char_dfa_to_bytes, trim_and_minimize
 from constrain.automata.char_dfa import build_char_dfa
 from constrain.automata.regex_syntax import MAX_DEPTH, parse_regex
 from constrain.errors import GrammarTooComplexError
-from regex_strategies import OracleTimeout, fullmatch_oracle, lookaround_regex_and_string
-from fuzz_settings import examples
 
 
 @pytest.fixture(scope="module")
@@ -63,22 +60,6 @@ def test_lookaround_cases_agree_with_re(pattern):
     rx = re.compile(pattern)
     for s in _samples(pattern, "abcxy\\\"\n é"):
         assert dfa.matches(s.encode()) == bool(rx.fullmatch(s)), (pattern, s)
-
-
-@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck),
-          database=None, derandomize=True)
-@given(lookaround_regex_and_string())
-def test_random_lookaround_regexes_agree_with_re(case):
-    pattern, text = case
-    try:
-        dfa = byte_dfa(pattern, max_states=3000)
-    except (UnsupportedRegexError, GrammarTooComplexError):
-        assume(False)
-    try:
-        expected = fullmatch_oracle(pattern, text)
-    except OracleTimeout:
-        assume(False)
-    assert dfa.matches(text.encode()) == expected, (pattern, text)
 
 
 def _common_lark_terminals() -> dict[str, str]:

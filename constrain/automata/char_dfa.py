@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from constrain.automata.deadline import Deadline, kernel_deadline, ready
-from constrain.automata.determinize_kernels import OUT_OF_TIME, determinize
+from constrain.automata.determinize_kernels import (OUT_OF_TIME, determinize,
+                                                    tiny_determinize_args)
 from constrain.automata.charset import CharSet, oracle_charset
 from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
 from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat
@@ -100,6 +101,8 @@ class _NFA:
         #: (only the priority order of atomic groups depends on it)
         self.guard: dict[int, int] = {}
         self.loop_exit: dict[int, int] = {}
+        #: id of a lookaround or atomic IR node -> (the node, its body's mark)
+        self._bodies: dict = {}
 
     def new(self) -> int:
         self.eps.append([])
@@ -187,24 +190,28 @@ class _NFA:
             s = self.new()
             self.eps[s].append((nxt, node))
             return s
-        if t is Look:
+        if t is Look or t is Atomic:
+            # a body is a sub-NFA of its own, whatever follows: the copies a
+            # repetition makes share it (and their runs and obligations with it;
+            # (?=a){4000} made 4000 runs of one body at every position)
             self.has_asserts = True
-            final = self.new()
-            start = self.into(node.body, final)  # inner lookbehinds numbered first
-            marks = self.behinds if node.behind else self.aheads
-            mark = _LookMark(len(marks), start, final, node.behind, node.negate, node.offset)
-            marks.append(mark)
-            self.body_finals.add(final)
-            s = self.new()
-            self.eps[s].append((nxt, mark))
-            return s
-        if t is Atomic:
-            self.has_asserts = True
-            final = self.new()
-            start = self.into(node.body, final)
-            mark = _AtomicMark(len(self.atomics), start, final, nxt, node.offset)
-            self.atomics.append(mark)
-            self.body_finals.add(final)
+            shared = self._bodies.get(id(node))
+            if shared is None:
+                final = self.new()
+                start = self.into(node.body, final)  # inner lookbehinds numbered first
+                self.body_finals.add(final)
+                if t is Look:
+                    marks = self.behinds if node.behind else self.aheads
+                    mark = _LookMark(len(marks), start, final, node.behind, node.negate,
+                                     node.offset)
+                    marks.append(mark)
+                else:
+                    mark = (len(self.atomics), start, final)
+                    self.atomics.append(_AtomicMark(mark[0], start, final, nxt, node.offset))
+                shared = self._bodies[id(node)] = (node, mark)
+            mark = shared[1]
+            if t is Atomic:
+                mark = _AtomicMark(*mark, nxt, node.offset)
             s = self.new()
             self.eps[s].append((nxt, mark))
             return s
@@ -350,7 +357,7 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
         return _determinize_plain(atoms, plain_edges, eps, start, final, max_states, deadline,
                                   pattern)
     edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
-    engine = _Engine(nfa, edges, END, nl, word, bool(kinds & _PREV_DEPENDENT), pattern)
+    engine = _Engine(nfa, edges, END, nl, word, bool(kinds & _PREV_DEPENDENT), pattern, deadline)
     initial = engine.initial()
     states = _StateIndex(initial, max_states, deadline, pattern)
     queue = states.queue
@@ -392,15 +399,17 @@ class _Engine:
       left to check), and ``("P", k, run)`` after leaving atomic group ``k``:
       the earlier-ranked threads of its body's run, none of which may reach
       the body's end (else Python would have found that match first);
-    * ``state`` is an NFA state, or ``("W", k, run)`` for a thread inside atomic
-      group ``k``, waiting on ``run``, the body's threads in priority order.
+    * ``state`` is an NFA state, or ``("W", k, next, run)`` for a thread inside
+      atomic group ``k``, waiting on ``run``, the body's threads in priority
+      order, to go on at ``next`` (the copies of one group a repetition makes
+      share its body, not where they go on).
 
     Bodies of atomic groups hold no assertion on the next character and no
     lookahead (the parser refuses them), so their runs are plain NFA states and
     their order is decided one character at a time."""
 
     def __init__(self, nfa: _NFA, edges, END: int, nl: int, word: dict, track_prev: bool,
-                 pattern: str):
+                 pattern: str, deadline: Deadline | None):
         self.eps, self.edges = nfa.eps, edges
         self.final = nfa.final
         self.body_finals = nfa.body_finals
@@ -410,7 +419,9 @@ class _Engine:
         self.nl, self.word = nl, word
         self.track_prev = track_prev
         self.pattern = pattern
+        self.deadline = deadline
         self.start = nfa.start
+        self._work = 0
 
     # -- positions ------------------------------------------------------------
 
@@ -490,16 +501,16 @@ class _Engine:
             if obls is None:
                 continue
             if type(s) is tuple:
-                _, k, run = s
-                mark = self.atomics[k]
-                run = self.pstep(run, atom, mark.final, prev, behind)
-                if run and run[-1] == mark.final:
+                _, k, then, run = s
+                final = self.atomics[k].final
+                run = self.pstep(run, atom, final, prev, behind)
+                if run and run[-1] == final:
                     # a match of the body: go on after the group, unless an
                     # earlier-ranked thread of the run matches later
                     run = run[:-1]
-                    out.append((mark.next, after, False, obls | {("P", k, run)} if run else obls))
+                    out.append((then, after, False, obls | {("P", k, run)} if run else obls))
                 if run:
-                    out.append((("W", k, run), after, False, obls))
+                    out.append((("W", k, then, run), after, False, obls))
             elif s in self.body_finals or s == self.final:
                 if keep_final:
                     out.append((s, after, False, obls))
@@ -548,6 +559,10 @@ class _Engine:
         stack = list(seen)
         eps = self.eps
         while stack:
+            self._work += 1
+            if not self._work & 4095:
+                # one closure may be long (many lookaheads to start): the clock
+                check_deadline(self.deadline, self.pattern)
             s, mask, nte, obls = stack.pop()
             if type(s) is tuple:
                 continue
@@ -585,7 +600,7 @@ class _Engine:
                             stack.append(th)
                     if not run:
                         continue
-                    th = (("W", a.k, run), mask, nte, obls)
+                    th = (("W", a.k, t, run), mask, nte, obls)
                 if th not in seen:
                     seen.add(th)
                     stack.append(th)
@@ -789,7 +804,7 @@ def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
     args = (len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
             np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
             start, final, max_states, kernel_deadline(deadline))
-    ready(determinize, args, deadline)
+    ready(determinize, args, deadline, "char_dfa", tiny_determinize_args(args))
     table, accepting, count = determinize(*args[:-1], kernel_deadline(deadline))
     if count == OUT_OF_TIME:
         raise out_of_time(pattern)

@@ -68,7 +68,7 @@ class Deadline:
         ``args``, the arguments of the call about to be made, and move the
         deadline later by the time that took. A kernel that has a signature
         already is taken as ready (each is called with one set of types)."""
-        ready(kernel, args, self)
+        ready(kernel, args, self, "Deadline.ready")
 
     def __float__(self) -> float:
         return self.at
@@ -89,10 +89,25 @@ class Deadline:
         return f"Deadline(in {self.at - time.perf_counter():.3f} s)"
 
 
-def ready(kernel, args: tuple, deadline: "Deadline | None" = None) -> None:
-    """Compile (or load) ``kernel`` for the types of ``args`` unless it has a
-    signature; with a ``deadline``, move it later by the time taken."""
-    if kernel.signatures:
+#: (kernel, call site) pairs whose signature is known to be compiled
+_READY: set = set()
+
+
+def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "",
+          warm: tuple | None = None) -> None:
+    """Compile (or load) ``kernel`` for the types of ``args``, the arguments of
+    the call about to be made, unless done already for this call ``site`` (a
+    site passes the same types every time: the check runs once per process);
+    with a ``deadline``, move it later by the time taken. A kernel called from
+    another kernel may hold a signature of other array layouts: the exact one is
+    checked, not any.
+
+    ``warm``: arguments of the same types for a call that reads the
+    :func:`clock` at once (a trivial input, a deadline already past): numba
+    compiles the clock's objmode block when it first runs, not with the
+    kernel, and that is numba's time too."""
+    key = (kernel, site)
+    if key in _READY:
         return
     t = time.perf_counter()
     with warnings.catch_warnings():
@@ -100,11 +115,14 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None) -> None:
         # such a kernel cannot run in parallel, which none of these do
         warnings.filterwarnings("ignore", message="Code running in object mode",
                                 category=NumbaWarning)
-        kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        # the objmode block is compiled on its first run, not with the kernel
-        clock()
+        sig = tuple(kernel.typeof_pyval(a) for a in args)
+        if sig not in kernel.overloads:
+            kernel.compile(sig)
+        if warm is not None:
+            kernel(*warm)
     if deadline is not None:
         deadline.at += time.perf_counter() - t
+    _READY.add(key)
 
 
 def kernel_deadline(deadline) -> float:

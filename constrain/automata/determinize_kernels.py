@@ -23,6 +23,20 @@ TOO_MANY_STATES = -1
 OUT_OF_TIME = -2
 
 
+def tiny_determinize_args(args: tuple) -> tuple:
+    """Arguments of :func:`determinize`'s types (those of ``args``) for a call
+    on a one-state NFA with a deadline already past (:func:`deadline.ready`)."""
+    i = np.zeros(2, np.int64)
+    e = np.zeros(0, np.int64)
+    return (args[0], i, e, i.copy(), e, e.copy(), 0, 0, args[8], -np.inf)
+
+
+def tiny_ascii_args(args: tuple) -> tuple:
+    """Arguments of :func:`ascii_byte_dfa`'s types (those of ``args``) for a
+    call on a one-state NFA with a deadline already past."""
+    return (np.array([1, 0, 0, 0], np.int64), 0, 0, args[3], args[4], args[5], -np.inf)
+
+
 @njit(cache=True, nogil=True)
 def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start, final,
                 max_states, deadline):
@@ -32,8 +46,9 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     successor of DFA state ``d`` on atom ``a`` (-1: none), state 0 the start;
     ``n`` is :data:`TOO_MANY_STATES` when more than ``max_states`` states would
     be needed, :data:`OUT_OF_TIME` past ``deadline`` (a ``time.perf_counter()``
-    value; the clock is read every :data:`_CLOCK_EVERY` steps: the epsilon
-    closures alone are quadratic in a long chain of optional copies)."""
+    value; the clock is read at the first step and every :data:`_CLOCK_EVERY`
+    steps: the epsilon closures alone are quadratic in a long chain of optional
+    copies)."""
     n = eps_ptr.shape[0] - 1
     bit_of = np.full(n, -1, np.int64)
     m = 0
@@ -50,7 +65,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     clo = np.zeros((n, W), np.uint64)
     seen = np.full(n, -1, np.int64)
     stack = np.empty(n, np.int64)
-    work = 0
+    work = _CLOCK_EVERY - 1  # the clock once at the start (see deadline.ready)
     for s in range(n):
         top = 0
         stack[0] = s

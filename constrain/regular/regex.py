@@ -20,7 +20,7 @@ from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
 from constrain.automata.deadline import Deadline, kernel_deadline, ready
-from constrain.automata.determinize_kernels import OUT_OF_TIME, ascii_byte_dfa
+from constrain.automata.determinize_kernels import OUT_OF_TIME, ascii_byte_dfa, tiny_ascii_args
 from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa,
                                          build_nfa, check_deadline, out_of_time, too_many_states)
 from constrain.errors import ConstraintError, InvalidStateError
@@ -344,7 +344,7 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
         # the NFA to the minimal byte DFA (short patterns were dominated by the
         # fixed cost of the general pipeline's Python and numpy steps)
         args = (prog, nfa.start, nfa.final, max_states, alphabet, 256, kernel_deadline(deadline))
-        ready(ascii_byte_dfa, args, deadline)
+        ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args(args))
         table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
         if status == OUT_OF_TIME:
             raise out_of_time(pattern)

@@ -123,7 +123,7 @@ class TokenAutomaton:
                 ready(token_transitions, (self.dfa.transitions, states, t.first, t.byte, t.depth,
                                           t.skip, t.tok_start, t.tok_end, t.order, t.max_depth,
                                           self._pool[:len(states)], 0, self.dfa.accepting, eos),
-                      deadline)
+                      deadline, "TokenAutomaton")
             part = self._walk(states, self._pool[lo:lo + len(states)], eos)
             parts.append(part)
             total += part[1].nbytes + part[2].nbytes
