@@ -42,8 +42,8 @@ class RegexSyntaxError(RegexError):
 
 class UnsupportedRegexError(RegexError):
     """The pattern uses a construct no finite automaton can recognise
-    (backreferences, lookahead and lookbehind, conditionals, atomic groups,
-    possessive quantifiers)."""
+    (backreferences, conditionals), or one of the few nestings of lookaround and
+    atomic groups not supported (see docs/regex.md)."""
 
 
 class GrammarTooComplexError(ConstraintError):

@@ -289,9 +289,10 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     character can continue.
 
     Args:
-        pattern: the regex. Backreferences, lookaround, conditionals, atomic groups
-            and possessive quantifiers are refused (no finite automaton can match
-            them); ``^ $ \\A \\Z \\b \\B`` and all flags are supported.
+        pattern: the regex. Backreferences and conditionals are refused (no
+            finite automaton can match them); ``^ $ \\A \\Z \\b \\B``,
+            lookahead, lookbehind, atomic groups, possessive quantifiers and all
+            flags are supported (docs/regex.md lists the few nestings refused).
         vocab: the tokenizer's vocabulary.
         flags: ``re`` flags, as for ``re.compile``; ``re.ASCII`` makes ``\\d \\w \\s
             \\b`` ASCII-only (Python's default is Unicode-wide: ``\\d`` also matches
@@ -299,9 +300,11 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
         max_repeat: largest repetition bound ``{m,n}`` accepted.
         max_positions: largest size of the pattern with repetitions expanded.
         max_states: largest automaton (character DFA) accepted.
-        time_budget: seconds the automaton construction may take.
-        max_mask_bytes: memory for precomputed token masks; past it masks are
-            computed on first visit and kept in an LRU of that size.
+        time_budget: seconds the whole compilation may take (automaton and
+            token masks; numba's own compilation of its kernels not counted).
+        max_mask_bytes: memory for precomputed token masks, and again for their
+            token transitions; past it masks are computed on first visit and
+            kept in an LRU of that size.
 
     Raises:
         RegexSyntaxError, UnsupportedRegexError: with the offset in the pattern.
