@@ -33,6 +33,8 @@ from .regular.regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .cfg.grammar import GrammarConstraint, compile_grammar
 from .compiler import Compiler, compile_json_schema, default_compiler
 from .frontends.json_schema import json_schema_to_lark, order_instance
+from .frontends.python_types import OutputType, compile_type, parse_output
+from .frontends.response_format import compile_choice, from_response_format
 from .limits import Limits
 from .frontends.sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
@@ -52,6 +54,11 @@ __all__ = [
     "compile_regex",
     "compile_grammar",
     "compile_json_schema",
+    "compile_type",
+    "compile_choice",
+    "from_response_format",
+    "parse_output",
+    "OutputType",
     "json_schema_to_lark",
     "order_instance",
     "sql_grammar",

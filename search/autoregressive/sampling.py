@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from search.legacy import accepts_old_call_forms
-from search.lm.protocol import constraint_eos_ids
+from search.lm.protocol import as_constraint, constraint_eos_ids, output_value
 from search.results import SearchResult
 
 __all__ = ["GenerationResult", "generate"]
@@ -50,6 +50,11 @@ class GenerationResult(SearchResult):
         eos_token_id: the EOS id that ended generation, if one did.
         seconds: wall time of the whole call (prefill included).
         prefill_seconds: wall time of the prompt's forward pass.
+        value: with a constraint given as a Python type (or compiled by
+            :func:`constrain.compile_type`), the validated object the text
+            stands for; ``None`` when the text is not complete (cut off) or
+            did not validate (then ``value_error`` says why).
+        value_error: why ``value`` is ``None`` although an object was asked for.
     """
 
     text: str
@@ -60,6 +65,8 @@ class GenerationResult(SearchResult):
     eos_token_id: int | None = None
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    value: object = None
+    value_error: str | None = field(default=None, repr=False)
 
     def __str__(self) -> str:
         return self.text
@@ -117,8 +124,12 @@ def generate(
             :func:`search.load_default_model`).
         prompt: a string, or a sequence of token ids used as they are.
         constraint: a compiled grammar (:mod:`constrain.protocol`), compiled against
-            ``lm.vocab``; ``None`` for free generation. (Passed positionally, as
-            before, it still works for one release, with a ``DeprecationWarning``.)
+            ``lm.vocab``; or a Python type (a Pydantic model, a dataclass, a
+            ``TypedDict``, ``Literal[...]``, ``list[int]``...: compiled by
+            :func:`constrain.compile_type`, objects closed, and the result's
+            ``value`` is the validated object); ``None`` for free generation.
+            (Passed positionally, as before, it still works for one release,
+            with a ``DeprecationWarning``.)
         max_new_tokens: the most tokens to generate (EOS included).
         temperature: 0 for greedy decoding, else the softmax temperature to sample at.
         seed: seeds the sampler (same seed, same model, same device: same output);
@@ -142,6 +153,7 @@ def generate(
     if not prompt_ids:
         raise ValueError("the prompt is empty")
 
+    constraint = as_constraint(constraint, lm.vocab)
     device = lm.device
     eos_ids = constraint_eos_ids(lm, constraint)
     if constraint is not None:
@@ -198,8 +210,12 @@ def generate(
         accepted = None
     else:
         accepted = bool(constraint.is_terminated(state) or constraint.is_accepting(state))
+    text = lm.decode(out)
+    value, value_error = output_value(constraint, text, accepted)
     return GenerationResult(
-        text=lm.decode(out),
+        text=text,
+        value=value,
+        value_error=value_error,
         token_ids=out,
         stop_reason=stop,
         accepted=accepted,

@@ -116,6 +116,13 @@ def _add_file_constraints(cons) -> None:
     cons.add_argument("--grammar", metavar="FILE",
                       help="constrain the output to the language of this Lark grammar (a .lark "
                       "file; start rule 'start')")
+    cons.add_argument("--response-format", metavar="FILE",
+                      help="constrain the output as this OpenAI response_format asks (a .json "
+                      "file, or - for standard input: json_schema, with strict honoured, "
+                      "json_object or text)")
+    cons.add_argument("--choice", action="append", metavar="TEXT",
+                      help="constrain the output to one of these strings (repeat the option for "
+                      "each choice)")
 
 
 def _add_search_parser(sub) -> None:
@@ -273,8 +280,21 @@ def _early_constraint_error(args) -> str | None:
     if args.regex is not None:
         err = _early_regex_error(args.regex)
         return None if err is None else f"invalid regex: {err}"
+    if getattr(args, "choice", None) is not None and not all(args.choice):
+        return "--choice takes a non-empty string"
     try:
-        if args.schema is not None:
+        if getattr(args, "response_format", None) is not None:
+            from constrain.frontends.json_schema import json_schema_to_lark
+            from constrain.frontends.response_format import (read_response_format,
+                                                              within_response_format)
+
+            schema, strict = read_response_format(_read_schema(args.response_format))
+            if schema is not None:
+                try:
+                    json_schema_to_lark(schema, strict=strict)
+                except constrain.ConstraintError as e:
+                    raise within_response_format(e) from e
+        elif args.schema is not None:
             from constrain.frontends.json_schema import json_schema_to_lark
 
             json_schema_to_lark(_read_schema(args.schema))
@@ -285,7 +305,8 @@ def _early_constraint_error(args) -> str | None:
                 return f"--grammar takes a .lark file, not {args.grammar!r}"
             load_lark_grammar(args.grammar)
     except ValueError as e:  # ConstraintError is a ValueError
-        kind = "schema" if args.schema is not None else "grammar"
+        kind = ("grammar" if args.grammar is not None else
+                "response format" if getattr(args, "response_format", None) is not None else "schema")
         return f"invalid {kind}: {e}" if isinstance(e, constrain.ConstraintError) else str(e)
     return None
 
@@ -304,6 +325,13 @@ def _compile_constraint(args, vocab, info):
             grammar, kind = compile_json_schema(_read_schema(args.schema), vocab), "schema"
         elif args.grammar is not None:
             grammar, kind = constrain.compile_grammar(args.grammar, vocab), "grammar"
+        elif getattr(args, "response_format", None) is not None:
+            grammar = constrain.from_response_format(_read_schema(args.response_format), vocab)
+            if grammar is None:
+                return None, False
+            kind = "response format"
+        elif getattr(args, "choice", None) is not None:
+            grammar, kind = constrain.compile_choice(args.choice, vocab), "choice"
         else:
             return None, False
     except ValueError as e:

@@ -233,6 +233,35 @@ def decoder(lm) -> Callable[[Sequence[int]], str] | None:
     return lambda ids: vocab.decode([int(t) for t in ids]).decode("utf-8", errors="replace")
 
 
+def as_constraint(constraint, vocab):
+    """``constraint`` as a compiled constraint over ``vocab``: a Python type (a
+    Pydantic model, a dataclass, ``Literal[...]``...) is compiled with
+    :func:`constrain.compile_type` (cached); anything else is returned as given."""
+    if constraint is None:
+        return None
+    from constrain.frontends.python_types import compile_type, is_python_type
+
+    if is_python_type(constraint):
+        return compile_type(constraint, vocab)
+    return constraint
+
+
+def output_value(constraint, text: str, complete) -> tuple[object, str | None]:
+    """``(value, error)``: the validated object of ``text`` when ``constraint``
+    has an output type (see :func:`as_constraint`), else ``(None, None)``. An
+    incomplete text (``complete`` false) or one that does not validate gives
+    ``(None, why)``."""
+    output = getattr(constraint, "output_type", None)
+    if output is None:
+        return None, None
+    if not complete:
+        return None, "the output is not complete (cut off before the end of the value)"
+    try:
+        return output.parse(text), None
+    except Exception as e:  # pydantic.ValidationError: a validator no schema states
+        return None, f"{type(e).__name__}: {e}"
+
+
 def constraint_eos_ids(lm, constraint) -> frozenset[int]:
     """The ids that end a hypothesis: the constraint vocabulary's EOS ids (allowed
     only where it accepts), or ``lm.eos_token_ids`` without a constraint. Raises

@@ -46,7 +46,8 @@ def join_uri(base: str, ref: str) -> str:
 
 def load_schema(schema):
     """The schema as a JSON value (``dict`` or ``bool``), from a dict, a bool, JSON
-    text or a Pydantic model class.
+    text or a Pydantic model class (its objects closed where the model ignores
+    unknown fields, its default: see :mod:`constrain.frontends.python_types`).
 
     Raises:
         SchemaError: not JSON, or none of those.
@@ -57,7 +58,10 @@ def load_schema(schema):
         except json.JSONDecodeError as e:
             raise SchemaError(f"the schema is not valid JSON: {e}", "") from e
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        return schema.model_json_schema()
+        # closed where the model ignores unknown fields (see python_types)
+        from constrain.frontends.python_types import type_schema
+
+        return type_schema(schema, closed=True)
     if isinstance(schema, (dict, bool)):
         return schema
     raise SchemaError(f"a schema must be a dict, a bool, a JSON string or a Pydantic model "

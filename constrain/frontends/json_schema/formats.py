@@ -14,7 +14,9 @@ _DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
 # RFC 3339 full-time: the offset is required (as jsonschema's format checker, with
 # its format extras installed, requires it); no leap second (the checker refuses
 # 60): an enforced format must never let through what the checker rejects
-_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?"
+# fractional seconds: at most 9 digits (nanoseconds); unbounded, a sampled
+# model wrote digits until max_new_tokens ran out
+_TIME = (r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?"
          r"(?:[zZ]|[+\-](?:[01][0-9]|2[0-3]):[0-5][0-9])")
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"

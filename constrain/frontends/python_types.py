@@ -1,0 +1,189 @@
+"""Python types as constraints, and the objects they produce.
+
+A Pydantic model class, a dataclass, a ``TypedDict``, ``Literal[...]``, an
+``Enum``, ``list[int]``, ``Optional[...]``, a discriminated union -- any type
+Pydantic's ``TypeAdapter`` takes -- becomes a JSON Schema (Pydantic writes it),
+which compiles like any other (:func:`constrain.compile_json_schema`); the
+compiled constraint carries an :class:`OutputType` that turns the generated
+text back into a validated object (:func:`parse_output`).
+
+Closed by default: a Pydantic model ignores unknown fields unless configured
+otherwise (``extra="ignore"``), and its JSON Schema then says nothing about
+additional properties, so a grammar would let a model write invented keys
+until it runs out of tokens. With ``closed=True`` every object schema that
+does not say (no ``additionalProperties``, no ``unevaluatedProperties``, no
+``patternProperties``) is closed: only the declared fields may appear.
+``extra="allow"`` (``additionalProperties: true``) and ``extra="forbid"`` say
+what they want and are kept; ``closed=False`` keeps every object open.
+
+Pydantic is needed only here (``pip install trellis-decoding[pydantic]``).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import typing
+
+from constrain.cache import BoundedCache, registry
+from constrain.errors import SchemaError
+
+__all__ = ["OutputType", "type_schema", "compile_type", "parse_output", "is_python_type"]
+
+#: (type, closed, options, vocabulary) -> compiled constraint; shared by serving
+#: threads (BoundedCache locks itself), cleared by constrain.clear_caches()
+_COMPILED = registry.register(BoundedCache("python_types.compiled", 512 << 20, max_entries=64))
+
+
+def _type_adapter(tp):
+    try:
+        from pydantic import TypeAdapter
+    except ImportError as e:  # pragma: no cover - pydantic is a test dependency
+        raise SchemaError("Python types as constraints need pydantic "
+                          "(pip install trellis-decoding[pydantic])", "") from e
+    try:
+        return TypeAdapter(tp)
+    except Exception as e:  # pydantic raises its own errors for unsupported types
+        raise SchemaError(f"{_name(tp)} is not a type Pydantic can validate: {e}", "") from e
+
+
+def _name(tp) -> str:
+    return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+def is_python_type(obj) -> bool:
+    """Whether ``obj`` is a Python type (a class, or a typing form such as
+    ``list[int]``, ``Literal["a"]``, ``Optional[X]``) rather than a schema
+    (``dict``/``bool``/JSON text) or a compiled constraint."""
+    if isinstance(obj, (dict, bool, str, bytes)):
+        return False
+    if isinstance(obj, type):
+        from constrain.protocol import Constraint
+
+        return not issubclass(obj, Constraint)
+    return typing.get_origin(obj) is not None
+
+
+def type_schema(tp, *, closed: bool = True) -> dict:
+    """The JSON Schema of ``tp`` as Pydantic writes it for validation, with
+    objects closed where they do not say (``closed=True``; see the module).
+
+    Raises:
+        SchemaError: pydantic is missing, or ``tp`` is not a type it takes.
+    """
+    adapter = _type_adapter(tp)
+    try:
+        schema = adapter.json_schema(mode="validation")
+    except Exception as e:
+        raise SchemaError(f"Pydantic cannot write a JSON Schema for {_name(tp)}: {e}", "") from e
+    if closed:
+        schema = copy.deepcopy(schema)
+        _close_objects(schema)
+    return schema
+
+
+def _close_objects(schema) -> None:
+    """``additionalProperties: false`` on every object schema (in place) that
+    declares properties and says nothing about other members."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if ("properties" in node and node.get("type", "object") == "object"
+                and not {"additionalProperties", "unevaluatedProperties",
+                         "patternProperties"} & node.keys()):
+            node["additionalProperties"] = False
+        for key, value in node.items():
+            if key not in ("enum", "const", "default", "examples") and isinstance(value, (dict, list)):
+                stack.append(value)
+
+
+class OutputType:
+    """The Python type a constraint's output is validated as.
+
+    ``parse(text)`` returns the validated object (a model instance, a
+    dataclass, a ``dict`` for a ``TypedDict``, an ``Enum`` member...). Pickles
+    (the Pydantic adapter is rebuilt on first use after unpickling)."""
+
+    def __init__(self, tp, closed: bool = True):
+        self.type = tp
+        self.closed = closed
+        self._adapter = None
+        self._lock = threading.Lock()
+
+    @property
+    def adapter(self):
+        """Pydantic's ``TypeAdapter`` of the type (made on first use)."""
+        if self._adapter is None:
+            with self._lock:
+                if self._adapter is None:
+                    self._adapter = _type_adapter(self.type)
+        return self._adapter
+
+    def parse(self, text: str | bytes):
+        """The validated object the JSON ``text`` stands for.
+
+        Raises:
+            pydantic.ValidationError: the text is not valid JSON for the type.
+                A complete output of the type's constraint always is, unless the
+                type has validators no JSON Schema can state (a
+                ``field_validator``, say), which the constraint cannot enforce.
+        """
+        return self.adapter.validate_json(text)
+
+    def __repr__(self) -> str:
+        return f"OutputType({_name(self.type)}, closed={self.closed})"
+
+    def __getstate__(self):
+        return {"type": self.type, "closed": self.closed}
+
+    def __setstate__(self, state):
+        self.__init__(state["type"], state["closed"])
+
+
+def compile_type(tp, vocab, *, closed: bool = True, **options):
+    """A constraint for the JSON texts of values of the Python type ``tp`` over
+    ``vocab``, whose ``output_type`` parses its outputs back into objects.
+
+    ``closed`` as for :func:`type_schema`; ``options`` are those of
+    :func:`constrain.compile_json_schema`. Compiled constraints are cached per
+    (type, options, vocabulary) in a bounded cache (256 entries).
+
+    Raises:
+        SchemaError: pydantic is missing or ``tp`` is no type it takes; and
+            whatever :func:`constrain.compile_json_schema` raises for its schema.
+    """
+    from constrain.compiler import compile_json_schema
+
+    def build():
+        constraint = compile_json_schema(type_schema(tp, closed=closed), vocab, **options)
+        constraint.output_type = OutputType(tp, closed)
+        return constraint
+
+    key = (tp, closed, tuple(sorted(options.items(), key=lambda kv: kv[0])), vocab.fingerprint)
+    try:
+        hash(key)
+    except TypeError:  # an unhashable type or option value: not cached
+        return build()
+    return _COMPILED.get_or_build(key, build)
+
+
+def parse_output(constraint, text: str | bytes):
+    """The validated object of ``text``, an output of a constraint made by
+    :func:`compile_type` (or by passing a type to ``search.generate``); for
+    texts generated through the Hugging Face logits processor, say.
+
+    Raises:
+        ValueError: the constraint has no output type.
+        pydantic.ValidationError: see :meth:`OutputType.parse`.
+    """
+    output = getattr(constraint, "output_type", None)
+    if output is None:
+        raise ValueError("this constraint was not compiled from a Python type "
+                         "(use constrain.compile_type)")
+    return output.parse(text)
+

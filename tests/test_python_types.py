@@ -1,0 +1,224 @@
+"""Python types as constraints (``constrain.compile_type``), objects out of
+``search.generate``, choices and OpenAI ``response_format``s."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import json
+import pickle
+from typing import Annotated, Literal, Optional, Union
+
+import pytest
+from typing_extensions import TypedDict  # typing.TypedDict: Pydantic wants this one on Python < 3.12
+
+pydantic = pytest.importorskip("pydantic")
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+
+import constrain  # noqa: E402
+from constrain import SchemaError, UnsupportedSchemaError, Vocabulary  # noqa: E402
+from constrain.frontends.python_types import is_python_type, type_schema  # noqa: E402
+
+BYTES = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256], name="bytes")
+
+
+def accepts(c, text: str) -> bool:
+    state = c.advance_bytes(c.initial_state(), text.encode())
+    return state is not None and c.is_accepting(state)
+
+
+class Address(BaseModel):
+    street: str = Field(max_length=40)
+    country: Literal["UK", "US", "FR"]
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    indoor: bool
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    breed: str = Field(max_length=20)
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=30)
+    age: int = Field(ge=0, le=120)
+    email: Optional[str] = Field(default=None, max_length=40)
+    address: Address
+    pet: Union[Cat, Dog] = Field(discriminator="kind")
+    born: datetime.datetime
+    skills: Annotated[list[Annotated[str, Field(max_length=20)]], Field(min_length=1, max_length=3)]
+
+
+PERSON = ('{"name":"Ada","age":36,"address":{"street":"1 Loop St","country":"UK"},'
+          '"pet":{"kind":"cat","indoor":true},"born":"1815-12-10T00:00:00Z","skills":["maths"]}')
+
+
+def test_a_pydantic_model_is_closed_and_parses_back():
+    c = constrain.compile_type(Person, BYTES)
+    assert accepts(c, PERSON)
+    person = constrain.parse_output(c, PERSON)
+    assert isinstance(person, Person) and isinstance(person.pet, Cat)
+    assert person.born == datetime.datetime(1815, 12, 10, tzinfo=datetime.timezone.utc)
+    # invented keys are out, at every level; the constraints of the fields hold
+    assert not accepts(c, PERSON.replace('"age":36', '"age":36,"street_number":4'))
+    assert not accepts(c, PERSON.replace('"country":"UK"', '"country":"UK","zip":"x"'))
+    assert not accepts(c, PERSON.replace('"age":36', '"age":130'))
+    assert not accepts(c, PERSON.replace('"kind":"cat","indoor":true', '"kind":"dog","indoor":true'))
+    assert not accepts(c, PERSON.replace('["maths"]', '[]'))
+
+
+def test_open_on_request_and_models_that_say_what_they_want():
+    assert accepts(constrain.compile_type(Address, BYTES, closed=False),
+                   '{"street":"x","country":"UK","zip":"1"}')
+
+    class Allow(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        a: int
+
+    class Forbid(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        a: int
+
+    assert accepts(constrain.compile_type(Allow, BYTES), '{"a":1,"b":2}')
+    assert not accepts(constrain.compile_type(Forbid, BYTES), '{"a":1,"b":2}')
+    # a dict type says what its values are: untouched
+    assert type_schema(dict[str, int])["additionalProperties"] == {"type": "integer"}
+    # compile_json_schema of a model class is closed too; of its raw schema, open
+    assert not accepts(constrain.compile_json_schema(Address, BYTES), '{"street":"x","country":"UK","z":1}')
+    assert accepts(constrain.compile_json_schema(Address.model_json_schema(), BYTES),
+                   '{"street":"x","country":"UK","z":1}')
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+@pytest.mark.parametrize("tp, good, value, bad", [
+    (Point, '{"x":1,"y":2}', Point(1, 2), '{"x":1}'),
+    (Colour, '"red"', Colour.RED, '"green"'),
+    (Movie, '{"title":"M","year":1927}', {"title": "M", "year": 1927}, '{"title":"M","year":1927,"x":1}'),
+    (Literal["a", "b"], '"b"', "b", '"c"'),
+    (list[int], "[1,2]", [1, 2], '[1,"2"]'),
+    (Optional[int], "null", None, '"x"'),
+    (tuple[int, str], '[1,"a"]', (1, "a"), '[1,"a",2]'),
+])
+def test_types_pydantic_takes(tp, good, value, bad):
+    assert is_python_type(tp)
+    c = constrain.compile_type(tp, BYTES)
+    assert accepts(c, good) and not accepts(c, bad)
+    assert constrain.parse_output(c, good) == value
+
+
+def test_cached_pickled_and_errors():
+    assert constrain.compile_type(Point, BYTES) is constrain.compile_type(Point, BYTES)
+    out = pickle.loads(pickle.dumps(constrain.compile_type(Point, BYTES).output_type))
+    assert out.parse('{"x":3,"y":4}') == Point(3, 4)
+    for not_types in ({"type": "string"}, "int", 3, constrain.compile_regex("a", BYTES)):
+        assert not is_python_type(not_types)
+
+    class Strange:
+        pass
+
+    with pytest.raises(SchemaError, match="Pydantic"):
+        constrain.compile_type(Strange, BYTES)
+    with pytest.raises(ValueError, match="compile_type"):
+        constrain.parse_output(constrain.compile_regex("a", BYTES), "a")
+
+
+def test_choice():
+    c = constrain.compile_choice(["yes", "no", "n/a (?)", "no"], BYTES)
+    assert [accepts(c, t) for t in ("yes", "no", "n/a (?)", "ye", "yesno", "")] == [
+        True, True, True, False, False, False]
+    with pytest.raises(constrain.ConstraintError):
+        constrain.compile_choice([], BYTES)
+    with pytest.raises(constrain.ConstraintError, match=r"choices\[1\]"):
+        constrain.compile_choice(["a", 2], BYTES)
+    with pytest.raises(constrain.ConstraintError):
+        constrain.compile_choice("yes", BYTES)
+
+
+#: the examples of OpenAI's structured outputs guide
+MATH_RESPONSE = {"type": "json_schema", "json_schema": {"name": "math_response", "strict": True, "schema": {
+    "type": "object",
+    "properties": {"steps": {"type": "array", "items": {
+        "type": "object", "properties": {"explanation": {"type": "string"}, "output": {"type": "string"}},
+        "required": ["explanation", "output"], "additionalProperties": False}},
+        "final_answer": {"type": "string"}},
+    "required": ["steps", "final_answer"], "additionalProperties": False}}}
+
+
+def test_response_format():
+    c = constrain.from_response_format(MATH_RESPONSE, BYTES)
+    assert accepts(c, '{"steps":[{"explanation":"add","output":"2"}],"final_answer":"2"}')
+    assert not accepts(c, '{"steps":[],"final_answer":"2","x":1}')
+    assert constrain.from_response_format(json.dumps(MATH_RESPONSE), BYTES) is not None
+    obj = constrain.from_response_format({"type": "json_object"}, BYTES)
+    assert accepts(obj, '{"a":[1,{"b":null}]}') and not accepts(obj, "[1]")
+    assert constrain.from_response_format({"type": "text"}, BYTES) is None
+    with pytest.raises(SchemaError) as e:
+        constrain.from_response_format({"type": "json_schema", "json_schema": {
+            "name": "x", "strict": True, "schema": {"properties": {"a": {"enum": "x"}}}}}, BYTES)
+    assert e.value.pointer == "/json_schema/schema/properties/a/enum"
+    strict = {"type": "json_schema", "json_schema": {"name": "x", "strict": True,
+                                                     "schema": {"type": "array", "uniqueItems": True}}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        constrain.from_response_format(strict, BYTES)
+    assert e.value.pointer == "/json_schema/schema/uniqueItems"
+    lenient = json.loads(json.dumps(strict))
+    lenient["json_schema"]["strict"] = False
+    with pytest.warns(UserWarning):
+        constrain.from_response_format(lenient, BYTES)
+    for bad in ({"type": "xml"}, {"type": "json_schema"}, [], "{", {"type": "json_schema", "json_schema": {
+            "schema": {}, "strict": "yes"}}):
+        with pytest.raises(SchemaError):
+            constrain.from_response_format(bad, BYTES)
+    with pytest.raises(UnsupportedSchemaError):
+        constrain.from_response_format({"type": "structural_tag"}, BYTES)
+
+
+def test_generate_returns_validated_objects(lm):
+    # the full Person, 10 samples: examples/pydantic_objects.py (docs/api.md)
+    import search
+
+    r = search.generate(lm, "Where does Ada live? Answer as JSON.", constraint=Address,
+                        temperature=0.7, seed=0, max_new_tokens=80)
+    assert r.finished, r.text
+    assert isinstance(r.value, Address), (r.value_error, r.text)
+    assert json.loads(r.text)["country"] == r.value.country
+    free = search.generate(lm, "Hi", max_new_tokens=2)
+    assert free.value is None and free.value_error is None
+    cut = search.generate(lm, "Describe a person as JSON.", constraint=Person, max_new_tokens=3)
+    assert cut.value is None and "not complete" in cut.value_error
+
+
+def test_cli_response_format_and_choice(lm, tmp_path, capsys):
+    from search.cli import app as cli
+
+    rf = tmp_path / "rf.json"
+    rf.write_text(json.dumps(MATH_RESPONSE))
+    assert cli.main(["generate", "-q", "--response-format", str(rf), "--max-new-tokens", "12",
+                     "What is 1+1? Answer as JSON."]) == 1  # cut off, but on the way
+    assert capsys.readouterr().out.startswith('{"steps":[')
+    assert cli.main(["generate", "-q", "--choice", "yes", "--choice", "no", "Is fire hot?"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] in ("yes", "no")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"type": "json_schema", "json_schema": {"strict": True, "schema": {
+        "type": "array", "uniqueItems": True}}}))
+    assert cli.main(["generate", "--response-format", str(bad), "hi"]) == 2
+    assert "/json_schema/schema/uniqueItems" in capsys.readouterr().err
