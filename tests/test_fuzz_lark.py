@@ -35,6 +35,7 @@ from grammar_sampling import GrammarSampler, mutate  # noqa: E402
 
 LOG = FuzzLog("fuzz_lark")
 CASE_SECONDS = 1.0
+BUDGET = CASE_SECONDS / 2  # the compile's time budget: the rest is the case's checks
 _PIECES = [b"ab", b"a,", b'"a', b"# ", b" (", b"12"]
 VOCAB = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + _PIECES + [b"</s>"],
                                [256 + len(_PIECES)])
@@ -160,7 +161,7 @@ def test_random_grammars_agree_with_lark(grammar, seed):
         assume(False)
     t0 = time.perf_counter()
     try:
-        g = compile_grammar(grammar, VOCAB, time_budget=CASE_SECONDS)
+        g = compile_grammar(grammar, VOCAB, time_budget=BUDGET)
     except (GrammarError, GrammarTooComplexError) as e:
         LOG.add("lark", f"refused (typed): {e.msg[:50] if hasattr(e, 'msg') else str(e)[:50]}")
         # the documented refusals, each naming its place
@@ -217,7 +218,7 @@ def test_malformed_grammars_raise_only_typed_errors_with_a_place(base, edits):
         text = text[:i] + piece + text[i:] if insert else text[:i] + text[i + 1:]
     t0 = time.perf_counter()
     try:
-        compile_grammar(text, VOCAB, time_budget=CASE_SECONDS)
+        compile_grammar(text, VOCAB, time_budget=BUDGET)
         LOG.add("lark (malformed)", "compiled")
     except GrammarError as e:
         if e.line is None:
@@ -232,4 +233,4 @@ def test_malformed_grammars_raise_only_typed_errors_with_a_place(base, edits):
     elapsed = time.perf_counter() - t0
     if elapsed > CASE_SECONDS:
         LOG.add("lark (malformed)", "over 1 s")
-    assert elapsed <= CASE_SECONDS + 0.25, (text, elapsed)
+    assert elapsed <= CASE_SECONDS, (text, elapsed)

@@ -30,8 +30,10 @@ from regex_strategies import (OracleTimeout, fullmatch_oracle, lookaround_regex_
                               regex_and_string)
 
 LOG = FuzzLog("fuzz_regex")
-#: a case may take this long (seconds), compile and walk together
+#: a case may take this long (seconds), compile and walk together; compiles
+#: get half of it as their time budget
 CASE_SECONDS = 1.0
+BUDGET = CASE_SECONDS / 2
 
 _PIECES = [b"ab", b"abc", b"12", b" a", "é".encode(), "😀".encode(), "中文".encode(), b"\\n"]
 VOCAB = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + _PIECES + [b"</s>"],
@@ -63,7 +65,7 @@ def _tokens(data: bytes) -> list[int]:
 def _check(pattern: str, text: str, front_end: str) -> None:
     t0 = time.perf_counter()
     try:
-        g = compile_regex(pattern, VOCAB, max_states=3000, time_budget=CASE_SECONDS)
+        g = compile_regex(pattern, VOCAB, max_states=3000, time_budget=BUDGET)
     except (UnsupportedRegexError, GrammarTooComplexError):
         LOG.add(front_end, "refused (typed)")
         assume(False)
@@ -140,7 +142,7 @@ def _expect_typed(front_end: str, call) -> None:
     elapsed = time.perf_counter() - t0
     if elapsed > CASE_SECONDS:
         LOG.add(front_end, "over 1 s")
-    assert elapsed <= CASE_SECONDS + 0.25, elapsed
+    assert elapsed <= CASE_SECONDS, elapsed
 
 
 @fuzz(150)
@@ -148,7 +150,7 @@ def _expect_typed(front_end: str, call) -> None:
        st.sampled_from([0, re.I, re.A, re.M, re.S, re.X, re.I | re.A, re.U, re.L, 1 << 20]))
 def test_malformed_regexes_raise_only_typed_errors(pattern, flags):
     _expect_typed("regex (malformed)",
-                  lambda: compile_regex(pattern, VOCAB, flags=flags, time_budget=CASE_SECONDS))
+                  lambda: compile_regex(pattern, VOCAB, flags=flags, time_budget=BUDGET))
 
 
 @fuzz(40)
@@ -158,13 +160,12 @@ def test_deep_and_huge_patterns_raise_only_typed_errors(opener, depth, repeat):
     closer = {"[": "]", "a{": "}"}.get(opener, ")")
     pattern = opener * depth + "a" + closer * depth + (f"{{{repeat * 997}}}" if repeat else "")
     _expect_typed("regex (deep, huge)",
-                  lambda: compile_regex(pattern, VOCAB, time_budget=CASE_SECONDS))
+                  lambda: compile_regex(pattern, VOCAB, time_budget=BUDGET))
 
 
-@fuzz(30)
-@given(st.sampled_from(["time_budget", "max_states", "max_repeat", "max_positions",
-                        "max_mask_bytes"]),
-       st.sampled_from([0, -1, math.nan, math.inf, -math.inf, True, "1", None, 1e-12, 2 ** 70,
-                        np.int64(5), 1.5]))
+@pytest.mark.parametrize("name", ["time_budget", "max_states", "max_repeat", "max_positions",
+                                  "max_mask_bytes"])
+@pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, -math.inf, True, "1", None, 1e-12,
+                                   2 ** 70, np.int64(5), 1.5], ids=repr)
 def test_budget_arguments_raise_only_typed_errors(name, value):
     _expect_typed("regex (budgets)", lambda: compile_regex("ab*", VOCAB, **{name: value}))

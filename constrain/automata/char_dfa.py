@@ -103,6 +103,7 @@ class _NFA:
         self.loop_exit: dict[int, int] = {}
         #: id of a lookaround or atomic IR node -> (the node, its body's mark)
         self._bodies: dict = {}
+        self.deadline, self.pattern = None, ""
 
     def new(self) -> int:
         self.eps.append([])
@@ -175,6 +176,7 @@ class _NFA:
             else:
                 cur = nxt
                 for _ in range(node.hi - node.lo):  # optional copies, innermost last
+                    check_deadline(self.deadline, self.pattern)
                     opt = self.new()
                     body = (self.into(node.item, cur), None)
                     self.eps[opt].extend([(nxt, None), body] if node.lazy
@@ -183,6 +185,7 @@ class _NFA:
                         self.guard[cur], self.loop_exit[cur] = opt, nxt
                     cur = opt
             for _ in range(lo):
+                check_deadline(self.deadline, self.pattern)
                 cur = self.into(node.item, cur)
             return cur
         if t is Assert:
@@ -253,10 +256,14 @@ def _partition(charsets: list[CharSet]) -> tuple[list[CharSet], list[int]]:
 _PREV_DEPENDENT = {"begin", "begin_line", "boundary", "non_boundary"}
 
 
-def build_nfa(node) -> _NFA:
-    """The epsilon-NFA of the regex IR ``node`` (``.start``, ``.final``)."""
+def build_nfa(node, deadline=None, pattern: str = "") -> _NFA:
+    """The epsilon-NFA of the regex IR ``node`` (``.start``, ``.final``), built
+    by the ``deadline`` (checked per copy a repetition makes: up to
+    ``max_positions`` states, a second of Python)."""
     nfa = _NFA()
+    nfa.deadline, nfa.pattern = deadline, pattern
     nfa.start, nfa.final = nfa.build(node)
+    check_deadline(deadline, pattern)
     return nfa
 
 
@@ -325,8 +332,7 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     character after ``X``'s match decides it)."""
     deadline = Deadline.of(deadline)
     if nfa is None:
-        nfa = build_nfa(node)
-        check_deadline(deadline, pattern)
+        nfa = build_nfa(node, deadline, pattern)
     start, final = nfa.start, nfa.final
     asserts = {a for lst in nfa.eps for _, a in lst if a is not None}
     kinds = {a.kind for a in asserts}

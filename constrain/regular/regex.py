@@ -338,10 +338,12 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     as they run. Loading or compiling a kernel moves it later (numba's cost,
     not the pattern's)."""
     deadline = Deadline.of(deadline)
+    # the kernels count states in int64; no automaton comes near this
+    max_states = min(max_states, 1 << 62)
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
-    nfa = build_nfa(node)
-    check_deadline(deadline, pattern)
+    nfa = build_nfa(node, deadline, pattern)
     prog = ascii_nfa_arrays(nfa)
+    check_deadline(deadline, pattern)
     if prog is not None:
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
