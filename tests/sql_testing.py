@@ -1,6 +1,7 @@
 """Helpers for testing the SQL grammars against SQLite: the vendored Spider data,
 in-memory databases with Spider's schemas, SQLite's verdict on a query, a random
-derivation sampler over a Lark grammar, and random one-character mutations.
+derivation sampler over a Lark grammar, random one-character mutations, and
+random walks over a compiled grammar's tokens.
 
 Used by ``tests/test_sql_grammar.py`` and ``tests/benchmarks/check_sql_grammar.py``.
 """
@@ -15,6 +16,9 @@ import sqlite3
 from pathlib import Path
 
 import lark
+import numpy as np
+
+from constrain import Vocabulary
 
 SPIDER_DIR = Path(__file__).resolve().parent / "data" / "spider"
 SQL_LARK = Path(__file__).resolve().parent.parent / "grammars" / "sql.lark"
@@ -81,10 +85,15 @@ def sqlite_verdict(con: sqlite3.Connection, query: str) -> str | None:
     ``unrecognized token``, ``incomplete input``); anything else (no such
     table, column or function, wrong number of arguments...) is semantic.
     """
+    factory = con.text_factory
+    # EXPLAIN's rows carry the query's constants, which need not be UTF-8 text
+    con.text_factory = bytes
     try:
         con.execute("EXPLAIN " + query).fetchall()
     except (sqlite3.Error, sqlite3.Warning) as exc:
         return str(exc)
+    finally:
+        con.text_factory = factory
     return None
 
 
@@ -257,3 +266,75 @@ def mutate(text: str, rng: random.Random) -> str:
         return text[:i] + text[i + 1:]
     a, b = rng.choice(blanks)
     return text[:a] + rng.choice(["", " "]) + text[b:]
+
+
+# -- random walks -------------------------------------------------------------------
+
+# Words of SQL a walk vocabulary has as tokens of their own (with and without a
+# leading blank, as BPE vocabularies have them), besides every byte.
+WALK_WORDS = """SELECT FROM WHERE JOIN ON AS AND OR NOT IN IS NULL LIKE BETWEEN GROUP BY ORDER
+HAVING LIMIT OFFSET DISTINCT UNION INTERSECT EXCEPT ALL ASC DESC EXISTS CASE WHEN THEN ELSE
+END CAST LEFT INNER CROSS count avg sum min max total group_concat abs length lower upper round
+substr coalesce ifnull date strftime T1 T2 T3 T4 <= >= != <> || 'a' 10""".split()
+
+
+def byte_vocabulary() -> Vocabulary:
+    """The 256 bytes and an EOS token (id 256)."""
+    return Vocabulary.from_tokens([bytes([i]) for i in range(256)] + [b"</s>"],
+                                  eos_token_ids=[256], special_token_ids=[256])
+
+
+def walk_vocabulary(schema: dict[str, list[str]]) -> Vocabulary:
+    """The 256 bytes, :data:`WALK_WORDS` and the schema's table and column names
+    as tokens (each also with a leading blank), and EOS (the last id)."""
+    words = set(WALK_WORDS) | set(schema) | {c for cols in schema.values() for c in cols}
+    words = sorted(w for w in words if len(w.encode("utf-8")) > 1)
+    tokens = [bytes([i]) for i in range(256)] + [w.encode("utf-8") for w in words]
+    tokens += [b" " + w.encode("utf-8") for w in words] + [b"</s>"]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1],
+                                  special_token_ids=[len(tokens) - 1])
+
+
+@functools.cache
+def _token_kinds(vocab: Vocabulary) -> tuple:
+    """Per token id of ``vocab``: whether it is EOS, longer than one byte, and
+    longer than one byte starting with a blank."""
+    eos = np.zeros(len(vocab), dtype=bool)
+    eos[list(vocab.eos_token_ids)] = True
+    long = np.zeros(len(vocab), dtype=bool)
+    spaced = np.zeros(len(vocab), dtype=bool)
+    for i in range(len(vocab)):
+        b = vocab.token_bytes(i)
+        long[i] = len(b) > 1 and not eos[i]
+        spaced[i] = long[i] and b[:1] == b" "
+    return eos, long, spaced
+
+
+def random_walk(g, vocab: Vocabulary, rng: random.Random, *, max_tokens: int = 150,
+                p_stop: float = 0.35, p_word: float = 0.85) -> str | None:
+    """One random walk over the tokens ``g`` allows: where EOS is allowed it
+    stops with probability ``p_stop``; otherwise it draws uniformly from the
+    allowed tokens of more than one byte that start with a blank (with
+    probability 0.6), of more than one byte (up to ``p_word``), or all of them.
+    Returns the text, or ``None`` if ``max_tokens`` pass first."""
+    eos, long, spaced = _token_kinds(vocab)
+    state, out = g.initial_state(), bytearray()
+    for _ in range(max_tokens):
+        ids = np.asarray(g.allowed_token_ids(state))
+        ends = eos[ids]
+        if ends.any() and rng.random() < p_stop:
+            return out.decode("utf-8")
+        ids = ids[~ends]
+        if not len(ids):
+            return out.decode("utf-8")
+        r = rng.random()
+        for kind, limit in ((spaced, 0.6), (long, p_word)):
+            pool = ids[kind[ids]]
+            if len(pool) and r < limit:
+                break
+        else:
+            pool = ids
+        token = int(pool[rng.randrange(len(pool))])
+        out += vocab.token_bytes(token)
+        state = g.advance(state, token)
+    return None

@@ -1,23 +1,32 @@
 """SQL grammar figures: Spider dev parse rate and time, and agreement with SQLite.
 
-    python tests/benchmarks/check_sql_grammar.py [--samples N] [--mutants N]
-                                                 [--depth D] [--ambiguity] [--json out.json]
+    python tests/benchmarks/check_sql_grammar.py [--samples N] [--mutants N] [--depth D]
+        [--walks N] [--derivations N] [--databases PATH] [--ambiguity] [--json out.json]
 
-Everything goes through Lark's Earley parser with ``lexer="dynamic_complete"``
-(the language Trellis compiles) on the data vendored in ``tests/data/spider``:
+The generic grammar (``grammars/sql.lark``) goes through Lark's Earley parser with
+``lexer="dynamic_complete"`` (the language Trellis compiles); the schema grammars
+(``sql_grammar(db)``) through Trellis itself, compiled over the SmolLM2 tokenizer
+(or, without it, a byte vocabulary with SQL words):
 
-* generic grammar (``grammars/sql.lark``): how many of the 1,034 Spider dev gold
-  queries parse, the failures, and the CPU time per query (one thread, no
-  warm-up beyond building the parser);
-* ``sql_grammar(schema)`` of each query's own database: how many parse;
-* ``--samples`` random derivations of the generic grammar (and as many of the
-  grammar specialised to concert_singer) prepared by SQLite (``EXPLAIN``):
-  how many SQLite reports a syntax error for (should be 0);
-* ``--mutants`` one-edit mutants of gold queries: how many Lark accepts, and of
-  those how many SQLite calls a syntax error (should be 0; the ANSI forms
-  DATE/INTERVAL/EXTRACT are counted apart); then as many under the grammar of
-  the query's database, where SQLite should also find every table;
-* ``--ambiguity``: how many gold queries have more than one parse.
+* generic grammar: how many of the 1,034 Spider dev gold queries parse, the
+  failures, and the CPU time per query;
+* ``sql_grammar`` of each query's own database (the 20 Spider dev databases):
+  how many gold queries it accepts as text and token by token (the tokenizer's
+  encoding, then EOS), and the compile times;
+* ``--walks`` random walks per database over the tokens each state allows
+  (:func:`sql_testing.random_walk`) and ``--derivations`` derivations of the
+  grammar with random terminal strings: how many finish, and how many SQLite
+  refuses to prepare (``EXPLAIN``; should be 0), on the database files under
+  ``--databases`` (the Spider ``databases/`` folder or the
+  ``spider_databases.tar.gz`` of the shared data) or, without it, empty
+  in-memory databases with the same tables;
+* ``--samples`` random derivations of the generic grammar prepared by SQLite:
+  how many it calls a syntax error (should be 0);
+* ``--mutants`` one-edit mutants of gold queries: how many Lark accepts with the
+  generic grammar, and of those how many SQLite calls a syntax error (should be
+  0; the ANSI forms DATE/INTERVAL/EXTRACT are counted apart); then as many under
+  the grammar of the query's database, where every accepted one must prepare;
+* ``--ambiguity``: how many gold queries have more than one parse (generic).
 """
 
 from __future__ import annotations
@@ -25,17 +34,21 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sqlite3
 import statistics
 import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from constrain.frontends.sql import load_schema, sql_grammar  # noqa: E402
+import constrain  # noqa: E402
+from constrain.frontends.sql import sql_grammar  # noqa: E402
+from grammar_sampling import GrammarSampler  # noqa: E402
 from sql_testing import (  # noqa: E402
-    SPIDER_DIR,
     DerivationSampler,
     accepts,
     is_syntax_error,
@@ -44,9 +57,11 @@ from sql_testing import (  # noqa: E402
     load_schemas,
     memory_database,
     mutate,
+    random_walk,
     sqlite_verdict,
     terminal_examples,
     uses_ansi,
+    walk_vocabulary,
 )
 
 
@@ -74,41 +89,122 @@ def gold_parse(gold) -> dict:
     }
 
 
-def schema_parse(gold) -> dict:
-    """Parse every gold query with the grammar of its own database."""
-    schemas = load_schemas()
-    parsers = {}
-    failures = []
+class Databases:
+    """The 20 Spider dev databases: their schema grammars compiled over one
+    vocabulary (cached), and connections SQLite prepares queries on."""
+
+    def __init__(self, files: Path | None, tokenizer):
+        self.schemas = load_schemas()
+        self.files = files
+        self.tokenizer = tokenizer
+        self.vocab = (constrain.Vocabulary.from_huggingface(tokenizer) if tokenizer is not None
+                      else None)
+        self._grammars: dict[str, tuple] = {}
+        self._connections: dict[str, sqlite3.Connection] = {}
+        self.compile_s: dict[str, float] = {}
+
+    def grammar(self, db: str):
+        """``(constraint, vocabulary)`` for ``sql_grammar`` of ``db``."""
+        if db not in self._grammars:
+            vocab = self.vocab or walk_vocabulary(self.schemas[db])
+            start = time.perf_counter()
+            g = constrain.compile_grammar(sql_grammar(self.schemas[db]), vocab)
+            self.compile_s[db] = time.perf_counter() - start
+            self._grammars[db] = (g, vocab)
+        return self._grammars[db]
+
+    def close(self) -> None:
+        """Close the database connections."""
+        for con in self._connections.values():
+            con.close()
+        self._connections.clear()
+
+    def connection(self, db: str) -> sqlite3.Connection:
+        """The database file (read-only) if there are files, else an empty
+        in-memory database with its tables."""
+        if db not in self._connections:
+            if self.files is not None:
+                path = self.files / db / f"{db}.sqlite"
+                con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            else:
+                con = memory_database(self.schemas[db])
+            self._connections[db] = con
+        return self._connections[db]
+
+
+def database_files(path: Path | None, scratch: str) -> Path | None:
+    """The folder holding ``<db>/<db>.sqlite``: ``path`` itself, or the
+    ``databases/`` folder of a Spider tarball extracted into ``scratch``."""
+    if path is None or path.is_dir():
+        return path
+    with tarfile.open(path) as tar:
+        tar.extractall(scratch, filter="data")
+    return Path(scratch) / "databases"
+
+
+def schema_gold(gold, dbs: Databases) -> dict:
+    """Every gold query under the grammar of its own database, as text and token
+    by token (the tokenizer's encoding, then EOS)."""
+    text_fail, token_fail, walked = [], [], 0
     for example in gold:
-        db = example["db_id"]
-        if db not in parsers:
-            parsers[db] = lark_parser(sql_grammar(schemas[db]))
-        if accepts(parsers[db], example["query"]) is None:
-            failures.append((db, example["query"]))
-    return {"queries": len(gold), "parsed": len(gold) - len(failures),
-            "databases": len(parsers), "failures": failures}
+        g, _ = dbs.grammar(example["db_id"])
+        query = example["query"]
+        if not g.matches(query):
+            text_fail.append((example["db_id"], query))
+        if dbs.tokenizer is None:
+            continue
+        walked += 1
+        state = g.initial_state()
+        for token in dbs.tokenizer.encode(query, add_special_tokens=False):
+            state = g.advance(state, token)
+            if state is None:
+                break
+        if state is None or not g.is_accepting(state):
+            token_fail.append((example["db_id"], query))
+    return {"queries": len(gold), "text": len(gold) - len(text_fail),
+            "tokens": walked - len(token_fail), "token_walked": walked,
+            "text_failures": text_fail, "token_failures": token_fail,
+            "databases": len(dbs.compile_s), "compile_s": dict(dbs.compile_s)}
+
+
+def walks(dbs: Databases, n: int, seed: int) -> dict:
+    """``n`` random walks per database; SQLite's verdict on those that finish."""
+    finished, refused, per_db = 0, [], {}
+    for k, db in enumerate(sorted(dbs.schemas)):
+        g, vocab = dbs.grammar(db)
+        rng = random.Random(seed + k)
+        done = [q for q in (random_walk(g, vocab, rng) for _ in range(n)) if q is not None]
+        bad = [(db, q, v) for q in done if (v := sqlite_verdict(dbs.connection(db), q))]
+        finished += len(done)
+        refused += bad
+        per_db[db] = len(done)
+    return {"walks": n * len(dbs.schemas), "finished": finished, "refused": len(refused),
+            "examples": refused[:20], "per_database": per_db}
+
+
+def derivations(dbs: Databases, n: int, depth: int, seed: int) -> dict:
+    """``n`` derivations per database (half at ``depth``, half at twice it);
+    SQLite's verdict on each."""
+    refused, chars = [], []
+    for k, db in enumerate(sorted(dbs.schemas)):
+        g, _ = dbs.grammar(db)
+        sampler = GrammarSampler(g, seed=seed + k)
+        for i in range(n):
+            query = sampler.sentence(max_depth=depth * (1 + i % 2)).decode("utf-8")
+            chars.append(len(query))
+            verdict = sqlite_verdict(dbs.connection(db), query)
+            if verdict is not None:
+                refused.append((db, query, verdict))
+    return {"derivations": n * len(dbs.schemas), "refused": len(refused),
+            "examples": refused[:20], "chars_mean": statistics.mean(chars) if chars else 0}
 
 
 def sampled(n: int, depth: int, seed: int) -> dict:
-    """SQLite's verdict on random derivations, generic and specialised."""
-    out = {}
+    """SQLite's verdict on random derivations of the generic grammar."""
     parser = lark_parser()
     con = memory_database({"t": ["a", "b"], "u": ["a", "c"]})
     sampler = DerivationSampler(parser, terminal_examples(parser), max_depth=depth)
-    out["generic"] = _judge(sampler, con, n, random.Random(seed))
-    path = SPIDER_DIR / "concert_singer.sqlite"
-    schema = load_schema(path)
-    specialised = lark_parser(sql_grammar(path))
-    columns = sorted({c for cols in schema.values() for c in cols})
-    examples = terminal_examples(specialised, {"TABLE_NAME": list(schema),
-                                               "COLUMN_NAME": columns})
-    sampler = DerivationSampler(specialised, examples, max_depth=depth)
-    out["concert_singer"] = _judge(sampler, memory_database(schema), n,
-                                   random.Random(seed + 1))
-    return out
-
-
-def _judge(sampler, con, n, rng) -> dict:
+    rng = random.Random(seed)
     errors, lengths = [], []
     for _ in range(n):
         query = sampler.sample(rng)
@@ -162,26 +258,20 @@ def mutants(gold, n: int, seed: int) -> dict:
             "sqlite_syntax_errors": len(errors), "errors": errors[:20]}
 
 
-def schema_mutants(gold, n: int, seed: int) -> dict:
-    """Mutants judged by the grammar of their own database: an accepted one must
-    be SQLite syntax and name no missing table (columns may still be wrong: the
-    grammar does not check which table a column belongs to)."""
-    schemas = load_schemas()
+def schema_mutants(gold, dbs: Databases, n: int, seed: int) -> dict:
+    """Mutants judged by the grammar of their own database: every accepted one
+    must be a query SQLite prepares."""
     pairs = distinct_mutants(gold, n, seed)
-    parsers, databases = {}, {}
     accepted = 0
     errors = []
     for example, mutant in pairs:
         db = example["db_id"]
-        if db not in parsers:
-            parsers[db] = lark_parser(sql_grammar(schemas[db]))
-            databases[db] = memory_database(schemas[db])
-        tree = accepts(parsers[db], mutant)
-        if tree is None or uses_ansi(tree):
+        g, _ = dbs.grammar(db)
+        if not g.matches(mutant):
             continue
         accepted += 1
-        verdict = sqlite_verdict(databases[db], mutant)
-        if is_syntax_error(verdict) or "no such table" in (verdict or ""):
+        verdict = sqlite_verdict(dbs.connection(db), mutant)
+        if verdict is not None:
             errors.append((mutant, verdict))
     return {"mutants": len(pairs), "accepted": accepted, "errors_count": len(errors),
             "errors": errors[:20]}
@@ -195,12 +285,30 @@ def ambiguity(gold) -> dict:
     return {"queries": len(gold), "ambiguous": len(ambiguous), "examples": ambiguous[:10]}
 
 
-def main() -> None:
-    """Run the checks and print a summary (and the full results as JSON)."""
+def _tokenizer():
+    """The SmolLM2 tokenizer, or ``None`` where its package is missing."""
+    try:
+        from search.models.smollm2 import load_tokenizer
+
+        return load_tokenizer()
+    except Exception as exc:  # the package or transformers is not installed
+        print(f"(no SmolLM2 tokenizer: {exc}; walks use bytes and SQL words, gold "
+              f"queries are not token-walked)")
+        return None
+
+
+def main() -> int:
+    """Run the checks, print a summary (and the full results as JSON); exit 1
+    when a schema grammar refuses a gold query or SQLite refuses a query one
+    accepts."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--samples", type=int, default=1000)
     ap.add_argument("--mutants", type=int, default=3000)
     ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--walks", type=int, default=100, help="random walks per database")
+    ap.add_argument("--derivations", type=int, default=100, help="derivations per database")
+    ap.add_argument("--databases", type=Path,
+                    help="Spider's databases/ folder or spider_databases.tar.gz")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ambiguity", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -216,28 +324,52 @@ def main() -> None:
           f"(mean {g['chars_mean']:.0f} chars)")
     for query in g["failures"]:
         print("  fails:", query)
-    results["schema"] = s = schema_parse(gold)
-    print(f"sql_grammar(own database): {s['parsed']}/{s['queries']} parse "
-          f"({s['databases']} databases)")
-    for db, query in s["failures"]:
-        print(f"  fails [{db}]:", query)
+
+    with tempfile.TemporaryDirectory(prefix="spider-") as scratch:
+        dbs = Databases(database_files(args.databases, scratch), _tokenizer())
+        try:
+            return _schema_checks(args, gold, results, dbs)
+        finally:
+            dbs.close()
+
+
+def _schema_checks(args, gold, results: dict, dbs: Databases) -> int:
+    """The checks of the schema grammars and the rest of the report."""
+    where = f"files under {dbs.files}" if dbs.files else "in-memory copies of their schemas"
+    results["schema"] = s = schema_gold(gold, dbs)
+    times = sorted(s["compile_s"].values())
+    print(f"sql_grammar(own database), {s['databases']} databases (compile {sum(times):.0f} s "
+          f"in all, max {times[-1]:.1f} s): {s['text']}/{s['queries']} gold queries accepted "
+          f"as text, {s['tokens']}/{s['token_walked']} token-walked")
+    for db, query in s["text_failures"] + s["token_failures"]:
+        print(f"  refused [{db}]:", query)
+    results["walks"] = w = walks(dbs, args.walks, args.seed)
+    print(f"random walks: {w['walks']} on {len(w['per_database'])} databases ({where}), "
+          f"{w['finished']} finished, SQLite refuses {w['refused']}; finished per database "
+          f"min {min(w['per_database'].values())}, max {max(w['per_database'].values())}")
+    for db, query, verdict in w["examples"]:
+        print(f"   [{db}]", repr(query), "->", verdict)
+    results["derivations"] = d = derivations(dbs, args.derivations, 2 * args.depth, args.seed)
+    print(f"derivations of the schema grammars: {d['derivations']} (mean {d['chars_mean']:.0f} "
+          f"chars), SQLite refuses {d['refused']}")
+    for db, query, verdict in d["examples"]:
+        print(f"   [{db}]", repr(query), "->", verdict)
+
     results["samples"] = sm = sampled(args.samples, args.depth, args.seed)
-    for name, r in sm.items():
-        print(f"sampled derivations ({name}, depth {args.depth}): "
-              f"{r['sqlite_syntax_errors']}/{r['samples']} SQLite syntax errors "
-              f"(mean {r['chars_mean']:.0f} chars)")
-        for query, verdict in r["errors"]:
-            print("  ", repr(query), "->", verdict)
+    print(f"sampled derivations (generic, depth {args.depth}): "
+          f"{sm['sqlite_syntax_errors']}/{sm['samples']} SQLite syntax errors "
+          f"(mean {sm['chars_mean']:.0f} chars)")
+    for query, verdict in sm["errors"]:
+        print("  ", repr(query), "->", verdict)
     results["mutants"] = m = mutants(gold, args.mutants, args.seed)
     print(f"mutants: {m['mutants']} distinct, Lark accepts {m['lark_accepted']} "
           f"({m['ansi']} ANSI); SQLite syntax errors among them: "
           f"{m['sqlite_syntax_errors']}")
     for query, verdict in m["errors"]:
         print("  ", repr(query), "->", verdict)
-    results["schema_mutants"] = sm = schema_mutants(gold, args.mutants, args.seed + 1)
+    results["schema_mutants"] = sm = schema_mutants(gold, dbs, args.mutants, args.seed + 1)
     print(f"mutants under sql_grammar(own database): {sm['mutants']} distinct, "
-          f"accepted {sm['accepted']}; SQLite syntax errors or missing tables among "
-          f"them: {sm['errors_count']}")
+          f"accepted {sm['accepted']}; SQLite refuses {sm['errors_count']} of them")
     for query, verdict in sm["errors"]:
         print("  ", repr(query), "->", verdict)
     if args.ambiguity:
@@ -245,7 +377,10 @@ def main() -> None:
         print(f"ambiguous parses: {a['ambiguous']}/{a['queries']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
+    bad = (s["text"] < s["queries"] or s["tokens"] < s["token_walked"] or w["refused"]
+           or d["refused"] or sm["errors_count"])
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
