@@ -26,7 +26,7 @@ from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_constraint, constraint_eos_ids, output_value
 from search.results import SearchResult
 
-__all__ = ["GenerationResult", "generate"]
+__all__ = ["GenerationResult", "generate", "stream"]
 
 #: the values of :attr:`GenerationResult.stop_reason`
 STOP_EOS = "eos"
@@ -142,6 +142,58 @@ def generate(
         a :class:`GenerationResult`; check ``result.accepted`` when it may have been
         cut off by ``max_new_tokens``.
     """
+    steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
+                    chat_template)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def stream(
+    lm,
+    prompt,
+    *,
+    constraint=None,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    system: str | None = None,
+    chat_template: bool | None = None,
+):
+    """:func:`generate`, yielding the text as tokens are accepted.
+
+    Each piece is whole UTF-8 characters (bytes of a character split across
+    tokens wait for its last byte), so that the pieces joined are exactly the
+    final ``result.text``. The generator's return value (``StopIteration.value``,
+    or ``yield from``) is the :class:`GenerationResult`; a consumer that stops
+    early stops the generation. Arguments as for :func:`generate`.
+    """
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
+                    chat_template)
+    vocab = lm.vocab
+    grammar = vocab.grammar_token_list
+    while True:
+        try:
+            tok = next(steps)
+        except StopIteration as done:
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                yield tail
+            return done.value
+        if grammar[tok]:  # EOS, special and padding ids print nothing (as lm.decode)
+            piece = decoder.decode(vocab.token_bytes(tok))
+            if piece:
+                yield piece
+
+
+def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template):
+    """The decoding loop: yields each generated token id (EOS excluded) as it is
+    chosen, returns the :class:`GenerationResult`."""
     import torch
 
     if temperature < 0:
@@ -203,6 +255,7 @@ def generate(
             stop, eos_hit = STOP_EOS, tok
             break
         out.append(tok)
+        yield tok
         if step + 1 < max_new_tokens:
             logits, past = lm.forward([tok], past)
 

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                       help="feed the prompt as plain text instead of wrapping it in the model's chat "
                       "template as a user turn")
+    opts.add_argument("--stream", action="store_true",
+                      help="print the text as it is generated (whole characters) instead of at the end")
     mod = gen.add_argument_group("model")
     mod.add_argument("--device", default="cpu", help="torch device to run on, e.g. cpu, cuda, cuda:1 (default: %(default)s)")
     mod.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
@@ -369,7 +371,7 @@ def _cmd_generate(args) -> int:
     if prompt == "-":
         prompt = sys.stdin.read()
 
-    from search.autoregressive.sampling import generate
+    from search.autoregressive.sampling import generate, stream
 
     early = _early_constraint_error(args)
     if early is not None:  # say so before spending seconds on the model
@@ -384,21 +386,25 @@ def _cmd_generate(args) -> int:
     if failed:
         return EXIT_USAGE
 
+    kwargs = dict(constraint=grammar, max_new_tokens=args.max_new_tokens,
+                  temperature=args.temperature, seed=args.seed, system=args.system,
+                  chat_template=None if args.chat_template else False)
     try:
-        result = generate(
-            lm,
-            prompt,
-            constraint=grammar,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            seed=args.seed,
-            system=args.system,
-            chat_template=None if args.chat_template else False,
-        )
+        if args.stream:
+            pieces = stream(lm, prompt, **kwargs)
+            while True:
+                try:
+                    print(next(pieces), end="", flush=True)
+                except StopIteration as done:
+                    result = done.value
+                    break
+            print(flush=True)
+        else:
+            result = generate(lm, prompt, **kwargs)
+            print(result.text, flush=True)
     except ValueError as e:  # e.g. a system prompt without a chat template
         _err(f"error: {e}")
         return EXIT_USAGE
-    print(result.text, flush=True)
     info(
         f"generated {result.num_steps} tokens in {result.seconds:.2f} s "
         f"({result.tokens_per_second:.1f} tokens/s after a {result.prefill_seconds:.2f} s "
