@@ -124,6 +124,9 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
         except RecursionError:
             raise GrammarTooComplexError("the grammar is nested too deeply for lark's loader") \
                 from None
+        except Exception as e:  # lark's own bugs on malformed input (a TypeError in
+            # its error messages, seen on a mutated grammar): still a refusal
+            raise _lark_failed(e, text, start) from None
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
     return _finish(raw, text, start, deadline)
@@ -447,6 +450,18 @@ def _parse(text: str):
     except LarkError as e:
         raise GrammarError(f"invalid grammar: {_first_line(e)}",
                            *_locate_error(str(e), text, None)) from None
+    except RecursionError:
+        raise GrammarTooComplexError("the grammar is nested too deeply for lark's parser") \
+            from None
+    except Exception as e:  # lark's own bugs on malformed input
+        raise _lark_failed(e, text, None) from None
+
+
+def _lark_failed(e: Exception, text: str, start: str | None) -> GrammarError:
+    """The refusal of a grammar on which lark itself failed (not with one of
+    its errors)."""
+    return GrammarError(f"invalid grammar: lark failed on it ({type(e).__name__}: "
+                        f"{_first_line(e)})", *_locate_error(str(e), text, start))
 
 
 def _check_expansion(tree) -> None:
