@@ -365,7 +365,9 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     edges = [[(edge_masks[c], t) for c, t in lst] for lst in nfa.edges]
     engine = _Engine(nfa, edges, END, nl, word, bool(kinds & _PREV_DEPENDENT), pattern, deadline)
     initial = engine.initial()
-    states = _StateIndex(initial, max_states, deadline, pattern)
+    # a thread is a tuple of four (~100 bytes with its obligations' share)
+    states = _StateIndex(initial, max_states, deadline, pattern,
+                         size=lambda key: 100 * (len(key[0]) + sum(len(r) for r in key[2])))
     queue = states.queue
     transitions: list[dict] = []
     accepting: list[bool] = []
@@ -756,14 +758,24 @@ class _Engine:
         return False
 
 
+#: what the keys of one Python subset construction may hold together, in bytes
+#: (a key is a bitset of up to ~300k NFA states, or a set of threads:
+#: max_states of them alone would allow gigabytes)
+MAX_KEY_BYTES = 512 * 1024 * 1024
+
+
 class _StateIndex:
     """Numbers DFA states (by their thread-set key) in discovery order, within the
-    state and time budgets."""
+    state, time and memory budgets (``size(key)``: the bytes a key holds,
+    roughly)."""
 
-    def __init__(self, initial, max_states: int, deadline: float | None, pattern: str):
+    def __init__(self, initial, max_states: int, deadline: float | None, pattern: str,
+                 size=None):
         self.index = {initial: 0}
         self.queue = [initial]
         self.max_states, self.deadline, self.pattern = max_states, deadline, pattern
+        self.size = size
+        self.bytes = 0 if size is None else size(initial)
 
     def id_of(self, key) -> int:
         j = self.index.get(key)
@@ -774,6 +786,12 @@ class _StateIndex:
                 raise GrammarTooComplexError(
                     f"the regex {self.pattern[:80]!r} needs more than {self.max_states} "
                     f"automaton states (pass max_states= to raise the limit)")
+            if self.size is not None:
+                self.bytes += self.size(key)
+                if self.bytes > MAX_KEY_BYTES:
+                    raise GrammarTooComplexError(
+                        f"the regex {self.pattern[:80]!r} needs an automaton of more than "
+                        f"{MAX_KEY_BYTES >> 20} MiB to build")
         return j
 
     def done(self, n_expanded: int) -> None:
@@ -851,7 +869,8 @@ def _determinize_plain(atoms, edges, eps, start, final, max_states, deadline, pa
     # per NFA state: (atom, closure of target) pairs
     pairs: list = [None] * n
     final_bit = 1 << final
-    states = _StateIndex(closure_of(start), max_states, deadline, pattern)
+    states = _StateIndex(closure_of(start), max_states, deadline, pattern,
+                         size=lambda key: 8 + key.bit_length() // 8)
     queue = states.queue
     transitions: list[dict] = []
     accepting: list[bool] = []
