@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_constraint, constraint_eos_ids, output_value
+from search.autoregressive.logits_controls import SamplingControls, StopStrings
 from search.results import SearchResult
 
 __all__ = ["GenerationResult", "generate", "stream"]
@@ -32,6 +33,7 @@ __all__ = ["GenerationResult", "generate", "stream"]
 STOP_EOS = "eos"
 STOP_MAX_TOKENS = "max_new_tokens"
 STOP_NO_TOKEN = "no_allowed_token"
+STOP_STRING = "stop"
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ class GenerationResult(SearchResult):
         text: the generated text (EOS excluded), decoded from the tokens' exact bytes.
         token_ids: the generated token ids, EOS excluded.
         stop_reason: ``"eos"`` (the model ended the text), ``"max_new_tokens"``
-            (cut off) or ``"no_allowed_token"`` (the constraint allowed nothing; a
-            bug in a constraint).
+            (cut off), ``"stop"`` (a stop string; the text is cut before it) or
+            ``"no_allowed_token"`` (the constraint allowed nothing; a bug in a
+            constraint).
         accepted: with a constraint, whether ``text`` is a complete string of its
             language (always true when ``stop_reason == "eos"``); ``None`` without one.
         prompt_token_ids: the ids the model was conditioned on.
@@ -116,6 +119,11 @@ def generate(
     seed: int | None = None,
     system: str | None = None,
     chat_template: bool | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    stop=None,
 ) -> GenerationResult:
     """Generate a continuation of ``prompt`` with ``lm``, optionally constrained.
 
@@ -137,13 +145,22 @@ def generate(
         system: a system message for the chat template.
         chat_template: wrap a string prompt in the model's chat template; ``None``
             (default) does so for chat models.
+        top_k, top_p, min_p: filters of the sampling distribution (see
+            :class:`~search.autoregressive.logits_controls.SamplingControls`),
+            applied after the constraint's mask; they matter only when sampling.
+        repetition_penalty: CTRL's penalty on tokens already in the prompt or the
+            output (1: none); greedy decoding too.
+        stop: a string or strings; generation ends where the text first contains
+            one, the text cut before it (``stop_reason == "stop"``; the token ids
+            include the tokens that spelled it).
 
     Returns:
         a :class:`GenerationResult`; check ``result.accepted`` when it may have been
         cut off by ``max_new_tokens``.
     """
     steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
-                    chat_template)
+                    chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
+                    StopStrings(stop))
     while True:
         try:
             next(steps)
@@ -161,6 +178,11 @@ def stream(
     seed: int | None = None,
     system: str | None = None,
     chat_template: bool | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    stop=None,
 ):
     """:func:`generate`, yielding the text as tokens are accepted.
 
@@ -172,28 +194,35 @@ def stream(
     """
     import codecs
 
+    stops = StopStrings(stop)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
-                    chat_template)
+                    chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
+                    stops)
     vocab = lm.vocab
     grammar = vocab.grammar_token_list
+    text, sent = "", 0  # with stop strings, the last characters wait: they may start one
     while True:
         try:
             tok = next(steps)
         except StopIteration as done:
-            tail = decoder.decode(b"", final=True)
-            if tail:
-                yield tail
-            return done.value
+            result = done.value
+            if len(result.text) > sent:
+                yield result.text[sent:]
+            return result
         if grammar[tok]:  # EOS, special and padding ids print nothing (as lm.decode)
-            piece = decoder.decode(vocab.token_bytes(tok))
-            if piece:
-                yield piece
+            text += decoder.decode(vocab.token_bytes(tok))
+            ready = len(text) - stops.holdback if stops else len(text)
+            if ready > sent:
+                yield text[sent:ready]
+                sent = ready
 
 
-def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template):
+def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template,
+            controls: SamplingControls, stops: StopStrings):
     """The decoding loop: yields each generated token id (EOS excluded) as it is
-    chosen, returns the :class:`GenerationResult`."""
+    chosen, but not one that completes a stop string; returns the
+    :class:`GenerationResult`."""
     import torch
 
     if temperature < 0:
@@ -231,6 +260,9 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
     if max_new_tokens > 0:
         logits, past = lm.forward(prompt_ids)
         prefill = time.perf_counter() - t0
+    penalize = controls.repetition_penalty != 1.0
+    seen = set(prompt_ids)
+    text = None
     for step in range(max_new_tokens):
         scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
         if constraint is not None:
@@ -239,11 +271,15 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
             if not bool(torch.isfinite(scores).any()):
                 stop = STOP_NO_TOKEN
                 break
+        if penalize:
+            controls.penalize(scores[0], torch.tensor(sorted(seen), dtype=torch.long,
+                                                      device=scores.device))
         if generator is None:
             tok = int(torch.argmax(scores[0]))
         else:
-            probs = torch.softmax(scores[0] / temperature, dim=-1)
+            probs = controls.probabilities(scores[0], temperature)
             tok = int(torch.multinomial(probs, 1, generator=generator))
+        seen.add(tok)
         if constraint is not None:
             nxt = constraint.advance(state, tok)
             if nxt is None:  # the bitmask and advance disagree: a constraint bug
@@ -255,6 +291,11 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
             stop, eos_hit = STOP_EOS, tok
             break
         out.append(tok)
+        if stops:
+            cut = stops.find(lm.decode(out))
+            if cut is not None:
+                stop, text = STOP_STRING, lm.decode(out)[:cut]
+                break
         yield tok
         if step + 1 < max_new_tokens:
             logits, past = lm.forward([tok], past)
@@ -263,7 +304,8 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
         accepted = None
     else:
         accepted = bool(constraint.is_terminated(state) or constraint.is_accepting(state))
-    text = lm.decode(out)
+    if text is None:
+        text = lm.decode(out)
     value, value_error = output_value(constraint, text, accepted)
     return GenerationResult(
         text=text,

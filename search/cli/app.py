@@ -97,6 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                       help="feed the prompt as plain text instead of wrapping it in the model's chat "
                       "template as a user turn")
+    opts.add_argument("--top-k", type=_positive_int, default=None, metavar="K",
+                      help="sample among the K likeliest allowed tokens only")
+    opts.add_argument("--top-p", type=_nonneg_float, default=None, metavar="P",
+                      help="sample among the likeliest allowed tokens whose probability reaches P "
+                      "(nucleus sampling, 0 < P <= 1)")
+    opts.add_argument("--min-p", type=_nonneg_float, default=None, metavar="P",
+                      help="sample among the tokens at least P times as likely as the likeliest")
+    opts.add_argument("--repetition-penalty", type=_nonneg_float, default=1.0, metavar="R",
+                      help="penalise tokens already in the prompt or output (CTRL; 1, the "
+                      "default, is none; greedy decoding too)")
+    opts.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                      help="end the output where it first contains TEXT, cut before it "
+                      "(repeat for several)")
     opts.add_argument("--stream", action="store_true",
                       help="print the text as it is generated (whole characters) instead of at the end")
     mod = gen.add_argument_group("model")
@@ -388,7 +401,9 @@ def _cmd_generate(args) -> int:
 
     kwargs = dict(constraint=grammar, max_new_tokens=args.max_new_tokens,
                   temperature=args.temperature, seed=args.seed, system=args.system,
-                  chat_template=None if args.chat_template else False)
+                  chat_template=None if args.chat_template else False, top_k=args.top_k,
+                  top_p=args.top_p, min_p=args.min_p,
+                  repetition_penalty=args.repetition_penalty, stop=args.stop)
     try:
         if args.stream:
             pieces = stream(lm, prompt, **kwargs)
