@@ -23,6 +23,7 @@ from pathlib import Path
 
 from constrain import compile_json_schema, order_instance
 from constrain.errors import ConstraintError
+from byte_vocab import accepts
 
 SUITE_DIR = Path(__file__).parent / "data" / "json_schema_suite" / "draft2020-12"
 REMOTES_DIR = SUITE_DIR.parent / "remotes"
@@ -87,12 +88,6 @@ def serialise(schema, instance, resources=None) -> str:
     without a fraction."""
     return json.dumps(order_instance(schema, _canonical_numbers(instance), resources=resources),
                       separators=(",", ":"), ensure_ascii=False)
-
-
-def accepts(constraint, text: str) -> bool:
-    """Whether ``constraint`` accepts exactly the bytes of ``text``."""
-    state = constraint.advance_bytes(constraint.initial_state(), text.encode("utf-8"))
-    return state is not None and constraint.is_accepting(state)
 
 
 def load_groups(files=None):

@@ -22,13 +22,13 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain import Vocabulary, compile_json_schema
+from constrain import compile_json_schema
 from constrain.errors import ConstraintError
+from byte_vocab import accepts, byte_vocabulary
 from grammar_sampling import GrammarSampler, mutate
-from json_schema_suite import accepts
 
 LONG = os.environ.get("TRELLIS_FUZZ") == "long"
-BYTES = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256], name="bytes")
+BYTES = byte_vocabulary()
 _SETTINGS = dict(max_examples=2000 if LONG else 120, deadline=None, derandomize=not LONG,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

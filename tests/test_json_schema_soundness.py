@@ -11,11 +11,11 @@ import time
 import jsonschema
 import pytest
 
-from constrain import EmptySchemaError, SchemaError, UnsupportedSchemaError, Vocabulary
+from constrain import EmptySchemaError, SchemaError, UnsupportedSchemaError
 from constrain import compile_json_schema
-from json_schema_suite import accepts
+from byte_vocab import accepts, byte_vocabulary
 
-BYTES = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256], name="bytes")
+BYTES = byte_vocabulary()
 
 
 def agrees(schema, values):

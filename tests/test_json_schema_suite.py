@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from constrain import Vocabulary
+from byte_vocab import byte_vocabulary
 from json_schema_suite import run_suite, totals
 
 #: floors at the time of writing (2026-12-02): groups compiled, valid instances
@@ -18,9 +18,7 @@ MAX_VALID_REFUSED = 6
 
 @pytest.fixture(scope="module")
 def suite_results():
-    vocab = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256],
-                                   name="bytes")
-    return run_suite(vocab, formats="annotation")
+    return run_suite(byte_vocabulary(), formats="annotation")
 
 
 def test_no_invalid_instance_is_accepted(suite_results):

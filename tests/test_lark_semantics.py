@@ -14,15 +14,15 @@ import pytest
 
 lark = pytest.importorskip("lark")
 
-from constrain import (GrammarError, GrammarTooComplexError, Vocabulary,  # noqa: E402
-                       compile_grammar)
+from constrain import GrammarError, GrammarTooComplexError, compile_grammar  # noqa: E402
 from constrain.frontends.lark import (IGNORED, MAX_GRAMMAR_DEPTH,  # noqa: E402
                                       load_lark_grammar)
+from byte_vocab import byte_vocabulary  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+    return byte_vocabulary()
 
 
 def _lark(grammar: str):

@@ -12,16 +12,17 @@ import time
 
 import pytest
 
-from constrain import RegexTooLargeError, UnsupportedRegexError, Vocabulary, compile_regex
+from constrain import RegexTooLargeError, UnsupportedRegexError, compile_regex
 from constrain.automata.byte_dfa import char_dfa_to_bytes, trim_and_minimize
 from constrain.automata.char_dfa import build_char_dfa
 from constrain.automata.regex_syntax import MAX_DEPTH, parse_regex
 from constrain.errors import GrammarTooComplexError
+from byte_vocab import byte_vocabulary
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+    return byte_vocabulary()
 
 
 def byte_dfa(pattern: str, max_states: int = 20_000):

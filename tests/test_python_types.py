@@ -17,15 +17,11 @@ pydantic = pytest.importorskip("pydantic")
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 import constrain  # noqa: E402
-from constrain import SchemaError, UnsupportedSchemaError, Vocabulary  # noqa: E402
+from constrain import SchemaError, UnsupportedSchemaError  # noqa: E402
+from byte_vocab import accepts, byte_vocabulary  # noqa: E402
 from constrain.frontends.python_types import is_python_type, type_schema  # noqa: E402
 
-BYTES = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256], name="bytes")
-
-
-def accepts(c, text: str) -> bool:
-    state = c.advance_bytes(c.initial_state(), text.encode())
-    return state is not None and c.is_accepting(state)
+BYTES = byte_vocabulary()
 
 
 class Address(BaseModel):

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 from numba import njit
 
-from constrain import GrammarTooComplexError, Vocabulary, compile_regex
+from constrain import GrammarTooComplexError, compile_regex
 from constrain.automata.deadline import Deadline
 from constrain.automata.determinize_kernels import OUT_OF_TIME, determinize
+from byte_vocab import byte_vocabulary
 
 
 @pytest.fixture(scope="module")
 def vocab():
-    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+    return byte_vocabulary()
 
 
 @pytest.mark.parametrize("pattern", [

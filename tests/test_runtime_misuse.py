@@ -18,13 +18,13 @@ from constrain import (
     InvalidLimitError,
     InvalidStateError,
     Matcher,
-    Vocabulary,
     allocate_bitmask,
     bitmask_to_ids,
 )
 from constrain.errors import BitmaskError
+from byte_vocab import byte_vocabulary
 
-BYTES = Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256], name="bytes")
+BYTES = byte_vocabulary()
 V = len(BYTES)
 WORDS = (V + 31) // 32
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},

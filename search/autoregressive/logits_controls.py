@@ -118,7 +118,8 @@ class StopStrings:
     def __bool__(self) -> bool:
         return bool(self.strings)
 
-    def find(self, text: str) -> int | None:
-        """Where the first stop string in ``text`` starts (``None``: none)."""
-        hits = [i for i in (text.find(s) for s in self.strings) if i >= 0]
+    def find(self, text: str, start: int = 0) -> int | None:
+        """Where the first stop string in ``text`` (from ``start`` on) starts
+        (``None``: none)."""
+        hits = [i for i in (text.find(s, start) for s in self.strings) if i >= 0]
         return min(hits) if hits else None

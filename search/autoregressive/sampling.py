@@ -262,7 +262,14 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
         prefill = time.perf_counter() - t0
     penalize = controls.repetition_penalty != 1.0
     seen = set(prompt_ids)
+    seen_ids = torch.tensor(sorted(seen), dtype=torch.long, device=device) if penalize else None
     text = None
+    if stops:  # the text so far, decoded as it grows (a stop string is looked for in its tail)
+        import codecs
+
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        grammar = lm.vocab.grammar_token_list
+        so_far = ""
     for step in range(max_new_tokens):
         scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
         if constraint is not None:
@@ -272,13 +279,14 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
                 stop = STOP_NO_TOKEN
                 break
         if penalize:
-            controls.penalize(scores[0], torch.tensor(sorted(seen), dtype=torch.long,
-                                                      device=scores.device))
+            controls.penalize(scores[0], seen_ids)
         if generator is None:
             tok = int(torch.argmax(scores[0]))
         else:
             probs = controls.probabilities(scores[0], temperature)
             tok = int(torch.multinomial(probs, 1, generator=generator))
+        if penalize and tok not in seen:
+            seen_ids = torch.cat([seen_ids, seen_ids.new_tensor([tok])])
         seen.add(tok)
         if constraint is not None:
             nxt = constraint.advance(state, tok)
@@ -291,10 +299,12 @@ def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, c
             stop, eos_hit = STOP_EOS, tok
             break
         out.append(tok)
-        if stops:
-            cut = stops.find(lm.decode(out))
+        if stops and grammar[tok]:
+            start = max(0, len(so_far) - stops.holdback)
+            so_far += decoder.decode(lm.vocab.token_bytes(tok))
+            cut = stops.find(so_far, start)
             if cut is not None:
-                stop, text = STOP_STRING, lm.decode(out)[:cut]
+                stop, text = STOP_STRING, so_far[:cut]
                 break
         yield tok
         if step + 1 < max_new_tokens:

@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from constrain import Vocabulary  # noqa: E402
+from byte_vocab import byte_vocabulary  # noqa: E402
 from json_schema_suite import keyword_table, run_suite, totals  # noqa: E402
 
 _KEYWORDS = {
@@ -40,12 +41,6 @@ _KEYWORDS = {
     "exclusiveMaximum", "minLength", "maxLength", "minItems", "maxItems",
     "minProperties", "maxProperties", "$vocabulary", "$schema", "contentMediaType",
 }
-
-
-def byte_vocab() -> Vocabulary:
-    """All 256 single bytes and an EOS token."""
-    return Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256],
-                                  name="bytes")
 
 
 def smollm2_vocab() -> Vocabulary:
@@ -77,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--refusals", action="store_true", help="print every refusal")
     args = ap.parse_args(argv)
 
-    vocab = byte_vocab() if args.vocab == "bytes" else smollm2_vocab()
+    vocab = byte_vocabulary() if args.vocab == "bytes" else smollm2_vocab()
     files = set(filter(None, args.files.split(",")))
     t0 = time.perf_counter()
     results = run_suite(vocab, files or None, args.timeout, formats=args.formats)
