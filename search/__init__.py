@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-from .autoregressive.sampling import GenerationResult, generate, stream
+from .autoregressive.sampling import GenerationResult, generate, generate_batch, stream
 from .diffusion.dingo_dp import DingoResult, dingo
 from .results import SearchResult
 
@@ -78,7 +78,7 @@ _DEPRECATED = {
     "tiny_json_model": ("search.testing.tiny_diffusion", "tiny_json_model"),
 }
 
-__all__ = sorted(set(_LAZY) | {"generate", "stream", "GenerationResult", "dingo", "DingoResult", "SearchResult"})
+__all__ = sorted(set(_LAZY) | {"generate", "generate_batch", "stream", "GenerationResult", "dingo", "DingoResult", "SearchResult"})
 
 
 def __getattr__(name: str):

@@ -23,17 +23,12 @@ import time
 from dataclasses import dataclass, field
 
 from search.legacy import accepts_old_call_forms
-from search.lm.protocol import as_constraint, constraint_eos_ids, output_value
+from search.lm.protocol import as_constraint
+from search.autoregressive.decoding import STOP_EOS, Row, decode, make_generator
 from search.autoregressive.logits_controls import SamplingControls, StopStrings
 from search.results import SearchResult
 
-__all__ = ["GenerationResult", "generate", "stream"]
-
-#: the values of :attr:`GenerationResult.stop_reason`
-STOP_EOS = "eos"
-STOP_MAX_TOKENS = "max_new_tokens"
-STOP_NO_TOKEN = "no_allowed_token"
-STOP_STRING = "stop"
+__all__ = ["GenerationResult", "generate", "generate_batch", "stream"]
 
 
 @dataclass(frozen=True)
@@ -91,22 +86,6 @@ class GenerationResult(SearchResult):
         return self.num_steps / dt if dt > 0 else float("inf")
 
 
-def _check_tokens(constraint, lm) -> None:
-    """Raise ``VocabularyError`` unless the constraint's tokens are the model's."""
-    from constrain import VocabularyError
-
-    cv = constraint.vocab
-    mv = lm.vocab
-    if cv is mv or cv == mv:
-        return
-    n = len(cv)
-    if mv.tokens[:n] != cv.tokens[:n]:
-        raise VocabularyError(
-            f"the constraint was compiled against vocabulary {cv.name!r}, whose tokens differ "
-            f"from {lm.name}'s; compile it with lm.vocab"
-        )
-
-
 @accepts_old_call_forms(("prompt", "constraint", "max_new_tokens", "temperature", "seed"),
                         renamed={"model": "lm"})
 def generate(
@@ -158,9 +137,9 @@ def generate(
         a :class:`GenerationResult`; check ``result.accepted`` when it may have been
         cut off by ``max_new_tokens``.
     """
-    steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
-                    chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
-                    StopStrings(stop))
+    steps = _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
+                        chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
+                        StopStrings(stop))
     while True:
         try:
             next(steps)
@@ -196,15 +175,15 @@ def stream(
 
     stops = StopStrings(stop)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    steps = _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
-                    chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
-                    stops)
+    steps = _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
+                        chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
+                        stops)
     vocab = lm.vocab
     grammar = vocab.grammar_token_list
     text, sent = "", 0  # with stop strings, the last characters wait: they may start one
     while True:
         try:
-            tok = next(steps)
+            _, tok = next(steps)
         except StopIteration as done:
             result = done.value
             if len(result.text) > sent:
@@ -218,114 +197,121 @@ def stream(
                 sent = ready
 
 
-def _decode(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template,
-            controls: SamplingControls, stops: StopStrings):
-    """The decoding loop: yields each generated token id (EOS excluded) as it is
-    chosen, but not one that completes a stop string; returns the
-    :class:`GenerationResult`."""
-    import torch
-
+def _check_call(temperature: float, max_new_tokens: int) -> None:
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+
+
+def _prompt_ids(lm, prompt, chat_template, system, where: str = "") -> list[int]:
+    ids = lm.prompt_ids(prompt, chat_template=chat_template, system=system)
+    if not ids:
+        raise ValueError(f"the prompt{where} is empty")
+    return ids
+
+
+def _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template,
+                controls: SamplingControls, stops: StopStrings):
+    """One row of :func:`search.autoregressive.decoding.decode`: yields
+    ``(0, token_id)`` per shown token, returns the :class:`GenerationResult`."""
+    _check_call(temperature, max_new_tokens)
     t0 = time.perf_counter()
-    prompt_ids = lm.prompt_ids(prompt, chat_template=chat_template, system=system)
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
+    prompt_ids = _prompt_ids(lm, prompt, chat_template, system)
+    row = Row(lm, prompt_ids, as_constraint(constraint, lm.vocab),
+              make_generator(lm, temperature, seed), stops, controls.repetition_penalty != 1.0)
+    results = yield from decode(lm, [row], max_new_tokens, temperature, controls, t0=t0)
+    return results[0]
 
-    constraint = as_constraint(constraint, lm.vocab)
-    device = lm.device
-    eos_ids = constraint_eos_ids(lm, constraint)
-    if constraint is not None:
-        from constrain import allocate_bitmask, apply_bitmask
 
-        _check_tokens(constraint, lm)
-        state = constraint.initial_state()
-        bitmask = allocate_bitmask(1, len(constraint.vocab))
-    else:
-        state = None
-    generator = None
-    if temperature > 0:
-        generator = torch.Generator(device=device)
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(int(seed))
+def generate_batch(
+    lm,
+    prompts,
+    *,
+    constraints=None,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    seed=None,
+    system: str | None = None,
+    chat_template: bool | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    stop=None,
+    batch_size: int | None = None,
+    threads: int | None = None,
+) -> list[GenerationResult]:
+    """:func:`generate` for many prompts at once: one padded batch, one
+    forward pass per step for the rows still going, each row masked by its own
+    constraint.
 
-    out: list[int] = []
-    stop, eos_hit = STOP_MAX_TOKENS, None
-    logits, past = (None, None)
-    prefill = 0.0
-    if max_new_tokens > 0:
-        logits, past = lm.forward(prompt_ids)
-        prefill = time.perf_counter() - t0
-    penalize = controls.repetition_penalty != 1.0
-    seen = set(prompt_ids)
-    seen_ids = torch.tensor(sorted(seen), dtype=torch.long, device=device) if penalize else None
-    text = None
-    if stops:  # the text so far, decoded as it grows (a stop string is looked for in its tail)
-        import codecs
+    Row ``i`` gives what ``generate(lm, prompts[i], constraint=constraints[i],
+    seed=seeds[i], ...)`` gives, up to the floating-point order of batched
+    matrix products (on the default model on CPU, greedy texts have matched in
+    every test; a near-tie between two tokens could in principle break the
+    other way). Masks are filled by one :class:`constrain.BatchMatcher` call
+    per step.
 
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        grammar = lm.vocab.grammar_token_list
-        so_far = ""
-    for step in range(max_new_tokens):
-        scores = logits.unsqueeze(0)  # (1, V) float32, a fresh tensor each step
-        if constraint is not None:
-            constraint.fill_bitmask(state, bitmask, 0)
-            apply_bitmask(scores, bitmask)  # moves the bitmask to the logits' device
-            if not bool(torch.isfinite(scores).any()):
-                stop = STOP_NO_TOKEN
-                break
-        if penalize:
-            controls.penalize(scores[0], seen_ids)
-        if generator is None:
-            tok = int(torch.argmax(scores[0]))
-        else:
-            probs = controls.probabilities(scores[0], temperature)
-            tok = int(torch.multinomial(probs, 1, generator=generator))
-        if penalize and tok not in seen:
-            seen_ids = torch.cat([seen_ids, seen_ids.new_tensor([tok])])
-        seen.add(tok)
-        if constraint is not None:
-            nxt = constraint.advance(state, tok)
-            if nxt is None:  # the bitmask and advance disagree: a constraint bug
-                raise RuntimeError(
-                    f"constraint refused token {tok} that its bitmask allowed (state {state!r})"
-                )
-            state = nxt
-        if tok in eos_ids:
-            stop, eos_hit = STOP_EOS, tok
-            break
-        out.append(tok)
-        if stops and grammar[tok]:
-            start = max(0, len(so_far) - stops.holdback)
-            so_far += decoder.decode(lm.vocab.token_bytes(tok))
-            cut = stops.find(so_far, start)
-            if cut is not None:
-                stop, text = STOP_STRING, so_far[:cut]
-                break
-        yield tok
-        if step + 1 < max_new_tokens:
-            logits, past = lm.forward([tok], past)
+    Args:
+        lm: a :class:`search.lm.transformers.TransformersLM`.
+        prompts: strings or sequences of token ids.
+        constraints: ``None`` (free generation), one constraint or Python type
+            for every row, or a sequence of them (``None`` entries allowed), one
+            per prompt.
+        seed: ``None`` (fresh seeds), one int for every row (each row's sampler
+            is seeded with it, as its own :func:`generate` call would be), or a
+            sequence of ints, one per prompt.
+        batch_size: the most rows decoded at once (``None``: all); more
+            prompts are decoded in consecutive batches.
+        threads: the :class:`constrain.BatchMatcher`'s threads (default: its own).
+        Other arguments as for :func:`generate`, the same for every row.
 
-    if constraint is None:
-        accepted = None
-    else:
-        accepted = bool(constraint.is_terminated(state) or constraint.is_accepting(state))
-    if text is None:
-        text = lm.decode(out)
-    value, value_error = output_value(constraint, text, accepted)
-    return GenerationResult(
-        text=text,
-        value=value,
-        value_error=value_error,
-        token_ids=out,
-        stop_reason=stop,
-        accepted=accepted,
-        prompt_token_ids=list(prompt_ids),
-        eos_token_id=eos_hit,
-        seconds=time.perf_counter() - t0,
-        prefill_seconds=prefill,
-    )
+    Returns:
+        one :class:`GenerationResult` per prompt, in order. ``seconds`` is the
+        time from the start of the row's batch to the row's end, and
+        ``prefill_seconds`` the batch's prefill.
+    """
+    from constrain import BatchMatcher
+
+    _check_call(temperature, max_new_tokens)
+    if isinstance(prompts, str):
+        raise TypeError("prompts must be a list of prompts; for one prompt, call search.generate")
+    prompts = list(prompts)
+    n = len(prompts)
+    constraints = _per_row("constraints", constraints, n, single=lambda c: not isinstance(c, (list, tuple)))
+    seeds = _per_row("seed", seed, n, single=lambda s: s is None or isinstance(s, int))
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    controls = SamplingControls(top_k, top_p, min_p, repetition_penalty)
+    stops = StopStrings(stop)
+    vocab = lm.vocab
+    compiled = [as_constraint(c, vocab) for c in constraints]
+    ids = [_prompt_ids(lm, p, chat_template, system, f" at index {i}") for i, p in enumerate(prompts)]
+    results: list[GenerationResult] = []
+    size = batch_size or max(n, 1)
+    with BatchMatcher(threads) as batch_matcher:
+        for lo in range(0, n, size):
+            t0 = time.perf_counter()
+            rows = [Row(lm, ids[i], compiled[i], make_generator(lm, temperature, seeds[i]), stops,
+                        controls.repetition_penalty != 1.0) for i in range(lo, min(n, lo + size))]
+            steps = decode(lm, rows, max_new_tokens, temperature, controls, batch_matcher, t0=t0)
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as done:
+                    results.extend(done.value)
+                    break
+    return results
+
+
+def _per_row(name: str, value, n: int, single) -> list:
+    """``value`` for each of ``n`` rows: repeated when ``single(value)``, else
+    a sequence of exactly ``n``."""
+    if single(value):
+        return [value] * n
+    value = list(value)
+    if len(value) != n:
+        raise ValueError(f"{name} has {len(value)} entries for {n} prompts")
+    return value

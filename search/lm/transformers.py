@@ -183,18 +183,30 @@ class TransformersLM:
 
     # -- scoring ----------------------------------------------------------------
 
-    def forward_batch(self, ids: Sequence[Sequence[int]], past=None):
+    def forward_batch(self, ids: Sequence[Sequence[int]], past=None, *, attention_mask=None,
+                      position_ids=None):
         """One forward pass over a batch of equally long rows of ids after the KV
         cache ``past`` (``None`` for the start of the sequences; else a cache of
         ``len(ids)`` rows, extended in place). Returns ``(logits, cache)``: the
         next-token logits after each row's last id, ``(len(ids), V)`` in the
         model's dtype on its device, and the extended cache. Counts ``len(ids)``
-        calls. The transformers version differences are handled here, once."""
+        calls. The transformers version differences are handled here, once.
+
+        Rows of different lengths are left-padded by the caller, which passes
+        ``attention_mask`` (long ``(len(ids), past + new)``, 0 at padding) and
+        ``position_ids`` (long ``(len(ids), new)``, each row counted from its
+        first real id): see :func:`search.generate_batch`."""
         import torch
 
         x = torch.tensor([[int(t) for t in row] for row in ids], dtype=torch.long, device=self.device)
+        padding = {}
+        if attention_mask is not None:
+            padding["attention_mask"] = attention_mask.to(self.device)
+        if position_ids is not None:
+            padding["position_ids"] = position_ids.to(self.device)
         with torch.inference_mode():
-            out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: past}, **self._extra)
+            out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: past}, **padding,
+                             **self._extra)
         cache = getattr(out, "cache", None)
         if cache is None:
             cache = out.past_key_values
