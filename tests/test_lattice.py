@@ -89,7 +89,7 @@ def _cases(n, seed=0):
 
 
 def test_counts_kbest_scores_budget_on_300_tiny_lms():
-    n_merged = 0
+    n_merged = n_texts = 0
     for tiny, prompt, kw in _cases(300):
         lm = tiny.lm()
         lat = lattice_search(lm, prompt, **kw)
@@ -105,9 +105,19 @@ def test_counts_kbest_scores_budget_on_300_tiny_lms():
         # k_best equals sorting every enumerated path
         ranked = sorted(paths, key=lambda x: (-x[0], x[1]))
         for k in (1, 3, len(paths) + 2):
-            got = lat.k_best(k)
+            got = lat.k_best(k, distinct=False)
             assert [p for _, p in got] == [p for _, p in ranked[:k]]
             assert [s for s, _ in got] == pytest.approx([s for s, _ in ranked[:k]], abs=1e-12)
+        # by default, the best path of each of the k best texts: here ids 2j and
+        # 2j + 1 spell the same letter, so one text has many tokenizations
+        assert lat.decode is None and lat.k_best(3) == lat.k_best(3, distinct=False)
+        lat.decode = lambda ids: "".join(chr(97 + t // 2) for t in ids)
+        by_text = {}
+        for sp in ranked:
+            by_text.setdefault(lat.text(sp[1]), sp)
+        n_texts += len(by_text) < len(paths)
+        for k in (1, 3, len(paths) + 2):
+            assert lat.k_best(k) == list(by_text.values())[:k]
         # every score is the model's (n-gram LM, order <= merge_ngram)
         for s, p in paths:
             assert lat.is_complete(p) and p[-1] == tiny.eos and tiny.eos not in p[:-1]
@@ -115,6 +125,7 @@ def test_counts_kbest_scores_budget_on_300_tiny_lms():
             assert lat.score(p) == pytest.approx(model_score(tiny, prompt, p), abs=1e-9)
         n_merged += sum(d["merge"] for _, _, d in lat.graph.edges(data=True))
     assert n_merged > 50
+    assert n_texts > 20  # lattices where tokenizations of one text compete
 
 
 def test_exactness_flag_and_rescore_on_a_non_markov_lm():

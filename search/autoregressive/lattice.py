@@ -207,12 +207,21 @@ class Lattice:
         if alive.get(self.start):
             yield from walk(self.start, ())
 
-    def k_best(self, k: int, *, rescore: bool = False, lm=None) -> list[tuple[float, Path]]:
-        """The ``k`` complete paths of highest lattice score, best first, as
-        ``(score, path)`` (ties: the smaller token tuple first), by dynamic
-        programming: each node keeps the ``k`` best partial paths reaching it.
+    def k_best(self, k: int, *, distinct: bool = True, rescore: bool = False,
+               lm=None) -> list[tuple[float, Path]]:
+        """The ``k`` best complete paths by lattice score, best first, as
+        ``(score, path)`` (ties: the smaller token tuple first).
 
-        With ``rescore=True`` the same ``k`` paths come with their model scores
+        With ``distinct`` (the default) the paths have distinct texts: a text
+        spelled by several tokenizations is reported once, by its best-scoring
+        path, and the ``k`` texts are those of highest best-path score. They are
+        found among the ``K`` best paths, ``K`` growing from ``k`` by fourfold
+        steps up to ``256 * k``; when the best ``256 * k`` paths spell fewer than
+        ``k`` texts, fewer are returned. A lattice without a decoder compares
+        token paths (all distinct). ``distinct=False``: the ``k`` best paths,
+        whatever their texts.
+
+        With ``rescore=True`` the same paths come with their model scores
         (:meth:`rescore`, on ``lm`` or the searched model: about ``len(path)``
         calls each) and are ordered by them, so every reported score is the
         model's even for paths through merged nodes. The selection is still by
@@ -220,10 +229,35 @@ class Lattice:
         missing."""
         if k <= 0:
             return []
+        if distinct and self.decode is not None:
+            out = self._k_best_texts(k)
+        else:
+            out = self._k_best_paths(k)
         if rescore:
-            out = [(self.rescore(p, lm), p) for _, p in self.k_best(k)]
+            out = [(self.rescore(p, lm), p) for _, p in out]
             out.sort(key=lambda x: (-x[0], x[1]))
-            return out
+        return out
+
+    def _k_best_texts(self, k: int) -> list[tuple[float, Path]]:
+        """The best path of each of the ``k`` best texts (see :meth:`k_best`)."""
+        width = k
+        while True:
+            paths = self._k_best_paths(width)
+            chosen, seen = [], set()
+            for sp in paths:
+                text = self.text(sp[1])
+                if text not in seen:
+                    seen.add(text)
+                    chosen.append(sp)
+                    if len(chosen) == k:
+                        return chosen
+            if len(paths) < width or width >= 256 * k:  # every path seen, or the cap
+                return chosen
+            width = min(4 * width, 256 * k)
+
+    def _k_best_paths(self, k: int) -> list[tuple[float, Path]]:
+        """The ``k`` best complete paths, by dynamic programming: each node
+        keeps the ``k`` best partial paths reaching it."""
         best: dict[int, list[tuple[float, Path]]] = {self.start: [(0.0, ())]}
         for u in self._order():
             if self.graph.nodes[u]["kind"] == "end":
