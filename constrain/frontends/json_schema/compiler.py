@@ -40,6 +40,7 @@ from constrain.errors import EmptySchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
+from constrain.cfg.ir import GrammarIR
 from constrain.frontends.json_schema.document import load_schema
 from constrain.frontends.json_schema.ir import to_ir
 from constrain.frontends.json_schema.lark_text import render
@@ -117,6 +118,20 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
     text = render(t.grammar, "start", t.diag)
     t.diag.warn("json_schema_to_lark")
     return text
+
+
+def json_schema_ir(schema, **options) -> GrammarIR:
+    """The :class:`~constrain.cfg.ir.GrammarIR` of ``schema``: what
+    :func:`compile_json_schema` compiles, for front ends that embed a schema in
+    a larger grammar (structural tags). ``options``: the schema options of
+    :func:`json_schema_to_lark` (``time_budget`` included)."""
+    opts = Options(**{k: options.pop(k) for k in (*_SCHEMA_OPTIONS, "time_budget") if k in options})
+    if options:
+        raise TypeError(f"unknown JSON Schema options: {', '.join(sorted(options))}")
+    t = translate(schema, opts, exclusions={})
+    ir = to_ir(t.grammar, "start", t.diag)
+    t.diag.warn("compile_json_schema")
+    return ir
 
 
 def compile_json_schema(schema, vocab, **options):

@@ -1,0 +1,504 @@
+"""Structural tags: XGrammar's JSON format for outputs that mix free text with
+structured parts (tool calls, reasoning sections), compiled to one grammar.
+
+``compile_structural_tag(spec, vocab)`` takes ``{"type": "structural_tag",
+"format": {...}}`` (what vLLM forwards for a ``structural_tag``
+``response_format``), the bare format object, or the older ``{"type":
+"structural_tag", "structures": [{"begin", "schema", "end"}], "triggers":
+[...]}`` form. The formats and what they mean (as XGrammar defines them):
+
+* ``const_string`` (``value``): exactly that text;
+* ``json_schema`` (``json_schema``; ``style`` ``"json"`` only): a JSON text
+  valid under the schema, compiled as :func:`constrain.compile_json_schema`
+  does (the call's schema options apply);
+* ``grammar`` (``grammar``): a Lark grammar (start rule ``start``), or a GBNF
+  one (``root ::= ...``) where that front end is installed;
+* ``regex`` (``pattern``): a full match of the pattern;
+* ``any_text`` (``excludes``, ``max_chars``): any text containing none of the
+  excluded strings, nor the end string(s) of the nearest enclosing ``tag``;
+* ``sequence``, ``or`` (``elements``), ``optional``, ``star``, ``plus``
+  (``content``), ``repeat`` (``min``, ``max``: -1 unbounded, ``content``);
+* ``tag`` (``begin``, ``content``, ``end``: a string or a list of strings):
+  begin, content, end; an unbounded content needs a non-empty end;
+* ``triggered_tags`` (``triggers``, ``tags``, ``at_least_one``,
+  ``stop_after_first``, ``excludes``): free text in which a trigger may only
+  appear as the start of one of the tags (each tag's begin starts with exactly
+  one trigger); after a tag, free text again unless ``stop_after_first``;
+  ``at_least_one`` makes the output start with a tag;
+* ``tags_with_separator`` (``tags``, ``separator``, ``at_least_one``,
+  ``stop_after_first``): tags separated by the separator, nothing else;
+* ``dispatch`` (``rules``: ``[[pattern, format], ...]``, ``loop``,
+  ``excludes``): free text in which a pattern is followed by its format.
+
+The free text of ``any_text``, ``triggered_tags`` and ``dispatch`` never
+contains the end string of its enclosing tag: the tag ends at the first one.
+The token-level formats (``token``, ``exclude_token``, ``any_tokens``,
+``token_triggered_tags``, ``token_dispatch``), ``any_text.max_tokens`` and the
+non-JSON ``style`` values are refused (:class:`UnsupportedStructuralTagError`):
+the grammar is over bytes, and a constraint never pretends to enforce what it
+does not.
+
+Errors name the place in the spec as a JSON pointer (``/format/tags/0/end``);
+errors of an embedded schema or grammar are re-raised with the pointer of the
+format they are in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from constrain.cfg.compose import IRBuilder, Sym
+from constrain.errors import (GrammarError, GrammarTooComplexError, SchemaError,
+                              UnsupportedSchemaError)
+
+__all__ = ["StructuralTagError", "UnsupportedStructuralTagError", "compile_structural_tag",
+           "structural_tag_ir"]
+
+#: the most copies a ``repeat`` may expand to (its ``min`` and a finite ``max``)
+MAX_REPEAT = 1000
+#: how deeply formats may nest
+MAX_DEPTH = 64
+
+_TOKEN_LEVEL = ("token", "exclude_token", "any_tokens", "token_triggered_tags", "token_dispatch")
+
+
+class StructuralTagError(SchemaError):
+    """A structural tag is malformed (an unknown format type, a missing or
+    ill-typed field, a tag that matches no trigger...); ``pointer`` is the
+    JSON pointer of the problem in the spec."""
+
+
+class UnsupportedStructuralTagError(UnsupportedSchemaError):
+    """A structural tag asks for what Trellis cannot enforce (token-level
+    formats, ``any_text.max_tokens``, a non-JSON ``style``); ``pointer`` names
+    it."""
+
+
+def _ptr(path: tuple) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+class _Translator:
+    """Walks a format tree into an :class:`IRBuilder`."""
+
+    def __init__(self, schema_options: dict, deadline, alphabet=None):
+        self.g = IRBuilder()
+        self.alphabet = alphabet
+        self.schema_options = schema_options
+        self.deadline = deadline
+
+    # -- fields ---------------------------------------------------------------------
+
+    def _obj(self, node, path) -> dict:
+        if not isinstance(node, dict):
+            raise StructuralTagError(f"a format is a JSON object, not {type(node).__name__}",
+                                     _ptr(path))
+        return node
+
+    def _field(self, node: dict, name: str, path, kind, default=...):
+        if name not in node:
+            if default is ...:
+                raise StructuralTagError(f"{node.get('type', 'the format')!s} needs {name!r}",
+                                         _ptr(path))
+            return default
+        value = node[name]
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            want = {str: "a string", bool: "a boolean", int: "an integer", list: "a list",
+                    dict: "an object"}.get(kind, str(kind))
+            raise StructuralTagError(f"{name} must be {want}, not {type(value).__name__}",
+                                     _ptr(path + (name,)))
+        return value
+
+    def _strings(self, node: dict, name: str, path, default=...) -> list[str]:
+        values = self._field(node, name, path, list, default)
+        for i, v in enumerate(values):
+            if not isinstance(v, str):
+                raise StructuralTagError(f"{name}[{i}] must be a string", _ptr(path + (name, i)))
+        return list(values)
+
+    # -- the formats --------------------------------------------------------------
+
+    def format(self, node, path: tuple, ends: tuple) -> Sym:
+        """The nonterminal of the format ``node`` at ``path``; ``ends``: the
+        string ends of the nearest enclosing tag."""
+        if len(path) > 2 * MAX_DEPTH:
+            raise StructuralTagError(f"formats nest more than {MAX_DEPTH} deep", _ptr(path))
+        if self.deadline is not None and self.deadline.expired():
+            raise GrammarTooComplexError("the structural tag's translation ran past its "
+                                         "time_budget; pass a larger time_budget=")
+        node = self._obj(node, path)
+        kind = node.get("type")
+        if not isinstance(kind, str):
+            raise StructuralTagError("a format needs a string 'type'", _ptr(path))
+        if kind in _TOKEN_LEVEL:
+            raise UnsupportedStructuralTagError(
+                f"the token-level format {kind!r} is not supported: Trellis compiles structural "
+                f"tags over text; write the token's text (a string tag or const_string) instead",
+                _ptr(path + ("type",)))
+        visit = getattr(self, "_" + kind, None)
+        if visit is None:
+            raise StructuralTagError(f"unknown format type {kind!r}", _ptr(path + ("type",)))
+        return visit(node, path, ends)
+
+    def _const_string(self, node, path, ends) -> Sym:
+        value = self._field(node, "value", path, str)
+        return self.g.choice("const", [self.g.literal(value)])
+
+    def _json_schema(self, node, path, ends) -> Sym:
+        from constrain.frontends.json_schema.compiler import json_schema_ir
+
+        style = self._field(node, "style", path, str, "json")
+        if style != "json":
+            raise UnsupportedStructuralTagError(f"json_schema style {style!r} is not supported "
+                                                f"(only 'json')", _ptr(path + ("style",)))
+        if self._field(node, "any_order", path, bool, False):
+            raise UnsupportedStructuralTagError("json_schema any_order is not supported: "
+                                                "properties come in their declared order",
+                                                _ptr(path + ("any_order",)))
+        if "json_schema" not in node:
+            raise StructuralTagError("json_schema needs 'json_schema'", _ptr(path))
+        schema = node["json_schema"]
+        where = _ptr(path + ("json_schema",))
+        if isinstance(schema, str):  # XGrammar also takes the schema as JSON text
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as e:
+                raise StructuralTagError(f"json_schema is not valid JSON: {e}", where) from e
+        try:
+            ir = json_schema_ir(schema, **self.schema_options)
+        except (SchemaError, UnsupportedSchemaError) as e:
+            raise type(e)(e.msg, where + e.pointer) from e
+        return self.g.embed(ir, "json")
+
+    def _grammar(self, node, path, ends) -> Sym:
+        text = self._field(node, "grammar", path, str)
+        where = _ptr(path + ("grammar",))
+        try:
+            ir = _load_grammar(text)
+        except GrammarError as e:
+            place = f" (line {e.line}, column {e.column})" if e.line else ""
+            raise StructuralTagError(f"{e.msg}{place}", where) from e
+        return self.g.embed(ir, "grammar")
+
+    def _regex(self, node, path, ends) -> Sym:
+        from constrain.errors import RegexError
+        from constrain.regular.regex import regex_byte_dfa
+
+        pattern = self._field(node, "pattern", path, str)
+        nullable = False
+        if self.alphabet is not None:  # compiled here too, so that errors name the format
+            try:
+                nullable = regex_byte_dfa(pattern, self.alphabet).matches(b"")
+            except RegexError as e:
+                raise StructuralTagError(str(e), _ptr(path + ("pattern",))) from e
+        if not nullable:
+            return self.g.choice("regex", [[self.g.terminal(pattern)]])
+        # a terminal never matches the empty string: ε, or the non-empty matches
+        return self.g.choice("regex", [[], [self.g.terminal(f"(?=[\\s\\S])(?:{pattern})")]])
+
+    def _free_text(self, hint: str, avoid, max_chars=None) -> Sym:
+        """ε or a non-empty text that contains none of ``avoid``."""
+        avoid = sorted({a for a in avoid if a}, key=lambda s: (-len(s), s))
+        char = "[\\s\\S]" if not avoid else \
+            "(?:(?!" + "|".join(re.escape(a) for a in avoid) + ")[\\s\\S])"
+        if max_chars == 0:
+            return self.g.choice(hint, [[]])
+        reps = "+" if max_chars is None else "{1,%d}" % max_chars
+        return self.g.choice(hint, [[], [self.g.terminal(char + reps)]])
+
+    def _any_text(self, node, path, ends) -> Sym:
+        excludes = self._strings(node, "excludes", path, [])
+        if node.get("max_tokens") is not None:
+            raise UnsupportedStructuralTagError(
+                "any_text max_tokens is not supported in structural tags: a token count is not "
+                "a property of the text; use max_chars, or constrain.with_reasoning(..., "
+                "max_tokens=) for a thinking section", _ptr(path + ("max_tokens",)))
+        max_chars = node.get("max_chars")
+        if max_chars is not None:
+            max_chars = self._field(node, "max_chars", path, int)
+            if not 0 <= max_chars <= MAX_REPEAT:
+                raise UnsupportedStructuralTagError(
+                    f"any_text max_chars must be between 0 and {MAX_REPEAT}",
+                    _ptr(path + ("max_chars",)))
+        return self._free_text("any_text", excludes + list(ends), max_chars)
+
+    def _elements(self, node, path) -> list:
+        elements = self._field(node, "elements", path, list)
+        if not elements:
+            raise StructuralTagError(f"{node['type']} needs at least one element",
+                                     _ptr(path + ("elements",)))
+        return elements
+
+    def _sequence(self, node, path, ends) -> Sym:
+        elements = self._elements(node, path)
+        parts = [self.format(e, path + ("elements", i), ends) for i, e in enumerate(elements)]
+        return self.g.choice("sequence", [parts])
+
+    def _or(self, node, path, ends) -> Sym:
+        elements = self._elements(node, path)
+        return self.g.choice("or", [[self.format(e, path + ("elements", i), ends)]
+                                    for i, e in enumerate(elements)])
+
+    def _content(self, node, path, ends) -> Sym:
+        if "content" not in node:
+            raise StructuralTagError(f"{node['type']} needs 'content'", _ptr(path))
+        return self.format(node["content"], path + ("content",), ends)
+
+    def _optional(self, node, path, ends) -> Sym:
+        return self.g.choice("optional", [[], [self._content(node, path, ends)]])
+
+    def _star(self, node, path, ends) -> Sym:
+        return self.g.star("star", [self._content(node, path, ends)])
+
+    def _plus(self, node, path, ends) -> Sym:
+        body = self._content(node, path, ends)
+        return self.g.choice("plus", [[body, self.g.star("plus_rest", [body])]])
+
+    def _repeat(self, node, path, ends) -> Sym:
+        lo = self._field(node, "min", path, int)
+        hi = self._field(node, "max", path, int)
+        if lo < 0 or (hi != -1 and hi < lo):
+            raise StructuralTagError(f"repeat needs 0 <= min <= max (or max -1), got {lo}, {hi}",
+                                     _ptr(path))
+        if max(lo, hi) > MAX_REPEAT:
+            raise UnsupportedStructuralTagError(f"repeat bounds above {MAX_REPEAT} are not "
+                                                f"supported", _ptr(path))
+        body = self._content(node, path, ends)
+        parts = [body] * lo
+        if hi == -1:
+            parts.append(self.g.star("repeat_rest", [body]))
+        else:
+            tail = self.g.choice("repeat_tail", [[]])
+            for _ in range(hi - lo):  # at most hi - lo more: nested optionals
+                tail = self.g.choice("repeat_tail", [[], [body, tail]])
+            parts.append(tail)
+        return self.g.choice("repeat", [parts])
+
+    def _tag_ends(self, node, path) -> list[str]:
+        if "end" not in node:
+            raise StructuralTagError("tag needs 'end'", _ptr(path))
+        end = node["end"]
+        if isinstance(end, str):
+            return [end]
+        if isinstance(end, list) and end and all(isinstance(e, str) for e in end):
+            return list(end)
+        if isinstance(end, dict):
+            raise UnsupportedStructuralTagError("a token end is not supported: write the "
+                                                "token's text", _ptr(path + ("end",)))
+        raise StructuralTagError("end must be a string or a non-empty list of strings",
+                                 _ptr(path + ("end",)))
+
+    def _tag_begin(self, node, path) -> str:
+        if "begin" not in node:
+            raise StructuralTagError("tag needs 'begin'", _ptr(path))
+        begin = node["begin"]
+        if isinstance(begin, dict):
+            raise UnsupportedStructuralTagError("a token begin is not supported: write the "
+                                                "token's text", _ptr(path + ("begin",)))
+        if not isinstance(begin, str):
+            raise StructuralTagError("begin must be a string", _ptr(path + ("begin",)))
+        return begin
+
+    def _tag(self, node, path, ends) -> Sym:
+        node = self._obj(node, path)
+        if node.get("type", "tag") != "tag":
+            raise StructuralTagError(f"expected a tag, not {node.get('type')!r}",
+                                     _ptr(path + ("type",)))
+        begin = self._tag_begin(node, path)
+        tag_ends = self._tag_ends(node, path)
+        inner = tuple(e for e in tag_ends if e)
+        content = self._content(node, path, inner)
+        if not inner and _unbounded(node.get("content")):
+            raise StructuralTagError("a tag whose content is unbounded needs a non-empty end",
+                                     _ptr(path + ("end",)))
+        end = self.g.choice("tag_end", [self.g.literal(e) for e in tag_ends])
+        return self.g.choice("tag", [[*self.g.literal(begin), content, end]])
+
+    def _tags(self, node, path, ends) -> tuple[list, list[Sym]]:
+        tags = self._field(node, "tags", path, list)
+        if not tags:
+            raise StructuralTagError(f"{node['type']} needs at least one tag",
+                                     _ptr(path + ("tags",)))
+        return tags, [self._tag(t, path + ("tags", i), ends) for i, t in enumerate(tags)]
+
+    def _dispatch_text(self, hint, units: list[Sym], free: Sym, *, at_least_one: bool,
+                       stop_after_first: bool) -> Sym:
+        """Free text with ``units`` (alternatives) dispatched in it: the
+        combinations of the two flags as XGrammar defines them."""
+        unit = self.g.choice(hint + "_unit", [[u] for u in units])
+        if at_least_one and stop_after_first:
+            return self.g.choice(hint, [[unit]])
+        if stop_after_first:
+            return self.g.choice(hint, [[free], [free, unit]])
+        more = self.g.star(hint + "_more", [unit, free])
+        if at_least_one:
+            return self.g.choice(hint, [[unit, free, more]])
+        return self.g.choice(hint, [[free, more]])
+
+    def _triggered_tags(self, node, path, ends) -> Sym:
+        triggers = self._strings(node, "triggers", path)
+        if not triggers or any(not t for t in triggers):
+            raise StructuralTagError("triggers must be a non-empty list of non-empty strings",
+                                     _ptr(path + ("triggers",)))
+        excludes = self._strings(node, "excludes", path, [])
+        at_least_one = self._field(node, "at_least_one", path, bool, False)
+        stop = self._field(node, "stop_after_first", path, bool, False)
+        tags, units = self._tags(node, path, ends)
+        for i, tag in enumerate(tags):
+            begin = self._tag_begin(tag, path + ("tags", i))
+            hits = [t for t in triggers if begin.startswith(t)]
+            if len(hits) != 1:
+                raise StructuralTagError(
+                    f"tag begin {begin!r} starts with {len(hits)} triggers; it must start with "
+                    f"exactly one of {triggers}", _ptr(path + ("tags", i, "begin")))
+        free = self._free_text("free_text", triggers + excludes + list(ends))
+        return self._dispatch_text("triggered_tags", units, free, at_least_one=at_least_one,
+                                   stop_after_first=stop)
+
+    def _tags_with_separator(self, node, path, ends) -> Sym:
+        separator = self._field(node, "separator", path, str)
+        at_least_one = self._field(node, "at_least_one", path, bool, False)
+        stop = self._field(node, "stop_after_first", path, bool, False)
+        _, units = self._tags(node, path, ends)
+        unit = self.g.choice("tags_unit", [[u] for u in units])
+        if stop:
+            alts = [[unit]]
+        else:
+            rest = self.g.star("tags_rest", [*self.g.literal(separator), unit])
+            alts = [[unit, rest]]
+        if not at_least_one:
+            alts.append([])
+        return self.g.choice("tags_with_separator", alts)
+
+    def _dispatch(self, node, path, ends) -> Sym:
+        rules = self._field(node, "rules", path, list)
+        if not rules:
+            raise StructuralTagError("dispatch needs at least one rule", _ptr(path + ("rules",)))
+        loop = self._field(node, "loop", path, bool, True)
+        excludes = self._strings(node, "excludes", path, [])
+        patterns, units = [], []
+        for i, r in enumerate(rules):
+            if not (isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and r[0]):
+                raise StructuralTagError("a dispatch rule is [pattern, format] with a non-empty "
+                                         "pattern string", _ptr(path + ("rules", i)))
+            patterns.append(r[0])
+            body = self.format(r[1], path + ("rules", i, 1), ends)
+            units.append(self.g.choice("dispatch_rule", [[*self.g.literal(r[0]), body]]))
+        free = self._free_text("free_text", patterns + excludes + list(ends))
+        return self._dispatch_text("dispatch", units, free, at_least_one=False,
+                                   stop_after_first=not loop)
+
+
+def _unbounded(node) -> bool:
+    """Whether a format's text can be arbitrarily long by itself (free text, or a
+    repetition), as XGrammar decides when a tag needs an end."""
+    if not isinstance(node, dict):
+        return False
+    kind = node.get("type")
+    if kind in ("any_text", "triggered_tags", "dispatch", "tags_with_separator", "star", "plus"):
+        return not node.get("excludes") if kind in ("any_text", "triggered_tags", "dispatch") \
+            else True
+    if kind in ("sequence", "or"):
+        return any(_unbounded(e) for e in node.get("elements") or ())
+    if kind == "optional":
+        return _unbounded(node.get("content"))
+    if kind == "repeat":
+        return node.get("max") == -1 or (node.get("max") != 0 and _unbounded(node.get("content")))
+    return False
+
+
+def _load_grammar(text: str):
+    """A grammar format's IR: GBNF when it defines ``root ::=`` and that front
+    end is there, else Lark (start rule ``start``)."""
+    if re.search(r"^\s*root\s*::=", text, re.M):
+        try:
+            from constrain.frontends.gbnf import load_gbnf_grammar
+        except ImportError:
+            raise GrammarError("this grammar is GBNF (root ::= ...), which this Trellis cannot "
+                               "read yet; write it in Lark syntax") from None
+        return load_gbnf_grammar(text)
+    from constrain.frontends.lark import load_lark_grammar
+
+    return load_lark_grammar(text)
+
+
+def _format_of(spec) -> tuple[object, tuple]:
+    """The format object of a spec and its path: ``{"type": "structural_tag",
+    "format": ...}``, the legacy ``structures``/``triggers`` form (as the
+    ``triggered_tags`` it stands for), or a bare format."""
+    if isinstance(spec, (str, bytes)):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise StructuralTagError(f"the structural tag is not valid JSON: {e}", "") from e
+    if not isinstance(spec, dict):
+        raise StructuralTagError(f"a structural tag is a JSON object, not {type(spec).__name__}",
+                                 "")
+    if spec.get("type") != "structural_tag":
+        return spec, ()
+    if "format" in spec:
+        return spec["format"], ("format",)
+    if "structures" in spec:
+        structures, triggers = spec.get("structures"), spec.get("triggers")
+        if not isinstance(structures, list) or not isinstance(triggers, list):
+            raise StructuralTagError("the legacy form needs 'structures' and 'triggers' lists", "")
+        tags = []
+        for i, s in enumerate(structures):
+            if not isinstance(s, dict) or not {"begin", "schema", "end"} <= set(s):
+                raise StructuralTagError("a structure needs begin, schema and end",
+                                         _ptr(("structures", i)))
+            tags.append({"type": "tag", "begin": s["begin"], "end": s["end"],
+                         "content": {"type": "json_schema", "json_schema": s["schema"]}})
+        return {"type": "triggered_tags", "triggers": triggers, "tags": tags}, ()
+    raise StructuralTagError("a structural_tag needs 'format'", "")
+
+
+def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
+                      **schema_options):
+    """The :class:`~constrain.cfg.ir.GrammarIR` of a structural tag (see the
+    module docstring); ``schema_options`` go to every ``json_schema`` format
+    (``whitespace``, ``strict``, ...). With ``alphabet`` (a token trie's), each
+    ``regex`` is compiled on the way, so that its errors name its format."""
+    from constrain.automata.deadline import Deadline
+
+    node, path = _format_of(spec)
+    t = _Translator(schema_options, Deadline.after(time_budget) if time_budget else None,
+                    alphabet)
+    return t.g.build(t.format(node, path, ()))
+
+
+def compile_structural_tag(spec, vocab, **options):
+    """Compile a structural tag into a token-level constraint over ``vocab``.
+
+    Args:
+        spec: ``{"type": "structural_tag", "format": {...}}``, a bare format,
+            the legacy ``structures``/``triggers`` form, or the JSON text of one.
+        vocab: the :class:`~constrain.Vocabulary`.
+        options: the JSON Schema options of :func:`constrain.compile_json_schema`
+            (``whitespace``, ``max_whitespace``, ``strict``, ``formats``...),
+            applied to every ``json_schema`` format, and fields of
+            :class:`~constrain.Limits`.
+
+    Returns:
+        a :class:`~constrain.GrammarConstraint` whose language is the format's.
+
+    Raises:
+        StructuralTagError: the spec is malformed (JSON pointer named).
+        UnsupportedStructuralTagError: it asks for a token-level format,
+            ``any_text.max_tokens`` or a non-JSON style.
+        SchemaError, UnsupportedSchemaError: an embedded JSON Schema's (the
+            pointer runs through the spec).
+        GrammarTooComplexError: a budget ran out.
+    """
+    from constrain.cfg.grammar import GrammarConstraint
+    from constrain.compiler import _LIMIT_FIELDS, _grammar_budgets, default_compiler
+
+    compiler = default_compiler(vocab)
+    limits = compiler.limits.replace(**{k: options.pop(k) for k in list(options)
+                                         if k in _LIMIT_FIELDS})
+    ir = structural_tag_ir(spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet,
+                           **options)
+    return GrammarConstraint(ir, vocab, source="", compiler=compiler, **_grammar_budgets(limits))
+
