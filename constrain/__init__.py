@@ -14,6 +14,7 @@ from .errors import (
     ConstraintError,
     EmptySchemaError,
     GrammarError,
+    GrammarSyntaxError,
     GrammarTooComplexError,
     InvalidLimitError,
     InvalidStateError,
@@ -35,6 +36,8 @@ from .compiler import Compiler, compile_json_schema, default_compiler
 from .frontends.json_schema import json_schema_to_lark, order_instance
 from .frontends.python_types import OutputType, compile_type, parse_output
 from .frontends.response_format import compile_choice, from_response_format
+from .frontends.structural_tag import (StructuralTagError, UnsupportedStructuralTagError,
+                                       compile_structural_tag)
 from .limits import Limits
 from .frontends.sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
@@ -57,6 +60,9 @@ __all__ = [
     "compile_type",
     "compile_choice",
     "from_response_format",
+    "compile_structural_tag",
+    "StructuralTagError",
+    "UnsupportedStructuralTagError",
     "parse_output",
     "OutputType",
     "json_schema_to_lark",
@@ -75,6 +81,7 @@ __all__ = [
     "ConstraintError",
     "EmptySchemaError",
     "GrammarError",
+    "GrammarSyntaxError",
     "GrammarTooComplexError",
     "InvalidLimitError",
     "InvalidStateError",

@@ -12,8 +12,9 @@ what vLLM's OpenAI-compatible server takes):
   keywords are ignored with one warning instead, as ``strict=False`` does;
 * ``{"type": "json_object"}``: any JSON object;
 * ``{"type": "text"}``: no constraint (``None``);
-* ``{"type": "structural_tag", ...}``: refused until structural tags land
-  (issue 26).
+* ``{"type": "structural_tag", "format": {...}}`` (or the older
+  ``structures``/``triggers`` form): the structural tag, compiled by
+  :func:`constrain.compile_structural_tag`.
 
 Errors name the place in the ``response_format`` (``/json_schema/schema/...``).
 """
@@ -56,7 +57,8 @@ def compile_choice(choices, vocab, **options):
 
 def read_response_format(rf) -> tuple[object, bool]:
     """``(schema, strict)`` of an OpenAI ``response_format`` (a dict or its JSON
-    text): ``schema`` is ``None`` for ``{"type": "text"}`` (no constraint).
+    text): ``schema`` is ``None`` for ``{"type": "text"}`` (no constraint); a
+    ``structural_tag`` has none (:class:`UnsupportedSchemaError`).
     Reads the request only: nothing is compiled.
 
     Raises:
@@ -75,7 +77,9 @@ def read_response_format(rf) -> tuple[object, bool]:
     if kind == "json_object":
         return {"type": "object"}, True
     if kind == "structural_tag":
-        raise UnsupportedSchemaError("structural tags are not supported yet", "/type")
+        raise UnsupportedSchemaError("a structural_tag response format holds no schema: compile "
+                                     "it with from_response_format or compile_structural_tag",
+                                     "/type")
     if kind != "json_schema":
         raise SchemaError(f"unknown response_format type {kind!r} (text, json_object, "
                           f"json_schema)", "/type")
@@ -100,17 +104,27 @@ def within_response_format(error: ConstraintError, schema_pointer: str = "/json_
 def from_response_format(rf, vocab, **options):
     """The constraint an OpenAI ``response_format`` asks for (``None`` for
     ``{"type": "text"}``); ``rf`` is a dict or its JSON text. ``options`` go to
-    :func:`constrain.compile_json_schema` (``strict`` is set from the request).
+    :func:`constrain.compile_json_schema` (``strict`` is set from the request)
+    or, for a ``structural_tag``, to :func:`constrain.compile_structural_tag`.
 
     Raises:
         SchemaError: ``rf`` is not a response format (no or an unknown
             ``type``, a ``json_schema`` without ``schema``), or its schema is
             malformed; the pointer is within ``rf``.
         UnsupportedSchemaError: a strict schema uses what Trellis cannot
-            enforce, or the type is ``structural_tag``.
+            enforce (for a structural tag: see ``compile_structural_tag``).
     """
     from constrain.compiler import compile_json_schema
 
+    if isinstance(rf, (str, bytes)):
+        try:
+            rf = json.loads(rf)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"the response_format is not valid JSON: {e}", "") from e
+    if isinstance(rf, dict) and rf.get("type") == "structural_tag":
+        from constrain.frontends.structural_tag import compile_structural_tag
+
+        return compile_structural_tag(rf, vocab, **options)
     schema, strict = read_response_format(rf)
     if schema is None:
         return None
