@@ -25,12 +25,14 @@ vocabulary, made on first use.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
 from constrain.cfg.grammar import GrammarConstraint
 from constrain.cfg.lexer import automaton_bytes, walk_bytes
 from constrain.errors import ConstraintError
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
+from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
 from constrain.automata.deadline import Deadline
@@ -117,13 +119,19 @@ class Compiler:
         return DFAConstraint(dfa, self.vocab, source=pattern, max_mask_bytes=limits.max_mask_bytes,
                              deadline=deadline)
 
-    def compile_grammar(self, source, start: str = "start", **overrides) -> GrammarConstraint:
+    def compile_grammar(self, source, start: str | None = None, *, format: str | None = None,
+                        **overrides) -> GrammarConstraint:
         """:func:`constrain.compile_grammar` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
         limits = self._limits(overrides)
         # loading is under the same time budget: what it leaves goes on
         deadline = Deadline.after(limits.time_budget)
-        ir = load_lark_grammar(source, start=start, deadline=deadline)
+        if grammar_format(source, format) == "gbnf":
+            ir = load_gbnf_grammar(source, start="root" if start is None else start,
+                                   deadline=deadline)
+        else:
+            ir = load_lark_grammar(source, start="start" if start is None else start,
+                                   deadline=deadline)
         budgets = _grammar_budgets(limits)
         budgets["time_budget"] = max(deadline.remaining(), 1e-9)
         return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
@@ -150,6 +158,23 @@ class Compiler:
         return (self.terminal_automata, self.terminal_ids, self.lexer_walks)
 
 
+def grammar_format(source, format: str | None) -> str:
+    """``"lark"`` or ``"gbnf"``: ``format`` checked, or (``None``) told from
+    ``source``: a ``.gbnf`` path, or text with a ``name ::=`` rule head, is GBNF."""
+    if format is not None:
+        if format not in ("lark", "gbnf"):
+            raise ConstraintError(f"format must be 'lark', 'gbnf' or None, not {format!r}")
+        return format
+    if isinstance(source, Path):
+        return "gbnf" if source.suffix == ".gbnf" else "lark"
+    if isinstance(source, str):
+        if "\n" not in source and source.endswith(".gbnf"):
+            return "gbnf"
+        if looks_like_gbnf(source):
+            return "gbnf"
+    return "lark"
+
+
 def default_compiler(vocab: Vocabulary) -> Compiler:
     """The compiler of the module-level ``compile_*`` functions for ``vocab``:
     default :class:`~constrain.Limits` and ``cache_bytes``, made on first use
@@ -174,4 +199,5 @@ def compile_json_schema(schema, vocab: Vocabulary, **options) -> GrammarConstrai
     return default_compiler(vocab).compile_json_schema(schema, **options)
 
 
-__all__ = ["Compiler", "default_compiler", "compile_json_schema", "DEFAULT_CACHE_BYTES"]
+__all__ = ["Compiler", "default_compiler", "compile_json_schema", "grammar_format",
+           "DEFAULT_CACHE_BYTES"]

@@ -104,6 +104,11 @@ class GrammarError(ConstraintError):
         super().__init__(message)
 
 
+class GrammarSyntaxError(GrammarError):
+    """A grammar's text is not valid syntax of its format (a GBNF grammar, so
+    far): ``line`` and ``column`` say where reading it stopped."""
+
+
 class UnsupportedSchemaError(ConstraintError):
     """A JSON Schema uses a keyword (or a value of one) that cannot be enforced
     exactly. ``pointer`` is the JSON pointer of the offending keyword; pass

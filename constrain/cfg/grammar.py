@@ -617,24 +617,30 @@ def _as_bytes(data) -> bytes:
     raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
-def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
+def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
+                    format: str | None = None,
                     max_states: int = _DEFAULT.max_states,
                     time_budget: float = _DEFAULT.time_budget,
                     max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                     mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
                     max_items: int = _DEFAULT.max_items) -> GrammarConstraint:
-    """Compile a context-free grammar in Lark syntax into a token-level constraint.
+    """Compile a context-free grammar in Lark (or GBNF) syntax into a token-level
+    constraint.
 
     The language is what ``lark.Lark(text, parser="earley",
     lexer="dynamic_complete", start=start)`` accepts (see the module docstring and
     ``docs/grammars.md``). Any context-free grammar works: ambiguous and
-    left-recursive ones included.
+    left-recursive ones included. A GBNF grammar (llama.cpp's format) denotes
+    what llama.cpp's grammar sampler accepts (``docs/gbnf.md``).
 
     Args:
         source: the grammar text, or a path to a ``.lark`` file (``%import`` of
-            files next to it works; ``%import common.X`` always does).
+            files next to it works; ``%import common.X`` always does) or a
+            ``.gbnf`` file.
         vocab: the tokenizer's vocabulary.
-        start: the start rule.
+        start: the start rule (default ``start`` for Lark, ``root`` for GBNF).
+        format: ``"lark"``, ``"gbnf"``, or ``None``: GBNF when the text has a
+            ``name ::=`` rule head or the path ends in ``.gbnf``, else Lark.
         max_states: size limit of one terminal's automaton (the lexer automata
             together may use eight times as many states).
         time_budget: seconds compilation may take.
@@ -656,15 +662,17 @@ def compile_grammar(source, vocab: Vocabulary, start: str = "start", *,
     compiler of your own.
 
     Raises:
-        GrammarError: bad grammar, with line and column where lark gives them.
+        GrammarError: bad grammar, with line and column where lark gives them
+            (:class:`~constrain.errors.GrammarSyntaxError` for GBNF syntax).
         GrammarTooComplexError: a limit was exceeded.
         InvalidLimitError: a budget is not a positive number.
+        ConstraintError: ``format`` is none of the above.
     """
     # here, not at the top: the compiler module builds on this one
     from constrain.compiler import default_compiler
 
     return default_compiler(vocab).compile_grammar(
-        source, start, max_states=max_states, time_budget=time_budget,
+        source, start, format=format, max_states=max_states, time_budget=time_budget,
         max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes,
         max_items=max_items)
 
