@@ -170,6 +170,9 @@ def test_hand_written_texts():
         "</sum>"), v)
     assert accepts(g, "<sum>1 + 2+3</sum>") and accepts(g, "<sum> 1</sum>")
     assert not accepts(g, " <sum>1</sum>") and not accepts(g, "<sum>1+</sum>")
+    gbnf = constrain.compile_structural_tag(tag("<yn>", {"type": "grammar", "grammar":
+                                                         'root ::= ("yes" | "no") "!"?'}, "</yn>"), v)
+    assert accepts(gbnf, "<yn>yes!</yn>") and not accepts(gbnf, "<yn>maybe</yn>")
 
 
 def test_a_real_vocabulary_crosses_boundaries(smollm2_vocab, smollm2_tokenizer):

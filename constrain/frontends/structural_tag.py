@@ -11,8 +11,8 @@ structured parts (tool calls, reasoning sections), compiled to one grammar.
 * ``json_schema`` (``json_schema``; ``style`` ``"json"`` only): a JSON text
   valid under the schema, compiled as :func:`constrain.compile_json_schema`
   does (the call's schema options apply);
-* ``grammar`` (``grammar``): a Lark grammar (start rule ``start``), or a GBNF
-  one (``root ::= ...``) where that front end is installed;
+* ``grammar`` (``grammar``): a GBNF grammar (``root ::= ...``, XGrammar's
+  EBNF) or a Lark one (start rule ``start``);
 * ``regex`` (``pattern``): a full match of the pattern;
 * ``any_text`` (``excludes``, ``max_chars``): any text containing none of the
   excluded strings, nor the end string(s) of the nearest enclosing ``tag``;
@@ -410,18 +410,12 @@ def _unbounded(node) -> bool:
 
 
 def _load_grammar(text: str):
-    """A grammar format's IR: GBNF when it defines ``root ::=`` and that front
-    end is there, else Lark (start rule ``start``)."""
-    if re.search(r"^\s*root\s*::=", text, re.M):
-        try:
-            from constrain.frontends.gbnf import load_gbnf_grammar
-        except ImportError:
-            raise GrammarError("this grammar is GBNF (root ::= ...), which this Trellis cannot "
-                               "read yet; write it in Lark syntax") from None
-        return load_gbnf_grammar(text)
+    """A grammar format's IR: GBNF (llama.cpp's, as XGrammar's EBNF is) when
+    its rules are written ``name ::= ...``, else Lark (start rule ``start``)."""
+    from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
     from constrain.frontends.lark import load_lark_grammar
 
-    return load_lark_grammar(text)
+    return load_gbnf_grammar(text) if looks_like_gbnf(text) else load_lark_grammar(text)
 
 
 def _format_of(spec) -> tuple[object, tuple]:
