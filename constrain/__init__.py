@@ -29,6 +29,7 @@ from .errors import (
 from .runtime.bitmask import allocate_bitmask, apply_bitmask, bitmask_to_ids
 from .runtime.matcher import Matcher
 from .runtime.batch import BatchMatcher
+from .runtime.reasoning import ReasoningConstraint, with_reasoning
 from .protocol import Constraint
 from .regular.regex import DFAConstraint, EmptyLanguageError, compile_regex
 from .cfg.grammar import GrammarConstraint, compile_grammar
@@ -77,6 +78,8 @@ __all__ = [
     "EmptyLanguageError",
     "Matcher",
     "BatchMatcher",
+    "ReasoningConstraint",
+    "with_reasoning",
     "BitmaskError",
     "ConstraintError",
     "EmptySchemaError",
