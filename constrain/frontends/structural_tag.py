@@ -463,13 +463,15 @@ def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
     return t.g.build(t.format(node, path, ()))
 
 
-def compile_structural_tag(spec, vocab, **options):
+def compile_structural_tag(spec, vocab, *, compiler=None, **options):
     """Compile a structural tag into a token-level constraint over ``vocab``.
 
     Args:
         spec: ``{"type": "structural_tag", "format": {...}}``, a bare format,
             the legacy ``structures``/``triggers`` form, or the JSON text of one.
         vocab: the :class:`~constrain.Vocabulary`.
+        compiler: the :class:`~constrain.Compiler` whose caches and limits the
+            compile uses (default: the vocabulary's default compiler).
         options: the JSON Schema options of :func:`constrain.compile_json_schema`
             (``whitespace``, ``max_whitespace``, ``strict``, ``formats``...),
             applied to every ``json_schema`` format, and fields of
@@ -489,7 +491,12 @@ def compile_structural_tag(spec, vocab, **options):
     from constrain.cfg.grammar import GrammarConstraint
     from constrain.compiler import _LIMIT_FIELDS, _grammar_budgets, default_compiler
 
-    compiler = default_compiler(vocab)
+    if compiler is None:
+        compiler = default_compiler(vocab)
+    elif compiler.vocab != vocab:
+        from constrain.errors import VocabularyError
+
+        raise VocabularyError("the compiler was made for another vocabulary")
     limits = compiler.limits.replace(**{k: options.pop(k) for k in list(options)
                                          if k in _LIMIT_FIELDS})
     ir = structural_tag_ir(spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet,

@@ -30,6 +30,18 @@ OP: "+" | "-" | "*"
 NUMBER: /[0-9]{1,3}/
 """
 CHOICES = ["positive", "negative", "neutral"]
+WEATHER_ARGS = {"type": "object", "properties": {"city": {"enum": ["Paris", "London", "Tokyo"]},
+                                                 "days": {"type": "integer", "minimum": 1,
+                                                          "maximum": 7}},
+                "required": ["city", "days"], "additionalProperties": False}
+# exactly one Hermes-style tool call (bounded), after optional free text that
+# may not open anything else
+TOOL_TAG = {"type": "structural_tag", "format": {
+    "type": "triggered_tags", "triggers": ["<tool_call>"], "at_least_one": True,
+    "stop_after_first": True,
+    "tags": [{"type": "tag", "begin": '<tool_call>{"name": "get_weather", "arguments": ',
+              "content": {"type": "json_schema", "json_schema": WEATHER_ARGS},
+              "end": "}</tool_call>"}]}}
 NAMES = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Frances", "John"]
 
 
@@ -74,6 +86,16 @@ def _check_choice(text: str) -> None:
     assert text in CHOICES, text
 
 
+def _check_structural_tag(text: str) -> None:
+    import jsonschema
+
+    m = re.fullmatch(r'<tool_call>(\{"name": "get_weather", "arguments": .*\})</tool_call>', text,
+                     re.S)
+    assert m, text
+    call = json.loads(m.group(1))
+    jsonschema.validate(call["arguments"], WEATHER_ARGS)
+
+
 def _prompts(template: str) -> list[str]:
     return [template.format(name=NAMES[i % len(NAMES)], i=i) for i in range(32)]
 
@@ -95,6 +117,10 @@ CASES = [
     Case("choice",
          _prompts("Is this review positive, negative or neutral? '{name} loved item {i}.'"),
          {"choice": CHOICES}, {"choice": CHOICES}, _check_choice),
+    Case("structural_tag",
+         _prompts("Call the get_weather tool for {name}'s trip number {i}."),
+         {"structural_tag": TOOL_TAG}, {"structural_tag": json.dumps(TOOL_TAG)},
+         _check_structural_tag),
 ]
 CASES_BY_KIND = {c.kind: c for c in CASES}
 

@@ -36,7 +36,8 @@ def source():
     ({"choice": "ab"}, "non-empty list"),
     ({"choice": ["a", 1]}, "item 1"),
     ({"json_object": 1}, "must be true"),
-    ({"json_schema": 3}, "JSON Schema"),
+    ({"json_schema": 3}, "'json_schema' must be a JSON object"),
+    ({"structural_tag": 3}, "'structural_tag' must be a JSON object"),
     ({"json_schema": {}, "whitespace": "loose"}, "'compact' or 'flexible'"),
     ({"grammar": "start: A", "start": ""}, "rule name"),
 ])
@@ -97,6 +98,17 @@ def test_choice_and_json_object_compile(source):
     assert choice.matches("ab") and choice.matches("b") and not choice.matches("a")
     obj = source.compile({"json_object": True})
     assert obj.matches('{"a":[1]}') and not obj.matches("[1]")
+
+
+def test_structural_tag_and_gbnf_compile(source):
+    tag = {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<t>"], "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": "<t>", "end": "</t>",
+                  "content": {"type": "json_schema", "json_schema": {"enum": [1, 2]}}}]}}
+    c = source.compile({"structural_tag": json.dumps(tag)})
+    assert c.matches("hi <t>2</t>") and not c.matches("hi <t>3</t>")
+    g = source.compile({"grammar": 'root ::= "a" [0-9]+'})
+    assert g.matches("a12") and not g.matches("a")
 
 
 def test_limits_from_the_environment():

@@ -10,9 +10,10 @@ selects it with ``structured_outputs_config={"backend": "trellis"}`` once the
 plugin (:mod:`constrain.engines.vllm.plugin`) is loaded.
 
 What each request type compiles to: ``JSON`` a JSON Schema, ``JSON_OBJECT`` any
-JSON object, ``REGEX`` a Python ``re`` full match, ``GRAMMAR`` a Lark grammar
-(Trellis's grammar language; GBNF is refused with the parser's message),
-``CHOICE`` exactly one of the strings. ``STRUCTURAL_TAG`` is refused.
+JSON object, ``REGEX`` a Python ``re`` full match, ``GRAMMAR`` a Lark or GBNF
+grammar (told apart by ``name ::=`` rule heads), ``CHOICE`` exactly one of the
+strings, ``STRUCTURAL_TAG`` a structural tag (:func:`constrain.compile_structural_tag`:
+the ``format`` form and the older ``structures``/``triggers`` one).
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def spec_from_key(request_type: StructuredOutputOptions, grammar_spec: str,
         except json.JSONDecodeError:
             raise SpecError(f"choice must be a list of strings, not {grammar_spec!r}") from None
         return parse_spec({"choice": choices})
+    if request_type == StructuredOutputOptions.STRUCTURAL_TAG:
+        return parse_spec({"structural_tag": grammar_spec, "whitespace": json_whitespace})
     raise SpecError(f"the trellis backend does not support {request_type.name} requests yet "
-                    f"(supported: JSON, JSON_OBJECT, REGEX, GRAMMAR, CHOICE)")
+                    f"(supported: JSON, JSON_OBJECT, REGEX, GRAMMAR, CHOICE, STRUCTURAL_TAG)")
 
 
 @dataclass

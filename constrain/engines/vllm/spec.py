@@ -7,6 +7,7 @@ A request spec is a dict with exactly one constraint key::
     {"regex": "<Python re pattern>"}         # full match
     {"grammar": "<Lark text>"}               # optional: "start"
     {"choice": ["yes", "no", ...]}           # exactly one of the strings
+    {"structural_tag": {...} | "<JSON text>"}  # optional: "whitespace", "strict"
 
 :func:`parse_spec` checks its shape (a :class:`SpecError` names the key);
 :class:`ConstraintSource` compiles it over one model's vocabulary, keeping the
@@ -35,10 +36,11 @@ from constrain.vocab.vocabulary import Vocabulary
 #: that holds its Trellis spec
 EXTRA_ARGS_KEY = "trellis"
 #: the constraint keys of a spec, one of which it must have
-KINDS = ("json_schema", "json_object", "regex", "grammar", "choice")
+KINDS = ("json_schema", "json_object", "regex", "grammar", "choice", "structural_tag")
 #: the optional keys each kind takes beside its own
 _OPTIONS = {"json_schema": {"whitespace", "strict"}, "json_object": {"whitespace"},
-            "regex": set(), "grammar": {"start"}, "choice": set()}
+            "regex": set(), "grammar": {"start"}, "choice": set(),
+            "structural_tag": {"whitespace", "strict"}}
 #: environment variables read by every process of an engine (the front end
 #: that validates requests and the workers that mask logits see the same)
 LIMITS_ENV = "TRELLIS_VLLM_LIMITS"
@@ -92,8 +94,8 @@ def parse_spec(obj) -> Spec:
         raise SpecError(f"unknown key {unknown[0]!r} in a {kind!r} spec (its options: {allowed})")
     options = tuple(sorted((k, _check_option(kind, k, obj[k])) for k in obj if k != kind))
     value = obj[kind]
-    if kind == "json_schema":
-        source = _schema_text(value)
+    if kind in ("json_schema", "structural_tag"):
+        source = _schema_text(value, kind)
     elif kind == "json_object":
         if value is not True:
             raise SpecError(f"'json_object' must be true, not {value!r}")
@@ -118,24 +120,25 @@ def _check_option(kind: str, name: str, value):
     return value
 
 
-def _schema_text(value) -> str:
-    """A schema (dict, bool or JSON text) as JSON text, key order kept (it is
-    the order of the generated properties)."""
+def _schema_text(value, kind: str = "json_schema") -> str:
+    """A schema or structural tag (dict, bool or JSON text) as JSON text, key
+    order kept (it is the order of the generated properties)."""
     if isinstance(value, (bytes, bytearray)):
         value = value.decode("utf-8")
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise SchemaError(f"the JSON schema is not valid JSON: {exc.msg} at line {exc.lineno} "
+            what = "JSON schema" if kind == "json_schema" else "structural tag"
+            raise SchemaError(f"the {what} is not valid JSON: {exc.msg} at line {exc.lineno} "
                               f"column {exc.colno}", "") from None
     if not isinstance(value, (dict, bool)):
-        raise SpecError(f"'json_schema' must be a JSON Schema (an object, a boolean or its JSON "
-                        f"text), not {type(value).__name__}")
+        raise SpecError(f"{kind!r} must be a JSON object, a boolean or its JSON text, not "
+                        f"{type(value).__name__}")
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise SpecError(f"'json_schema' is not JSON data: {exc}") from None
+        raise SpecError(f"{kind!r} is not JSON data: {exc}") from None
 
 
 def _check_choices(value) -> list[str]:
@@ -253,6 +256,11 @@ class ConstraintSource:
             return c.compile_regex(spec.source)
         if spec.kind == "grammar":
             return c.compile_grammar(spec.source, **options)
+        if spec.kind == "structural_tag":
+            from constrain.frontends.structural_tag import compile_structural_tag
+
+            options.setdefault("whitespace", self.json_whitespace)
+            return compile_structural_tag(json.loads(spec.source), c.vocab, compiler=c, **options)
         return c.compile_regex(choice_regex(json.loads(spec.source)))
 
     def __len__(self) -> int:
