@@ -102,6 +102,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
     if not isinstance(start, str):
         raise GrammarError(f"the start symbol is a rule name, not {type(start).__name__}")
     text, directory = read_grammar_source(source)
+    original = text
+    text, schemas = _llguidance_extensions(text)
     _check_nesting(text)
     raw = _load_plain(text, start)
     if raw is None:
@@ -129,7 +131,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
             raise _lark_failed(e, text, start) from None
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
-    return _finish(raw, text, start, deadline)
+    ir = _finish(raw, text, start, deadline)
+    return _splice_json(ir, schemas, original, deadline) if schemas else ir
 
 
 def _check_deadline(deadline) -> None:
@@ -597,6 +600,184 @@ def _locate_error(message: str, text: str, start: str | None) -> tuple[int | Non
 def _position(text: str, i: int) -> tuple[int, int]:
     line = text.count("\n", 0, i) + 1
     return line, i - (text.rfind("\n", 0, i) + 1) + 1
+
+
+# -- llguidance's extensions ----------------------------------------------------------
+#
+# Lark text pasted from llguidance's documentation: ``%json { schema }`` where a
+# rule item may stand (the schema's JSON values, compiled by the JSON Schema front
+# end, flexible whitespace), ``%import common.*`` (every terminal of lark's
+# common.lark that the grammar does not define itself). Its special-token
+# terminals (``<|name|>``, ``<[id]>``, ``<[id-id]>``) are refused: the runtime
+# steps over bytes, and a token-level terminal needs states that know where a
+# token starts.
+
+_JSON_PLACEHOLDER = "JSONSCHEMA__%d"
+_COMMON_STAR = re.compile(r"(?m)^([ \t]*)%import[ \t]+common\.\*[ \t]*(?=$|//)")
+_DEFINITION = re.compile(r"(?m)^[ \t]*[?!]?([_a-zA-Z][_a-zA-Z0-9]*)(?:\{[^}\n]*\})?(?:\.-?\d+)?[ \t]*:")
+
+
+def _code_spans(text: str):
+    """The spans ``(start, end)`` of ``text`` outside string literals, regexes
+    and comments."""
+    i, n, begin = 0, len(text), 0
+    while i < n:
+        c = text[i]
+        if c == "/" and text.startswith("//", i):
+            yield begin, i
+            while i < n and text[i] != "\n":
+                i += 1
+            begin = i
+        elif c in '"/':
+            yield begin, i
+            i += 1
+            while i < n and text[i] != c and text[i] != "\n":
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+            begin = i
+        else:
+            i += 1
+    yield begin, n
+
+
+def _llguidance_extensions(text: str) -> tuple[str, dict]:
+    """``text`` with llguidance's extensions rewritten into lark (see above),
+    and the schemas of its ``%json`` items: placeholder terminal name →
+    ``(schema, offset in text)``. Every line stays where it was."""
+    if "%json" not in text and "<" not in text and "common.*" not in text:
+        return text, {}
+    import json
+
+    out, schemas, last, pending = [], {}, 0, 0
+
+    def emit(segment: str) -> None:
+        nonlocal pending
+        if pending and "\n" in segment:  # the lines a schema spanned, after its line
+            segment = segment.replace("\n", "\n" * (pending + 1), 1)
+            pending = 0
+        out.append(segment)
+
+    for begin, end in list(_code_spans(text)):
+        for m in re.finditer(r"<\[|<\||%json\b", text[begin:end]):
+            at = begin + m.start()
+            if at < last:
+                continue  # inside a %json value
+            if m.group() != "%json":
+                close = text.find(">", at)
+                shown = text[at:close + 1] if 0 < close - at < 60 else text[at:at + 12]
+                raise GrammarError(
+                    f"special-token terminals such as {shown!r} are not supported yet: Trellis "
+                    f"steps its constraints over bytes, and a token-level terminal needs states "
+                    f"that know where a token starts", *_position(text, at))
+            head = None
+            for d in _DEFINITION.finditer(text, 0, at):
+                head = d.group(1)
+            if head is not None and head.lstrip("_").isupper():
+                raise GrammarError(f"%json cannot be used in terminals (here in {head})",
+                                   *_position(text, at))
+            j = at + len("%json")
+            while j < len(text) and text[j] in " \t\r\n":
+                j += 1
+            try:
+                schema, stop = json.JSONDecoder().raw_decode(text, j)
+            except json.JSONDecodeError as e:
+                raise GrammarError(f"%json: invalid JSON ({e.msg})", *_position(text, e.pos)) \
+                    from None
+            except RecursionError:
+                raise _too_complex("%json: the schema is nested too deeply",
+                                   *_position(text, at)) from None
+            name = _JSON_PLACEHOLDER % len(schemas)
+            schemas[name] = (schema, at)
+            emit(text[last:at])
+            out.append(name)
+            pending += text.count("\n", at, stop)
+            last = stop
+    emit(text[last:])
+    body = "".join(out) + "\n" * pending
+    for name in schemas:
+        body += f'\n{name}: "%json {name}"'
+    if _COMMON_STAR.search(body):
+        body = _COMMON_STAR.sub(lambda m: m.group(1) + _common_import(body), body)
+    return body, schemas
+
+
+def _common_import(text: str) -> str:
+    """``%import common (...)`` of every terminal of lark's common.lark that
+    ``text`` neither defines nor imports by name."""
+    import lark
+
+    common = (Path(lark.__file__).parent / "grammars" / "common.lark").read_text()
+    names = re.findall(r"(?m)^([A-Z][A-Z_0-9]*)\s*(?:\.\d+)?\s*:", common)
+    taken = {d.group(1) for d in _DEFINITION.finditer(text)}
+    taken |= set(re.findall(r"%import\s+common\.([A-Z_0-9]+)", text))
+    for group in re.findall(r"%import\s+common\s*\(([^)]*)\)", text):
+        taken |= {x.strip() for x in group.split(",")}
+    return "%import common (" + ", ".join(n for n in names if n not in taken) + ")"
+
+
+def _splice_json(ir: GrammarIR, schemas: dict, text: str, deadline) -> GrammarIR:
+    """``ir`` with each ``%json`` placeholder terminal replaced by the
+    schema's grammar (ignored runs of the Lark grammar allowed before it, as
+    before any of its terminals; none inside it, where JSON's own whitespace
+    rules)."""
+    from constrain.cfg.compose import IRBuilder
+    from constrain.errors import ConstraintError
+    from constrain.frontends.json_schema.compiler import json_schema_ir
+
+    b = IRBuilder()
+    n_t = ir.n_terminals
+    index = {t.name: i for i, t in enumerate(ir.terminals)}
+    nts = [b.nonterminal(name) for name in ir.nonterminals]
+    ignored = index.get(IGNORED)
+    sub = {}
+    for name, (schema, at) in schemas.items():
+        if name not in index:
+            continue  # in a rule the start symbol never reaches
+        options = {"whitespace": "flexible", "strict": True}
+        if isinstance(schema, dict) and "x-guidance" in schema:
+            schema = dict(schema)
+            options.update(_guidance_options(schema.pop("x-guidance"), text, at))
+        left = None if deadline is None else max(0.0, float(deadline) - time.perf_counter())
+        try:
+            sub_ir = json_schema_ir(schema, time_budget=left, **options)
+        except ConstraintError as e:
+            raise GrammarError(f"%json: the schema cannot be compiled: {e}",
+                               *_position(text, at)) from e
+        start = b.embed(sub_ir, "json")
+        if ignored is not None:
+            run = ir.terminals[ignored]
+            start = b.choice("json", [(start,), (b.terminal(run.pattern), start)])
+        sub[index[name]] = start
+
+    def sym(s: int):
+        if s >= n_t:
+            return nts[s - n_t]
+        if s in sub:
+            return sub[s]
+        t = ir.terminals[s]
+        return b.terminal(t.pattern, literal=t.literal, flags=t.flags)
+
+    for lhs, rhs in ir.rules:
+        b.rule(nts[lhs], [sym(s) for s in rhs])
+    return b.build(nts[ir.start], source=ir.source)
+
+
+def _guidance_options(options, text: str, at: int) -> dict:
+    """The JSON Schema options of an ``x-guidance`` object: ``lenient`` (ignore
+    what cannot be enforced: ``strict=False``) and ``whitespace_flexible``;
+    any other is refused."""
+    if not isinstance(options, dict):
+        raise GrammarError("%json: x-guidance must be an object", *_position(text, at))
+    out = {}
+    for key, value in options.items():
+        if key == "lenient" and isinstance(value, bool):
+            out["strict"] = not value
+        elif key == "whitespace_flexible" and isinstance(value, bool):
+            out["whitespace"] = "flexible" if value else "compact"
+        else:
+            raise GrammarError(f"%json: the x-guidance option {key!r} is not supported "
+                               f"(only lenient and whitespace_flexible)", *_position(text, at))
+    return out
 
 
 # -- a fast path for plain grammars ------------------------------------------------
