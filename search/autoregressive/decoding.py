@@ -19,6 +19,7 @@ from __future__ import annotations
 import codecs
 import time
 
+from search.autoregressive.closing import CLOSING_WINDOW, completion_tokens, shortest_completion
 from search.autoregressive.logits_controls import SamplingControls, StopStrings
 from search.lm.protocol import constraint_eos_ids, output_value
 
@@ -59,7 +60,7 @@ class Row:
     """
 
     def __init__(self, lm, prompt_ids: list[int], constraint, generator, stops: StopStrings,
-                 penalize: bool):
+                 penalize: bool, close: bool = False):
         import torch
 
         self.prompt_ids = prompt_ids
@@ -72,6 +73,10 @@ class Row:
             check_tokens(constraint, lm)
             self.matcher = Matcher(constraint, max_rollback=0)
         self.generator = generator
+        #: close the output before the budget runs out (see search.autoregressive.closing)
+        self.close = close and self.matcher is not None
+        #: the tokens of the completion being written, once closing has begun
+        self.forced: list[int] | None = None
         self.out: list[int] = []
         self.stop = STOP_MAX_TOKENS
         self.eos_hit = None
@@ -84,6 +89,21 @@ class Row:
         if stops:  # the text so far, decoded as it grows (stops are looked for in its tail)
             self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
             self.so_far = ""
+
+    def closing_token(self, lm, left: int) -> int | None:
+        """The next token of the closing completion, once ``left`` tokens
+        (this one included) are no more than it and EOS need; else ``None``."""
+        if self.forced is None:
+            if left > CLOSING_WINDOW:
+                return None
+            state = self.matcher.state
+            completion = shortest_completion(self.constraint, state)
+            ids = None if completion is None else completion_tokens(lm, self.constraint, state,
+                                                                    completion)
+            if ids is None or len(ids) + 1 < left:
+                return None
+            self.forced = ids + [min(self.constraint.vocab.eos_token_ids)]
+        return self.forced.pop(0) if self.forced else None
 
     def saw(self, tok: int) -> None:
         """Note ``tok`` for the repetition penalty."""
@@ -226,9 +246,12 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
                 row.stop = STOP_NO_TOKEN
                 row.seconds = time.perf_counter() - t0
                 continue
+            forced = row.closing_token(lm, max_new_tokens - step) if row.close else None
             if penalize:
                 controls.penalize(scores[k], row.seen_ids)
-            if row.generator is None:
+            if forced is not None:
+                tok = forced
+            elif row.generator is None:
                 if greedy is None:  # one argmax over the batch, after the penalties
                     greedy = torch.argmax(scores, dim=1).tolist()
                 tok = greedy[k]

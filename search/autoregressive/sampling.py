@@ -103,6 +103,7 @@ def generate(
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
     stop=None,
+    close: bool = False,
 ) -> GenerationResult:
     """Generate a continuation of ``prompt`` with ``lm``, optionally constrained.
 
@@ -132,6 +133,11 @@ def generate(
         stop: a string or strings; generation ends where the text first contains
             one, the text cut before it (``stop_reason == "stop"``; the token ids
             include the tokens that spelled it).
+        close: with a constraint, end the output complete rather than cut off:
+            once the tokens left are no more than a shortest completion of the
+            output (and EOS) need, the rest is that completion
+            (:mod:`search.autoregressive.closing`); ``result.stop_reason`` is
+            then ``"eos"``. Looked for in the last 64 tokens of the budget.
 
     Returns:
         a :class:`GenerationResult`; check ``result.accepted`` when it may have been
@@ -139,7 +145,7 @@ def generate(
     """
     steps = _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
                         chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
-                        StopStrings(stop))
+                        StopStrings(stop), close)
     while True:
         try:
             next(steps)
@@ -162,6 +168,7 @@ def stream(
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
     stop=None,
+    close: bool = False,
 ):
     """:func:`generate`, yielding the text as tokens are accepted.
 
@@ -177,7 +184,7 @@ def stream(
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     steps = _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system,
                         chat_template, SamplingControls(top_k, top_p, min_p, repetition_penalty),
-                        stops)
+                        stops, close)
     vocab = lm.vocab
     grammar = vocab.grammar_token_list
     text, sent = "", 0  # with stop strings, the last characters wait: they may start one
@@ -212,14 +219,15 @@ def _prompt_ids(lm, prompt, chat_template, system, where: str = "") -> list[int]
 
 
 def _decode_one(lm, prompt, constraint, max_new_tokens, temperature, seed, system, chat_template,
-                controls: SamplingControls, stops: StopStrings):
+                controls: SamplingControls, stops: StopStrings, close: bool = False):
     """One row of :func:`search.autoregressive.decoding.decode`: yields
     ``(0, token_id)`` per shown token, returns the :class:`GenerationResult`."""
     _check_call(temperature, max_new_tokens)
     t0 = time.perf_counter()
     prompt_ids = _prompt_ids(lm, prompt, chat_template, system)
     row = Row(lm, prompt_ids, as_constraint(constraint, lm.vocab),
-              make_generator(lm, temperature, seed), stops, controls.repetition_penalty != 1.0)
+              make_generator(lm, temperature, seed), stops, controls.repetition_penalty != 1.0,
+              close)
     results = yield from decode(lm, [row], max_new_tokens, temperature, controls, t0=t0)
     return results[0]
 
@@ -239,6 +247,7 @@ def generate_batch(
     min_p: float | None = None,
     repetition_penalty: float = 1.0,
     stop=None,
+    close: bool = False,
     batch_size: int | None = None,
     threads: int | None = None,
 ) -> list[GenerationResult]:
@@ -295,7 +304,8 @@ def generate_batch(
         for lo in range(0, n, size):
             t0 = time.perf_counter()
             rows = [Row(lm, ids[i], compiled[i], make_generator(lm, temperature, seeds[i]), stops,
-                        controls.repetition_penalty != 1.0) for i in range(lo, min(n, lo + size))]
+                        controls.repetition_penalty != 1.0, close)
+                    for i in range(lo, min(n, lo + size))]
             steps = decode(lm, rows, max_new_tokens, temperature, controls, batch_matcher, t0=t0)
             while True:
                 try:
