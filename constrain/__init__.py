@@ -11,6 +11,7 @@ Every compiled grammar follows one protocol (see :mod:`constrain.protocol`)::
 
 from .errors import (
     BitmaskError,
+    CacheFileError,
     ConstraintError,
     EmptySchemaError,
     GrammarError,
@@ -44,6 +45,7 @@ from .frontends.sql import SqlSchemaError, load_schema, sql_grammar
 from .resources import grammar_path
 from .vocab.vocabulary import Vocabulary
 from .warmup import warm_up
+from .persist import load
 from .cache import registry
 from .frontends.json_schema import caches as json_schema_caches
 
@@ -81,6 +83,8 @@ __all__ = [
     "ReasoningConstraint",
     "with_reasoning",
     "BitmaskError",
+    "CacheFileError",
+    "load",
     "ConstraintError",
     "EmptySchemaError",
     "GrammarError",

@@ -17,6 +17,11 @@ The vocabulary's token trie is the vocabulary's own (built once, kept on it).
 Compiled constraints keep what they use: they stay correct, and keep working,
 after :meth:`Compiler.clear` and ``constrain.clear_caches()``.
 
+With ``cache_dir``, compiled constraints also outlive the process: each
+compile is looked up in that folder first (a :class:`~constrain.persist.DiskCache`,
+keyed by the inputs, the vocabulary and the Trellis version) and written there
+after a miss; see ``docs/persistence.md``.
+
 The module-level ``constrain.compile_regex``, ``compile_grammar`` and
 ``compile_json_schema`` compile with :func:`default_compiler`, one per
 vocabulary, made on first use.
@@ -36,6 +41,7 @@ from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
 from constrain.automata.deadline import Deadline
+from constrain.persist import DiskCache, grammar_spec, regex_spec, schema_spec
 from constrain.regular.regex import DFAConstraint, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -65,10 +71,16 @@ class Compiler:
     Each ``compile_*`` method takes the same arguments as the module-level
     function of its name (less the vocabulary); budgets given there override
     the compiler's ``limits`` for that call.
+
+    ``cache_dir``: a folder (made if missing) where compiled constraints are
+    kept across processes (``disk_cache``, a :class:`~constrain.persist.DiskCache`):
+    a compile loads its entry when there is a valid one, else compiles and
+    writes it. Entries that are corrupt or stale are ignored and rewritten;
+    threads and processes may share the folder.
     """
 
     def __init__(self, vocab: Vocabulary, *, limits: Limits | None = None,
-                 cache_bytes: int = DEFAULT_CACHE_BYTES):
+                 cache_bytes: int = DEFAULT_CACHE_BYTES, cache_dir=None):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         if limits is None:
@@ -85,10 +97,20 @@ class Compiler:
         self.lexer_walks = BoundedCache("lexer walks", max(1, int(cache_bytes * _WALKS)),
                                         sizeof=walk_bytes)
         self._next_id = itertools.count().__next__
+        #: the on-disk cache of ``cache_dir``, or ``None``
+        self.disk_cache = None if cache_dir is None else DiskCache(cache_dir)
         registry.add_compiler(self)
 
     def __repr__(self) -> str:
-        return f"Compiler(vocab={self.vocab.name}, cache_bytes={self.cache_bytes})"
+        disk = "" if self.disk_cache is None else f", cache_dir={str(self.disk_cache.directory)!r}"
+        return f"Compiler(vocab={self.vocab.name}, cache_bytes={self.cache_bytes}{disk})"
+
+    def _cached(self, kind: str, spec, build):
+        """``build()``, through the disk cache when there is one (``spec``: a
+        function of no arguments that gives the key's inputs)."""
+        if self.disk_cache is None:
+            return build()
+        return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, build)
 
     @property
     def trie(self) -> TokenTrie:
@@ -111,38 +133,52 @@ class Compiler:
         """:func:`constrain.compile_regex` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
         limits = self._limits(overrides)
-        # one deadline for both phases: the automaton and the token masks
-        deadline = Deadline.after(limits.time_budget)
-        dfa = regex_byte_dfa(pattern, self.trie.alphabet, flags=flags,
-                             max_repeat=limits.max_repeat, max_positions=limits.max_positions,
-                             max_states=limits.max_states, deadline=deadline)
-        return DFAConstraint(dfa, self.vocab, source=pattern, max_mask_bytes=limits.max_mask_bytes,
-                             deadline=deadline)
+
+        def build():
+            # one deadline for both phases: the automaton and the token masks
+            deadline = Deadline.after(limits.time_budget)
+            dfa = regex_byte_dfa(pattern, self.trie.alphabet, flags=flags,
+                                 max_repeat=limits.max_repeat, max_positions=limits.max_positions,
+                                 max_states=limits.max_states, deadline=deadline)
+            return DFAConstraint(dfa, self.vocab, source=pattern,
+                                 max_mask_bytes=limits.max_mask_bytes, deadline=deadline)
+
+        return self._cached("regex", lambda: regex_spec(pattern, flags, limits), build)
 
     def compile_grammar(self, source, start: str | None = None, *, format: str | None = None,
                         **overrides) -> GrammarConstraint:
         """:func:`constrain.compile_grammar` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
         limits = self._limits(overrides)
-        # loading is under the same time budget: what it leaves goes on
-        deadline = Deadline.after(limits.time_budget)
-        if grammar_format(source, format) == "gbnf":
-            ir = load_gbnf_grammar(source, start="root" if start is None else start,
-                                   deadline=deadline)
-        else:
-            ir = load_lark_grammar(source, start="start" if start is None else start,
-                                   deadline=deadline)
-        budgets = _grammar_budgets(limits)
-        budgets["time_budget"] = max(deadline.remaining(), 1e-9)
-        return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
+        fmt = grammar_format(source, format)
+
+        def build():
+            # loading is under the same time budget: what it leaves goes on
+            deadline = Deadline.after(limits.time_budget)
+            if fmt == "gbnf":
+                ir = load_gbnf_grammar(source, start="root" if start is None else start,
+                                       deadline=deadline)
+            else:
+                ir = load_lark_grammar(source, start="start" if start is None else start,
+                                       deadline=deadline)
+            budgets = _grammar_budgets(limits)
+            budgets["time_budget"] = max(deadline.remaining(), 1e-9)
+            return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
+
+        return self._cached("grammar", lambda: grammar_spec(source, start, fmt, limits), build)
 
     def compile_json_schema(self, schema, **options) -> GrammarConstraint:
         """:func:`constrain.compile_json_schema` over this compiler's vocabulary;
         ``options``: the schema options (``whitespace``, ``strict``, ...) and
         fields of :class:`~constrain.Limits`."""
         overrides = {k: options.pop(k) for k in list(options) if k in _LIMIT_FIELDS}
-        return _json_schema_front_end(schema, self.vocab, compiler=self,
-                                      **_grammar_budgets(self._limits(overrides)), **options)
+        limits = self._limits(overrides)
+
+        def build():
+            return _json_schema_front_end(schema, self.vocab, compiler=self,
+                                          **_grammar_budgets(limits), **options)
+
+        return self._cached("json_schema", lambda: schema_spec(schema, options, limits), build)
 
     def clear(self) -> None:
         """Empty this compiler's caches. What it compiled keeps working; ids

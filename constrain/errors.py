@@ -145,3 +145,21 @@ class BitmaskError(ConstraintError):
     not a numpy array or torch tensor, not int32, not 2-D, narrower than
     ``ceil(V/32)`` words, not C-contiguous, or the row is not an index of it.
     (Nothing was written.)"""
+
+
+class CacheFileError(ConstraintError):
+    """A saved constraint (``constrain.load``, a ``Compiler(cache_dir=...)``
+    entry, a pickle) cannot be used: nothing of it is trusted.
+
+    Attributes:
+        reason: ``"missing"`` (no such file, or unreadable), ``"truncated"``,
+            ``"corrupt"`` (not a Trellis constraint file, a checksum or a table
+            that does not match), ``"format"`` (another file format version),
+            ``"version"`` (written by another Trellis), ``"vocabulary"`` (for
+            another vocabulary) or ``"key"`` (a cache entry of another key).
+    """
+
+    def __init__(self, message: str, reason: str):
+        self.reason = reason
+        self.msg = message
+        super().__init__(message)

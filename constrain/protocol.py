@@ -133,6 +133,17 @@ class Constraint(abc.ABC):
         :meth:`is_accepting`."""
         raise NotImplementedError(f"{type(self).__name__} cannot list its next bytes")
 
+    def save(self, path) -> None:
+        """Write this constraint, as it is now (masks computed so far
+        included), to the file ``path``, atomically, for
+        :func:`constrain.load` in any process with the same vocabulary and
+        Trellis (see ``docs/persistence.md``). Raises
+        :class:`~constrain.errors.ConstraintError` for a kind Trellis cannot
+        save."""
+        from constrain.persist import save
+
+        save(self, path)
+
     def advance_many(self, state: State, token_ids) -> State | None:
         """Advance through a sequence of tokens; ``None`` as soon as one is refused."""
         for t in token_ids:

@@ -116,6 +116,77 @@ class EarleyRecognizer:
         self._next: dict = {}
         self._unions: dict = {}
 
+    # -- saving (constrain.persist) ---------------------------------------------------
+
+    # (name, dtype, dimensions, fill past the rows used) of each array, in the
+    # order of the tuples of constrain.cfg.earley_kernels; a fill of None:
+    # rows written before they are read, not initialised
+    _GRAMMAR = (("rd_next", np.int64, 1, 0), ("nullable", np.bool_, 1, 0),
+                ("lhs_off", np.int64, 1, 0), ("lhs_rd", np.int64, 1, 0))
+    _PRED = (("pred_off", np.int64, 1, 0), ("pred_len", np.int64, 1, 0),
+             ("pred_sym", np.int64, 1, None), ("pred_rd", np.int64, 1, None),
+             ("pexp", np.uint64, 2, 0))
+    _CHART = (("c_ioff", np.int64, 1, 0), ("items", np.int64, 1, None),
+              ("c_roff", np.int64, 1, 0), ("roots", np.int64, 1, None),
+              ("c_exp", np.uint64, 2, 0), ("c_acc", np.uint8, 1, 0),
+              ("c_hash", np.uint64, 1, 0), ("htab", np.int64, 1, 0))
+
+    def snapshot(self, payload) -> None:
+        """Write the recognizer's tables, contexts so far included, into
+        ``payload`` (a :class:`constrain.persist.Payload`): of the arrays
+        that grow by appending, the part used, with their capacity."""
+        n = self.num_contexts
+        c_ioff, c_roff = self._ctx[0], self._ctx[2]
+        used_pred = int(self._meta[ek.M_PRED])
+        used = {"pred_sym": used_pred, "pred_rd": used_pred, "items": int(c_ioff[n]),
+                "roots": int(c_roff[n])}
+        payload.set("max_contexts", self.max_contexts)
+        payload.put("meta", self._meta)
+        for specs, arrays in ((self._GRAMMAR, self._grammar), (self._PRED, self._pred),
+                              (self._CHART, self._ctx)):
+            for (name, *_), a in zip(specs, arrays):
+                payload.put(name, a, used.get(name))
+        nxt = np.array([(c, t, v) for (c, t), v in self._next.items()], dtype=np.int64)
+        payload.put("next", nxt.reshape(-1, 3))
+        keys = list(self._unions)
+        payload.put("union_len", np.array([len(k) for k in keys], dtype=np.int64))
+        payload.put("union_ctx", np.array([c for k in keys for c in k], dtype=np.int64))
+        payload.put("union_out", np.array([self._unions[k] for k in keys], dtype=np.int64))
+
+    @classmethod
+    def restore(cls, payload, ir: GrammarIR) -> "EarleyRecognizer":
+        """The recognizer :meth:`snapshot` wrote, for ``ir``."""
+        def arrays(specs):
+            return [payload.get(name, dtype, ndim, fill=fill) for name, dtype, ndim, fill in specs]
+
+        self = cls.__new__(cls)
+        self.ir = ir
+        self.n_t = ir.n_terminals
+        self.max_contexts = check_budget("max_contexts", payload.value("max_contexts"))
+        self._meta = payload.get("meta", np.int64)
+        if self._meta.shape[0] != ek.META_SIZE or self._meta[ek.M_N_T] != self.n_t:
+            raise ValueError("the recognizer is for another grammar")
+        self._grammar = tuple(arrays(self._GRAMMAR))
+        self._pred, self._ctx = arrays(self._PRED), arrays(self._CHART)
+        self._kernel_args()
+        self._expected = {}
+        nxt = payload.get("next", np.int64, 2, width=3).tolist()
+        self._next = {(c, t): v for c, t, v in nxt}
+        lengths = payload.get("union_len", np.int64).tolist()
+        flat = payload.get("union_ctx", np.int64).tolist()
+        outs = payload.get("union_out", np.int64).tolist()
+        if sum(lengths) != len(flat) or len(lengths) != len(outs):
+            raise ValueError("the recognizer's unions do not fit")
+        self._unions, k = {}, 0
+        for m, out in zip(lengths, outs):
+            self._unions[tuple(flat[k:k + m])] = out
+            k += m
+        n = self.num_contexts
+        if not 0 < n <= self._ctx[5].shape[0] or \
+                not all(0 <= c < n and 0 <= t < self.n_t and -1 <= v < n for c, t, v in nxt):
+            raise ValueError("the recognizer's contexts do not fit")
+        return self
+
     # -- grammar analysis ---------------------------------------------------------
 
     @staticmethod

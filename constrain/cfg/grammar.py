@@ -42,10 +42,11 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
+from constrain.cache import check_budget
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLimitError,
                               InvalidStateError)
-from constrain.cfg.ir import GrammarIR
+from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.limits import Limits
 from constrain.protocol import Constraint, check_token_id
@@ -98,36 +99,21 @@ class GrammarConstraint(Constraint):
                 or not time_budget >= 0:
             raise InvalidLimitError(f"time_budget must be a number of seconds >= 0, "
                                     f"not {time_budget!r}", "time_budget")
-        if compiler is None:
-            # here, not at the top: the compiler module builds on this one
-            from constrain.compiler import default_compiler
-
-            compiler = default_compiler(vocab)
-        elif compiler.vocab is not vocab and compiler.vocab != vocab:
-            raise ConstraintError(f"the compiler is for the vocabulary {compiler.vocab.name}, "
-                                  f"not {vocab.name}")
+        compiler = _compiler_for(vocab, compiler)
         deadline = time.perf_counter() + time_budget
-        self.vocab = vocab
-        self.ir = ir
-        self.source = source
-        self.compiler = compiler
-        self.trie = trie = TokenTrie.of(vocab)
-        self.words = (len(vocab) + 31) // 32
-        self.terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,
-                                      compiler=compiler)
-        self.parser = EarleyRecognizer(ir, self.terms.usable, max_contexts=max_contexts,
-                                       max_items=max_items)
-        self.lexer = LexerTables(self.terms, ir.n_terminals, trie, words32=self.words,
-                                 max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
-        self.max_width = max_width
-        n_t = ir.n_terminals
-        self._ignore = frozenset(ir.ignore)
-        self._ignore_bits = np.zeros(self.lexer.words64, dtype=np.uint64)
-        for t in ir.ignore:
-            self._ignore_bits[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
+        trie = TokenTrie.of(vocab)
+        words = (len(vocab) + 31) // 32
+        terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,
+                                 compiler=compiler)
+        parser = EarleyRecognizer(ir, terms.usable, max_contexts=max_contexts,
+                                  max_items=max_items)
+        lexer = LexerTables(terms, ir.n_terminals, trie, words32=words,
+                            max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
+        self._setup(ir, vocab, source, compiler, terms, parser, lexer, max_width,
+                    max(2, mask_cache_bytes // 2 // (4 * words)))
         # np.empty and fill, not np.full (a Python-level wrapper): this runs
         # once per compile, on a cold cache
-        self._ctx_next = np.empty((256, max(n_t, 1)), dtype=np.int32)
+        self._ctx_next = np.empty((256, max(ir.n_terminals, 1)), dtype=np.int32)
         self._ctx_next.fill(-2)
         # the lexer state that starts the terminals of an expected set, keyed
         # by the parser's bitset of it
@@ -135,25 +121,49 @@ class GrammarConstraint(Constraint):
         self._ctx_start = np.empty(256, dtype=np.int32)
         self._ctx_start.fill(-2)
         self._ctx_cap = 256
+        self._masks: OrderedDict = OrderedDict()
+        self._config_masks: OrderedDict = OrderedDict()
+        # the terminals' automata are what the time budget bounds (their
+        # construction checks it); the rest is linear in the grammar's size
+        self._begin()
+
+    def _setup(self, ir: GrammarIR, vocab: Vocabulary, source: str, compiler: Compiler,
+               terms: TerminalAutomata, parser: EarleyRecognizer, lexer: LexerTables,
+               max_width: int, max_masks: int) -> None:
+        """The attributes that follow from the tables (a compile's or a
+        loaded file's), less the parser's tables and the mask caches."""
+        self.vocab = vocab
+        self.ir = ir
+        self.source = source
+        self.compiler = compiler
+        self.trie = lexer.trie
+        self.words = (len(vocab) + 31) // 32
+        self.terms = terms
+        self.parser = parser
+        self.lexer = lexer
+        self.max_width = max_width
+        self._ignore = frozenset(ir.ignore)
+        self._ignore_bits = np.zeros(self.lexer.words64, dtype=np.uint64)
+        for t in ir.ignore:
+            self._ignore_bits[t >> 6] |= np.uint64(1) << np.uint64(t & 63)
         self._eos = vocab.eos_token_array
         self._eos_set = vocab.eos_token_set
         self._v = len(vocab)
         self._grammar_token = vocab.grammar_token_list
         self._token_bytes = vocab.tokens
-        self._masks: OrderedDict = OrderedDict()
         # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
         # as the mask cache holds, dropped together when full
         self._writers: dict = {}
         # the last CPU bitmask, its row views and a tensor's data_ptr (None for
         # a numpy array): see fill_bitmask
         self._last_fill = (None, None, None)
-        self._config_masks: OrderedDict = OrderedDict()
-        self._max_masks = max(2, mask_cache_bytes // 2 // (4 * self.words))
+        self._max_masks = max_masks
         # held wherever the tables grow: the parser's and lexer's tables, the
         # context arrays, the mask caches (see the class docstring)
         self._lock = threading.RLock()
-        # the terminals' automata are what the time budget bounds (their
-        # construction checks it); the rest is linear in the grammar's size
+
+    def _begin(self) -> None:
+        """The initial state, once the tables are there."""
         self._initial = (True, ((0, self._start(0)),))
         # the state advance returned last (see there); parser contexts known to
         # exist (check_state)
@@ -163,6 +173,115 @@ class GrammarConstraint(Constraint):
     def __repr__(self) -> str:
         return (f"GrammarConstraint(terminals={self.ir.n_terminals}, "
                 f"rules={len(self.ir.rules)}, vocab={self.vocab.name})")
+
+    # -- saving (constrain.persist) ---------------------------------------------------
+
+    def __reduce__(self):
+        # the file's bytes: the lock and the compiler do not travel (the
+        # unpickled grammar has its vocabulary's default compiler)
+        from constrain.persist import reduce_constraint
+
+        return reduce_constraint(self, _OWN_ATTRIBUTES)
+
+    def _prepare_for_cache(self) -> None:
+        """Compute the initial state's mask, so that a cache entry has it (a
+        loaded grammar's first fill is then a copy, without the kernels a
+        walk needs loaded); a mask past a budget is left to the first fill,
+        which reports it."""
+        try:
+            self.mask_row(self._initial)
+        except ConstraintError:
+            pass
+
+    def _persist(self, payload) -> str:
+        with self._lock:
+            payload.set("ir", _ir_to_json(self.ir))
+            payload.set("source", self.source)
+            payload.set("max_width", self.max_width)
+            payload.set("max_masks", self._max_masks)
+            self.terms.snapshot(payload.part("terms"))
+            self.parser.snapshot(payload.part("parser"))
+            self.lexer.snapshot(payload.part("lexer"))
+            n_ctx = self.parser.num_contexts
+            payload.set("ctx_cap", self._ctx_cap)
+            payload.put("ctx_next", self._ctx_next, n_ctx)
+            payload.put("ctx_start", self._ctx_start, n_ctx)
+            keys = list(self._start_of)
+            width = len(self.parser.expected_key(0))
+            payload.put("start_key", np.frombuffer(b"".join(keys), dtype=np.uint8)
+                        .reshape(len(keys), width))
+            payload.put("start_state", np.array([self._start_of[k] for k in keys], dtype=np.int64))
+            masks = list(self._masks.items())
+            config_masks = list(self._config_masks.items())
+        # rows are shared between the two caches: each is written once
+        slot: dict = {}
+        rows = []
+        for _, row in masks + config_masks:
+            if slot.setdefault(id(row), len(rows)) == len(rows):
+                rows.append(row)
+        payload.put("rows", np.array(rows, dtype=np.uint32).reshape(len(rows), self.words))
+        payload.put("mask_fresh", np.array([st[0] for st, _ in masks], dtype=np.bool_))
+        payload.put("mask_len", np.array([len(st[1]) for st, _ in masks], dtype=np.int64))
+        payload.put("mask_configs", np.array([cfg for st, _ in masks for cfg in st[1]],
+                                             dtype=np.int64).reshape(-1, 2))
+        payload.put("mask_row", np.array([slot[id(r)] for _, r in masks], dtype=np.int64))
+        payload.put("config_keys", np.array([k for k, _ in config_masks],
+                                            dtype=np.int64).reshape(-1, 2))
+        payload.put("config_row", np.array([slot[id(r)] for _, r in config_masks],
+                                           dtype=np.int64))
+        return "grammar"
+
+    @classmethod
+    def _restore(cls, payload, vocab: Vocabulary, compiler=None) -> "GrammarConstraint":
+        compiler = _compiler_for(vocab, compiler)
+        ir = _ir_from_json(payload.value("ir", dict))
+        trie = TokenTrie.of(vocab)
+        words = (len(vocab) + 31) // 32
+        terms = TerminalAutomata.restore(payload.part("terms"), ir, trie.alphabet, compiler)
+        parser = EarleyRecognizer.restore(payload.part("parser"), ir)
+        lexer = LexerTables.restore(payload.part("lexer"), terms, ir.n_terminals, trie,
+                                    words32=words)
+        self = cls.__new__(cls)
+        self._setup(ir, vocab, payload.value("source", str), compiler, terms, parser, lexer,
+                    check_budget("max_width", payload.value("max_width")),
+                    check_budget("max_masks", payload.value("max_masks")))
+        n_ctx, n_lex, cap = parser.num_contexts, lexer.n, payload.value("ctx_cap")
+        self._ctx_cap = cap
+        self._ctx_next = payload.get("ctx_next", np.int32, 2, fill=-2, width=max(ir.n_terminals, 1))
+        self._ctx_start = payload.get("ctx_start", np.int32, fill=-2)
+        if not (n_ctx <= cap == self._ctx_next.shape[0] == self._ctx_start.shape[0]) \
+                or self._ctx_next.min() < -2 or self._ctx_next.max() >= n_ctx \
+                or self._ctx_start.min() < -2 or self._ctx_start.max() >= n_lex \
+                or self._ctx_start[0] < 0:
+            raise ValueError("the context tables do not fit the parser")
+        keys = payload.get("start_key", np.uint8, 2)
+        values = payload.get("start_state", np.int64).tolist()
+        if len(keys) != len(values) or not all(0 <= v < n_lex for v in values):
+            raise ValueError("the start states do not fit the lexer")
+        self._start_of = {k.tobytes(): v for k, v in zip(keys, values)}
+        rows = payload.get("rows", np.uint32, 2, width=words)
+        rows.flags.writeable = False
+        fresh = payload.get("mask_fresh", np.bool_).tolist()
+        lengths = payload.get("mask_len", np.int64).tolist()
+        configs = payload.get("mask_configs", np.int64, 2, width=2).tolist()
+        which = payload.get("mask_row", np.int64).tolist()
+        keys = payload.get("config_keys", np.int64, 2, width=2).tolist()
+        config_which = payload.get("config_row", np.int64).tolist()
+        if not (len(fresh) == len(lengths) == len(which) and sum(lengths) == len(configs)
+                and len(keys) == len(config_which)
+                and all(0 <= c < n_ctx and 0 <= s < n_lex for c, s in configs + keys)
+                and all(0 <= r < len(rows) for r in which + config_which)
+                and all(m > 0 for m in lengths)):
+            raise ValueError("the cached masks do not fit the tables")
+        self._masks = OrderedDict()
+        k = 0
+        for f, m, r in zip(fresh, lengths, which):
+            self._masks[(f, tuple(tuple(cfg) for cfg in configs[k:k + m]))] = rows[r]
+            k += m
+        self._config_masks = OrderedDict((tuple(key), rows[r])
+                                         for key, r in zip(keys, config_which))
+        self._begin()
+        return self
 
     # -- parser tables, filled on demand ----------------------------------------------
 
@@ -579,6 +698,66 @@ class GrammarConstraint(Constraint):
         from constrain.automata.bits import bits_to_ids
 
         return bits_to_ids(self.mask_row(state), len(self.vocab))
+
+
+#: the attributes a GrammarConstraint sets itself (pickling keeps the others)
+_OWN_ATTRIBUTES = frozenset({
+    "vocab", "ir", "source", "compiler", "trie", "words", "terms", "parser", "lexer",
+    "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
+    "_token_bytes", "_writers", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
+    "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx"})
+
+
+def _ir_to_json(ir: GrammarIR) -> dict:
+    """``ir`` as JSON values (exclusion prefixes in hex)."""
+    return {"terminals": [[t.name, t.pattern, t.flags, t.literal] for t in ir.terminals],
+            "nonterminals": list(ir.nonterminals),
+            "rules": [[lhs, list(rhs)] for lhs, rhs in ir.rules],
+            "start": ir.start, "ignore": list(ir.ignore), "source": ir.source,
+            "exclusions": {name: [pattern, [p.hex() for p in prefixes]]
+                           for name, (pattern, prefixes) in ir.exclusions.items()},
+            "productive": ir.productive}
+
+
+def _ir_from_json(d: dict) -> GrammarIR:
+    """The :class:`GrammarIR` of :func:`_ir_to_json`'s ``d``; ``ValueError``
+    (or ``TypeError``) when it is not one."""
+    n_t = len(d["terminals"])
+    terminals = []
+    for name, pattern, flags, literal in d["terminals"]:
+        if not (isinstance(name, str) and isinstance(pattern, str) and type(flags) is int
+                and (literal is None or isinstance(literal, str))):
+            raise ValueError("a terminal is malformed")
+        terminals.append(Terminal(name, pattern, flags, literal))
+    nonterminals = tuple(d["nonterminals"])
+    n_sym = n_t + len(nonterminals)
+    rules = tuple((lhs, tuple(rhs)) for lhs, rhs in d["rules"])
+    start, ignore = d["start"], tuple(d["ignore"])
+    if not (all(isinstance(x, str) for x in nonterminals)
+            and all(type(lhs) is int and 0 <= lhs < len(nonterminals)
+                    and all(type(x) is int and 0 <= x < n_sym for x in rhs) for lhs, rhs in rules)
+            and type(start) is int and 0 <= start < len(nonterminals)
+            and all(type(t) is int and 0 <= t < n_t for t in ignore)
+            and isinstance(d["source"], str) and type(d["productive"]) is bool):
+        raise ValueError("the grammar is malformed")
+    exclusions = {name: (pattern, tuple(bytes.fromhex(p) for p in prefixes))
+                  for name, (pattern, prefixes) in d["exclusions"].items()}
+    return GrammarIR(tuple(terminals), nonterminals, rules, start, ignore, d["source"],
+                     exclusions, d["productive"])
+
+
+def _compiler_for(vocab: Vocabulary, compiler: Compiler | None) -> Compiler:
+    """``compiler``, checked to be for ``vocab``; by default the vocabulary's
+    default compiler."""
+    if compiler is None:
+        # here, not at the top: the compiler module builds on this one
+        from constrain.compiler import default_compiler
+
+        return default_compiler(vocab)
+    if compiler.vocab is not vocab and compiler.vocab != vocab:
+        raise ConstraintError(f"the compiler is for the vocabulary {compiler.vocab.name}, "
+                              f"not {vocab.name}")
+    return compiler
 
 
 def _canonical(fresh, configs):

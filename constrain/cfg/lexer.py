@@ -31,7 +31,7 @@ from constrain.automata.hash_table import table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
-from constrain.cache import BoundedCache, nbytes
+from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              builtin_template)
@@ -306,16 +306,8 @@ class TerminalAutomata:
         n_t = ir.n_terminals
         self.usable = usable = np.zeros(n_t, dtype=np.bool_)
         alphabet_key = alphabet.tobytes()
-        if compiler is None:
-            self.uids = list(range(n_t))
-            self.walks = automata = None
-        else:
-            exclusions = ir.exclusions
-            self.uids = [compiler.terminal_id(terminal_key(
-                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None))
-                for term in ir.terminals]
-            self.walks = compiler.lexer_walks
-            automata = compiler.terminal_automata
+        self._share(ir, alphabet_key, compiler)
+        automata = None if compiler is None else compiler.terminal_automata
         # literals (most of a JSON Schema's terminals: member names,
         # punctuation), JSON lexemes and "any key but the declared ones" are
         # operations of one kernel (write_terminal_table), which writes
@@ -428,6 +420,49 @@ class TerminalAutomata:
                 if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
                     table[o:o + size, ~alphabet] = 0
         self.kernel_arrays = (table, self.offsets, acc, usable)
+
+    def _share(self, ir: GrammarIR, alphabet_key: bytes, compiler: Compiler | None) -> None:
+        """``uids`` and ``walks`` (see the class docstring)."""
+        if compiler is None:
+            self.uids = list(range(ir.n_terminals))
+            self.walks = None
+        else:
+            exclusions = ir.exclusions
+            self.uids = [compiler.terminal_id(terminal_key(
+                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None))
+                for term in ir.terminals]
+            self.walks = compiler.lexer_walks
+
+    def snapshot(self, payload) -> None:
+        """Write the stacked table into ``payload`` (a
+        :class:`constrain.persist.Payload`)."""
+        payload.put("table", self.table, runs=True)
+        payload.put("offsets", self.offsets)
+        payload.put("accepting", self.accepting)
+        payload.put("usable", self.usable)
+
+    @classmethod
+    def restore(cls, payload, ir: GrammarIR, alphabet: np.ndarray,
+                compiler: Compiler | None) -> "TerminalAutomata":
+        """The automata :meth:`snapshot` wrote, for ``ir`` over ``alphabet``
+        (their ids and shared walks ``compiler``'s)."""
+        self = cls.__new__(cls)
+        self.table = payload.get("table", np.int32, 2, width=256)
+        self.offsets = payload.get("offsets", np.int64)
+        self.accepting = payload.get("accepting", np.bool_)
+        self.usable = payload.get("usable", np.bool_)
+        rows, off = self.table.shape[0], self.offsets
+        if off.shape[0] != ir.n_terminals + 1 or self.usable.shape[0] != ir.n_terminals \
+                or self.accepting.shape[0] != rows or off[0] != 0 or off[-1] != rows \
+                or (np.diff(off) < 2).any():
+            raise ValueError("the terminal automata do not fit the grammar")
+        # each terminal's transitions stay inside its own rows
+        local = np.repeat(np.diff(off), np.diff(off))
+        if self.table.min() < 0 or (self.table.max(axis=1) >= local).any():
+            raise ValueError("a terminal automaton has transitions outside it")
+        self.kernel_arrays = (self.table, self.offsets, self.accepting, self.usable)
+        self._share(ir, alphabet.tobytes(), compiler)
+        return self
 
 
 class LexerTables:
@@ -591,6 +626,125 @@ class LexerTables:
             (self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.reads_utf8),
             (self.pairs, self.poff, self._hashes, self._htab, self._single, self._row_byte),
             (self.run, self.good, self.live, self._scratch))
+
+    # the per-state tables: (name, dtype, columns (None: one dimension;
+    # "terminals": a bitset of them), fill past the states)
+    _PER_STATE = (("trans", np.int32, 256, None), ("acc", np.uint64, "terminals", 0),
+                  ("has_acc", np.bool_, None, 0), ("loops", np.uint64, 4, 0),
+                  ("walk_flags", np.uint8, None, 0), ("run", np.int32, None, gk.RUN_UNKNOWN),
+                  ("reads_utf8", np.int8, None, -1), ("good", np.uint64, 2, 0),
+                  ("live", np.uint64, 3, 0), ("_hashes", np.uint64, None, 0))
+
+    def snapshot(self, payload) -> None:
+        """Write the lexer states so far, their walks and start states into
+        ``payload`` (a :class:`constrain.persist.Payload`); the caller holds
+        the grammar's lock."""
+        n = self.n
+        payload.set("n", n)
+        payload.set("max_states", self.max_states)
+        payload.set("max_rows", self._max_rows)
+        for name, *_ in self._PER_STATE:
+            a = getattr(self, name)
+            if name == "trans" and self._expanded < n:
+                # rows of states not yet expanded hold nothing yet (np.empty)
+                a = a[:n].copy()
+                a[self._expanded:] = 0
+            payload.put(name, a, n, runs=name == "trans")
+        payload.put("poff", self.poff, n + 1)
+        payload.put("pairs", self.pairs, int(self.poff[n]))
+        payload.set("expanded", self._expanded)
+        for name in ("_htab", "_single", "_row_byte"):
+            payload.put(name, getattr(self, name))
+        starts = list(self._starts.items())
+        payload.put("start_len", np.array([len(k) for k, _ in starts], dtype=np.int64))
+        payload.put("start_terms", np.array([t for k, _ in starts for t in sorted(k)],
+                                            dtype=np.int64))
+        payload.put("start_state", np.array([v for _, v in starts], dtype=np.int64))
+        rows = list(self._rows.items())
+        payload.put("walk_state", np.array([s for s, _ in rows], dtype=np.int64))
+        payload.put("walk_row", np.array([r for _, (r, _, _) in rows], dtype=np.uint32)
+                    .reshape(len(rows), self.words32))
+        payload.put("walk_len", np.array([len(nodes) for _, (_, nodes, _) in rows],
+                                         dtype=np.int64))
+        payload.put("walk_nodes", np.concatenate([nodes for _, (_, nodes, _) in rows] +
+                                                 [np.zeros(0, dtype=np.int32)]))
+        payload.put("walk_states", np.concatenate([st for _, (_, _, st) in rows] +
+                                                  [np.zeros(0, dtype=np.int32)]))
+
+    @classmethod
+    def restore(cls, payload, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
+                words32: int) -> "LexerTables":
+        """The tables :meth:`snapshot` wrote, over ``terms`` and ``trie``."""
+        self = cls.__new__(cls)
+        self.terms = terms
+        self.n_terminals = n_terminals
+        self.trie = trie
+        self.words64 = max(1, (n_terminals + 63) // 64)
+        self.max_states = check_budget("max_states", payload.value("max_states"))
+        self.n = n = payload.value("n")
+        self._expanded = payload.value("expanded")
+        for name, dtype, width, fill in self._PER_STATE:
+            if width == "terminals":
+                width = self.words64
+            setattr(self, name, payload.get(name, dtype, 1 if width is None else 2, fill=fill,
+                                            width=width))
+        cap = self.trans.shape[0]
+        self.poff = payload.get("poff", np.int64)
+        self.pairs = payload.get("pairs", np.int32)
+        self._htab = payload.get("_htab", np.int64)
+        self._single = payload.get("_single", np.int32)
+        self._row_byte = payload.get("_row_byte", np.int16)
+        rows = terms.table.shape[0]
+        if not (0 < n <= cap and 0 < self._expanded <= n and self.poff.shape[0] == cap + 1
+                and all(getattr(self, name).shape[0] == cap for name, *_ in self._PER_STATE)
+                and self._htab.shape[0] == 2 * cap and self._single.shape[0] == rows
+                and self._row_byte.shape[0] == rows):
+            raise ValueError("the lexer tables do not fit together")
+        poff = self.poff[:n + 1]
+        if poff[0] != 0 or (np.diff(poff) < 0).any() or poff[n] > self.pairs.shape[0] \
+                or self.trans[:n].min() < 0 or self.trans[:n].max() >= n \
+                or self._htab.min() < -1 or self._htab.max() >= n \
+                or self._single.min() < -1 or self._single.max() >= n:
+            raise ValueError("the lexer tables point outside themselves")
+        starts = payload.get("start_state", np.int64).tolist()
+        lengths = payload.get("start_len", np.int64).tolist()
+        flat = payload.get("start_terms", np.int64).tolist()
+        if len(lengths) != len(starts) or sum(lengths) != len(flat) \
+                or not all(0 <= g < n for g in starts):
+            raise ValueError("the lexer's start states do not fit")
+        self._starts, k = {}, 0
+        for m, g in zip(lengths, starts):
+            self._starts[frozenset(flat[k:k + m])] = g
+            k += m
+        self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
+        self._shared = terms.walks if len(set(terms.uids)) == len(terms.uids) else None
+        self._acc_lists = {}
+        self._names = _StateNames(self.pairs, self.poff, terms.uids)
+        self._names.n = n
+        self._local_ids = {}
+        self._rows = OrderedDict()
+        walk_states = payload.get("walk_state", np.int64).tolist()
+        walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
+        lengths = payload.get("walk_len", np.int64).tolist()
+        nodes = payload.get("walk_nodes", np.int32)
+        states = payload.get("walk_states", np.int32)
+        if not (len(walk_states) == walk_rows.shape[0] == len(lengths)
+                and sum(lengths) == len(nodes) == len(states)
+                and all(0 <= s < n for s in walk_states)
+                and (not len(states) or (states.min() >= 0 and states.max() < n))
+                and (not len(nodes) or (nodes.min() >= 0 and nodes.max() < trie.num_nodes))):
+            raise ValueError("the lexer's walks do not fit")
+        k = 0
+        for s, row, m in zip(walk_states, walk_rows, lengths):
+            self._rows[s] = (row, nodes[k:k + m], states[k:k + m])
+            k += m
+        self._scratch = np.empty((3, cap), dtype=np.int32)
+        self._trie_arrays = trie.kernel_arrays()
+        self._below = trie.subtree_bytes()[0]
+        self._pack()
+        self.words32 = words32
+        self._max_rows = check_budget("max_rows", payload.value("max_rows"))
+        return self
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
         """The terminals that may end in lexer state ``s``."""

@@ -52,20 +52,27 @@ class DFAConstraint(Constraint):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
-        self.vocab = vocab
-        self.dfa = dfa
-        self.source = source
-        self._accepting = dfa.accepting.tolist()
-        if True not in self._accepting:
+        accepting = dfa.accepting.tolist()
+        if True not in accepting:
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
         # the trie walks, the last compile phase, are under the same deadline
         # (a regex of 32k states spent 20 s there)
-        self.tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes,
-                                     deadline=deadline)
-        if not self.tokens.is_live(START):
+        tokens = TokenAutomaton(dfa, vocab, max_mask_bytes=max_mask_bytes, deadline=deadline)
+        if not tokens.is_live(START):
             raise EmptyLanguageError(
                 f"{source[:80]!r} matches no string that the vocabulary {vocab.name} can spell")
+        self._setup(dfa, vocab, source, tokens, accepting)
+
+    def _setup(self, dfa: ByteDFA, vocab: Vocabulary, source: str, tokens: TokenAutomaton,
+               accepting: list) -> None:
+        """Every attribute, from the DFA, its token automaton and its
+        accepting states as a list (a compile's or a loaded file's)."""
+        self.vocab = vocab
+        self.dfa = dfa
+        self.source = source
+        self._accepting = accepting
+        self.tokens = tokens
         self._n = dfa.num_states
         self._v = len(vocab)
         self._trans = memoryview(np.ascontiguousarray(dfa.transitions)).cast("B").cast("i")
@@ -97,6 +104,39 @@ class DFAConstraint(Constraint):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.source[:60]!r}, states={self.dfa.num_states}, "
                 f"vocab={self.vocab.name})")
+
+    # -- saving (constrain.persist) ---------------------------------------------------
+
+    def __reduce__(self):
+        # the file's bytes: a memoryview (the transitions) does not pickle
+        from constrain.persist import reduce_constraint
+
+        return reduce_constraint(self, _OWN_ATTRIBUTES)
+
+    def _persist(self, payload) -> str:
+        payload.set("source", self.source)
+        payload.put("transitions", np.ascontiguousarray(self.dfa.transitions, dtype=np.int32),
+                    runs=True)
+        payload.put("accepting", np.ascontiguousarray(self.dfa.accepting, dtype=np.bool_))
+        self.tokens.snapshot(payload.part("tokens"))
+        return "regex"
+
+    @classmethod
+    def _restore(cls, payload, vocab: Vocabulary, compiler=None) -> "DFAConstraint":
+        trans = payload.get("transitions", np.int32, 2, width=256)
+        accepting = payload.get("accepting", np.bool_)
+        n = trans.shape[0]
+        if n < 2 or accepting.shape[0] != n or trans.min() < 0 or trans.max() >= n:
+            raise ValueError(f"a DFA of {n} states with transitions outside them")
+        dfa = ByteDFA(trans, accepting)
+        self = cls.__new__(cls)
+        self._setup(dfa, vocab, payload.value("source", str),
+                    TokenAutomaton.restore(payload.part("tokens"), dfa, vocab), accepting.tolist())
+        return self
+
+    def _prepare_for_cache(self) -> None:
+        """Nothing: the masks are computed at compile time (or, past
+        ``max_mask_bytes``, on first visit, and not saved)."""
 
     @property
     def num_states(self) -> int:
@@ -262,6 +302,13 @@ class DFAConstraint(Constraint):
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
         data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
         return self.dfa.matches(data)
+
+
+#: the attributes a DFAConstraint sets itself (pickling keeps the others)
+_OWN_ATTRIBUTES = frozenset({
+    "vocab", "dfa", "source", "_accepting", "tokens", "_n", "_v", "_trans", "_token_bytes",
+    "_grammar_token", "_eos", "_live", "_words", "_pool_i32", "_zeros", "_src_rows", "_writers",
+    "_row_bytes", "_last_fill"})
 
 
 def _as_bytes(data) -> bytes:

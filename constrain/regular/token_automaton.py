@@ -72,13 +72,9 @@ class TokenAutomaton:
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *,
                  max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES, deadline=None):
         max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
-        self.dfa = dfa
-        self.vocab = vocab
-        self.trie = trie = TokenTrie.of(vocab)
-        self.num_states = n = dfa.num_states
-        self.words = words = (len(vocab) + 31) // 32
-        self._eos = vocab.eos_token_array
-        self._lock = threading.Lock()
+        self._base(dfa, vocab, max_mask_bytes)
+        trie = self.trie
+        n, words = self.num_states, self.words
         row_bytes = words * 4
         exact_liveness = not trie.spells_alphabet()
         self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
@@ -99,11 +95,74 @@ class TokenAutomaton:
             self._indptr, self._toks, self._nexts = indptr, toks, nexts
             self._slot = None
         else:
-            capacity = max(1, max_mask_bytes // row_bytes)
-            self._pool = _aligned_rows(capacity, words)
-            self._slot: OrderedDict = OrderedDict()  # state -> (slot, toks, nexts)
-            self._free = list(range(capacity - 1, -1, -1))
-            self.live = None
+            self._lazy_pool()
+
+    def _base(self, dfa: ByteDFA, vocab: Vocabulary, max_mask_bytes: int) -> None:
+        self.dfa = dfa
+        self.vocab = vocab
+        self.max_mask_bytes = max_mask_bytes
+        self.num_states = dfa.num_states
+        self.words = (len(vocab) + 31) // 32
+        self._eos = vocab.eos_token_array
+        self._lock = threading.Lock()
+
+    def _lazy_pool(self) -> None:
+        """Rows on first visit, in an LRU pool of ``max_mask_bytes``."""
+        capacity = max(1, self.max_mask_bytes // (4 * self.words))
+        self._pool = _aligned_rows(capacity, self.words)
+        self._slot: OrderedDict = OrderedDict()  # state -> (slot, toks, nexts)
+        self._free = list(range(capacity - 1, -1, -1))
+        self.live = None
+
+    @property
+    def trie(self) -> TokenTrie:
+        """The vocabulary's token trie (a loaded automaton with eager rows never
+        needs it, nor builds it)."""
+        return TokenTrie.of(self.vocab)
+
+    # -- saving ----------------------------------------------------------------------
+
+    def snapshot(self, payload) -> None:
+        """Write the rows and transitions into ``payload`` (a
+        :class:`constrain.persist.Payload`): eager ones whole; lazy ones not at
+        all (a row is a function of its state, computed again on first visit)."""
+        payload.set("max_mask_bytes", self.max_mask_bytes)
+        payload.set("eager", self.eager)
+        if self.eager:
+            payload.put("rows", np.ascontiguousarray(self._pool))
+            payload.put("indptr", self._indptr)
+            payload.put("toks", self._toks)
+            payload.put("nexts", self._nexts)
+            payload.set("live", self.live is not None)
+            if self.live is not None:
+                payload.put("live", self.live)
+
+    @classmethod
+    def restore(cls, payload, dfa: ByteDFA, vocab: Vocabulary) -> "TokenAutomaton":
+        """The automaton :meth:`snapshot` wrote, over ``dfa`` and ``vocab``."""
+        self = cls.__new__(cls)
+        self._base(dfa, vocab, check_budget("max_mask_bytes", payload.value("max_mask_bytes")))
+        self.eager = payload.value("eager", bool)
+        if not self.eager:
+            self._lazy_pool()
+            return self
+        n, words = self.num_states, self.words
+        rows = payload.get("rows", np.uint32, 2, width=words)
+        indptr = payload.get("indptr", np.int64)
+        toks, nexts = payload.get("toks", np.int32), payload.get("nexts", np.int32)
+        if rows.shape[0] != n or indptr.shape[0] != n + 1 or len(toks) != len(nexts) \
+                or indptr[0] != 0 or indptr[-1] != len(toks) or (np.diff(indptr) < 0).any() \
+                or (len(toks) and (toks.min() < 0 or toks.max() >= len(vocab)
+                                   or nexts.min() < 0 or nexts.max() >= n)):
+            raise ValueError("the token transitions do not fit the automaton")
+        self._pool = _aligned_rows(n, words)
+        self._pool[:] = rows
+        self._indptr, self._toks, self._nexts = indptr, toks, nexts
+        self.live = payload.get("live", np.bool_) if payload.value("live", bool) else None
+        if self.live is not None and self.live.shape[0] != n:
+            raise ValueError("the liveness does not fit the automaton")
+        self._slot = None
+        return self
 
     # -- computing rows ------------------------------------------------------------
 

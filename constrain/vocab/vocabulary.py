@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -44,6 +45,11 @@ from constrain.errors import VocabularyError
 __all__ = ["Vocabulary"]
 
 _T = TypeVar("_T")
+
+# every live vocabulary by fingerprint, so that an unpickled one is the
+# process's own when it has one (its trie, default compiler and encoder)
+_LIVE: "weakref.WeakValueDictionary[str, Vocabulary]" = weakref.WeakValueDictionary()
+_LIVE_LOCK = threading.Lock()
 
 
 class Vocabulary:
@@ -116,6 +122,9 @@ class Vocabulary:
         h.update(self._data.tobytes())
         h.update(np.asarray(eos, dtype=np.int64).tobytes())
         h.update(self._grammar.tobytes())
+        #: a stable digest of what constraints read (the token bytes, EOS ids
+        #: and which tokens carry grammar text): equal in every process for
+        #: equal vocabularies; saved constraints are keyed by it
         self.fingerprint = h.hexdigest()[:24]
         self._cache: dict = {}
         # reentrant: building one derived object may ask for another
@@ -125,6 +134,17 @@ class Vocabulary:
         #: (:meth:`from_huggingface`); ``None`` otherwise. Jump-forward decoding
         #: (:meth:`constrain.Matcher.jump_forward_tokens`) uses it.
         self.encoder: Callable[[str], list[int]] | None = None
+        with _LIVE_LOCK:
+            _LIVE.setdefault(self.fingerprint, self)
+
+    def __reduce__(self):
+        """Pickles as its tokens, EOS and special ids and name; unpickled in a
+        process that has a vocabulary of the same :attr:`fingerprint`, it is
+        that one (with its token trie, default compiler and ``encoder``), else
+        a new one without an ``encoder`` (a tokenizer's does not travel)."""
+        return (_unpickle_vocabulary,
+                (self._tokens, list(self._eos), sorted(self._special), self.name,
+                 self.fingerprint))
 
     # -- construction -----------------------------------------------------------
 
@@ -381,6 +401,19 @@ class Vocabulary:
     def __hash__(self) -> int:
         """The hash of the fingerprint."""
         return hash(self.fingerprint)
+
+
+def _unpickle_vocabulary(tokens, eos, special, name, fingerprint) -> Vocabulary:
+    with _LIVE_LOCK:
+        live = _LIVE.get(fingerprint)
+    if live is not None:
+        return live
+    vocab = Vocabulary(tokens, eos, special, name=name)
+    if vocab.fingerprint != fingerprint:
+        raise VocabularyError(f"the pickled vocabulary {name!r} does not rebuild to its "
+                              f"fingerprint {fingerprint}")
+    with _LIVE_LOCK:  # another thread may have rebuilt it meanwhile: one object
+        return _LIVE.setdefault(fingerprint, vocab)
 
 
 # -- helpers for the constructors ----------------------------------------------
