@@ -55,6 +55,17 @@ def compile_choice(choices, vocab, **options):
     return compile_regex("(?:" + "|".join(re.escape(c) for c in unique) + ")", vocab, **options)
 
 
+def load_request(value, what: str, error=SchemaError):
+    """``value`` itself, or the object its JSON text (``str`` or ``bytes``)
+    holds; malformed JSON raises ``error`` naming ``what``."""
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise error(f"the {what} is not valid JSON: {e}", "") from e
+    return value
+
+
 def read_response_format(rf) -> tuple[object, bool]:
     """``(schema, strict)`` of an OpenAI ``response_format`` (a dict or its JSON
     text): ``schema`` is ``None`` for ``{"type": "text"}`` (no constraint); a
@@ -64,11 +75,7 @@ def read_response_format(rf) -> tuple[object, bool]:
     Raises:
         SchemaError, UnsupportedSchemaError: as :func:`from_response_format`.
     """
-    if isinstance(rf, (str, bytes)):
-        try:
-            rf = json.loads(rf)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"the response_format is not valid JSON: {e}", "") from e
+    rf = load_request(rf, "response_format")
     if not isinstance(rf, dict):
         raise SchemaError(f"a response_format is an object, not {type(rf).__name__}", "")
     kind = rf.get("type")
@@ -116,11 +123,7 @@ def from_response_format(rf, vocab, **options):
     """
     from constrain.compiler import compile_json_schema
 
-    if isinstance(rf, (str, bytes)):
-        try:
-            rf = json.loads(rf)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"the response_format is not valid JSON: {e}", "") from e
+    rf = load_request(rf, "response_format")
     if isinstance(rf, dict) and rf.get("type") == "structural_tag":
         from constrain.frontends.structural_tag import compile_structural_tag
 

@@ -422,11 +422,9 @@ def _format_of(spec) -> tuple[object, tuple]:
     """The format object of a spec and its path: ``{"type": "structural_tag",
     "format": ...}``, the legacy ``structures``/``triggers`` form (as the
     ``triggered_tags`` it stands for), or a bare format."""
-    if isinstance(spec, (str, bytes)):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as e:
-            raise StructuralTagError(f"the structural tag is not valid JSON: {e}", "") from e
+    from constrain.frontends.response_format import load_request
+
+    spec = load_request(spec, "structural tag", StructuralTagError)
     if not isinstance(spec, dict):
         raise StructuralTagError(f"a structural tag is a JSON object, not {type(spec).__name__}",
                                  "")
