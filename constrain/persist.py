@@ -40,6 +40,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import math
 import os
 import re
 import struct
@@ -66,26 +67,23 @@ REASONS = ("missing", "truncated", "corrupt", "format", "version", "vocabulary",
 
 @functools.lru_cache(maxsize=1)
 def trellis_version() -> str:
-    """This Trellis: its package version and a digest of its source files
-    (``constrain/**/*.py``), computed once per process (a few ms), so that a
-    file written by other code is never trusted, even at the same version
-    number (an editable install, a patched copy)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            base = version("trellis-decoding")
-        except PackageNotFoundError:
-            base = "0"
-    except ImportError:  # pragma: no cover
-        base = "0"
-    root = Path(__file__).resolve().parent
-    h = hashlib.blake2b(digest_size=8)
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode())
+    """This Trellis, as a digest of its source files (``constrain/**/*.py``:
+    their paths and bytes), computed once per process (~2 ms): a file written
+    by any other code -- another release, an edited checkout -- is never
+    trusted, even under the same version number."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+    h = hashlib.blake2b(digest_size=10)
+    for path in sorted(files):
+        h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
         h.update(b"\0")
-        h.update(path.read_bytes())
-    return f"{base}+{h.hexdigest()}"
+        with open(path, "rb") as f:
+            h.update(f.read())
+        h.update(b"\0")
+    return f"src-{h.hexdigest()}"
 
 
 @functools.lru_cache(maxsize=8)
@@ -150,7 +148,9 @@ class Payload:
             part = part.astype(part.dtype.newbyteorder("<"))
         if part.dtype.str not in _DTYPES:
             raise TypeError(f"{key}: a payload holds no {part.dtype} array")
-        part = np.ascontiguousarray(part)
+        # a copy, made while the caller holds the constraint's lock: kernels
+        # write into these tables in place as other threads compute masks
+        part = np.array(part, order="C")
         if used is not None:
             self.meta[key + "#cap"] = int(array.shape[0])
         if runs:
@@ -181,11 +181,12 @@ class Payload:
         return v
 
     def get(self, name: str, dtype, ndim: int = 1, *, fill=0, width: int | None = None) -> np.ndarray:
-        """The array ``name`` as a new writable array of ``dtype`` with
-        ``ndim`` dimensions (and ``width`` columns, when given): at its saved
+        """The array ``name``, writable, of ``dtype`` with ``ndim``
+        dimensions (and ``width`` columns, when given): at its saved
         capacity, the rows past those saved set to ``fill`` (``None``: left
         uninitialised, for tables whose rows are written before they are
-        read)."""
+        read). Not a copy where it can be a view of the loaded bytes (each
+        array is read once, by one owner)."""
         key = self.prefix + name
         a = self.arrays.get(key)
         dtype = np.dtype(dtype)
@@ -204,7 +205,9 @@ class Payload:
                                  f"{dtype} of {ndim} dimensions", "corrupt")
         cap = self.meta.get(key + "#cap")
         if cap is None:
-            return a.copy()
+            # a view of the file's bytes, which the loader owns (a bytearray:
+            # writable, as the kernels need)
+            return a
         if not isinstance(cap, int) or isinstance(cap, bool) or cap < a.shape[0]:
             raise CacheFileError(f"the capacity of {key!r} is {cap!r}", "corrupt")
         shape = (cap,) + a.shape[1:]
@@ -338,7 +341,7 @@ def _payload(data, header: dict, start: int, where: str) -> Payload:
                     or not all(isinstance(s, int) and s >= 0 for s in shape):
                 raise ValueError(name)
             dt = np.dtype(dtype)
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(shape)
             lo = start + offset
             if offset < 0 or lo + count * dt.itemsize > end:
                 raise ValueError(name)
