@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -85,6 +86,12 @@ class SMCResult(SearchResult):
             weights; empty when ``log_z`` is ``-inf``.
         n_resamples: how many times the particles were resampled.
         ess_history: the effective sample size before each step's resampling test.
+        log_weight_history: per step, every particle's log weight before that
+            step's resampling test (a tuple of ``n_particles`` floats, ``-inf`` for
+            a dead particle; since the last resampling, which resets them to 0):
+            the trace behind ``ess_history``, e.g. to plot how the weights
+            degenerate (``examples/smc_weights.py``).
+        resampled_at: the steps (1-based) after which the particles were resampled.
         lm_calls: prefixes the model scored (one batched call per step, each distinct
             live prefix once).
         checks: constraint checks made by AWRS.
@@ -98,6 +105,8 @@ class SMCResult(SearchResult):
     posterior: dict[tuple[int, ...], float]
     n_resamples: int = 0
     ess_history: list[float] = field(default_factory=list, repr=False)
+    log_weight_history: list[tuple[float, ...]] = field(default_factory=list, repr=False)
+    resampled_at: list[int] = field(default_factory=list, repr=False)
     lm_calls: int = 0
     checks: int = 0
     steps: int = 0
@@ -174,7 +183,7 @@ def resample(weights: np.ndarray, n: int, rng: np.random.Generator, scheme: str 
 @accepts_old_call_forms(("prompt", "constraint"), renamed={"prompt_ids": "prompt"})
 def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_threshold: float = 0.5,
         max_new_tokens: int, resampling: str = "stratified", seed=None,
-        critic: Callable[[tuple[int, ...]], float] | None = None) -> SMCResult:
+        critic: Callable[[tuple[int, ...]], float] | None = None, progress: bool = False) -> SMCResult:
     """Sequential Monte Carlo over constrained continuations, with AWRS proposals.
 
     Args:
@@ -200,6 +209,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
             finishing removes the last value, so the target and ``Z`` do not change.
             A critic of ``-inf`` kills the particle; for an unbiased ``Z`` it must be
             finite on every prefix that has valid completions.
+        progress: print one line per step on stderr (particles alive and
+            finished, effective sample size, whether it resampled).
 
     Returns:
         An :class:`SMCResult` with ``particles``, ``log_z`` and ``posterior``.
@@ -247,6 +258,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
     log_z_acc = 0.0  # log of the product of the mean weights taken out at resampling
     n_resamples = 0
     ess_history: list[float] = []
+    log_weight_history: list[tuple[float, ...]] = []
+    resampled_at: list[int] = []
     steps = 0
 
     for _ in range(max_new_tokens):
@@ -276,10 +289,16 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
         # resample when the weights degenerate (and something is left to extend)
         ess = _ess(log_w)
         ess_history.append(ess)
+        log_weight_history.append(tuple(float(x) for x in log_w))
+        still_live = any(not finished[i] and log_w[i] > -math.inf for i in range(n))
+        resample_now = ess > 0.0 and still_live and ess < ess_threshold * n
+        if progress:
+            alive = sum(1 for i in range(n) if not finished[i] and log_w[i] > -math.inf)
+            print(f"smc: step {steps}/{max_new_tokens}: {alive} alive, {int(finished.sum())} finished, "
+                  f"ESS {ess:.1f}/{n}{', resampled' if resample_now else ''}", file=sys.stderr, flush=True)
         if ess == 0.0:
             break
-        still_live = any(not finished[i] and log_w[i] > -math.inf for i in range(n))
-        if still_live and ess < ess_threshold * n:
+        if resample_now:
             lse = _logsumexp(log_w)
             log_z_acc += lse - math.log(n)
             w = np.exp(log_w - lse)
@@ -289,6 +308,7 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
             finished = finished[idx].copy()
             log_w = np.zeros(n)
             n_resamples += 1
+            resampled_at.append(steps)
 
     # particles cut off before EOS are not complete strings
     log_w = np.where(finished, log_w, -math.inf)
@@ -303,7 +323,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
             if w[i] > 0:
                 posterior[tokens[i]] = posterior.get(tokens[i], 0.0) + float(w[i])
     result = SMCResult(particles=particles, log_z=float(log_z), posterior=posterior, n_resamples=n_resamples,
-                       ess_history=ess_history, lm_calls=lm.calls - calls0, checks=sampler.checks, steps=steps)
+                       ess_history=ess_history, log_weight_history=log_weight_history,
+                       resampled_at=resampled_at, lm_calls=lm.calls - calls0, checks=sampler.checks, steps=steps)
     decode = decoder(lm)
     return result if decode is None else dataclasses.replace(result, text=decode(result.token_ids))
 
