@@ -38,6 +38,7 @@ _LAZY = {
     "Hypothesis": ("search.autoregressive.beam", "Hypothesis"),
     "beam_search": ("search.autoregressive.beam", "beam_search"),
     "best_first_beam_search": ("search.autoregressive.beam", "best_first_beam_search"),
+    "constrained_beam_search": ("search.autoregressive.constrained_beam", "constrained_beam_search"),
     "AWRS": ("search.autoregressive.awrs", "AWRS"),
     "AWRSStep": ("search.autoregressive.awrs", "AWRSStep"),
     "awrs_step": ("search.autoregressive.awrs", "awrs_step"),
