@@ -559,7 +559,15 @@ def _check_expansion(tree) -> None:
 
 
 def _first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    """The first line of lark's message, less the position lark writes into it
+    ("at line 3, column 7": the GrammarError carries it as its line and column,
+    and says it once) and with a token shown as its text (``')'``, not
+    ``Token('_RPAR', ')')``)."""
+    if not str(e).strip():
+        return type(e).__name__
+    line = str(e).strip().splitlines()[0]
+    line = re.sub(r"Token\('\w+', ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)", r"\1", line)
+    return re.sub(r"\s*\bat line \d+,? column \d+(?: in <grammar>)?[.:]?\s*$", "", line) or line
 
 
 def _locate_error(message: str, text: str, start: str | None) -> tuple[int | None, int | None]:
