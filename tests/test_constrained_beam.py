@@ -342,6 +342,25 @@ def test_lark_grammar_composes_and_an_impossible_phrase_fails_before_any_call():
         assert lm.calls == 0
 
 
+def test_outputs_close_the_grammar_in_time_even_when_the_model_would_not():
+    # ")" is never among the model's top continuations: only the closing candidate
+    # (the grammar's shortest completion) proposes it, when the budget demands it
+    vocab = byte_vocabulary()
+    grammar = constrain.compile_grammar('start: "(" WORD ")"\nWORD: /[a-c]+/\n', vocab)
+    tiny = TinyLM(8, len(vocab), L=40)
+
+    def row(prefix):
+        out = tiny.row(prefix)
+        out[ord(")")] -= 40.0
+        return out
+
+    for T in (5, 8, 12):
+        out = constrained_beam_search(CallableLM(row, len(vocab), 256), [], constraint=grammar,
+                                      phrases=[list(b"ba")], beam_size=3, max_new_tokens=T)
+        assert out and all(h.finished and grammar.accepts_tokens(h.tokens) for h in out)
+        assert all(b"ba" in bytes(h.token_ids) and len(h.tokens) <= T for h in out)
+
+
 @pytest.mark.parametrize("phrases, error", [
     ("abc", TypeError),           # a bare text, not a list of phrases
     ([[]], ValueError),

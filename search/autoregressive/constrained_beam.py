@@ -30,12 +30,18 @@ With a grammar constraint, every candidate is also a token the grammar allows,
 and before the search each phrase is checked to fit somewhere in the grammar's
 language (:func:`constrain.analysis.can_complete_regex` for a regex,
 :func:`constrain.analysis.can_complete` for a context-free grammar); a phrase
-that cannot is a ``ValueError`` before any model call.
+that cannot is a ``ValueError`` before any model call. So that outputs end
+complete rather than cut off by ``max_new_tokens``, a hypothesis that has met
+every phrase also proposes the first token of the grammar's shortest completion
+(as ``generate(close=True)`` spells it), and a candidate that could no longer
+meet its phrases, close the grammar and end within the budget is dropped.
 
 The cost per step is the one ``lm.logprobs`` call of a beam search of the same
-``beam_size`` (``k`` prefixes), plus bookkeeping over at most ``k * (k + a)``
-candidates (``a``: the tokens that advance a phrase), which is small beside a
-model call; it does not grow with the number of phrases. See ``docs/search.md``.
+``beam_size`` (``k`` prefixes), whatever the number of phrases, plus
+bookkeeping over at most ``k * (k + a + 1)`` candidates (``a``: the tokens that
+advance a phrase), linear in the number of phrases per candidate, and with a
+grammar one mask per hypothesis, one ``advance`` and one (cached) shortest
+completion per candidate; small beside a model call. See ``docs/search.md``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from typing import Sequence
 import numpy as np
 
 from search.autoregressive.beam import Hypothesis
+from search.autoregressive.closing import completion_tokens, shortest_completion
 from search.lm.protocol import as_constraint, as_lm, constraint_eos_ids, decoder, prompt_token_ids
 
 __all__ = ["constrained_beam_search", "allocate_banks", "PhraseTracker"]
@@ -330,10 +337,15 @@ def constrained_beam_search(lm, prompt, *, constraint=None, phrases, beam_size: 
 
     Step ``t`` scores the live hypotheses (at most ``beam_size``) in one
     ``lm.logprobs`` call and forms candidates: the ``beam_size`` best allowed
-    tokens of each (ties at the cut included) and every allowed token that
-    advances an unmet phrase (:meth:`PhraseTracker.advancing`). A candidate that
-    cannot meet its remaining phrases and end within ``max_new_tokens``
-    (:meth:`PhraseTracker.tokens_needed`) is dropped. The candidates are grouped
+    tokens of each (ties at the cut included), every allowed token that
+    advances an unmet phrase (:meth:`PhraseTracker.advancing`) and, with a
+    grammar, for a hypothesis that met every phrase, the first token of the
+    grammar's shortest completion. A candidate is dropped when ``t`` plus the
+    larger of the tokens its phrases still need
+    (:meth:`PhraseTracker.tokens_needed`) and the tokens of the grammar's
+    shortest completion, plus one for EOS, exceeds ``max_new_tokens`` (except
+    at the last step, where a candidate that met every phrase stays as a
+    cut-off output). The candidates are grouped
     into banks by phrase tokens met (:meth:`PhraseTracker.met_tokens`) and the
     beam's slots are allocated over them (:func:`allocate_banks`); each bank keeps
     its best. A live hypothesis that has met every phrase also ends (EOS, where the
@@ -347,7 +359,10 @@ def constrained_beam_search(lm, prompt, *, constraint=None, phrases, beam_size: 
     phrase's text), and a finished one is accepted by ``constraint``. With
     ``beam_size`` at least the number of candidates of every step, the search is
     exhaustive and the first hypothesis is the most probable finished sequence of
-    at most ``max_new_tokens`` tokens (EOS included) that contains every phrase.
+    at most ``max_new_tokens`` tokens (EOS included) that contains every phrase
+    (with a grammar: where its shortest completions, as spelled, are also its
+    fewest tokens, as over a vocabulary of single bytes; a longer spelling may
+    drop a hypothesis that could have closed in time).
 
     Args:
         lm, prompt, constraint, max_new_tokens: as for
@@ -393,38 +408,43 @@ def constrained_beam_search(lm, prompt, *, constraint=None, phrases, beam_size: 
     tracker = PhraseTracker(alts)
     T, k, V = int(max_new_tokens), int(beam_size), lm.vocab_size
     eos_ids = np.array(sorted(e for e in eos if e < V), dtype=np.int64)
+    closing = None if constraint is None else _Closing(lm, constraint)
     root_state = None if constraint is None else constraint.initial_state()
     live = [_Item((), 0.0, root_state, tracker.initial())]
     finished: list[Hypothesis] = []
     for t in range(1, T + 1):
         rows = np.asarray(lm.logprobs([prompt_ids + h.tokens for h in live]), dtype=np.float64)
-        banks: list[list[tuple]] = [[] for _ in range(tracker.total + 1)]
+        banks: list[list[_Item]] = [[] for _ in range(tracker.total + 1)]
         for h, row in zip(live, rows):
             masked = _allowed_row(row, constraint, h.state, V)
+            tokens = set()
             if tracker.done(h.phrases):
                 for e in eos_ids.tolist():
                     if masked[e] > -np.inf:
                         finished.append(Hypothesis(h.tokens + (e,), h.score + float(masked[e]), True,
                                                    _advance(constraint, h.state, e)))
+                if closing is not None:
+                    tokens.add(closing(h.state)[1])
             masked[eos_ids] = -np.inf
-            tokens = set(_top(masked, k).tolist())
-            tokens.update(a for a in tracker.advancing(h.phrases) if masked[a] > -np.inf)
-            for tok in sorted(tokens):
+            tokens.update(_top(masked, k).tolist())
+            tokens.update(tracker.advancing(h.phrases))
+            for tok in sorted(x for x in tokens if x is not None and masked[x] > -np.inf):
                 ps = tracker.advance(h.phrases, tok)
                 need = tracker.tokens_needed(ps)
-                # it must still meet its phrases and end (EOS) within T, or be a cut-off
-                # output of the last step that already met them all
-                if t + need + 1 <= T or (t == T and need == 0):
-                    banks[tracker.met_tokens(ps)].append((-(h.score + float(masked[tok])), h.tokens + (tok,), h, ps))
+                state = _advance(constraint, h.state, tok)
+                close = 0 if closing is None else closing(state)[0]
+                # it must still meet its phrases, close the grammar and end (EOS) within
+                # T, or be a cut-off output of the last step that met every phrase
+                if t + max(need, close) + 1 <= T or (t == T and need == 0):
+                    banks[tracker.met_tokens(ps)].append(
+                        _Item(h.tokens + (tok,), h.score + float(masked[tok]), state, ps))
         alloc = allocate_banks(k, [len(b) for b in banks])
-        chosen = []
+        live = []
         for bank, n in zip(banks, alloc):
             if n:
-                bank.sort(key=lambda c: (c[0], c[1]))
-                chosen.extend(bank[:n])
-        chosen.sort(key=lambda c: (c[0], c[1]))
-        live = [_Item(toks, -neg, _advance(constraint, parent.state, toks[-1]), ps)
-                for neg, toks, parent, ps in chosen]
+                bank.sort(key=_rank)
+                live.extend(bank[:n])
+        live.sort(key=_rank)
         if not live:
             break
         if finished and max(f.score for f in finished) > live[0].score:
@@ -437,6 +457,44 @@ def constrained_beam_search(lm, prompt, *, constraint=None, phrases, beam_size: 
     if decode is None:
         return out
     return [dataclasses.replace(h, text=decode(h.token_ids)) for h in out]
+
+
+def _rank(h: _Item):
+    """Higher score first, then the smaller token tuple (as in :mod:`search.autoregressive.beam`)."""
+    return (-h.score, h.tokens)
+
+
+class _Closing:
+    """What a grammar state needs before EOS: ``(tokens, first)``, the length and
+    first token of the grammar's shortest completion as
+    ``generate(close=True)`` spells it (:mod:`search.autoregressive.closing`:
+    breadth-first over bytes, then the tokenizer's spelling or one token per
+    byte); ``(0, None)`` where the grammar accepts, ``(1, None)`` where no
+    completion is found (one token is the least any state needs). Cached per state."""
+
+    def __init__(self, lm, constraint):
+        self.lm = lm if hasattr(lm, "encode") else _BytesOnly()
+        self.constraint = constraint
+        self.memo: dict = {}
+
+    def __call__(self, state) -> tuple[int, int | None]:
+        if self.constraint.is_accepting(state):
+            return 0, None
+        hit = self.memo.get(state)
+        if hit is None:
+            completion = shortest_completion(self.constraint, state)
+            ids = None if completion is None else completion_tokens(self.lm, self.constraint, state, completion)
+            hit = self.memo[state] = (len(ids), ids[0]) if ids else (1, None)
+        return hit
+
+
+class _BytesOnly:
+    """A model without a tokenizer, for :func:`completion_tokens`: no spelling of
+    its own, so completions are spelled one token per byte."""
+
+    @staticmethod
+    def encode(text: str) -> list[int]:
+        return []
 
 
 def _allowed_row(row: np.ndarray, constraint, state, V: int) -> np.ndarray:
