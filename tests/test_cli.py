@@ -386,6 +386,23 @@ def test_bad_device_is_reported_before_the_weights(monkeypatch, vocab, capsys):
         assert "finds no cuda device" in capsys.readouterr().err
 
 
+def test_a_model_of_another_vocabulary_gets_its_own_compile(no_model):
+    """Should the model's vocabulary ever differ from the tokenizer's, the
+    constraint is compiled again over the model's."""
+    from types import SimpleNamespace
+
+    import constrain
+
+    args = cli.build_parser().parse_args(["generate", "--regex", "ab", "hi"])
+    spec = cli.read_constraint(args)
+    grammar = cli.compile_constraint(spec, args, cli.load_vocabulary(), print)
+    lm = SimpleNamespace(vocab=grammar.vocab)
+    assert cli._for_model(grammar, spec, args, lm, print) is grammar
+    lm.vocab = constrain.Vocabulary.from_tokens([b"a", b"b", b"</s>"], eos_token_ids=[2])
+    again = cli._for_model(grammar, spec, args, lm, print)
+    assert again.vocab == lm.vocab and again.accepts_tokens([0, 1, 2])
+
+
 def test_missing_model_package_exits_4(monkeypatch, capsys):
     from search.models import smollm2
 

@@ -461,6 +461,8 @@ def load_vocabulary(info=None):
     Raises:
         CliError: the default model is not installed (exit status 4).
     """
+    import tokenizers
+
     import constrain
     from search.models import smollm2
 
@@ -469,16 +471,14 @@ def load_vocabulary(info=None):
         folder = smollm2.cache_dir() / smollm2.MODEL_NAME / "tokenizer"
         if not (folder / "tokenizer_config.json").is_file():
             smollm2.load_tokenizer()
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+            with open(folder / "tokenizer_config.json", encoding="utf-8") as f:
+                eos = json.load(f).get("eos_token")
+        except Exception:  # a damaged cache (tokenizers raises plain Exceptions): the slow way
+            tok, eos = smollm2.load_tokenizer(), None
     except smollm2.DefaultModelNotInstalled as e:
         raise CliError(str(e), EXIT_MODEL) from None
-    import tokenizers
-
-    try:
-        tok = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-        with open(folder / "tokenizer_config.json", encoding="utf-8") as f:
-            eos = json.load(f).get("eos_token")
-    except Exception:  # a damaged cache (tokenizers raises plain Exceptions): the slow way
-        tok, eos = smollm2.load_tokenizer(), None
     eos = eos.get("content") if isinstance(eos, dict) else eos
     eos_id = tok.token_to_id(eos) if isinstance(eos, str) else None
     vocab = constrain.Vocabulary.from_huggingface(tok, eos_token_ids=None if eos_id is None else [eos_id],
