@@ -289,8 +289,10 @@ def converted_model_dir(rebuild: bool = False, verbose: bool = False) -> Path:
 
     Conversion (tens of seconds) writes into a temporary directory, reloads it and
     checks that its logits equal the de-quantized model's bit for bit, and only then
-    renames it into place; a lock file serialises concurrent conversions.
-    ``verbose`` reports progress on stderr.
+    renames it into place; a lock file serialises concurrent conversions. A
+    conversion always says so on stderr, when it starts and when it is done (it
+    is the one long wait of a first run); ``verbose`` adds transformers'
+    de-quantization progress bar.
     """
     import sys
 
@@ -304,8 +306,8 @@ def converted_model_dir(rebuild: bool = False, verbose: bool = False) -> Path:
             return target
         _remove_stale_tmp(root, _MODEL_DIRNAME)
         t0 = time.perf_counter()
-        if verbose:
-            print(f"trellis: converting {meta['gguf_file']} (first run only) ...", file=sys.stderr, flush=True)
+        print(f"trellis: converting the default model once (tens of seconds): {meta['gguf_file']} "
+              f"-> {target} ...", file=sys.stderr, flush=True)
         model = load_gguf_model(progress=verbose)
         tmp = Path(tempfile.mkdtemp(prefix=f"{_MODEL_DIRNAME}.tmp-", dir=root))
         try:
@@ -328,9 +330,8 @@ def converted_model_dir(rebuild: bool = False, verbose: bool = False) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        if verbose:
-            print(f"trellis: cached the converted model in {target} "
-                  f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+        print(f"trellis: cached the converted model in {target} "
+              f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
     return target
 
 
@@ -385,7 +386,7 @@ def load_default_model(device=None, dtype=None, verbose: bool = False):
     caches it (see the module docstring for where); later calls load the cache in a
     second or two. The result is memoised per ``(device, dtype, cache_dir())``
     within the process, so repeated calls share one model. CPU float32 by default;
-    ``verbose`` reports a first-run conversion on stderr.
+    a first-run conversion is announced on stderr (``verbose`` adds its progress bar).
     """
     import torch
 

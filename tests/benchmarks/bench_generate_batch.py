@@ -2,12 +2,16 @@
 default model: the same texts, and the tokens/s of each.
 
     python tests/benchmarks/bench_generate_batch.py [--prompts 16] [--max-new-tokens 24]
-        [--temperature 0] [--markdown]
+        [--temperature 0] [--markdown] [--plot DIR]
 
 Prompts cycle through four constraints: a phone-number regex, a closed JSON
 Schema object, a choice of three words, and none. Every decoding step counts
 one token per row (EOS included). Both sides run on the same torch threads;
 the single calls go first, so any compile is paid there, not by the batch.
+``--plot DIR`` writes ``generate_tokens_per_second.png``: decoding tokens/s
+(prefill excluded; summed steps over summed decoding seconds of the rows of
+each kind) for each constraint kind against none (needs matplotlib, the
+``plots`` extra).
 """
 
 from __future__ import annotations
@@ -27,6 +31,14 @@ QUESTIONS = ["Give me a phone number for shop {}.", "Describe person number {} a
 KINDS = ["regex", "json schema", "choice", "none"]
 
 
+def _rate(results, kind: str) -> float:
+    """Decoding steps per second of the rows of one constraint kind (rows cycle
+    through :data:`KINDS`), prefill excluded."""
+    rows = [r for i, r in enumerate(results) if KINDS[i % 4] == kind]
+    seconds = sum(r.seconds - r.prefill_seconds for r in rows)
+    return sum(r.num_steps for r in rows) / seconds if seconds > 0 else float("nan")
+
+
 def main(argv=None) -> int:
     """Run the comparison and print its table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,6 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--plot", default="", metavar="DIR", help="write generate_tokens_per_second.png into DIR")
     args = ap.parse_args(argv)
 
     import constrain
@@ -77,6 +90,16 @@ def main(argv=None) -> int:
     for a, b in zip(single, batch):
         if a.text != b.text:
             print(f"  differs: {a.text!r} vs {b.text!r}")
+    rates = [(kind, _rate(single, kind), _rate(batch, kind)) for kind in KINDS]
+    print(fmt_table([["constraint", "tokens/s, generate", "tokens/s per row, generate_batch"]]
+                    + [[k, fmt(a, 1), fmt(b, 1)] for k, a, b in rates], args.markdown))
+    if args.plot:
+        import plots
+
+        env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        title = (f"SmolLM2-135M, {args.prompts} prompts, {args.max_new_tokens} new tokens at most; "
+                 f"{plots.load_note(env).split(',')[0]}")
+        log(f"wrote {plots.tokens_per_second(rates, os.path.join(args.plot, 'generate_tokens_per_second.png'), title)}")
     return 0 if all(same) else 1
 
 

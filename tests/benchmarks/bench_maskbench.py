@@ -558,7 +558,8 @@ def bench_job(eng, payload, send) -> None:
 
 def run_case(case: SchemaCase, workers: dict, args, overhead: int, cpu_overhead: int, spec) -> dict:
     res = {
-        "id": case.id, "split": case.split, "valid": len(case.valid), "invalid": len(case.invalid),
+        "id": case.id, "split": case.split, "schema_bytes": len(json.dumps(case.schema, separators=(",", ":"))),
+        "valid": len(case.valid), "invalid": len(case.invalid),
         "unknown": case.unknown, "label_disagree": case.label_disagree, "untokenizable": case.untokenizable,
         "validator_error": case.validator_error, "unchecked_formats": case.unchecked_formats, "engines": {},
     }
@@ -910,6 +911,19 @@ def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) 
     print(format_findings(by_split_t, live, args.show))
 
 
+def write_plots(report: dict, args) -> None:
+    """The ``--plot DIR`` pictures of ``report``'s first vocabulary, on the tables'
+    clock (``--clock``)."""
+    if not args.plot:
+        return
+    import plots
+
+    out = Path(args.plot)
+    for fn, name in ((plots.maskbench_mask_time, "maskbench_mask_time.png"),
+                     (plots.maskbench_compile_vs_size, "maskbench_compile_vs_size.png")):
+        log(f"wrote {fn(report, out / name, clock=args.clock)}")
+
+
 def main(argv=None) -> int:
     global CLOCK
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -922,6 +936,10 @@ def main(argv=None) -> int:
                     help="times in the tables: wall clock (default) or process CPU time (immune to preemption "
                          "on a loaded machine); --json keeps both")
     ap.add_argument("--from-json", default="", help="print the tables of an earlier --json run, run nothing")
+    ap.add_argument("--plot", default="", metavar="DIR",
+                    help="also write maskbench_mask_time.png (mask time per split per engine) and "
+                         "maskbench_compile_vs_size.png (compile time against schema size) into DIR "
+                         "(needs the plots extra: matplotlib); works with --from-json")
     ap.add_argument("--xgrammar-strict", action="store_true",
                     help="xgrammar strict_mode=True (its default: no properties beyond those listed); "
                          "off by default, for JSON Schema semantics")
@@ -946,6 +964,7 @@ def main(argv=None) -> int:
             print_vocab_report(vname, vres, live, report.get("skipped", {}), args)
         print("\nenvironment: " + json.dumps(report.get("environment")))
         print("engine options: " + json.dumps(report.get("options")))
+        write_plots(report, args)
         return 0
     harness.GC_FLUSH = not args.no_gc_flush
     maskbench_peers.XGrammarJSON.strict_mode = args.xgrammar_strict
@@ -994,6 +1013,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(report, f, default=str)
         log(f"wrote {args.json}")
+    write_plots(report, args)
     return 0
 
 
