@@ -97,7 +97,9 @@ def _write(tmp_path, name: str, content) -> str:
 
 
 CONSTRAINT_FLAGS = ("--regex", "--schema", "--grammar", "--response-format", "--choice", "--unicode",
-                    "--no-strict", "--whitespace", "--max-whitespace", "--time-budget", "--limit")
+                    "--no-strict", "--whitespace", "--max-whitespace", "--time-budget", "--limit",
+                    "--structural-tag", "--reasoning", "--reasoning-start", "--reasoning-end",
+                    "--reasoning-max-tokens")
 
 
 def test_help_lists_every_option(capsys):
@@ -107,7 +109,7 @@ def test_help_lists_every_option(capsys):
     out = capsys.readouterr().out
     for opt in CONSTRAINT_FLAGS + (
             "--max-new-tokens", "--temperature", "--seed", "--top-k", "--top-p", "--min-p",
-            "--repetition-penalty", "--stop", "--stream", "--system", "--no-chat-template",
+            "--repetition-penalty", "--stop", "--close", "--stream", "--system", "--no-chat-template",
             "--device", "--dtype", "--quiet", "Exit status"):
         assert opt in out, opt
     assert "--no-\n" not in out  # no option broken at a hyphen
@@ -338,6 +340,10 @@ def test_prompt_from_standard_input_loses_one_trailing_newline(monkeypatch):
     (["generate", "--stop", "", "hi"], "--stop values must be non-empty"),
     (["search", "beam", "--budget", "9", "hi"], "--budget applies to 'trellis search lattice' only"),
     (["search", "best-first", "--merge-ngram", "2", "hi"], "--merge-ngram applies to"),
+    (["generate", "--reasoning-max-tokens", "9", "--regex", "a", "hi"], "need --reasoning"),
+    (["generate", "--reasoning", "hi"], "give the constraint"),
+    (["generate", "--close", "hi"], "--close ends a constrained output"),
+    (["generate", "--structural-tag", "-", "-"], "must be given as an argument"),
 ])
 def test_usage_errors_come_before_anything_loads(nothing_loads, capsys, argv, says):
     assert cli.main(argv) == 2
@@ -430,6 +436,44 @@ def test_generate_phone_number_subprocess(lm):
     assert "tokens/s" in p.stderr and "loaded" in p.stderr and "compiled" in p.stderr
     # compiled before the model loaded
     assert p.stderr.index("compiled the regex") < p.stderr.index("loaded SmolLM2")
+
+
+def test_structural_tag_errors_name_the_place(no_model, tmp_path, capsys):
+    bad = _write(tmp_path, "tag.json", {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<f="],
+        "tags": [{"type": "tag", "begin": "<g>", "content": {"type": "any_text"}, "end": "</g>"}]}})
+    assert cli.main(["generate", "--structural-tag", bad, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid structural tag" in err and "/format/tags/0/begin" in err
+    token = _write(tmp_path, "token.json", {"type": "token", "token": "<|x|>"})
+    assert cli.main(["generate", "--structural-tag", token, "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "unsupported structural tag" in err and "docs/structural_tags.md" in err
+
+
+def test_structural_tag_reasoning_and_close(lm, tmp_path, capsys):
+    tag = _write(tmp_path, "tool.json", {"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<tool_call>"], "at_least_one": True,
+        "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": '<tool_call>{"name": "get_weather", "arguments": ',
+                  "content": {"type": "json_schema", "json_schema": {
+                      "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+                      "required": ["city"], "additionalProperties": False}},
+                  "end": "}</tool_call>"}]}})
+    assert cli.main(["generate", "-q", "--structural-tag", tag, "Weather in Paris?"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert re.fullmatch(r'<tool_call>\{"name": "get_weather", "arguments": '
+                        r'\{"city":"(Paris|Oslo)"\}\}</tool_call>', out), out
+    assert cli.main(["generate", "-q", "--reasoning", "--reasoning-max-tokens", "12", "--choice",
+                     "yes", "--choice", "no", "Is fire hot?"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("<think>") and re.search(r"</think>(yes|no)$", out), out
+    schema = _write(tmp_path, "s.json", {"type": "object", "required": ["bio"],
+                                         "properties": {"bio": {"type": "string"}},
+                                         "additionalProperties": False})
+    assert cli.main(["generate", "-q", "--close", "--schema", schema, "--max-new-tokens", "10",
+                     "Write a long biography as JSON."]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"bio"}
 
 
 def test_cut_off_exits_1_and_still_prints(lm, capsys):

@@ -141,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--stop", action="append", default=None, metavar="TEXT",
                       help="end the output where it first contains TEXT, cut before it "
                       "(repeat for several)")
+    opts.add_argument("--close", action="store_true",
+                      help="with a constraint: end the output complete (a shortest completion "
+                      "in the last tokens) rather than cut off by --max-new-tokens")
     opts.add_argument("--stream", action="store_true",
                       help="print the text as it is generated (whole characters) instead of at the end")
     _add_chat_options(opts)
@@ -180,6 +183,10 @@ def _add_constraint_options(parser, free: str) -> None:
     cons.add_argument("--choice", action="append", metavar="TEXT",
                       help="the output is one of these strings (repeat the option for each "
                       "choice)")
+    cons.add_argument("--structural-tag", metavar="FILE",
+                      help="the output is what this structural tag describes: free text, tool "
+                      "calls and other tags (XGrammar's format; a .json file, or - for standard "
+                      "input; see docs/structural_tags.md)")
     opts = parser.add_argument_group("constraint options")
     opts.add_argument("--unicode", action="store_true",
                       help="--regex: give \\d, \\w, \\s and \\b their full Unicode meaning, as "
@@ -201,6 +208,18 @@ def _add_constraint_options(parser, free: str) -> None:
     opts.add_argument("--limit", type=_limit, action="append", default=None, metavar="NAME=N",
                       help="set another compile budget (repeat for several): "
                       + ", ".join(LIMIT_NAMES) + " (see constrain.Limits)")
+    think = parser.add_argument_group("reasoning section (before the constrained output)")
+    think.add_argument("--reasoning", action="store_true",
+                       help="let the model think first: --reasoning-start, free text without "
+                       "--reasoning-end, --reasoning-end, then the constrained output")
+    think.add_argument("--reasoning-start", default="<think>", metavar="TEXT",
+                       help="the marker that opens the section (default: <think>; '' when the "
+                       "chat template opens it)")
+    think.add_argument("--reasoning-end", default="</think>", metavar="TEXT",
+                       help="the marker that closes it (default: </think>)")
+    think.add_argument("--reasoning-max-tokens", type=_positive_int, default=None, metavar="N",
+                       help="the most tokens the section may take, markers included (the end "
+                       "marker is written in time)")
 
 
 def _add_chat_options(group) -> None:
@@ -388,6 +407,9 @@ def read_constraint(args) -> ConstraintSpec | None:
     if args.response_format is not None:
         return ConstraintSpec("response format", _read_json(args.response_format, "response format"),
                               _stdin_name(args.response_format))
+    if getattr(args, "structural_tag", None) is not None:
+        return ConstraintSpec("structural tag", _read_json(args.structural_tag, "structural tag"),
+                              _stdin_name(args.structural_tag))
     if args.grammar is not None:
         if args.grammar == "-":
             return ConstraintSpec("grammar", _read_text("-", "grammar"), "(standard input)")
@@ -404,12 +426,27 @@ def _check_options(args) -> None:
     anything is read or loaded."""
     kind = ("regex" if args.regex is not None else "choice" if args.choice is not None
             else "schema" if args.schema is not None else "grammar" if args.grammar is not None
-            else "response format" if args.response_format is not None else None)
+            else "response format" if args.response_format is not None
+            else "structural tag" if args.structural_tag is not None else None)
     if args.unicode and kind != "regex":
         raise CliError("--unicode applies to --regex only")
     for dest, flag in _SCHEMA_FLAGS:
-        if getattr(args, dest) not in (None, False) and kind not in ("schema", "response format"):
-            raise CliError(f"{flag} applies to --schema and --response-format only")
+        if getattr(args, dest) not in (None, False) and kind not in ("schema", "response format",
+                                                                      "structural tag"):
+            raise CliError(f"{flag} applies to --schema, --response-format and --structural-tag "
+                           "only")
+    if not args.reasoning and (args.reasoning_max_tokens is not None
+                               or (args.reasoning_start, args.reasoning_end) != ("<think>",
+                                                                                  "</think>")):
+        raise CliError("--reasoning-start, --reasoning-end and --reasoning-max-tokens need "
+                       "--reasoning")
+    if args.reasoning and kind is None:
+        raise CliError("--reasoning puts a thinking section before a constrained output: give "
+                       "the constraint (--regex, --schema, --grammar, --choice...)")
+    if args.reasoning and not args.reasoning_end:
+        raise CliError("--reasoning-end must not be empty")
+    if getattr(args, "close", False) and kind is None:
+        raise CliError("--close ends a constrained output complete: give the constraint")
     if args.max_whitespace is not None and args.whitespace != "flexible":
         raise CliError("--max-whitespace needs --whitespace flexible")
     if kind is None:
@@ -420,7 +457,8 @@ def _check_options(args) -> None:
     if kind == "choice" and not all(args.choice):
         raise CliError("--choice takes a non-empty string")
     stdin_file = next((flag for flag, v in (("--schema", args.schema), ("--grammar", args.grammar),
-                                            ("--response-format", args.response_format))
+                                            ("--response-format", args.response_format),
+                                            ("--structural-tag", args.structural_tag))
                        if v == "-"), None)
     if stdin_file and args.prompt == "-":
         raise CliError(f"{stdin_file} - reads the {kind} from standard input, so the prompt "
@@ -532,8 +570,22 @@ def _compile_spec(spec: ConstraintSpec, args, vocab):
     if spec.kind == "grammar":
         return constrain.compile_grammar(spec.value, vocab, **_taken_by(constrain.compile_grammar, budgets))
     if spec.kind == "schema":
-        return constrain.compile_json_schema(spec.value, vocab, **schema_options, **budgets)
-    return constrain.from_response_format(spec.value, vocab, **schema_options, **budgets)
+        grammar = constrain.compile_json_schema(spec.value, vocab, **schema_options, **budgets)
+    elif spec.kind == "structural tag":
+        grammar = constrain.compile_structural_tag(spec.value, vocab, **schema_options, **budgets)
+    else:
+        grammar = constrain.from_response_format(spec.value, vocab, **schema_options, **budgets)
+    return grammar
+
+
+def _with_reasoning(grammar, args):
+    """``grammar`` after the thinking section ``args`` asks for, if any."""
+    if grammar is None or not args.reasoning:
+        return grammar
+    import constrain
+
+    return constrain.with_reasoning(grammar, start=args.reasoning_start or None,
+                                    end=args.reasoning_end, max_tokens=args.reasoning_max_tokens)
 
 
 def compile_constraint(spec: ConstraintSpec, args, vocab, info):
@@ -546,7 +598,7 @@ def compile_constraint(spec: ConstraintSpec, args, vocab, info):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            grammar = _compile_spec(spec, args, vocab)
+            grammar = _with_reasoning(_compile_spec(spec, args, vocab), args)
     except constrain.ConstraintError as e:
         message, code, hint = explain(e, spec, args)
         raise CliError(message, code, hint) from None
@@ -735,7 +787,7 @@ def _cmd_generate(args) -> int:
                   temperature=args.temperature, seed=args.seed, system=args.system,
                   chat_template=None if args.chat_template else False, top_k=args.top_k,
                   top_p=args.top_p, min_p=args.min_p,
-                  repetition_penalty=args.repetition_penalty, stop=args.stop)
+                  repetition_penalty=args.repetition_penalty, stop=args.stop, close=args.close)
     try:
         if args.stream:
             pieces = stream(lm, prompt, **kwargs)
