@@ -145,7 +145,7 @@ def record(h, lm, phrases, calls, wall, cpu, schema: bool) -> dict:
 def summary(records, markdown: bool) -> str:
     """One row per mode and driver, totals and means over the prompts."""
     rows = [["mode", "driver", "prompts", "outputs", "contain every phrase", "ended (EOS)", "valid JSON",
-             "mean log-prob", "mean log-prob / token", "calls", "wall s", "CPU s"]]
+             "mean log-prob", "mean log-prob / token", "mean length", "calls", "wall s", "CPU s"]]
     for mode in ("free", "schema"):
         rs = [r for r in records if r["mode"] == mode]
         if not rs:
@@ -159,6 +159,7 @@ def summary(records, markdown: bool) -> str:
                          f"{sum(bool(x['valid']) for x in out)}/{n}" if mode == "schema" else "-",
                          f"{sum(x['score'] for x in out) / max(1, n):.2f}",
                          f"{sum(x['score'] / x['length'] for x in out) / max(1, n):.3f}",
+                         f"{sum(x['length'] for x in out) / max(1, n):.1f}",
                          str(sum(x["calls"] for x in xs)), f"{sum(x['wall_s'] for x in xs):.1f}",
                          f"{sum(x['cpu_s'] for x in xs):.1f}"])
     return harness.fmt_table(rows, markdown)
