@@ -97,7 +97,7 @@ def maskbench_mask_time(report: dict, path, vocab: str | None = None, clock: str
     ax.set_xticks(np.arange(len(splits)), splits, rotation=35, ha="right", fontsize=8)
     n = len(vres["results"])
     ax.set_title(f"MaskBench, {vname}: {n} schemas, {load_note(report.get('environment', {}))}", fontsize=9)
-    ax.legend(fontsize=7, ncol=len(engines) + 1, loc="upper left")
+    ax.legend(fontsize=7, ncol=len(engines) + 1, loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
@@ -131,23 +131,20 @@ def maskbench_compile_vs_size(report: dict, path, vocab: str | None = None, cloc
 # ----------------------------------------------------------------------------------
 
 
-def tokens_per_second(rows: list[tuple[str, float, float]], path, title: str) -> Path:
-    """Bars of decoding tokens/s (prefill excluded) per constraint kind: ``rows``
-    is ``[(kind, tokens/s of single generate calls, tokens/s in generate_batch)]``;
-    ``"none"`` is the unconstrained baseline."""
+def tokens_per_second(rows: list[tuple[str, float]], path, title: str) -> Path:
+    """Bars of decoding tokens/s (prefill excluded) of ``search.generate`` per
+    constraint kind: ``rows`` is ``[(kind, tokens/s)]``; the kind ``"none"`` is the
+    unconstrained baseline, drawn in grey."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    kinds = [r[0] for r in rows]
-    x = np.arange(len(kinds))
-    ax.bar(x - 0.2, [r[1] for r in rows], 0.4, color="#1b6ca8", label="one generate call per prompt")
-    ax.bar(x + 0.2, [r[2] for r in rows], 0.4, color="#7fb3d5", label="generate_batch (per row)")
-    for i, r in enumerate(rows):
-        ax.text(x[i] - 0.2, r[1], f"{r[1]:.1f}", ha="center", va="bottom", fontsize=7)
-        ax.text(x[i] + 0.2, r[2], f"{r[2]:.1f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, [k if k != "none" else "none (unconstrained)" for k in kinds], fontsize=8)
+    fig, ax = plt.subplots(figsize=(5.5, 3.0))
+    x = np.arange(len(rows))
+    colors = ["#999999" if k == "none" else "#1b6ca8" for k, _ in rows]
+    ax.bar(x, [r for _, r in rows], 0.6, color=colors)
+    for i, (_, r) in enumerate(rows):
+        ax.text(x[i], r, f"{r:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [k if k != "none" else "none (unconstrained)" for k, _ in rows], fontsize=8)
     ax.set_ylabel("tokens / s (prefill excluded)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
