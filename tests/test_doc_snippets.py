@@ -21,7 +21,11 @@ fence: ``<!-- no-run: REASON -->``. The reason is required and every such block
 is listed by :func:`test_no_run_blocks_are_listed` (``pytest -rA`` prints them);
 :data:`NO_RUN_EXPECTED` is the reviewed list, so a new exclusion is a visible
 change to this file. Output examples are written as ```` ```text ```` blocks and
-never run.
+never run. Excluded now: the three vLLM examples of docs/serving.md (no-run: they
+need vLLM, which lives in ``.venv-vllm``, or a running ``vllm serve``;
+``tests/vllm/`` makes the same calls) and the reasoning searches of
+docs/reasoning.md (slow: three searches of up to 300 sampled tokens, minutes on 2
+cores).
 
 **Shell blocks** (```` ```bash ````, ```` ```sh ````, ```` ```console ```` and
 bare ```` ``` ```` blocks) are not executed (they set up virtual environments,

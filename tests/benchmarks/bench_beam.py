@@ -241,6 +241,7 @@ def main() -> None:
     records = []
     # prompt-major, so that an interrupted run has every beam size for the prompts it did
     for i, prompt in enumerate(prompts):
+        harness.log(f"prompt {i + 1}/{len(prompts)}: {prompt!r}")
         ids = lm.apply_chat_template(prompt)
         for k in beams:
             order = list(drivers) if i % 2 == 0 else list(drivers)[::-1]

@@ -127,7 +127,8 @@ def main() -> None:
     if len(budgets) != len(idx):
         ap.error("--budgets needs one budget per prompt")
     records = []
-    for prompt, budget in zip((PROMPTS[i] for i in idx), budgets):
+    for n, (prompt, budget) in enumerate(zip((PROMPTS[i] for i in idx), budgets)):
+        harness.log(f"prompt {n + 1}/{len(idx)}: {prompt!r}")
         ids = lm.apply_chat_template(prompt)
         beam, t_beam = None, 0.0
         if budget is None:
