@@ -24,8 +24,8 @@ change to this file. Output examples are written as ```` ```text ```` blocks and
 never run. Excluded now: the three vLLM examples of docs/serving.md (no-run: they
 need vLLM, which lives in ``.venv-vllm``, or a running ``vllm serve``;
 ``tests/vllm/`` makes the same calls) and the reasoning searches of
-docs/reasoning.md (slow: three searches of up to 300 sampled tokens, minutes on 2
-cores).
+docs/reasoning.md (slow: three searches of up to 300 sampled tokens, 36 s on 2 idle
+cores and minutes under load).
 
 **Shell blocks** (```` ```bash ````, ```` ```sh ````, ```` ```console ```` and
 bare ```` ``` ```` blocks) are not executed (they set up virtual environments,
