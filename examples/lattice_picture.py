@@ -10,8 +10,8 @@ sentences, a best-first lattice search (``search.lattice_search``,
 ``merge_ngram=1``: prefixes ending in the same token and constraint state merge)
 spends ``--budget`` model calls; the script prints the lattice's size, its best
 paths and how long it took, writes the DOT text next to the PNG
-(``lattice.dot``) and draws it, merge edges dashed. 14 model calls: 10 s on 2
-shared CPU cores at load average 6, model load included.
+(``lattice.dot``) and draws it, merge edges dashed. 14 model calls: 14 s on 2
+CPU cores at load average 1.3, model load included.
 """
 
 from __future__ import annotations
