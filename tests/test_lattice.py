@@ -266,3 +266,15 @@ def test_default_model_small_budget(default_lm):
     assert best[0][0] >= best[-1][0]
     by_text = lattice_search(lm, "Pick a number between 1 and 100.", budget=20, constraint=digits, max_new_tokens=4)
     assert sorted(by_text.paths()) == sorted(paths) and by_text.prompt_ids == tuple(ids)
+
+
+def test_progress_lines_on_stderr(capsys):
+    tiny = NgramLM(5, 4, 3, m=1, sigma=1.0, eos_bias=0.5)
+    quiet = lattice_search(tiny.lm(), (), budget=30, merge_ngram=2, max_new_tokens=6, top_k=None)
+    assert capsys.readouterr().err == ""
+    loud = lattice_search(tiny.lm(), (), budget=30, merge_ngram=2, max_new_tokens=6, top_k=None,
+                          progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert 5 <= len(lines) <= 10 and all(line.startswith("lattice: ") for line in lines)
+    assert lines[-1].startswith(f"lattice: {loud.calls}/30 calls")
+    assert sorted(loud.paths()) == sorted(quiet.paths())  # reporting changes nothing

@@ -45,6 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import sys
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterator, Sequence
 
@@ -385,7 +386,7 @@ class Lattice:
 @accepts_old_call_forms(renamed={"prompt_ids": "prompt"})
 def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "greedy",
                    merge_ngram: int | None = 4, max_new_tokens: int | None = None,
-                   top_k: int | None = 16) -> Lattice:
+                   top_k: int | None = 16, progress: bool = False) -> Lattice:
     """Best-first lattice search with greedy roll-outs and hypothesis recombination
     (Xu, Jonnalagadda & Durrett 2022); see the module docstring.
 
@@ -410,6 +411,8 @@ def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "
         top_k: how many of an expanded node's tokens (best first; the roll-out's
             own included) enter the lattice or the frontier; ``None``: every
             token with a finite log-probability.
+        progress: print a line on stderr each time another tenth of the
+            budget is spent (calls, nodes, complete paths so far, frontier).
 
     Returns:
         a :class:`Lattice`.
@@ -453,11 +456,21 @@ def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "
     if n_merge:
         index[key_of((), nodes[start].state)] = start
 
+    reported = [0]
+
+    def report():
+        spent = lm.calls - calls0
+        if progress and limit and spent * 10 // limit > reported[0]:
+            reported[0] = spent * 10 // limit
+            print(f"lattice: {spent}/{limit} calls, {len(nodes)} nodes, {len(ends)} ends, "
+                  f"{len(heap)} in the frontier", file=sys.stderr, flush=True)
+
     def expand(u):
         """Score node ``u`` (one call): its allowed children, best first, as
         ``[(token, logprob)]`` (``top_k`` of them)."""
         nd = nodes[u]
         row = np.asarray(lm.logprobs([prompt + nd.prefix]))[0]
+        report()
         G.nodes[u]["expanded"] = True
         if constraint is None:
             ids = all_ids
