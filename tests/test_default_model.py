@@ -43,10 +43,11 @@ def test_default_cache_layout(lm):
     assert not list(path.parent.glob("*.tmp-*")), "a temporary directory was left behind"
 
 
-def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path):
+def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path, capsys):
     """Convert into a fresh cache with debris from an aborted run in it: the debris
-    goes, the conversion's own bit-for-bit check passes, the reloaded model equals
-    the session's model, and a second call reuses the cache."""
+    goes, the conversion's own bit-for-bit check passes (and says on stderr that
+    it is converting), the reloaded model equals the session's model, and a
+    second call reuses the cache, silently."""
     monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path))
     root = tmp_path / smollm2.MODEL_NAME
     stale_tmp = root / f"model-f32-v{smollm2.CACHE_FORMAT}.tmp-deadbeef"
@@ -58,6 +59,7 @@ def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path)
 
     path = smollm2.converted_model_dir()
     assert path == broken
+    assert "converting the default model once" in capsys.readouterr().err
     assert (path / "trellis.json").is_file()
     assert not stale_tmp.exists()
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == [path.name]
@@ -67,6 +69,7 @@ def test_conversion_is_atomic_and_reload_is_identical(lm, monkeypatch, tmp_path)
 
     monkeypatch.setattr(smollm2, "load_gguf_model", boom)
     assert smollm2.converted_model_dir() == path
+    assert "converting" not in capsys.readouterr().err
     reloaded = smollm2.load_model()
     assert torch.equal(_logits(reloaded), _logits(lm.model))
 
