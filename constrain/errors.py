@@ -105,8 +105,8 @@ class GrammarError(ConstraintError):
 
 
 class GrammarSyntaxError(GrammarError):
-    """A grammar's text is not valid syntax of its format (a GBNF grammar, so
-    far): ``line`` and ``column`` say where reading it stopped."""
+    """A grammar's text is not valid syntax of its format (Lark or GBNF):
+    ``line`` and ``column`` say where reading it stopped."""
 
 
 class UnsupportedSchemaError(ConstraintError):

@@ -186,3 +186,12 @@ def test_loading_is_under_the_time_budget(vocab):
     grammar = 'start: ("a" | "b")~13\n'  # 8,192 alternatives: lark takes ~0.4 s
     with pytest.raises(GrammarTooComplexError, match="time budget"):
         compile_grammar(grammar, vocab, time_budget=0.05)
+
+
+def test_syntax_errors_are_grammar_syntax_errors():
+    import constrain
+    from byte_vocab import byte_vocabulary
+
+    with pytest.raises(constrain.errors.GrammarSyntaxError) as e:
+        constrain.compile_grammar('start: "a" )', byte_vocabulary())
+    assert isinstance(e.value, constrain.GrammarError) and e.value.line == 1 and e.value.column

@@ -49,7 +49,7 @@ from constrain.automata.regex_syntax import Assert, Atomic, Chars, Concat, Look,
     nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
-from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
+from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, RegexError
 
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": 0, "x": re.VERBOSE,
               "l": re.LOCALE}
@@ -115,8 +115,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
             grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
             terms, rules, ignore = grammar.compile([start], set())
         except UnexpectedInput as e:
-            raise GrammarError(f"syntax error in grammar: {_first_line(e)}",
-                               getattr(e, "line", None), getattr(e, "column", None)) from None
+            raise GrammarSyntaxError(f"syntax error in grammar: {_first_line(e)}",
+                                     getattr(e, "line", None), getattr(e, "column", None)) from None
         except LarkError as e:
             raise GrammarError(f"invalid grammar: {_first_line(e)}",
                                *_locate_error(str(e), text, start)) from None
@@ -448,8 +448,8 @@ def _parse(text: str):
     try:
         return _parse_grammar(text, "<grammar>")
     except UnexpectedInput as e:
-        raise GrammarError(f"syntax error in grammar: {_first_line(e)}",
-                           getattr(e, "line", None), getattr(e, "column", None)) from None
+        raise GrammarSyntaxError(f"syntax error in grammar: {_first_line(e)}",
+                                 getattr(e, "line", None), getattr(e, "column", None)) from None
     except LarkError as e:
         raise GrammarError(f"invalid grammar: {_first_line(e)}",
                            *_locate_error(str(e), text, None)) from None
