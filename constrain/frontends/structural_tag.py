@@ -397,9 +397,10 @@ def _unbounded(node) -> bool:
     if not isinstance(node, dict):
         return False
     kind = node.get("type")
-    if kind in ("any_text", "triggered_tags", "dispatch", "tags_with_separator", "star", "plus"):
-        return not node.get("excludes") if kind in ("any_text", "triggered_tags", "dispatch") \
-            else True
+    if kind in ("any_text", "triggered_tags", "dispatch"):
+        return not node.get("excludes")  # excludes bound the text, as XGrammar counts it
+    if kind in ("tags_with_separator", "star", "plus"):
+        return True
     if kind in ("sequence", "or"):
         return any(_unbounded(e) for e in node.get("elements") or ())
     if kind == "optional":

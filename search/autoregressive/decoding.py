@@ -98,8 +98,10 @@ class Row:
                 return None
             state = self.matcher.state
             completion = shortest_completion(self.constraint, state)
-            ids = None if completion is None else completion_tokens(lm, self.constraint, state,
-                                                                    completion)
+            if completion is None:  # no completion within the search's bound: the search
+                self.close = False  # would cost as much every step, so closing gives up
+                return None
+            ids = completion_tokens(lm, self.constraint, state, completion)
             if ids is None or len(ids) + 1 < left:
                 return None
             self.forced = ids + [min(self.constraint.vocab.eos_token_ids)]
@@ -108,7 +110,9 @@ class Row:
     def saw(self, tok: int) -> None:
         """Note ``tok`` for the repetition penalty."""
         if self.seen_ids is not None and tok not in self.seen:
-            self.seen_ids = __import__("torch").cat([self.seen_ids, self.seen_ids.new_tensor([tok])])
+            import torch
+
+            self.seen_ids = torch.cat([self.seen_ids, self.seen_ids.new_tensor([tok])])
         self.seen.add(tok)
 
     def accept(self, tok: int, vocab) -> bool:
