@@ -464,7 +464,9 @@ def test_default_model_smoke(default_lm):
     rf = best_first_beam_search(default_lm, ids, beam_size=3, max_new_tokens=4)
     c2 = lm.calls
     assert len(rb) == 3 and rf[0].tokens == rb[0].tokens
-    assert abs(rf[0].score - rb[0].score) <= 1e-6
+    # beam search scores its hypotheses in batches, best-first one at a time: the
+    # same prefixes through float32 matrix products of different shapes
+    assert abs(rf[0].score - rb[0].score) <= 1e-5
     assert c2 - c1 <= c1 - c0
     digits = constrain.compile_regex(r"[0-9]{1,2}", default_lm.vocab)
     rb = beam_search(default_lm, default_lm.apply_chat_template("A number?"), beam_size=3,

@@ -112,22 +112,20 @@ def test_wrapper_basics(lm):
     assert lm.decode(lm.encode("héllo wörld")) == "héllo wörld"
 
 
-def test_logprobs_reuse_the_kv_cache_and_match_a_full_forward(lm, monkeypatch):
+def test_logprobs_reuse_the_kv_cache_and_match_a_full_forward(lm):
     lm.clear_cache()
-    fed = []
-    real = lm.forward
-
-    def spy(token_ids, past=None):
-        fed.append(len(token_ids))
-        return real(token_ids, past)
-
-    monkeypatch.setattr(lm, "forward", spy)
     p = tuple(IDS[:10])
-    calls = lm.calls
+    calls, passes, tokens = lm.calls, lm.forward_passes, lm.tokens_computed
     lp = lm.logprobs([p, p + (IDS[10],), p + (IDS[10], IDS[11]), p])
     assert lp.shape == (4, 49152) and lp.dtype == np.float32
     assert lm.calls == calls + 4
-    assert fed == [10, 1, 1]  # the prefix once, then one token each; the repeat is a hit
+    # one pass over the longest prefix: the others are its starts, the repeat is the same row
+    assert (lm.forward_passes - passes, lm.tokens_computed - tokens) == (1, 12)
+    # the children of a cached prefix: one token each, in one pass
+    kids = lm.logprobs([p + (IDS[10], IDS[11], t) for t in (IDS[12], IDS[13], 100)])
+    assert (lm.forward_passes - passes, lm.tokens_computed - tokens) == (2, 15)
+    full = torch.log_softmax(_logits(lm.model, IDS[:12] + IDS[13:14]), dim=-1).numpy()
+    np.testing.assert_allclose(kids[1], full[12], atol=2e-4)
     np.testing.assert_allclose(np.exp(lp).sum(axis=1), 1.0, rtol=1e-4)
     np.testing.assert_array_equal(lp[0], lp[3])
     full = torch.log_softmax(_logits(lm.model, IDS[:12]), dim=-1).numpy()

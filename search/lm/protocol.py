@@ -127,24 +127,20 @@ class TransformersLMAdapter:
     """The LM protocol over a :class:`search.TransformersLM` (or any object with
     ``logprobs``, ``calls``, ``vocab_size`` and ``eos_token_ids``).
 
-    ``calls`` is read from the wrapped model, so it counts every prefix the model
-    scored, through this adapter or not. ``TransformersLM`` reuses the KV cache of
-    the longest recently scored prefix a new prefix extends; ``kv_cache_size``
-    (when given) raises the model's ``kv_cache_size``, the number of prefixes
-    whose cache it keeps, which helps beam search (``beam_size`` parents per
-    step) but changes no result. ``prompt_ids``, ``encode``, ``decode``,
-    ``vocab`` and ``open_streams`` are the wrapped model's.
+    ``calls`` and ``tokens_computed`` are read from the wrapped model, so they
+    count every prefix the model scored and every token it ran, through this
+    adapter or not (``TransformersLM`` shares KV segments between prefixes: see
+    :meth:`search.TransformersLM.logits`). ``prompt_ids``, ``encode``,
+    ``decode``, ``vocab`` and ``open_streams`` are the wrapped model's.
     """
 
-    def __init__(self, model, kv_cache_size: int | None = None):
+    def __init__(self, model):
         self.model = model
         self.vocab_size = int(model.vocab_size)
         self.eos_token_ids: tuple[int, ...] = _eos_tuple(getattr(model, "eos_token_ids", None)
                                                          or getattr(model, "eos_token_id", None))
         if not self.eos_token_ids:
             raise ValueError(f"{model!r} has no EOS token id")
-        if kv_cache_size is not None and hasattr(model, "kv_cache_size"):
-            model.kv_cache_size = max(int(model.kv_cache_size), int(kv_cache_size))
 
     def __repr__(self) -> str:
         return f"TransformersLMAdapter({self.model!r})"
@@ -153,6 +149,12 @@ class TransformersLMAdapter:
     def calls(self) -> int:
         """Prefixes the wrapped model has scored so far."""
         return int(self.model.calls)
+
+    @property
+    def tokens_computed(self) -> int:
+        """Tokens the wrapped model has run so far (0 for a model that does not
+        count them)."""
+        return int(getattr(self.model, "tokens_computed", 0))
 
     @property
     def eos_token_id(self) -> int:
@@ -191,12 +193,11 @@ def as_lm(model):
     """``model`` as an object of the LM protocol: a :class:`CallableLM`, a
     :class:`TransformersLMAdapter` or any object that has ``logprobs``, ``calls``,
     ``vocab_size`` and ``eos_token_ids`` is returned as it is, a
-    ``TransformersLM`` is wrapped in a :class:`TransformersLMAdapter` (whose KV
-    cache keeps at least 64 prefixes)."""
+    ``TransformersLM`` is wrapped in a :class:`TransformersLMAdapter`."""
     if isinstance(model, (CallableLM, TransformersLMAdapter)):
         return model
     if type(model).__name__ == "TransformersLM":
-        return TransformersLMAdapter(model, kv_cache_size=64)
+        return TransformersLMAdapter(model)
     missing = [a for a in ("logprobs", "calls", "vocab_size", "eos_token_ids") if not hasattr(model, a)]
     if missing:
         raise TypeError(f"{type(model).__name__} does not follow the LM protocol (missing {', '.join(missing)})")

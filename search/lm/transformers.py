@@ -31,15 +31,16 @@ Example::
 
 from __future__ import annotations
 
-import copy
 import inspect
 import os
-from collections import OrderedDict
+import threading
 from typing import Iterable, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
+
+from search.lm.kv_tree import KVPrefixTree  # noqa: E402
 
 __all__ = ["TransformersLM", "KVStreams"]
 
@@ -55,6 +56,34 @@ def _forward_options(model) -> tuple[str, dict]:
         if kw in params:
             return cache_kw, {kw: 1}
     return cache_kw, {}
+
+
+#: run a start shared by several prefixes of a call on its own once it is this
+#: many tokens longer than what the tree holds of it (one extra forward pass
+#: against running it once per prefix)
+_SHARED_MIN = 4
+
+
+def _cache_layers(cache) -> list:
+    """``[(keys, values)]`` per layer of a transformers cache, each ``(B, H, S, D)``."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [(layer.keys, layer.values) for layer in layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+def _plain_layers(cache) -> bool:
+    """Whether every layer of ``cache`` keeps the keys and values of every
+    position (no sliding window, no recurrent state): only then can segments of
+    it be cut out and put together again."""
+    try:
+        from transformers.cache_utils import DynamicCache, DynamicLayer
+    except ImportError:
+        return False
+    if type(cache) is not DynamicCache:
+        return False
+    layers = getattr(cache, "layers", None)
+    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
 
 
 def _as_id_list(ids) -> list[int]:
@@ -74,9 +103,12 @@ class TransformersLM:
         eos_token_ids: ids that end generation; default: the tokenizer's
             ``eos_token_id`` plus the model's ``generation_config.eos_token_id``.
         name: a label for messages.
-        kv_cache_size: how many scored prefixes keep their KV cache for reuse by
-            :meth:`logits` / :meth:`logprobs` (the attribute of the same name may
-            be raised later; :func:`search.as_lm` raises it to 64).
+        kv_cache_bytes: the byte budget of the KV segments (and kept logits)
+            that :meth:`logits` shares between prefixes; the least recently used
+            leaves are evicted beyond it (the attribute of the same name may be
+            changed later).
+        max_batch_rows / max_batch_tokens: the most rows, and rows × positions,
+            of one forward pass of :meth:`logits`.
     """
 
     def __init__(
@@ -85,7 +117,9 @@ class TransformersLM:
         tokenizer,
         eos_token_ids: Iterable[int] | None = None,
         name: str | None = None,
-        kv_cache_size: int = 16,
+        kv_cache_bytes: int = 256 << 20,
+        max_batch_rows: int = 32,
+        max_batch_tokens: int = 16384,
     ):
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -102,10 +136,18 @@ class TransformersLM:
             raise ValueError(f"{self.name}: no EOS token id found; pass eos_token_ids=")
         #: number of prefixes scored so far (see the module docstring)
         self.calls = 0
+        #: tokens run through the model so far (padding not counted)
+        self.tokens_computed = 0
+        #: forward passes of the model so far
+        self.forward_passes = 0
         self._vocab = None
-        self._kv: OrderedDict = OrderedDict()
-        #: how many scored prefixes keep their KV cache (see :meth:`logits`)
-        self.kv_cache_size = int(kv_cache_size)
+        #: the byte budget of :attr:`kv_tree` (see :meth:`logits`)
+        self.kv_cache_bytes = int(kv_cache_bytes)
+        self.max_batch_rows = int(max_batch_rows)
+        self.max_batch_tokens = int(max_batch_tokens)
+        self._kv_tree = KVPrefixTree(self.kv_cache_bytes)
+        self._tree_ok: bool | None = None  # whether the model's cache is plain per-layer keys and values
+        self._lock = threading.RLock()
         self._cache_kw, self._extra = _forward_options(model)
 
     def __repr__(self) -> str:
@@ -183,6 +225,35 @@ class TransformersLM:
 
     # -- scoring ----------------------------------------------------------------
 
+    def _run(self, x, past=None, attention_mask=None, position_ids=None, keep: int | None = 1):
+        """``model(x)`` after ``past`` in inference mode: ``(logits of the last
+        ``keep`` positions (all when ``None``), cache)``. Counts the real tokens
+        of ``x`` (not padding) in :attr:`tokens_computed`; no calls."""
+        import torch
+
+        extra = dict(self._extra)
+        if extra and keep != 1:
+            extra = {next(iter(extra)): 0 if keep is None else int(keep)}
+        padding = {}
+        if attention_mask is not None:
+            padding["attention_mask"] = attention_mask.to(self.device)
+            self.tokens_computed += int(attention_mask[:, -x.shape[1]:].sum())
+        else:
+            self.tokens_computed += int(x.numel())
+        if position_ids is not None:
+            padding["position_ids"] = position_ids.to(self.device)
+        self.forward_passes += 1
+        with torch.inference_mode():
+            out = self.model(input_ids=x.to(self.device), use_cache=True, **{self._cache_kw: past}, **padding,
+                             **extra)
+        cache = getattr(out, "cache", None)
+        if cache is None:
+            cache = out.past_key_values
+        logits = out.logits
+        if keep is not None and logits.shape[1] != keep:  # a model without logits_to_keep
+            logits = logits[:, -keep:]
+        return logits, cache
+
     def forward_batch(self, ids: Sequence[Sequence[int]], past=None, *, attention_mask=None,
                       position_ids=None):
         """One forward pass over a batch of equally long rows of ids after the KV
@@ -190,7 +261,8 @@ class TransformersLM:
         ``len(ids)`` rows, extended in place). Returns ``(logits, cache)``: the
         next-token logits after each row's last id, ``(len(ids), V)`` in the
         model's dtype on its device, and the extended cache. Counts ``len(ids)``
-        calls. The transformers version differences are handled here, once.
+        calls and the real ids in :attr:`tokens_computed`. The transformers
+        version differences are handled here, once.
 
         Rows of different lengths are left-padded by the caller, which passes
         ``attention_mask`` (long ``(len(ids), past + new)``, 0 at padding) and
@@ -198,20 +270,10 @@ class TransformersLM:
         first real id): see :func:`search.generate_batch`."""
         import torch
 
-        x = torch.tensor([[int(t) for t in row] for row in ids], dtype=torch.long, device=self.device)
-        padding = {}
-        if attention_mask is not None:
-            padding["attention_mask"] = attention_mask.to(self.device)
-        if position_ids is not None:
-            padding["position_ids"] = position_ids.to(self.device)
-        with torch.inference_mode():
-            out = self.model(input_ids=x, use_cache=True, **{self._cache_kw: past}, **padding,
-                             **self._extra)
-        cache = getattr(out, "cache", None)
-        if cache is None:
-            cache = out.past_key_values
+        x = torch.tensor([[int(t) for t in row] for row in ids], dtype=torch.long)
+        logits, cache = self._run(x, past, attention_mask, position_ids)
         self.calls += len(ids)
-        return out.logits[:, -1], cache
+        return logits[:, -1], cache
 
     def forward(self, token_ids: Sequence[int], past=None):
         """Run the model on ``token_ids`` after the KV cache ``past`` (``None`` for
@@ -223,33 +285,30 @@ class TransformersLM:
         logits, cache = self.forward_batch([token_ids], past)
         return logits[0].float(), cache
 
-    def _next_logits(self, prefix: tuple[int, ...]):
-        hit = self._kv.get(prefix)
-        if hit is not None:
-            self._kv.move_to_end(prefix)
-            self.calls += 1
-            return hit[1]
-        best: tuple[int, ...] = ()
-        for key in self._kv:
-            if len(best) < len(key) < len(prefix) and prefix[: len(key)] == key:
-                best = key
-        past = copy.deepcopy(self._kv[best][0]) if best else None
-        logits, past = self.forward(prefix[len(best):], past)
-        self._kv[prefix] = (past, logits)
-        while len(self._kv) > self.kv_cache_size:
-            self._kv.popitem(last=False)
-        return logits
-
     def logits(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """Next-token logits after each prefix: a float32 array ``(len(prefixes), V)``.
 
-        Each prefix is scored on its own; the KV cache of the longest recently
-        scored prefix it extends is copied and reused, so scoring ``p`` and then
-        ``p + (t,)`` costs one token. Every prefix counts one in :attr:`calls`."""
-        rows = [self._next_logits(tuple(int(t) for t in p)).cpu().numpy() for p in prefixes]
-        if not rows:
+        The prefixes are scored together, in as few batched forward passes as
+        :attr:`max_batch_rows` and :attr:`max_batch_tokens` allow, each row
+        continuing the longest start of it that :attr:`kv_tree` holds (see
+        :mod:`search.lm.kv_tree`: KV segments shared along common prefixes,
+        never copied per prefix, within :attr:`kv_cache_bytes`). So scoring ``p``
+        and then the children ``p + (t,)`` costs one token per child; a prefix
+        that is a start of another one in the same call is read off that one's
+        row; a long start shared by several prefixes that the tree does not hold
+        yet is run once. Every prefix counts one in :attr:`calls`, a repeated or
+        cached one too; :attr:`tokens_computed` counts the tokens actually run.
+        Thread-safe (one call at a time)."""
+        keys = [tuple(int(t) for t in p) for p in prefixes]
+        if not keys:
             return np.zeros((0, self.vocab_size), dtype=np.float32)
-        return np.stack(rows).astype(np.float32, copy=False)
+        if not all(keys):
+            raise ValueError("cannot score an empty prefix")
+        with self._lock:
+            self._kv_tree.budget = int(self.kv_cache_bytes)
+            rows = self._score(set(keys), want=True)
+            self.calls += len(keys)
+        return np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)
 
     def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """Next-token log-probabilities after each prefix: a float32 array
@@ -259,10 +318,142 @@ class TransformersLM:
         x -= np.log(np.exp(x).sum(axis=1, keepdims=True))
         return x.astype(np.float32)
 
-    def clear_cache(self) -> None:
-        """Forget the KV caches kept for :meth:`logits`."""
-        self._kv.clear()
+    @property
+    def kv_tree(self) -> KVPrefixTree:
+        """The :class:`search.lm.kv_tree.KVPrefixTree` behind :meth:`logits`
+        (``nbytes``, ``peak_nbytes``, ``evictions``, ``len()``)."""
+        return self._kv_tree
 
+    def clear_cache(self) -> None:
+        """Forget the KV segments kept for :meth:`logits`."""
+        with self._lock:
+            self._kv_tree.clear()
+
+    # -- the prefix-sharing scorer ----------------------------------------------
+
+    def _score(self, keys: set, want: bool) -> dict:
+        """Run the prefixes ``keys``: ``{key: float32 numpy logits}`` when
+        ``want``, else only their KV segments are recorded (helper rows)."""
+        tree = self._kv_tree
+        out: dict = {}
+        rest = []
+        for k in keys:
+            hit = tree.cached_logits(k) if want and self._tree_ok is not False else None
+            if hit is not None:
+                out[k] = hit.numpy()
+            else:
+                rest.append(k)
+        if not rest:
+            return out
+        rest.sort()
+        # a prefix that starts the next one in sorted order starts every later one
+        # up to the first that it does not start: it rides on that one's row
+        carriers: dict = {}
+        ride = None
+        for k in reversed(rest):
+            if ride is not None and len(k) < len(ride) and ride[:len(k)] == k:
+                carriers[ride].append(k)
+            else:
+                ride = k
+                carriers[k] = [k]
+        order = sorted(carriers)
+        if self._tree_ok is not False and len(order) > 1:
+            self._run_shared_starts(order)
+        plan = sorted(order, key=lambda k: len(k) - min(len(m) for m in carriers[k]))
+        group: list = []
+        width = 0
+        for k in plan:
+            span = len(k)
+            if group and (len(group) >= self.max_batch_rows
+                          or (len(group) + 1) * max(width, span) > self.max_batch_tokens):
+                self._run_group(group, carriers, out, want)
+                group, width = [], 0
+            group.append(k)
+            width = max(width, span)
+        if group:
+            self._run_group(group, carriers, out, want)
+        return out
+
+    def _run_shared_starts(self, order: list) -> None:
+        """Run once the starts that several prefixes share beyond what the tree
+        holds (a prompt not yet run, under many continuations)."""
+        tree = self._kv_tree
+
+        def lcp(a, b):
+            n = min(len(a), len(b))
+            i = 0
+            while i < n and a[i] == b[i]:
+                i += 1
+            return i
+
+        near = [lcp(a, b) for a, b in zip(order, order[1:])]
+        helpers = set()
+        for i, k in enumerate(order):
+            shared = max(near[i - 1] if i else 0, near[i] if i < len(near) else 0)
+            shared = min(shared, len(k) - 1)
+            if shared - tree.match(k)[1] >= _SHARED_MIN:
+                helpers.add(k[:shared])
+        if helpers:
+            self._score(helpers, want=False)
+
+    def _new_cache(self, layers: list):
+        """A transformers cache holding ``[(keys, values)]`` per layer."""
+        from transformers.cache_utils import DynamicCache
+
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _run_group(self, group: list, carriers: dict, out: dict, want: bool) -> None:
+        """One batched forward pass over the carrier prefixes ``group``."""
+        import torch
+
+        tree = self._kv_tree
+        rows = []
+        for k in group:
+            need = min(len(m) for m in carriers[k]) - 1  # the first position whose logits are wanted
+            if self._tree_ok is not False:
+                path, matched = tree.match(k)
+                c = min(matched, need)
+                path = tree.cut(path, c)
+            else:
+                path, c = [], 0
+            rows.append((k, path, c, len(k) - c))
+        B = len(rows)
+        P = max(r[2] for r in rows)
+        N = max(r[3] for r in rows)
+        x = torch.zeros((B, N), dtype=torch.long)
+        mask = torch.zeros((B, P + N), dtype=torch.long)
+        pos = torch.zeros((B, N), dtype=torch.long)
+        for i, (k, _, c, n) in enumerate(rows):
+            x[i, N - n:] = torch.tensor(k[c:], dtype=torch.long)
+            mask[i, P - c:P] = 1
+            mask[i, P + N - n:] = 1
+            pos[i, N - n:] = torch.arange(c, c + n)
+        past = None
+        if P:
+            ref = next(node.kv for r in rows for node, _ in r[1])
+            L, _, H, _, D = ref.shape
+            buf = torch.zeros((L, 2, B, H, P, D), dtype=ref.dtype, device=ref.device)
+            for i, (_, path, c, _) in enumerate(rows):
+                if c:
+                    tree.gather(path, buf, i, P)
+            past = self._new_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(L)])
+        # the riders' logits lie up to ``len(k) - len(m)`` positions before the last
+        keep = max(len(k) - len(m) + 1 for k, *_ in rows for m in carriers[k]) if want else 1
+        logits, cache = self._run(x, past, mask, pos, keep=keep)
+        if self._tree_ok is None:
+            self._tree_ok = _plain_layers(cache)
+        if self._tree_ok:
+            layers = _cache_layers(cache)
+            new = torch.stack([torch.stack((keys[:, :, P:], values[:, :, P:])) for keys, values in layers])
+        for i, (k, _, c, n) in enumerate(rows):
+            last = None
+            if want:
+                lg = logits[i].float().cpu()
+                for m in carriers[k]:
+                    out[m] = lg[keep - 1 - (len(k) - len(m))].numpy().copy()
+                last = lg[keep - 1].clone()
+            if self._tree_ok:
+                tree.insert(k, new[:, :, i, :, N - n:].clone(), c, logits=last)
     def open_streams(self, head: Sequence[int], n: int) -> tuple["KVStreams", np.ndarray]:
         """``n`` token streams after ``head``: ``(streams, rows)``, ``rows`` the
         float64 next-token log-probabilities ``(n, V)`` after ``head``. ``head`` is

@@ -12,11 +12,11 @@ run with the same arguments (default ``patience=1``, no length penalty or reward
 
 * **calls**: the growth of ``lm.calls``, i.e. prefixes scored (the measure the
   drivers' guarantee is about);
-* **forwards**: ``TransformersLM.forward`` invocations, and **fed**: the tokens they
-  were given. ``TransformersLM`` scores each prefix on its own, continuing the KV
-  cache of the longest cached prefix it extends, so a call costs one forward of
-  ``len(prefix) - len(cached ancestor)`` tokens (all of the prompt when nothing
-  is cached), or no forward at all when the prefix itself is still cached;
+* **forwards**: forward passes of the model (``TransformersLM.forward_passes``), and
+  **fed**: the tokens they ran (``TransformersLM.tokens_computed``, padding not
+  counted). ``TransformersLM.logits`` runs the prefixes of one call in one batched
+  pass, each continuing the longest start of it that its KV prefix tree holds, so
+  a step of beam search is one forward pass of one token per hypothesis;
 * **wall**: seconds, ``time.perf_counter`` around the call, and **cpu**: the
   process's CPU seconds (``time.process_time``) over the same span. On a shared
   machine wall time swings with the load; with one torch thread the CPU time is
@@ -92,20 +92,19 @@ SCORE_TOL = 1e-4
 
 
 class ForwardCounter:
-    """Counts ``TransformersLM.forward`` invocations and the tokens fed to them, by
-    wrapping the instance's method (``_next_logits`` calls ``self.forward``)."""
+    """Reads the model's own counters: ``forward_passes`` (model invocations) and
+    ``tokens_computed`` (the tokens they ran, padding not counted)."""
 
     def __init__(self, lm):
-        self.passes = 0
-        self.tokens = 0
-        inner = lm.forward
+        self.lm = lm
 
-        def forward(token_ids, past=None):
-            self.passes += 1
-            self.tokens += len(token_ids)
-            return inner(token_ids, past)
+    @property
+    def passes(self) -> int:
+        return self.lm.forward_passes
 
-        lm.forward = forward
+    @property
+    def tokens(self) -> int:
+        return self.lm.tokens_computed
 
 
 class MemoLM:
@@ -123,7 +122,7 @@ class MemoLM:
     def __init__(self, lm, keep: int = 64):
         from search.lm.protocol import TransformersLMAdapter
 
-        self.inner = TransformersLMAdapter(lm, kv_cache_size=64)
+        self.inner = TransformersLMAdapter(lm)
         self.vocab_size = self.inner.vocab_size
         self.eos_token_ids = self.inner.eos_token_ids
         self.keep = keep
