@@ -359,7 +359,9 @@ class TransformersLM:
         order = sorted(carriers)
         if self._tree_ok is not False and len(order) > 1:
             self._run_shared_starts(order)
-        plan = sorted(order, key=lambda k: len(k) - min(len(m) for m in carriers[k]))
+        # rows with about as many new tokens share a pass (less padding)
+        plan = sorted(order, key=lambda k: len(k) - min(tree.match(k)[1] if self._tree_ok is not False else 0,
+                                                        min(len(m) for m in carriers[k]) - 1))
         group: list = []
         width = 0
         for k in plan:

@@ -2,7 +2,7 @@
 
     python tests/benchmarks/bench_beam.py [--prompts 20 | --select 0,5,...] [--beams 5,10,20]
         [--max-new-tokens 24] [--memo] [--markdown] [--json out.json] [--threads 1]
-        [--regex PATTERN | --schema FILE]
+        [--regex PATTERN | --schema FILE] [--kv-budget-mib MIB]
     python tests/benchmarks/bench_beam.py --summarize a.json b.json ... [--markdown]
 
 For each beam size and each of the first ``--prompts`` fixed prompts (wrapped in the
@@ -148,13 +148,15 @@ class MemoLM:
 
 def run_one(driver, lm, fc, ids, k, T, constraint):
     """One search from an empty KV cache: (best hypothesis, calls, forwards, tokens
-    fed, wall seconds, CPU seconds)."""
+    fed, wall seconds, CPU seconds, the KV tree's peak bytes)."""
     lm.clear_cache()
     c0, p0, f0 = lm.calls, fc.passes, fc.tokens
     t0, u0 = time.perf_counter(), time.process_time()
     out = driver(lm, ids, beam_size=k, max_new_tokens=T, constraint=constraint)
     wall, cpu = time.perf_counter() - t0, time.process_time() - u0
-    return out[0], lm.calls - c0, fc.passes - p0, fc.tokens - f0, wall, cpu
+    tree = getattr(fc.lm, "kv_tree", None)
+    peak = tree.peak_nbytes if tree is not None else 0
+    return out[0], lm.calls - c0, fc.passes - p0, fc.tokens - f0, wall, cpu, peak
 
 
 def dump(path, lm, T, args, beams, load0, records, load1=None):
@@ -169,7 +171,7 @@ def summary(records, beams, markdown):
     """The table: one row per beam size, totals over the prompts."""
     rows = [["beam", "calls beam", "calls best-first", "calls ratio", "forwards beam", "forwards best-first",
              "tokens fed beam", "tokens fed best-first", "wall beam (s)", "wall best-first (s)", "wall ratio",
-             "cpu beam (s)", "cpu best-first (s)", "cpu ratio", "identical"]]
+             "cpu beam (s)", "cpu best-first (s)", "cpu ratio", "KV peak MiB", "identical"]]
     for k in beams:
         rs = [r for r in records if r["beam_size"] == k]
 
@@ -184,9 +186,10 @@ def summary(records, beams, markdown):
                      f"{tot('beam', 'wall_s') / max(1e-9, tot('best-first', 'wall_s')):.2f}",
                      f"{tot('beam', 'cpu_s'):.1f}", f"{tot('best-first', 'cpu_s'):.1f}",
                      f"{tot('beam', 'cpu_s') / max(1e-9, tot('best-first', 'cpu_s')):.2f}",
+                     f"{max(r[d].get('kv_peak_bytes', 0) for r in rs for d in ('beam', 'best-first')) / 2**20:.1f}",
                      f"{sum(r['identical'] for r in rs)}/{len(rs)}"])
         if any(r.get("memo") for r in rs):  # shared computation: forwards and times are not per driver
-            rows[-1][4:14] = ["-"] * 10
+            rows[-1][4:15] = ["-"] * 11
     return harness.fmt_table(rows, markdown)
 
 
@@ -197,6 +200,8 @@ def main() -> None:
     ap.add_argument("--beams", default="5,10,20", help="comma-separated beam sizes")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
     ap.add_argument("--json", help="write every run's numbers here")
+    ap.add_argument("--kv-budget-mib", type=float, default=None,
+                    help="the model's KV prefix tree budget (TransformersLM.kv_cache_bytes), MiB")
     ap.add_argument("--quiet", "-q", action="store_true", help="no per-prompt lines")
     ap.add_argument("--memo", action="store_true",
                     help="score each distinct prefix once for both drivers and all beam sizes (calls and "
@@ -216,6 +221,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     lm = search.load_default_model()
+    if args.kv_budget_mib is not None:
+        lm.kv_cache_bytes = int(args.kv_budget_mib * 2**20)
     constraint = harness.load_constraint(args, lm)
     fc = ForwardCounter(lm)
     if args.memo:
@@ -253,8 +260,9 @@ def main() -> None:
             rec = {"beam_size": k, "prompt": prompt, "prompt_tokens": len(ids), "memo": args.memo,
                    "identical": same_tokens and dscore <= SCORE_TOL, "same_tokens": same_tokens,
                    "score_diff": dscore}
-            for name, (h, calls, passes, fed, wall, cpu) in res.items():
+            for name, (h, calls, passes, fed, wall, cpu, peak) in res.items():
                 rec[name] = {"calls": calls, "forwards": passes, "fed": fed, "wall_s": wall, "cpu_s": cpu,
+                             "kv_peak_bytes": peak,
                              "tokens": list(h.tokens), "score": h.score, "finished": h.finished,
                              "text": lm.decode(h.tokens)}
             records.append(rec)

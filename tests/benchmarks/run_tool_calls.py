@@ -4,6 +4,7 @@ with the tools drawn from MaskBench's BFCL split.
 
     python tests/benchmarks/run_tool_calls.py [--data /work/shared/data/maskbench]
         [--prompts 20] [--mode auto|required|both] [--max-new-tokens 160] [--seed 0]
+        [--engine trellis|vllm]
 
 Each prompt gets 1-3 tools (a BFCL schema is ``{"<function>": {arguments}}``:
 the tool's name and its arguments' schema). The structural tag is a
@@ -13,7 +14,11 @@ any number of calls (OpenAI's ``tool_choice="auto"``); ``required``:
 ``at_least_one``. Every output is parsed back into free text and calls by a
 parser written here (``json.JSONDecoder.raw_decode`` after each
 ``<tool_call>``), and every call's arguments are validated with
-``jsonschema``. All rows of a mode run in one ``search.generate_batch`` call.
+``jsonschema``. All rows of a mode run in one ``search.generate_batch`` call
+(``--engine trellis``), or in one ``LLM.generate`` call of a real vLLM engine
+started with the Trellis structured-output backend, the tags sent as vLLM's
+``structural_tag`` requests (``--engine vllm``, in ``.venv-vllm``: see
+``bash .ci/setup-vllm``).
 """
 
 from __future__ import annotations
@@ -82,6 +87,40 @@ def parse_output(text: str) -> tuple[list[str], list[tuple[str, object]]]:
         i = k + len(END)
 
 
+def start_vllm():
+    """A :class:`search.lm.vllm.VLLMLM` on a vLLM engine with the Trellis
+    structured-output backend (the real-engine tests' settings)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "vllm"))
+    from vllm_testing import ENGINE_KWARGS, engine_environment, model_dir
+
+    engine_environment()
+    import constrain.engines.vllm as trellis_vllm
+    from search.lm.vllm import VLLMLM
+
+    trellis_vllm.register()
+    kwargs = {k: v for k, v in ENGINE_KWARGS.items() if k != "seed"}
+    return VLLMLM.from_model(str(model_dir()), top_logprobs=1,
+                             structured_outputs_config={"backend": "trellis"}, **kwargs)
+
+
+class _Row:
+    """What the report reads of a generation: ``text``, ``stop_reason``, ``num_steps``."""
+
+    def __init__(self, text: str, stop_reason: str, num_steps: int):
+        self.text, self.stop_reason, self.num_steps = text, stop_reason, num_steps
+
+
+def generate_vllm(lm, prompts, tags, max_new_tokens: int) -> list:
+    """Greedy generations inside the vLLM engine, one ``structural_tag``
+    request per row, all in one ``LLM.generate`` call."""
+    rows = []
+    for [(ids, _)] in lm.generate(prompts, constraint=[{"structural_tag": t} for t in tags],
+                                  max_new_tokens=max_new_tokens):
+        ended = bool(ids) and ids[-1] in lm.eos_token_ids
+        rows.append(_Row(lm.decode(ids[:-1] if ended else ids), "eos" if ended else "max_new_tokens", len(ids)))
+    return rows
+
+
 def main(argv=None) -> int:
     """Run the tool-calling check and print its report."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -90,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=["auto", "required", "both"], default="both")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engine", choices=["trellis", "vllm"], default="trellis",
+                    help="search.generate_batch, or a vLLM engine on the Trellis backend")
     args = ap.parse_args(argv)
 
     import jsonschema
@@ -101,8 +142,9 @@ def main(argv=None) -> int:
     every = load_tools(args.data)
     log(f"{len(every)} BFCL tools; loading the default model")
     lm = search.load_default_model()
+    vllm_lm = start_vllm() if args.engine == "vllm" else None
     env = environment({})
-    print(f"# tool calls under structural tags, Trellis {git_rev()}, {env['cpu']}, "
+    print(f"# tool calls under structural tags ({args.engine}), Trellis {git_rev()}, {env['cpu']}, "
           f"{env['cores']} cores, load {env['loadavg_start']}, {args.prompts} prompts, "
           f"max_new_tokens {args.max_new_tokens}")
     failures = 0
@@ -120,13 +162,16 @@ def main(argv=None) -> int:
             compile_s += time.perf_counter() - t0
             target = rng.choice(tools)[0]
             rows.append(tools)
-            cons.append(c)
+            cons.append(c if vllm_lm is None else structural_tag(tools, mode == "required"))
             prompts.append(lm.apply_chat_template(
                 f"Please call {target} with arguments that fit its parameters.",
                 system=system_prompt(tools)))
         t0 = time.perf_counter()
-        results = search.generate_batch(lm, prompts, constraints=cons,
-                                        max_new_tokens=args.max_new_tokens)
+        if vllm_lm is None:
+            results = search.generate_batch(lm, prompts, constraints=cons,
+                                            max_new_tokens=args.max_new_tokens)
+        else:
+            results = generate_vllm(vllm_lm, prompts, cons, args.max_new_tokens)
         gen_s = time.perf_counter() - t0
         n_calls = n_valid = parsed = finished = with_call = 0
         for tools, r in zip(rows, results):
