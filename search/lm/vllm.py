@@ -119,6 +119,14 @@ class VLLMLM:
         kwargs = {**SEARCH_ENGINE_KWARGS, **engine_kwargs}
         return cls(LLM(model=model, **kwargs), top_logprobs=top_logprobs)
 
+    def close(self) -> None:
+        """Shut the engine down (its engine-core process too); the model is
+        unusable afterwards. An engine left running can keep the interpreter
+        from exiting."""
+        core = getattr(self.llm.llm_engine, "engine_core", None)
+        if core is not None:
+            core.shutdown(timeout=30)
+
     def __repr__(self) -> str:
         rows = "whole rows" if self.top_logprobs is None else f"top {self.top_logprobs}"
         return f"VLLMLM({self.name!r}, vocab_size={self.vocab_size}, {rows})"

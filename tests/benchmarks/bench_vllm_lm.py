@@ -112,6 +112,7 @@ def main() -> None:
     print(harness.fmt_table(rows, False))
     print()
     print(harness.fmt_table(thr, False))
+    whole.close()
 
 
 if __name__ == "__main__":

@@ -202,6 +202,8 @@ def main(argv=None) -> int:
               f"{gen_s:.1f} s ({steps / gen_s:.1f} tokens/s)")
         for r in results[:3]:
             print(f"          e.g. {r.text[:160]!r}")
+    if vllm_lm is not None:
+        vllm_lm.close()
     return 1 if failures else 0
 
 

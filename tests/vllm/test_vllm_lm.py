@@ -31,7 +31,7 @@ def lms():
     kwargs = {k: v for k, v in ENGINE_KWARGS.items() if k != "seed"}
     lm = VLLMLM.from_model(str(model_dir()), structured_outputs_config={"backend": "trellis"}, **kwargs)
     yield lm, search.load_default_model()
-    lm.llm.llm_engine.engine_core.shutdown(timeout=30)
+    lm.close()
 
 
 def test_rows_equal_the_transformers_rows(lms):
