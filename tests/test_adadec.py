@@ -157,3 +157,15 @@ def test_errors(tmp_path):
         adadec_generate(lm, [0], score="max")
     with pytest.raises(ValueError, match="quantile"):
         fit_adadec_threshold(lm, [[0]], quantile=1.0)
+
+
+def test_logistic_boundary_outside_the_data_is_not_used():
+    from search.reasoning.adadec import _logistic_threshold
+
+    h = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0])
+    # a boundary inside the data: the entropy where mismatches begin
+    thr = _logistic_threshold(h, np.array([0, 0, 0, 1, 0, 1, 1, 1.0]))
+    assert thr is not None and 1.5 < thr < 3.0
+    # almost every step mismatches: the fitted boundary lies below every entropy
+    # (an extrapolation, possibly a negative entropy), so the fit is degenerate
+    assert _logistic_threshold(h, np.array([1, 1, 1, 0, 1, 1, 1, 1.0])) is None

@@ -318,7 +318,9 @@ def adadec_generate(lm, prompt, *, constraint=None, threshold=None, lookahead: i
 def _logistic_threshold(h: np.ndarray, y: np.ndarray) -> float | None:
     """The entropy where a one-feature logistic regression ``P(y=1 | h)`` is 1/2
     (Newton's method on standardised entropies, a tiny ridge for separable
-    data); ``None`` when the labels are all equal or the slope is not positive."""
+    data); ``None`` when the labels are all equal, the slope is not positive, or
+    the boundary lies outside the entropies observed (an extrapolation: below
+    the smallest it would pause at every step, a negative entropy included)."""
     if y.min() == y.max():
         return None
     mu, sd = h.mean(), h.std() or 1.0
@@ -334,7 +336,8 @@ def _logistic_threshold(h: np.ndarray, y: np.ndarray) -> float | None:
             break
     if w[1] <= 0:
         return None
-    return float(mu - sd * w[0] / w[1])
+    thr = float(mu - sd * w[0] / w[1])
+    return thr if h.min() <= thr <= h.max() else None
 
 
 def fit_adadec_threshold(lm, prompts: Sequence, *, references: Sequence | None = None, constraint=None,
