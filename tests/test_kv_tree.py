@@ -188,3 +188,23 @@ def test_empty_prefix_is_refused(model):
     with pytest.raises(ValueError):
         lm.logits([(1, 2), ()])
     assert lm.logits([]).shape == (0, V)
+
+
+def test_open_streams_continue_the_tree(model):
+    lm = make_lm(model)
+    head = tuple(range(1, 16))
+    lm.logits([head[:-1]])
+    tok = lm.tokens_computed
+    streams, rows = lm.open_streams(head, 3)
+    assert lm.tokens_computed - tok == 1  # the cached start is not run again
+    want = torch.log_softmax(torch.tensor(direct(model, head), dtype=torch.float64), -1).numpy()
+    np.testing.assert_allclose(rows[0], want, atol=1e-4)
+    nxt = streams.advance([0, 2], [5, 6])
+    for row, t in zip(nxt, (5, 6)):
+        want = torch.log_softmax(torch.tensor(direct(model, head + (t,)), dtype=torch.float64), -1).numpy()
+        np.testing.assert_allclose(row, want, atol=1e-4)
+    # the head is in the tree now: its children cost one token
+    tok = lm.tokens_computed
+    lm.logits([head + (9,)])
+    assert lm.tokens_computed - tok == 1
+    check_tree(lm.kv_tree)

@@ -458,15 +458,39 @@ class TransformersLM:
                 tree.insert(k, new[:, :, i, :, N - n:].clone(), c, logits=last)
     def open_streams(self, head: Sequence[int], n: int) -> tuple["KVStreams", np.ndarray]:
         """``n`` token streams after ``head``: ``(streams, rows)``, ``rows`` the
-        float64 next-token log-probabilities ``(n, V)`` after ``head``. ``head`` is
-        run once and its KV cache repeated over the streams; see
-        :class:`KVStreams`. Counts one call."""
-        if len(head) == 0:
+        float64 next-token log-probabilities ``(n, V)`` after ``head``. ``head``
+        continues the longest start of it that :attr:`kv_tree` holds, is run
+        once, recorded in the tree, and its KV cache repeated over the streams;
+        see :class:`KVStreams`. Counts one call."""
+        import torch
+
+        head = tuple(int(t) for t in head)
+        if not head:
             raise ValueError("cannot score an empty prefix")
-        logits, cache = self.forward_batch([head])
+        with self._lock:
+            tree = self._kv_tree
+            tree.budget = int(self.kv_cache_bytes)
+            past, c = None, 0
+            if self._tree_ok is not False:
+                path, matched = tree.match(head)
+                c = min(matched, len(head) - 1)
+            if c:
+                path = tree.cut(path, c)
+                L, _, H, _, D = path[0][0].kv.shape
+                ref = path[0][0].kv
+                buf = torch.empty((L, 2, 1, H, c, D), dtype=ref.dtype, device=ref.device)
+                tree.gather(path, buf, 0, c)
+                past = self._new_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(L)])
+            logits, cache = self._run(torch.tensor([head[c:]], dtype=torch.long), past)
+            self.calls += 1
+            if self._tree_ok is None:
+                self._tree_ok = _plain_layers(cache)
+            if self._tree_ok:
+                new = torch.stack([torch.stack((k[0, :, c:], v[0, :, c:])) for k, v in _cache_layers(cache)])
+                tree.insert(head, new, c, logits=logits[0, -1].float().cpu().clone())
         if n > 1:
             cache.batch_repeat_interleave(n)
-        return KVStreams(self, cache, n), np.tile(_log_softmax64(logits)[0], (n, 1))
+        return KVStreams(self, cache, n), np.tile(_log_softmax64(logits[:, -1])[0], (n, 1))
 
 
 def _log_softmax64(logits) -> np.ndarray:
