@@ -41,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 
 from search.lm.kv_tree import KVPrefixTree  # noqa: E402
+from search.lm.text import TokenizerText, eos_ids  # noqa: E402
 
 __all__ = ["TransformersLM", "KVStreams"]
 
@@ -86,15 +87,7 @@ def _plain_layers(cache) -> bool:
     return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
 
 
-def _as_id_list(ids) -> list[int]:
-    if ids is None:
-        return []
-    if isinstance(ids, int):
-        return [ids]
-    return [int(i) for i in ids]
-
-
-class TransformersLM:
+class TransformersLM(TokenizerText):
     """A transformers causal language model with its tokenizer.
 
     Args:
@@ -125,15 +118,9 @@ class TransformersLM:
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "name_or_path", None) or type(model).__name__
         self.vocab_size = int(model.config.vocab_size)
-        if eos_token_ids is None:
-            eos = set(_as_id_list(getattr(tokenizer, "eos_token_id", None)))
-            gen = getattr(model, "generation_config", None)
-            if gen is not None:
-                eos |= set(_as_id_list(getattr(gen, "eos_token_id", None)))
-            eos_token_ids = eos
-        self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(i) for i in eos_token_ids}))
-        if not self.eos_token_ids:
-            raise ValueError(f"{self.name}: no EOS token id found; pass eos_token_ids=")
+        gen = getattr(model, "generation_config", None)
+        self.eos_token_ids: tuple[int, ...] = eos_ids(self.name, tokenizer, eos_token_ids,
+                                                      getattr(gen, "eos_token_id", None))
         #: number of prefixes scored so far (see the module docstring)
         self.calls = 0
         #: tokens run through the model so far (padding not counted)
@@ -164,64 +151,6 @@ class TransformersLM:
     def dtype(self):
         """The torch dtype of the model's weights."""
         return self.model.dtype
-
-    @property
-    def vocab(self):
-        """The :class:`constrain.Vocabulary` of the tokenizer, sized to the model's
-        ``config.vocab_size`` (built on first use, then kept)."""
-        if self._vocab is None:
-            from constrain import Vocabulary
-
-            self._vocab = Vocabulary.from_huggingface(
-                self.tokenizer, vocab_size=self.vocab_size, eos_token_ids=list(self.eos_token_ids),
-                name=self.name,
-            )
-        return self._vocab
-
-    @property
-    def is_chat(self) -> bool:
-        """Whether the tokenizer has a chat template (prompts are then wrapped in it
-        by default)."""
-        return bool(getattr(self.tokenizer, "chat_template", None))
-
-    # -- text <-> ids -------------------------------------------------------------
-
-    def encode(self, text: str) -> list[int]:
-        """The token ids of ``text``, without any added special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, token_ids: Iterable[int]) -> str:
-        """The text of ``token_ids``: the exact bytes of the tokens (EOS, special and
-        padding ids skipped) decoded as UTF-8, an incomplete trailing character
-        shown as U+FFFD."""
-        return self.vocab.decode([int(t) for t in token_ids]).decode("utf-8", errors="replace")
-
-    def apply_chat_template(self, prompt: str, system: str | None = None) -> list[int]:
-        """The token ids of a one-turn chat: an optional ``system`` message, the user
-        ``prompt`` and the assistant header, so that the model answers next."""
-        if not self.is_chat:
-            raise ValueError(f"{self.name} has no chat template")
-        messages = []
-        if system is not None:
-            messages.append({"role": "system", "content": system})
-        messages.append({"role": "user", "content": prompt})
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self.encode(text)
-
-    def prompt_ids(self, prompt, chat_template: bool | None = None, system: str | None = None) -> list[int]:
-        """The token ids to condition on: ``prompt`` itself if it is a sequence of
-        ids; else the chat template applied to it when ``chat_template`` is true, or
-        is ``None`` and the model is a chat model; else the plain encoding (with the
-        tokenizer's BOS, if it adds one)."""
-        if not isinstance(prompt, str):
-            return _as_id_list(prompt)
-        if chat_template is None:
-            chat_template = self.is_chat
-        if chat_template:
-            return self.apply_chat_template(prompt, system=system)
-        if system is not None:
-            raise ValueError("a system prompt needs the chat template")
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     # -- scoring ----------------------------------------------------------------
 

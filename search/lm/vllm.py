@@ -47,6 +47,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from search.lm.text import TokenizerText, eos_ids
+
 __all__ = ["VLLMLM"]
 
 #: engine settings :meth:`VLLMLM.from_model` starts with: whole-distribution
@@ -56,15 +58,7 @@ __all__ = ["VLLMLM"]
 SEARCH_ENGINE_KWARGS = dict(max_logprobs=-1, enable_prefix_caching=True, block_size=32)
 
 
-def _ids(x) -> list[int]:
-    if x is None:
-        return []
-    if isinstance(x, int):
-        return [x]
-    return [int(i) for i in x]
-
-
-class VLLMLM:
+class VLLMLM(TokenizerText):
     """The LM protocol over a vLLM ``LLM`` (see the module docstring).
 
     Args:
@@ -95,14 +89,9 @@ class VLLMLM:
         if self.top_logprobs is not None and limit != -1 and self.top_logprobs > limit:
             raise ValueError(f"{self.name}: top_logprobs={self.top_logprobs} is above the engine's "
                              f"max_logprobs={limit}")
-        if eos_token_ids is None:
-            eos = set(_ids(getattr(self.tokenizer, "eos_token_id", None)))
-            gen = model_config.try_get_generation_config() or {}
-            eos |= set(_ids(gen.get("eos_token_id")))
-            eos_token_ids = eos
-        self.eos_token_ids: tuple[int, ...] = tuple(sorted({int(i) for i in eos_token_ids}))
-        if not self.eos_token_ids:
-            raise ValueError(f"{self.name}: no EOS token id found; pass eos_token_ids=")
+        gen = model_config.try_get_generation_config() or {}
+        self.eos_token_ids: tuple[int, ...] = eos_ids(self.name, self.tokenizer, eos_token_ids,
+                                                      gen.get("eos_token_id"))
         #: prefixes scored so far (every row counts, as in the LM protocol)
         self.calls = 0
         #: prompt tokens the engine computed (not found in its prefix cache)
@@ -135,45 +124,6 @@ class VLLMLM:
     def eos_token_id(self) -> int:
         """The first (smallest) EOS id."""
         return self.eos_token_ids[0]
-
-    # -- text <-> ids -------------------------------------------------------------
-
-    @property
-    def vocab(self):
-        """The :class:`constrain.Vocabulary` of the engine's tokenizer, sized to
-        the model's vocabulary (built on first use)."""
-        if self._vocab is None:
-            from constrain import Vocabulary
-
-            self._vocab = Vocabulary.from_huggingface(self.tokenizer, vocab_size=self.vocab_size,
-                                                      eos_token_ids=list(self.eos_token_ids), name=self.name)
-        return self._vocab
-
-    def encode(self, text: str) -> list[int]:
-        """The token ids of ``text``, without special tokens."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, token_ids: Iterable[int]) -> str:
-        """The text of ``token_ids`` (their exact bytes as UTF-8; EOS and special
-        ids skipped), as :meth:`search.TransformersLM.decode`."""
-        return self.vocab.decode([int(t) for t in token_ids]).decode("utf-8", errors="replace")
-
-    def prompt_ids(self, prompt, chat_template: bool | None = None, system: str | None = None) -> list[int]:
-        """The ids to condition on: ids as given; text through the tokenizer's
-        chat template (when it has one and ``chat_template`` is not false), else
-        its plain encoding with special tokens."""
-        if not isinstance(prompt, str):
-            return _ids(prompt)
-        if chat_template is None:
-            chat_template = bool(getattr(self.tokenizer, "chat_template", None))
-        if chat_template:
-            messages = ([{"role": "system", "content": system}] if system is not None else [])
-            messages.append({"role": "user", "content": prompt})
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return self.encode(text)
-        if system is not None:
-            raise ValueError("a system prompt needs the chat template")
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     # -- scoring ----------------------------------------------------------------
 

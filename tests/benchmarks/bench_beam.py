@@ -62,31 +62,7 @@ import numpy as np  # noqa: E402
 
 import search  # noqa: E402
 
-# Mostly requests with short answers, so that hypotheses end within the token
-# limit and the stopping rule (and best-first's early exit) matters; a few open
-# ones that run to the limit.
-PROMPTS = [
-    "What is the capital of France? Answer in one word.",
-    "How many legs does a spider have?",
-    "Name a primary color.",
-    "What is 7 times 8?",
-    "Who wrote Romeo and Juliet?",
-    "Translate 'thank you' into Spanish.",
-    "Give me a synonym for 'happy'.",
-    "What is the chemical symbol for gold?",
-    "Write a haiku about the sea.",
-    "Suggest a name for a pet goldfish.",
-    "Is the sun a star? Answer yes or no.",
-    "What color is the sky on a clear day?",
-    "Write one sentence about autumn.",
-    "What is the largest planet in our solar system?",
-    "Say hello in French.",
-    "What is the boiling point of water in Celsius?",
-    "Tell me a fun fact about cats.",
-    "Complete the sentence: The early bird catches the",
-    "What day comes after Monday?",
-    "Describe a sunset in five words.",
-]
+PROMPTS = harness.BEAM_PROMPTS
 WARMUP_PROMPT = "Say hi."
 SCORE_TOL = 1e-4
 

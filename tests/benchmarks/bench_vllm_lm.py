@@ -30,17 +30,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-PROMPTS = [
-    "What is the capital of France? Answer in one word.",
-    "How many legs does a spider have?",
-    "Name a primary color.",
-    "What is 7 times 8?",
-    "Who wrote Romeo and Juliet?",
-    "Translate 'thank you' into Spanish.",
-    "Give me a synonym for 'happy'.",
-    "What is the chemical symbol for gold?",
-]
+import harness  # noqa: E402  (the standard library only)
+
+PROMPTS = harness.BEAM_PROMPTS[:8]
+
 
 
 def rows_per_second(lm, ids, repeats=5, batch=32) -> float:
@@ -106,8 +101,6 @@ def main() -> None:
            ["vLLM, whole rows", f"{rows_per_second(whole, ids):.1f}"],
            ["vLLM, top-20 rows", f"{rows_per_second(top, ids):.1f}"],
            ["TransformersLM (KV prefix tree)", f"{rows_per_second(hf, ids):.1f}"]]
-    import harness
-
     print()
     print(harness.fmt_table(rows, False))
     print()

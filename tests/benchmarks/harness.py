@@ -44,6 +44,35 @@ THREAD_VARS = (
 )
 
 
+# Mostly requests with short answers, so that hypotheses end within the token
+# limit and the stopping rule (and best-first's early exit) matters; a few open
+# ones that run to the limit.
+#: the prompts of the scripts that run search drivers on the default model
+#: (bench_beam.py, bench_vllm_lm.py)
+BEAM_PROMPTS = [
+    "What is the capital of France? Answer in one word.",
+    "How many legs does a spider have?",
+    "Name a primary color.",
+    "What is 7 times 8?",
+    "Who wrote Romeo and Juliet?",
+    "Translate 'thank you' into Spanish.",
+    "Give me a synonym for 'happy'.",
+    "What is the chemical symbol for gold?",
+    "Write a haiku about the sea.",
+    "Suggest a name for a pet goldfish.",
+    "Is the sun a star? Answer yes or no.",
+    "What color is the sky on a clear day?",
+    "Write one sentence about autumn.",
+    "What is the largest planet in our solar system?",
+    "Say hello in French.",
+    "What is the boiling point of water in Celsius?",
+    "Tell me a fun fact about cats.",
+    "Complete the sentence: The early bird catches the",
+    "What day comes after Monday?",
+    "Describe a sunset in five words.",
+]
+
+
 def one_thread(force: bool = True) -> None:
     """Every native thread pool (Rayon, numba, OpenMP, MKL, OpenBLAS, TVM) to one
     thread, and no tokenizer parallelism; effective only before the library that

@@ -108,3 +108,19 @@ def test_constrained_drivers_and_generation(lms):
         for tokens, logprob in completions:
             jsonschema.validate(json.loads(lm.decode(tokens)), PERSON_SCHEMA)
             assert logprob < 0
+
+
+def test_lattice_and_smc_run_on_the_engine(lms):
+    """The drivers that renormalise or sample, on whole rows: the lattice finds the
+    transformers model's best path; SMC's particles all satisfy the constraint."""
+    import constrain
+    import search
+
+    lm, hf = lms
+    digits = constrain.compile_regex(r"[0-9]{1,3}", lm.vocab)
+    ids = hf.prompt_ids("A number between 1 and 999?")
+    got = search.lattice_search(lm, ids, budget=12, max_new_tokens=4, constraint=digits).k_best(2)
+    want = search.lattice_search(hf, ids, budget=12, max_new_tokens=4, constraint=digits).k_best(2)
+    assert [path for _, path in got] == [path for _, path in want]
+    res = search.smc(lm, ids, constraint=digits, n_particles=4, max_new_tokens=4, seed=0)
+    assert res.posterior and all(digits.matches(lm.decode(t)) for t in res.posterior)
