@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence
 
-__all__ = ["KVPrefixTree", "KVNode"]
+__all__ = ["KVPrefixTree", "KVNode", "common_length"]
 
 
 class KVNode:
@@ -56,8 +56,8 @@ def _nbytes(t) -> int:
     return 0 if t is None else t.element_size() * t.nelement()
 
 
-def _common(a: tuple, b: Sequence[int], start: int) -> int:
-    """How many leading items of ``a`` equal ``b[start:]``."""
+def common_length(a: Sequence[int], b: Sequence[int], start: int = 0) -> int:
+    """How many leading items of ``a`` equal those of ``b[start:]``."""
     n = min(len(a), len(b) - start)
     i = 0
     while i < n and a[i] == b[start + i]:
@@ -108,7 +108,7 @@ class KVPrefixTree:
             child = node.children.get(ids[n])
             if child is None:
                 break
-            m = _common(child.tokens, ids, n)
+            m = common_length(child.tokens, ids, n)
             path.append((child, m))
             n += m
             if m < len(child.tokens):

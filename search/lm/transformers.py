@@ -40,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from search.lm.kv_tree import KVPrefixTree  # noqa: E402
+from search.lm.kv_tree import KVPrefixTree, common_length  # noqa: E402
 from search.lm.text import TokenizerText, eos_ids  # noqa: E402
 
 __all__ = ["TransformersLM", "KVStreams"]
@@ -260,6 +260,12 @@ class TransformersLM(TokenizerText):
 
     # -- the prefix-sharing scorer ----------------------------------------------
 
+    @property
+    def _sharing(self) -> bool:
+        """Whether KV segments are shared (unknown before the first pass counts
+        as yes; a model whose cache cannot be cut into segments is run whole)."""
+        return self._tree_ok is not False
+
     def _score(self, keys: set, want: bool) -> dict:
         """Run the prefixes ``keys``: ``{key: float32 numpy logits}`` when
         ``want``, else only their KV segments are recorded (helper rows)."""
@@ -267,7 +273,7 @@ class TransformersLM(TokenizerText):
         out: dict = {}
         rest = []
         for k in keys:
-            hit = tree.cached_logits(k) if want and self._tree_ok is not False else None
+            hit = tree.cached_logits(k) if want and self._sharing else None
             if hit is not None:
                 out[k] = hit.numpy()
             else:
@@ -286,11 +292,11 @@ class TransformersLM(TokenizerText):
                 ride = k
                 carriers[k] = [k]
         order = sorted(carriers)
-        if self._tree_ok is not False and len(order) > 1:
-            self._run_shared_starts(order)
+        held = {k: tree.match(k)[1] if self._sharing else 0 for k in order}
+        if self._sharing and len(order) > 1:
+            self._run_shared_starts(order, held)
         # rows with about as many new tokens share a pass (less padding)
-        plan = sorted(order, key=lambda k: len(k) - min(tree.match(k)[1] if self._tree_ok is not False else 0,
-                                                        min(len(m) for m in carriers[k]) - 1))
+        plan = sorted(order, key=lambda k: len(k) - min(held[k], min(len(m) for m in carriers[k]) - 1))
         group: list = []
         width = 0
         for k in plan:
@@ -305,24 +311,15 @@ class TransformersLM(TokenizerText):
             self._run_group(group, carriers, out, want)
         return out
 
-    def _run_shared_starts(self, order: list) -> None:
+    def _run_shared_starts(self, order: list, held: dict) -> None:
         """Run once the starts that several prefixes share beyond what the tree
-        holds (a prompt not yet run, under many continuations)."""
-        tree = self._kv_tree
-
-        def lcp(a, b):
-            n = min(len(a), len(b))
-            i = 0
-            while i < n and a[i] == b[i]:
-                i += 1
-            return i
-
-        near = [lcp(a, b) for a, b in zip(order, order[1:])]
+        holds (``held``: a prompt not yet run, under many continuations)."""
+        near = [common_length(a, b) for a, b in zip(order, order[1:])]
         helpers = set()
         for i, k in enumerate(order):
             shared = max(near[i - 1] if i else 0, near[i] if i < len(near) else 0)
             shared = min(shared, len(k) - 1)
-            if shared - tree.match(k)[1] >= _SHARED_MIN:
+            if shared - held[k] >= _SHARED_MIN:
                 helpers.add(k[:shared])
         if helpers:
             self._score(helpers, want=False)
@@ -333,20 +330,55 @@ class TransformersLM(TokenizerText):
 
         return DynamicCache(ddp_cache_data=layers)
 
+    def _cached_start(self, k: tuple, need: int) -> tuple[list, int]:
+        """``(path, c)``: the first ``c`` positions of ``k`` that the tree holds,
+        at most ``need`` of them (a position whose logits are wanted is run)."""
+        if not self._sharing:
+            return [], 0
+        path, matched = self._kv_tree.match(k)
+        c = min(matched, need)
+        return self._kv_tree.cut(path, c), c
+
+    def _gathered_past(self, starts: list, P: int):
+        """A cache of ``len(starts)`` rows of ``P`` positions holding each row's
+        cached start ``(path, c)`` right-aligned, zeros before it (masked, but
+        finite: masked keys still enter the products); ``None`` when ``P`` is 0."""
+        import torch
+
+        if not P:
+            return None
+        ref = next(node.kv for path, _ in starts for node, _ in path)
+        L, _, H, _, D = ref.shape
+        buf = torch.zeros((L, 2, len(starts), H, P, D), dtype=ref.dtype, device=ref.device)
+        for i, (path, c) in enumerate(starts):
+            if c:
+                self._kv_tree.gather(path, buf, i, P)
+        return self._new_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(L)])
+
+    def _record(self, cache, P: int, rows: list) -> None:
+        """Put the positions a pass ran (after its ``P`` past ones) into the tree:
+        ``rows`` of ``(key, c, n, logits or None)``, row ``i``'s ``n`` new
+        positions right-aligned in the cache. The first pass decides whether the
+        model's cache can be cut into segments at all."""
+        import torch
+
+        if self._tree_ok is None:
+            self._tree_ok = _plain_layers(cache)
+        if not self._tree_ok:
+            return
+        new = torch.stack([torch.stack((keys[:, :, P:], values[:, :, P:])) for keys, values in _cache_layers(cache)])
+        width = new.shape[4]
+        for i, (k, c, n, logits) in enumerate(rows):
+            self._kv_tree.insert(k, new[:, :, i, :, width - n:].clone(), c, logits=logits)
+
     def _run_group(self, group: list, carriers: dict, out: dict, want: bool) -> None:
         """One batched forward pass over the carrier prefixes ``group``."""
         import torch
 
-        tree = self._kv_tree
         rows = []
         for k in group:
-            need = min(len(m) for m in carriers[k]) - 1  # the first position whose logits are wanted
-            if self._tree_ok is not False:
-                path, matched = tree.match(k)
-                c = min(matched, need)
-                path = tree.cut(path, c)
-            else:
-                path, c = [], 0
+            # the first position whose logits are wanted bounds the cached start
+            path, c = self._cached_start(k, min(len(m) for m in carriers[k]) - 1)
             rows.append((k, path, c, len(k) - c))
         B = len(rows)
         P = max(r[2] for r in rows)
@@ -359,23 +391,11 @@ class TransformersLM(TokenizerText):
             mask[i, P - c:P] = 1
             mask[i, P + N - n:] = 1
             pos[i, N - n:] = torch.arange(c, c + n)
-        past = None
-        if P:
-            ref = next(node.kv for r in rows for node, _ in r[1])
-            L, _, H, _, D = ref.shape
-            buf = torch.zeros((L, 2, B, H, P, D), dtype=ref.dtype, device=ref.device)
-            for i, (_, path, c, _) in enumerate(rows):
-                if c:
-                    tree.gather(path, buf, i, P)
-            past = self._new_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(L)])
+        past = self._gathered_past([(path, c) for _, path, c, _ in rows], P)
         # the riders' logits lie up to ``len(k) - len(m)`` positions before the last
         keep = max(len(k) - len(m) + 1 for k, *_ in rows for m in carriers[k]) if want else 1
         logits, cache = self._run(x, past, mask, pos, keep=keep)
-        if self._tree_ok is None:
-            self._tree_ok = _plain_layers(cache)
-        if self._tree_ok:
-            layers = _cache_layers(cache)
-            new = torch.stack([torch.stack((keys[:, :, P:], values[:, :, P:])) for keys, values in layers])
+        kept = []
         for i, (k, _, c, n) in enumerate(rows):
             last = None
             if want:
@@ -383,8 +403,9 @@ class TransformersLM(TokenizerText):
                 for m in carriers[k]:
                     out[m] = lg[keep - 1 - (len(k) - len(m))].numpy().copy()
                 last = lg[keep - 1].clone()
-            if self._tree_ok:
-                tree.insert(k, new[:, :, i, :, N - n:].clone(), c, logits=last)
+            kept.append((k, c, n, last))
+        self._record(cache, P, kept)
+
     def open_streams(self, head: Sequence[int], n: int) -> tuple["KVStreams", np.ndarray]:
         """``n`` token streams after ``head``: ``(streams, rows)``, ``rows`` the
         float64 next-token log-probabilities ``(n, V)`` after ``head``. ``head``
@@ -397,26 +418,12 @@ class TransformersLM(TokenizerText):
         if not head:
             raise ValueError("cannot score an empty prefix")
         with self._lock:
-            tree = self._kv_tree
-            tree.budget = int(self.kv_cache_bytes)
-            past, c = None, 0
-            if self._tree_ok is not False:
-                path, matched = tree.match(head)
-                c = min(matched, len(head) - 1)
-            if c:
-                path = tree.cut(path, c)
-                L, _, H, _, D = path[0][0].kv.shape
-                ref = path[0][0].kv
-                buf = torch.empty((L, 2, 1, H, c, D), dtype=ref.dtype, device=ref.device)
-                tree.gather(path, buf, 0, c)
-                past = self._new_cache([(buf[layer, 0], buf[layer, 1]) for layer in range(L)])
-            logits, cache = self._run(torch.tensor([head[c:]], dtype=torch.long), past)
+            self._kv_tree.budget = int(self.kv_cache_bytes)
+            path, c = self._cached_start(head, len(head) - 1)
+            logits, cache = self._run(torch.tensor([head[c:]], dtype=torch.long),
+                                      self._gathered_past([(path, c)], c))
             self.calls += 1
-            if self._tree_ok is None:
-                self._tree_ok = _plain_layers(cache)
-            if self._tree_ok:
-                new = torch.stack([torch.stack((k[0, :, c:], v[0, :, c:])) for k, v in _cache_layers(cache)])
-                tree.insert(head, new, c, logits=logits[0, -1].float().cpu().clone())
+            self._record(cache, c, [(head, c, len(head) - c, logits[0, -1].float().cpu().clone())])
         if n > 1:
             cache.batch_repeat_interleave(n)
         return KVStreams(self, cache, n), np.tile(_log_softmax64(logits[:, -1])[0], (n, 1))
