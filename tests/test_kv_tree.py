@@ -181,6 +181,19 @@ def test_threads_share_one_model(model):
         t.join()
     assert not errors, errors[0]
     check_tree(lm.kv_tree)
+    assert lm.calls == sum(len(b) for b in batches)
+
+
+def test_counters_add_up_across_threads(model):
+    # forward_batch (generate's path) runs outside the tree's lock
+    lm = make_lm(model)
+    threads = [threading.Thread(target=lambda: [lm.forward_batch([[1, 2, 3], [4, 5, 6]]) for _ in range(25)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (lm.calls, lm.forward_passes, lm.tokens_computed) == (200, 100, 600)
 
 
 def test_empty_prefix_is_refused(model):

@@ -135,6 +135,7 @@ class TransformersLM(TokenizerText):
         self._kv_tree = KVPrefixTree(self.kv_cache_bytes)
         self._tree_ok: bool | None = None  # whether the model's cache is plain per-layer keys and values
         self._lock = threading.RLock()
+        self._count_lock = threading.Lock()
         self._cache_kw, self._extra = _forward_options(model)
 
     def __repr__(self) -> str:
@@ -166,12 +167,12 @@ class TransformersLM(TokenizerText):
         padding = {}
         if attention_mask is not None:
             padding["attention_mask"] = attention_mask.to(self.device)
-            self.tokens_computed += int(attention_mask[:, -x.shape[1]:].sum())
+            real = int(attention_mask[:, -x.shape[1]:].sum())
         else:
-            self.tokens_computed += int(x.numel())
+            real = int(x.numel())
         if position_ids is not None:
             padding["position_ids"] = position_ids.to(self.device)
-        self.forward_passes += 1
+        self._count(tokens=real, passes=1)
         with torch.inference_mode():
             out = self.model(input_ids=x.to(self.device), use_cache=True, **{self._cache_kw: past}, **padding,
                              **extra)
@@ -201,8 +202,16 @@ class TransformersLM(TokenizerText):
 
         x = torch.tensor([[int(t) for t in row] for row in ids], dtype=torch.long)
         logits, cache = self._run(x, past, attention_mask, position_ids)
-        self.calls += len(ids)
+        self._count(calls=len(ids))
         return logits[:, -1], cache
+
+    def _count(self, calls: int = 0, tokens: int = 0, passes: int = 0) -> None:
+        # generate() and KVStreams run forward passes outside the tree's lock,
+        # possibly from several threads: the counters have a lock of their own
+        with self._count_lock:
+            self.calls += calls
+            self.tokens_computed += tokens
+            self.forward_passes += passes
 
     def forward(self, token_ids: Sequence[int], past=None):
         """Run the model on ``token_ids`` after the KV cache ``past`` (``None`` for
@@ -236,7 +245,7 @@ class TransformersLM(TokenizerText):
         with self._lock:
             self._kv_tree.budget = int(self.kv_cache_bytes)
             rows = self._score(set(keys), want=True)
-            self.calls += len(keys)
+            self._count(calls=len(keys))
         return np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)
 
     def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
@@ -422,7 +431,7 @@ class TransformersLM(TokenizerText):
             path, c = self._cached_start(head, len(head) - 1)
             logits, cache = self._run(torch.tensor([head[c:]], dtype=torch.long),
                                       self._gathered_past([(path, c)], c))
-            self.calls += 1
+            self._count(calls=1)
             self._record(cache, c, [(head, c, len(head) - c, logits[0, -1].float().cpu().clone())])
         if n > 1:
             cache.batch_repeat_interleave(n)

@@ -69,6 +69,9 @@ class VLLMLM(TokenizerText):
         eos_token_ids: ids that end a hypothesis; default: the tokenizer's EOS
             plus the model's generation config's.
         name: a label for messages.
+
+    One thread at a time: a vLLM ``LLM`` is not safe to call from several
+    threads (a server shares an engine through vLLM's own API server instead).
     """
 
     def __init__(self, llm, *, top_logprobs: int | None = None,
@@ -170,7 +173,8 @@ class VLLMLM(TokenizerText):
         or a list of them, one per prompt; it is enforced by the engine's
         structured-output backend (Trellis's, when the engine was started with
         ``structured_outputs_config={"backend": "trellis"}``). The token ids end
-        with the EOS id when the model ended the text."""
+        with the EOS id when the model ended the text. Counts one call per
+        generated token, as :func:`search.generate` does."""
         import json
 
         from vllm import SamplingParams
@@ -182,7 +186,7 @@ class VLLMLM(TokenizerText):
         if len(constraint) != len(prompts):
             raise ValueError(f"{len(constraint)} constraints for {len(prompts)} prompts")
 
-        def params(c):
+        def one(c):
             so = None
             if c is not None:
                 c = {k: json.dumps(v) if k == "structural_tag" and not isinstance(v, str) else v
@@ -191,7 +195,7 @@ class VLLMLM(TokenizerText):
             return SamplingParams(max_tokens=int(max_new_tokens), temperature=float(temperature), n=int(n),
                                   seed=seed, logprobs=0, structured_outputs=so)
 
-        params = [params(c) for c in constraint]
+        params = [one(c) for c in constraint]
         requests = [{"prompt_token_ids": self.prompt_ids(p)} for p in prompts]
         results = self.llm.generate(requests, params, use_tqdm=False)
         self.calls += sum(len(c.token_ids) for r in results for c in r.outputs)
