@@ -34,17 +34,22 @@ class IRBuilder:
         self._nonterminals: list[str] = []
         self._rules: list[tuple[int, tuple]] = []
         self._exclusions: dict[str, tuple] = {}
+        self._budgets: dict[int, int] = {}
 
     # -- symbols ------------------------------------------------------------------
 
-    def terminal(self, pattern: str, *, literal: str | None = None, flags: int = 0) -> Sym:
+    def terminal(self, pattern: str, *, literal: str | None = None, flags: int = 0,
+                 max_tokens: int | None = None) -> Sym:
         """The terminal of the Python ``re`` ``pattern`` (which must not match
-        the empty string)."""
-        key = (pattern, flags, literal)
+        the empty string); with ``max_tokens``, one match of it may be carried
+        by at most that many tokens (:attr:`GrammarIR.budgets`)."""
+        key = (pattern, flags, literal, max_tokens)
         i = self._shared.get(key)
         if i is None:
             i = self._shared[key] = len(self._terminals)
             self._terminals.append(Terminal(f"T{i}", pattern, flags, literal))
+            if max_tokens is not None:
+                self._budgets[i] = max_tokens
         return ("t", i)
 
     def literal(self, text: str) -> list[Sym]:
@@ -90,6 +95,8 @@ class IRBuilder:
             self._terminals.append(Terminal(name, t.pattern, t.flags, t.literal))
             if t.name in ir.exclusions:
                 self._exclusions[name] = ir.exclusions[t.name]
+            if k in ir.budgets:
+                self._budgets[base + k] = ir.budgets[k]
         n_t = len(ir.terminals)
         for name in ir.nonterminals:
             self._nonterminals.append(f"{hint}{nt_base}__{name}")
@@ -133,4 +140,4 @@ class IRBuilder:
         rules = tuple((lhs, tuple(index(s) for s in rhs)) for lhs, rhs in self._rules)
         return GrammarIR(terminals=tuple(self._terminals), nonterminals=tuple(self._nonterminals),
                          rules=rules, start=start[1], source=source,
-                         exclusions=dict(self._exclusions))
+                         exclusions=dict(self._exclusions), budgets=dict(self._budgets))

@@ -43,6 +43,7 @@ import numpy as np
 from constrain.cfg import lexer_kernels as gk
 from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.cache import check_budget
+from constrain.cfg.budgets import TokenBudgets
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLimitError,
                               InvalidStateError)
@@ -161,10 +162,14 @@ class GrammarConstraint(Constraint):
         # held wherever the tables grow: the parser's and lexer's tables, the
         # context arrays, the mask caches (see the class docstring)
         self._lock = threading.RLock()
+        #: the token budgets' tables (constrain.cfg.budgets), None without any;
+        #: configurations are then (context, lexer state, tokens) triples
+        self._budgets = TokenBudgets(ir, terms, lexer, self.trie) if ir.budgets else None
 
     def _begin(self) -> None:
         """The initial state, once the tables are there."""
-        self._initial = (True, ((0, self._start(0)),))
+        first = (0, self._start(0)) if self._budgets is None else (0, self._start(0), 0)
+        self._initial = (True, (first,))
         # the state advance returned last (see there); parser contexts known to
         # exist (check_state)
         self._last_out = self._initial
@@ -211,8 +216,10 @@ class GrammarConstraint(Constraint):
             payload.put("start_key", np.frombuffer(b"".join(keys), dtype=np.uint8)
                         .reshape(len(keys), width))
             payload.put("start_state", np.array([self._start_of[k] for k in keys], dtype=np.int64))
-            masks = list(self._masks.items())
-            config_masks = list(self._config_masks.items())
+            # a counted grammar's states and near-budget masks are triples: not
+            # kept (they are made again on first use)
+            masks = list(self._masks.items()) if self._budgets is None else []
+            config_masks = [(k, r) for k, r in self._config_masks.items() if len(k) == 2]
         # rows are shared between the two caches: each is written once
         slot: dict = {}
         rows = []
@@ -331,6 +338,8 @@ class GrammarConstraint(Constraint):
     def _step(self, configs, data: bytes):
         """The configurations after ``data``; empty when refused. (A fresh lexer
         state accepts nothing, so no terminal ends before the first byte.)"""
+        if self._budgets is not None:
+            return self._counted_step(configs, data, True)
         lex = self.lexer
         for b in data:
             trans = lex.trans
@@ -380,9 +389,74 @@ class GrammarConstraint(Constraint):
                 out.update((c, s) for c in cs)
         return out
 
+    def _counted_step(self, configs, data: bytes, count: bool):
+        """:meth:`_step` of a grammar with token budgets (``configs`` are
+        triples, see :mod:`constrain.cfg.budgets`): ``data`` is one token's
+        bytes; without ``count`` no budget applies (the language of bytes) and
+        every count is 0."""
+        lex = self.lexer
+        budgets = self._budgets
+        # (context, lexer state, tokens so far, began in this token)
+        cur = {(c, s, k, False) for c, s, k in configs}
+        for j, b in enumerate(data):
+            trans = lex.trans
+            new = set()
+            for (c, s, k, born) in cur:
+                s2 = int(trans[s, b])
+                if s2:
+                    new.add((c, s2, k, born))
+                if lex.has_acc[s]:
+                    for t in lex.accepting_terminals(s):
+                        if count and j and not born and budgets.over(t, k + 1):
+                            continue  # it took bytes of this token: one too many
+                        c2 = self._next(c, t)
+                        if c2 < 0:
+                            continue
+                        l0 = self._start(c2)
+                        trans = lex.trans
+                        s3 = int(trans[l0, b])
+                        if s3:
+                            new.add((c2, s3, 0, True))
+            if not new:
+                return ()
+            cur = self._merged_counted(new) if len(new) > 1 else new
+        out = set()
+        for (c, s, k, born) in cur:
+            if count and budgets.counted(s):
+                used = 1 if born else k + 1
+                s = budgets.keep(s, used)
+                if not s:
+                    continue
+                out.add((c, s, used if budgets.counted(s) else 0, False))
+            else:
+                out.add((c, s, 0, False))
+        if len(out) > 1:
+            out = self._merged_counted(out)
+        return tuple(sorted((c, s, k) for c, s, k, _ in out))
+
+    def _merged_counted(self, configs: set) -> set:
+        """:meth:`_merged` of counted configurations: those that share a lexer
+        state, a count and where they began are made one."""
+        by_key: dict = {}
+        for c, s, k, born in configs:
+            by_key.setdefault((s, k, born), []).append(c)
+        if len(by_key) == len(configs):
+            return configs
+        out = set()
+        for (s, k, born), cs in by_key.items():
+            if len(cs) > 1 and 0 in cs:
+                out.add((0, s, k, born))
+                cs = [c for c in cs if c]
+            if len(cs) > 1:
+                out.add((self.parser.union(cs), s, k, born))
+            else:
+                out.update((c, s, k, born) for c in cs)
+        return out
+
     def _accepting(self, fresh: bool, configs) -> bool:
         lex = self.lexer
-        for (c, s) in configs:
+        for cfg in configs:
+            c, s = cfg[0], cfg[1]
             if fresh and self.parser.accepts(c):
                 return True
             if lex.has_acc[s]:
@@ -408,14 +482,21 @@ class GrammarConstraint(Constraint):
         (A state of another grammar passes only if its numbers all exist here
         too: contexts and lexer states are numbered as they are made, so this
         catches what would index past the tables, not every foreign state.)"""
+        width = 2 if self._budgets is None else 3
         if state.__class__ is tuple and len(state) == 2:
             fresh, configs = state
             if (fresh is False or fresh is True) and configs.__class__ is tuple and configs:
                 n_lex = self.lexer.n
                 n_ctx = self._n_ctx
                 for cfg in configs:
-                    if cfg.__class__ is tuple and len(cfg) == 2:
-                        c, s = cfg
+                    if cfg.__class__ is tuple and len(cfg) == width:
+                        if width == 3:
+                            k = cfg[2]
+                            if k.__class__ is not int:
+                                break  # perhaps equal to an int: see below
+                            if not 0 <= k <= self._budgets.largest:
+                                raise self._refusal(state)
+                        c, s = cfg[0], cfg[1]
                         if c.__class__ is not int or s.__class__ is not int:
                             break  # perhaps equal to ints: see below
                         if 0 <= s < n_lex:
@@ -434,7 +515,7 @@ class GrammarConstraint(Constraint):
                     raise self._refusal(state)
             # a state equal to one of plain ints and bools (numpy integers, 1
             # for True) is that state: mask caches find it by equality
-            canonical = _canonical(fresh, configs)
+            canonical = _canonical(fresh, configs, width)
             if canonical is not None:
                 return self.check_state(canonical)
         elif isinstance(state, (int, np.integer)) and not isinstance(state, (bool, np.bool_)) \
@@ -443,9 +524,11 @@ class GrammarConstraint(Constraint):
         raise self._refusal(state)
 
     def _refusal(self, state) -> InvalidStateError:
+        config = "(context, lexer state)" if self._budgets is None \
+            else "(context, lexer state, tokens)"
         return InvalidStateError(
             f"{state!r} is not a state of {self!r} (states come from initial_state() and "
-            f"advance(), and are (fresh, ((context, lexer state), ...)) or {TERMINATED})")
+            f"advance(), and are (fresh, ({config}, ...)) or {TERMINATED})")
 
     def advance(self, state, token_id: int):
         """The state after ``token_id``, or ``None`` if it is not allowed."""
@@ -492,7 +575,8 @@ class GrammarConstraint(Constraint):
             return out
         lex = self.lexer
         with self._lock:
-            for (c, s) in state[1]:
+            for cfg in state[1]:
+                c, s = cfg[0], cfg[1]
                 out |= lex.trans[s] != 0
                 if lex.has_acc[s]:
                     for t in lex.accepting_terminals(s):
@@ -523,7 +607,8 @@ class GrammarConstraint(Constraint):
         fresh, configs = self._initial
         with self._lock:
             if data:
-                configs = self._step(configs, data)
+                configs = self._step(configs, data) if self._budgets is None \
+                    else self._counted_step(configs, data, False)
                 fresh = False
                 if not configs:
                     return False
@@ -575,7 +660,13 @@ class GrammarConstraint(Constraint):
     def _new_mask_row(self, state) -> np.ndarray:
         fresh, configs = state
         accepting = self._accepting(fresh, configs)
-        if len(configs) == 1:
+        if self._budgets is not None:
+            row = self._counted_mask(configs[0])
+            if len(configs) > 1 or accepting:
+                row = row.copy()
+            for cfg in configs[1:]:
+                row |= self._counted_mask(cfg)
+        elif len(configs) == 1:
             row = self._config_mask(*configs[0])
             if accepting:
                 row = row.copy()
@@ -592,6 +683,21 @@ class GrammarConstraint(Constraint):
         self._masks[state] = row
         if len(self._masks) > self._max_masks:
             self._masks.popitem(last=False)
+        return row
+
+    def _counted_mask(self, cfg) -> np.ndarray:
+        """The mask of a counted configuration ``(c, s, k)``: the ordinary one
+        far from every budget, else a budget walk's (cached)."""
+        c, s, k = cfg
+        if self._budgets.plain(s, k):
+            return self._config_mask(c, s)
+        row = self._config_masks.get(cfg)
+        if row is None:
+            row = self._budgets.mask(self, c, s, k)
+            row.flags.writeable = False
+            self._config_masks[cfg] = row
+            if len(self._config_masks) > self._max_masks:
+                self._config_masks.popitem(last=False)
         return row
 
     def _config_mask(self, c: int, s: int) -> np.ndarray:
@@ -705,7 +811,8 @@ _OWN_ATTRIBUTES = frozenset({
     "vocab", "ir", "source", "compiler", "trie", "words", "terms", "parser", "lexer",
     "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
     "_token_bytes", "_writers", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
-    "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx"})
+    "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx",
+    "_budgets"})
 
 
 def _ir_to_json(ir: GrammarIR) -> dict:
@@ -716,7 +823,8 @@ def _ir_to_json(ir: GrammarIR) -> dict:
             "start": ir.start, "ignore": list(ir.ignore), "source": ir.source,
             "exclusions": {name: [pattern, [p.hex() for p in prefixes]]
                            for name, (pattern, prefixes) in ir.exclusions.items()},
-            "productive": ir.productive}
+            "productive": ir.productive,
+            "budgets": [[t, n] for t, n in sorted(ir.budgets.items())]}
 
 
 def _ir_from_json(d: dict) -> GrammarIR:
@@ -742,8 +850,13 @@ def _ir_from_json(d: dict) -> GrammarIR:
         raise ValueError("the grammar is malformed")
     exclusions = {name: (pattern, tuple(bytes.fromhex(p) for p in prefixes))
                   for name, (pattern, prefixes) in d["exclusions"].items()}
+    budgets = {}
+    for t, n in d.get("budgets", ()):
+        if not (type(t) is int and 0 <= t < n_t and type(n) is int and n >= 1):
+            raise ValueError("a token budget is malformed")
+        budgets[t] = n
     return GrammarIR(tuple(terminals), nonterminals, rules, start, ignore, d["source"],
-                     exclusions, d["productive"])
+                     exclusions, d["productive"], budgets)
 
 
 def _compiler_for(vocab: Vocabulary, compiler: Compiler | None) -> Compiler:
@@ -760,9 +873,10 @@ def _compiler_for(vocab: Vocabulary, compiler: Compiler | None) -> Compiler:
     return compiler
 
 
-def _canonical(fresh, configs):
+def _canonical(fresh, configs, width: int):
     """``(fresh, configs)`` rebuilt of plain bools and ints when every value
-    equals one (``1.0``, ``np.int64(3)``, ``1`` for ``True``), else ``None``."""
+    equals one (``1.0``, ``np.int64(3)``, ``1`` for ``True``) and every
+    configuration has ``width`` of them, else ``None``."""
     if configs.__class__ is not tuple or not configs:
         return None
     try:
@@ -770,7 +884,7 @@ def _canonical(fresh, configs):
             return None
         out = []
         for cfg in configs:
-            if cfg.__class__ is not tuple or len(cfg) != 2:
+            if cfg.__class__ is not tuple or len(cfg) != width:
                 return None
             pair = []
             for x in cfg:

@@ -50,6 +50,12 @@ class GrammarIR:
     #: (the JSON Schema translator prunes its rules so); the recognizer then
     #: checks productivity only when the vocabulary cannot spell some terminal
     productive: bool = False
+    #: token budgets: terminal index → the most tokens that may carry bytes of
+    #: one match of it (a rule ``name[max_tokens=N]`` of Lark or GBNF becomes
+    #: such a terminal; :class:`~constrain.cfg.grammar.GrammarConstraint`
+    #: enforces it). Passes that read only the IR's language (emptiness,
+    #: infilling) do not see it.
+    budgets: Mapping[int, int] = field(default_factory=dict)
 
     def __post_init__(self):
         # tuples in, whatever the caller built the IR from
@@ -61,11 +67,13 @@ class GrammarIR:
             put(self, "rules", tuple((lhs, tuple(rhs)) for lhs, rhs in rules))
         put(self, "ignore", tuple(self.ignore))
         put(self, "exclusions", MappingProxyType(dict(self.exclusions)))
+        put(self, "budgets", MappingProxyType(dict(self.budgets)))
 
     def __reduce__(self):
         # a mappingproxy does not pickle: the exclusions travel as a dict
         return (GrammarIR, (self.terminals, self.nonterminals, self.rules, self.start,
-                            self.ignore, self.source, dict(self.exclusions), self.productive))
+                            self.ignore, self.source, dict(self.exclusions), self.productive,
+                            dict(self.budgets)))
 
     @property
     def n_terminals(self) -> int:
@@ -83,6 +91,8 @@ def grammar_fingerprint(ir: GrammarIR) -> str:
     for lhs, rhs in ir.rules:
         h.update(f"{lhs}:{','.join(map(str, rhs))}\n".encode())
     h.update(f"start={ir.start} ignore={ir.ignore}".encode())
+    if ir.budgets:  # absent from unbudgeted grammars: their digests stay as they were
+        h.update(f" budgets={sorted(ir.budgets.items())}".encode())
     return h.hexdigest()
 
 

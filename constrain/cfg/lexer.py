@@ -556,13 +556,33 @@ class LexerTables:
         (uint64 words, bit ``t & 63`` of word ``t >> 6`` for terminal ``t``: a
         parser's expected set and the ``%ignore`` terminals), not cached (the
         caller keys it)."""
-        terms = self.terms.kernel_arrays
         n0 = self.n
+        return self._expand(lambda terms, states, index: gk.expand_start(
+            terms, states, index, self._below, expected, extra, n0, self.n, self._expanded,
+            self.max_states))
+
+    def state_of_pairs(self, flat: np.ndarray) -> int:
+        """The lexer state whose alive pairs are ``flat`` (int32 ``(terminal,
+        local state)`` pairs, flattened and sorted by terminal, not empty),
+        added with every state it reaches when new."""
+        n0 = self.n
+
+        def expand(terms, states, index):
+            out = gk.expand_states(terms, states, index, flat, self.n, self._expanded,
+                                   self.max_states)
+            if out[0] == gk.EXPAND_DONE:
+                gk.settle_reads_utf8(states, self._below, n0, out[1])
+            return out
+
+        return self._expand(expand)
+
+    def _expand(self, call) -> int:
+        """Run the expanding kernel ``call(terms, states, index)`` until it has
+        room, growing the tables; the state it returns."""
+        terms = self.terms.kernel_arrays
         while True:
             states, index, _ = self.kernel_arrays
-            status, self.n, self._expanded, g = gk.expand_start(
-                terms, states, index, self._below, expected, extra, n0, self.n, self._expanded,
-                self.max_states)
+            status, self.n, self._expanded, g = call(terms, states, index)
             if status == gk.EXPAND_DONE:
                 self._names.n = self.n
                 return int(g)

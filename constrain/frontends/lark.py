@@ -104,6 +104,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
     text, directory = read_grammar_source(source)
     original = text
     text, schemas = _llguidance_extensions(text)
+    text, budgets = _rule_budgets(text)
     _check_nesting(text)
     raw = _load_plain(text, start)
     if raw is None:
@@ -132,6 +133,9 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
     ir = _finish(raw, text, start, deadline)
+    if budgets:
+        ir = dataclasses.replace(ir, source=original, budgets={
+            i: budgets[t.name] for i, t in enumerate(ir.terminals) if t.name in budgets})
     return _splice_json(ir, schemas, original, deadline) if schemas else ir
 
 
@@ -709,6 +713,121 @@ def _llguidance_extensions(text: str) -> tuple[str, dict]:
     return body, schemas
 
 
+# -- rule attributes: ``name[max_tokens=N]: body`` ---------------------------------------
+#
+# llguidance's lexeme options. A rule with attributes must have a body of
+# terminals only (strings, regexes, TERMINAL names): it is one terminal, which
+# the rule is rewritten into (``BUDGETED__NAME: body`` where the head was, and
+# ``name: BUDGETED__NAME`` after the last line, so that every line stays where
+# it was), and ``max_tokens`` becomes its token budget (GrammarIR.budgets).
+
+_ATTRIBUTED = re.compile(r"(?m)^([ \t]*)([?!]?)([_a-zA-Z][_a-zA-Z0-9]*)([ \t]*\[([^\]\n]*)\])"
+                         r"(?=[ \t]*:)")
+_BODY_TOKEN = re.compile(r"""
+    (?P<ws>\s+) | (?P<comment>//[^\n]*|\#[^\n]*)
+  | (?P<string>"(?:\\.|[^"\\\n])*"i?)
+  | (?P<regexp>/(?!/)(?:\\.|[^/\\\n])*/[imslux]*)
+  | (?P<name>[_a-zA-Z][_a-zA-Z0-9]*)
+  | (?P<arrow>->)
+  | (?P<other>.)
+""", re.VERBOSE)
+#: llguidance's lexeme options that Trellis does not have (they change what a
+#: rule matches, or how it is sampled, not what it may be)
+_UNSUPPORTED_ATTRIBUTES = ("lazy", "stop", "suffix", "temperature", "capture")
+
+
+def _rule_budgets(text: str) -> tuple[str, dict]:
+    """``text`` with every ``name[attributes]:`` rule rewritten into a terminal
+    (see above), and the budgets: terminal name → ``max_tokens``."""
+    if "[" not in text:
+        return text, {}
+    from constrain.cfg.budgets import BUDGETED
+
+    budgets: dict = {}
+    out, last, tail = [], 0, []
+    code = list(_code_spans(text))
+    for m in _ATTRIBUTED.finditer(text):
+        at = m.start(3)
+        if not any(b <= at < e for b, e in code):
+            continue  # inside a string or comment
+        name = m.group(3)
+        if not (name.lstrip("_")[:1].islower()):
+            raise GrammarError(f"attributes go on rules, not on terminals ({name})",
+                               *_position(text, at))
+        n = _max_tokens(m.group(5), text, m.start(5))
+        body_end = _definition_end(text, m.end())
+        _check_lexeme_body(text, m.end(), body_end, name)
+        terminal = BUDGETED + name.upper()
+        if name in {v[1] for v in budgets.values()}:
+            raise GrammarError(f"rule {name!r} is defined twice", *_position(text, at))
+        budgets[terminal] = (n, name)
+        head = m.group(3) + m.group(4)
+        out.append(text[last:m.start(2)])
+        out.append(terminal + " " * max(0, len(m.group(2)) + len(head) - len(terminal)))
+        last = m.end()
+        tail.append(f"{name}: {terminal}")
+    if not budgets:
+        return text, {}
+    out.append(text[last:])
+    return "".join(out) + "\n" + "\n".join(tail) + "\n", \
+        {t: n for t, (n, _) in budgets.items()}
+
+
+def _max_tokens(attributes: str, text: str, at: int) -> int:
+    """The ``max_tokens`` of a rule's attribute list (it must have one)."""
+    n = None
+    offset = 0
+    for item in attributes.split(","):
+        where = at + offset + len(item) - len(item.lstrip())
+        offset += len(item) + 1
+        key, _, value = (x.strip() for x in item.partition("="))
+        if key == "max_tokens":
+            if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+                raise GrammarError(f"max_tokens must be a whole number >= 1, not {value!r}",
+                                   *_position(text, where))
+            n = int(value)
+        elif key in _UNSUPPORTED_ATTRIBUTES:
+            raise GrammarError(f"the rule attribute {key!r} is not supported (Trellis "
+                               f"enforces max_tokens; llguidance's {', '.join(_UNSUPPORTED_ATTRIBUTES)} "
+                               f"are not constraints it has)", *_position(text, where))
+        else:
+            raise GrammarError(f"unknown rule attribute {key or item.strip()!r} (the one "
+                               f"supported is max_tokens=N)", *_position(text, where))
+    if n is None:
+        raise GrammarError("a rule's attributes need max_tokens=N", *_position(text, at))
+    return n
+
+
+def _definition_end(text: str, i: int) -> int:
+    """Where the definition whose body starts at ``i`` ends: before the first
+    later line that does not go on with ``|`` (comments and blank lines aside)."""
+    j = text.find("\n", i)
+    while j >= 0:
+        k = text.find("\n", j + 1)
+        line = text[j + 1:k if k >= 0 else len(text)].strip()
+        if line and not line.startswith(("|", "//", "#")):
+            return j
+        j = k
+    return len(text)
+
+
+def _check_lexeme_body(text: str, begin: int, end: int, name: str) -> None:
+    """A rule with attributes must be made of terminals only."""
+    i = text.index(":", begin) + 1
+    while i < end:
+        m = _BODY_TOKEN.match(text, i)
+        kind = m.lastgroup
+        if kind == "name" and not m.group().lstrip("_")[:1].isupper():
+            raise GrammarError(
+                f"rule {name!r} has max_tokens, so it must be made of terminals only "
+                f"(strings, /regexes/, TERMINALS); it uses the rule {m.group()!r}",
+                *_position(text, i))
+        if kind == "arrow":
+            raise GrammarError(f"rule {name!r} has max_tokens: it is one terminal, which "
+                               f"takes no alias", *_position(text, i))
+        i = m.end()
+
+
 def _common_import(text: str) -> str:
     """``%import common (...)`` of every terminal of lark's common.lark that
     ``text`` neither defines nor imports by name."""
@@ -763,7 +882,8 @@ def _splice_json(ir: GrammarIR, schemas: dict, text: str, deadline) -> GrammarIR
         if s in sub:
             return sub[s]
         t = ir.terminals[s]
-        return b.terminal(t.pattern, literal=t.literal, flags=t.flags)
+        return b.terminal(t.pattern, literal=t.literal, flags=t.flags,
+                          max_tokens=ir.budgets.get(s))
 
     for lhs, rhs in ir.rules:
         b.rule(nts[lhs], [sym(s) for s in rhs])
