@@ -115,9 +115,9 @@ def _push(ls, lc, lb, d, m, width, s, c, born):
 
 
 @njit(cache=True, nogil=True)
-def budget_walk(trans, acc, ctx_next, ctx_start, ignore_bits, pairs, poff, budget, finish,
-                offsets, s0, c0, k0, tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth,
-                width, row):
+def budget_walk(trans, acc, has_acc, ctx_next, ctx_start, ignore_bits, pairs, poff, budget,
+                finish, offsets, s0, c0, k0, tbyte, tdepth, tskip, tok_start, tok_end, order,
+                max_depth, width, row):
     """Set in ``row`` the tokens allowed from configuration ``(c0, s0)`` whose
     terminals in progress have taken ``k0`` tokens: those after which some
     path through the token keeps a pair that may end the token there
@@ -136,6 +136,14 @@ def budget_walk(trans, acc, ctx_next, ctx_start, ignore_bits, pairs, poff, budge
     lb = np.empty((max_depth + 2, width), np.uint8)
     cnt = np.zeros(max_depth + 2, np.int32)
     W = acc.shape[1]
+    # every terminal in progress spent: past the first byte, its paths can
+    # neither end a token nor cross a boundary (the usual case at the end of
+    # a free-text budget; without this the walk went through the whole trie)
+    spent = True
+    for j in range(poff[s0], poff[s0 + 1], 2):
+        n = budget[pairs[j]]
+        if n < 0 or k0 + 1 <= n:
+            spent = False
     ls[0, 0] = s0
     lc[0, 0] = c0
     lb[0, 0] = 0
@@ -151,10 +159,12 @@ def budget_walk(trans, acc, ctx_next, ctx_start, ignore_bits, pairs, poff, budge
             c = lc[d - 1, p]
             born = lb[d - 1, p]
             s2 = trans[s, b]
-            if s2 != 0:
+            if s2 != 0 and not (spent and born == 0):
                 m = _push(ls, lc, lb, d, m, width, s2, c, born)
                 if m < 0:
                     return OVERFLOW, 0, 0
+            if not has_acc[s]:
+                continue
             # a terminal ends before this byte and the next begins with it
             for w in range(W):
                 x = acc[s, w]

@@ -35,6 +35,8 @@ of the grammar: such a grammar walks every configuration so.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from constrain.cfg import budget_kernels as bk
@@ -68,9 +70,9 @@ class TokenBudgets:
             size = int(terms.offsets[t + 1]) - off
             name = ir.terminals[t].name
             if size * int(tskip[0]) > MAX_FINISH_WORK:
-                line, column = budget_position(ir.source, name)
+                _, line, column = budget_rule(ir.source, name)
                 e = GrammarTooComplexError(
-                    f"{_shown(name)} has too many automaton states ({size}) for a token budget"
+                    f"{_shown(ir.source, name)} has too many automaton states ({size}) for a token budget"
                     + (f" (line {line}, column {column})" if line else ""))
                 e.line, e.column = line, column
                 raise e
@@ -81,10 +83,10 @@ class TokenBudgets:
             first = int(finish[1]) if size > 1 else bk.UNREACHABLE
             if first > n:
                 raise GrammarError(
-                    f"max_tokens={n} for {_shown(name)}: its strings take at least "
+                    f"max_tokens={n} for {_shown(ir.source, name)}: its strings take at least "
                     + (f"{first} tokens of this vocabulary" if first < bk.UNREACHABLE
                        else "tokens this vocabulary does not have"),
-                    *budget_position(ir.source, name))
+                    *budget_rule(ir.source, name)[1:])
             self.budget[t] = n
             # a state no tokens finish (a byte only longer tokens spell) is
             # never passed: every mask of the terminal then checks
@@ -161,7 +163,7 @@ class TokenBudgets:
         arrays = trie.kernel_arrays()[0]
         while True:
             status, a, b = bk.budget_walk(
-                lex.trans, lex.acc, grammar._ctx_next, grammar._ctx_start, grammar._ignore_bits,
+                lex.trans, lex.acc, lex.has_acc, grammar._ctx_next, grammar._ctx_start, grammar._ignore_bits,
                 lex.pairs, lex.poff, self.budget, self.finish, lex.terms.offsets, s, c, k,
                 *arrays, grammar.max_width, row)
             if status == bk.NEED_NONE:
@@ -181,23 +183,62 @@ class TokenBudgets:
         return row
 
 
-def _shown(name: str) -> str:
-    return f"rule {name[len(BUDGETED):]!r}" if name.startswith(BUDGETED) else f"terminal {name}"
+#: llguidance's lexeme options that Trellis does not have (they change what a
+#: rule matches, or how it is sampled, not what it may be)
+_UNSUPPORTED_ATTRIBUTES = ("lazy", "stop", "suffix", "temperature", "capture")
 
 
-def budget_position(source: str, name: str) -> tuple[int | None, int | None]:
-    """The 1-based ``(line, column)`` of the ``rule[...]`` that made the
-    budgeted terminal ``name`` in the grammar text ``source``; ``(None, None)``
-    when it is not found."""
-    import re
+def max_tokens_attribute(attributes: str, text: str, at: int) -> int:
+    """The ``max_tokens`` of a rule's attribute list ``attributes`` (the text
+    between ``[`` and ``]``, at offset ``at`` of the grammar ``text``), which
+    must have it: a :class:`GrammarError` naming the place otherwise, or for
+    an attribute Trellis does not have."""
+    n = None
+    offset = 0
+    for item in attributes.split(","):
+        where = at + offset + len(item) - len(item.lstrip())
+        offset += len(item) + 1
+        key, _, value = (x.strip() for x in item.partition("="))
+        if key == "max_tokens":
+            if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
+                raise GrammarError(f"max_tokens must be a whole number >= 1, not {value!r}",
+                                   *_position(text, where))
+            n = int(value)
+        elif key in _UNSUPPORTED_ATTRIBUTES:
+            raise GrammarError(f"the rule attribute {key!r} is not supported (Trellis "
+                               f"enforces max_tokens; llguidance's {', '.join(_UNSUPPORTED_ATTRIBUTES)} "
+                               f"are not constraints it has)", *_position(text, where))
+        else:
+            raise GrammarError(f"unknown rule attribute {key or item.strip()!r} (the one "
+                               f"supported is max_tokens=N)", *_position(text, where))
+    if n is None:
+        raise GrammarError("a rule's attributes need max_tokens=N", *_position(text, at))
+    return n
 
+
+def _position(text: str, i: int) -> tuple[int, int]:
+    return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
+
+
+def _shown(source: str, name: str) -> str:
+    if not name.startswith(BUDGETED):
+        return f"terminal {name}"
+    return f"rule {budget_rule(source, name)[0]!r}"
+
+
+def budget_rule(source: str, name: str) -> tuple[str, int | None, int | None]:
+    """The rule that made the budgeted terminal ``name`` (``BUDGETED__`` and
+    the rule's name, upper-cased where Lark wants terminals so) in the grammar
+    text ``source``, and the 1-based ``(line, column)`` of its ``rule[...]``:
+    ``(name, None, None)`` when it is not found."""
+    rule = name[len(BUDGETED):]
     if not source or not name.startswith(BUDGETED):
-        return None, None
-    m = re.search(r"(?im)^[ \t]*[?!]?(" + re.escape(name[len(BUDGETED):]) + r")[ \t]*\[", source)
+        return rule, None, None
+    m = re.search(r"(?im)^[ \t]*[?!]?(" + re.escape(rule) + r")[ \t]*\[", source)
     if m is None:
-        return None, None
+        return rule, None, None
     i = m.start(1)
-    return source.count("\n", 0, i) + 1, i - (source.rfind("\n", 0, i) + 1) + 1
+    return m.group(1), source.count("\n", 0, i) + 1, i - (source.rfind("\n", 0, i) + 1) + 1
 
 
-__all__ = ["TokenBudgets", "MAX_FINISH_WORK", "BUDGETED", "budget_position"]
+__all__ = ["TokenBudgets", "MAX_FINISH_WORK", "BUDGETED", "budget_rule", "max_tokens_attribute"]

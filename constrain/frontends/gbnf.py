@@ -52,7 +52,7 @@ _SURROGATES = [(0xD800, 0xDFFF)]
 _ALL = iv_complement(_SURROGATES)  # UTF-8 text carries no surrogates
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _INT = re.compile(r"[0-9]+")
-_RULE_HEAD = re.compile(r"^[ \t]*[A-Za-z0-9_-]+[ \t]*::=", re.MULTILINE)
+_RULE_HEAD = re.compile(r"^[ \t]*[A-Za-z0-9_-]+(?:\[[^\]\n]*\])?[ \t]*::=", re.MULTILINE)
 
 
 def looks_like_gbnf(text: str) -> bool:
@@ -75,6 +75,8 @@ class _Parser:
         self.rules: dict[str, tuple] = {}
         self.where: dict[str, int] = {}  # rule name -> offset of its head
         self.refs: list[tuple[str, int]] = []
+        #: rule name -> its max_tokens (``name[max_tokens=N] ::= ...``)
+        self.budgets: dict[str, int] = {}
 
     def error(self, message: str, pos: int, cls=GrammarSyntaxError):
         line, col = position(self.text, pos)
@@ -112,6 +114,14 @@ class _Parser:
             raise self.error("expected a rule name", pos)
         name = m.group()
         p = self.space(m.end(), False)
+        if self.text.startswith("[", p):
+            close = self.text.find("]", p)
+            if close < 0 or "\n" in self.text[p:close]:
+                raise self.error("expected ']' closing the rule's attributes", p)
+            from constrain.cfg.budgets import max_tokens_attribute
+
+            self.budgets[name] = max_tokens_attribute(self.text[p + 1:close], self.text, p + 1)
+            p = self.space(close + 1, False)
         if not self.text.startswith("::=", p):
             raise self.error(f"expected '::=' after the rule name {name!r}", p)
         if name in self.rules:
@@ -472,6 +482,7 @@ class _Builder:
         self.out: list[tuple[int, list]] = []  # (lhs, [("t"|"n", index)])
         self.expanded = 0
         self.current = ""
+        self.budgets: dict[int, int] = {}
 
     def nonterminal(self, name: str) -> int:
         if name not in self.nt_of:
@@ -484,13 +495,31 @@ class _Builder:
         self.names.append(f"{self.current}__{kind}_{len(self.names)}")
         return len(self.names) - 1
 
-    def terminal(self, pattern: str, literal: str | None) -> tuple:
-        t = self.by_pattern.get(pattern)
+    def terminal(self, pattern: str, literal: str | None, max_tokens: int | None = None) -> tuple:
+        key = pattern if max_tokens is None else (pattern, max_tokens)
+        t = self.by_pattern.get(key)
         if t is None:
-            t = self.by_pattern[pattern] = len(self.terminals)
-            name = re.sub(r"[^A-Za-z0-9_]", "_", self.current).upper()
-            self.terminals.append(Terminal(f"{name}_{t}", pattern, 0, literal))
+            t = self.by_pattern[key] = len(self.terminals)
+            if max_tokens is None:
+                name = re.sub(r"[^A-Za-z0-9_]", "_", self.current).upper() + f"_{t}"
+            else:
+                from constrain.cfg.budgets import BUDGETED
+
+                name = BUDGETED + self.current
+                self.budgets[t] = max_tokens
+            self.terminals.append(Terminal(name, pattern, 0, literal))
         return ("t", t)
+
+    def budgeted(self, lhs: int, name: str) -> None:
+        """The rules of a ``name[max_tokens=N]``: its body as one terminal."""
+        body, n, reg = self.rules[name], self.parser.budgets[name], self.reg
+        if reg.nullable(body):
+            self.out.append((lhs, []))
+            pattern = reg.nonempty(body)
+        else:
+            pattern = reg.full(body)
+        if pattern is not None:
+            self.out.append((lhs, [self.terminal(pattern, None, n)]))
 
     def build(self, start: str) -> GrammarIR:
         self.pending: list[str] = []
@@ -499,6 +528,9 @@ class _Builder:
             name = self.pending.pop()
             self.current = name
             lhs = self.nt_of[name]
+            if name in self.parser.budgets:
+                self.budgeted(lhs, name)
+                continue
             for seq in self.rules[name][1]:
                 syms = self.sequence(seq[1])
                 if syms is not None:
@@ -510,7 +542,8 @@ class _Builder:
         n_t = len(self.terminals)
         rules = [(lhs, tuple(i if k == "t" else n_t + i for k, i in syms))
                  for lhs, syms in self.out]
-        return GrammarIR(self.terminals, self.names, rules, 0, (), self.text)
+        return GrammarIR(self.terminals, self.names, rules, 0, (), self.text,
+                         budgets=self.budgets)
 
     def _check_productive(self) -> None:
         productive = [False] * len(self.names)
@@ -645,7 +678,21 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None) -> GrammarI
                                "start= for another)", 1, 1)
         raise GrammarError(f"the start rule {start!r} is not defined", 1, 1)
     regular = _regular_rules(rules)
+    for name in parser.budgets:
+        # one terminal of its own, never copied into the runs around its uses
+        if name not in regular:
+            raise parser.error(f"rule {name!r} has max_tokens, so it must be regular: not "
+                               f"recursive, and using only regular rules",
+                               parser.where[name], GrammarError)
+        regular.discard(name)
+        regular -= _dependents(rules, name, regular)
     reg = _Regular(rules, regular)
+    for name in parser.budgets:
+        inner = sorted(k for k in _refs(rules[name]) if k in parser.budgets)
+        if inner:
+            raise parser.error(f"rule {name!r} has max_tokens and uses {inner[0]!r}, which "
+                               f"has one too: a budgeted rule is one terminal",
+                               parser.where[name], GrammarError)
     _limit_inlining(rules, regular, reg)
     return _Builder(rules, reg, source, parser, deadline).build(start)
 

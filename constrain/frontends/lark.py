@@ -731,9 +731,6 @@ _BODY_TOKEN = re.compile(r"""
   | (?P<arrow>->)
   | (?P<other>.)
 """, re.VERBOSE)
-#: llguidance's lexeme options that Trellis does not have (they change what a
-#: rule matches, or how it is sampled, not what it may be)
-_UNSUPPORTED_ATTRIBUTES = ("lazy", "stop", "suffix", "temperature", "capture")
 
 
 def _rule_budgets(text: str) -> tuple[str, dict]:
@@ -741,7 +738,7 @@ def _rule_budgets(text: str) -> tuple[str, dict]:
     (see above), and the budgets: terminal name → ``max_tokens``."""
     if "[" not in text:
         return text, {}
-    from constrain.cfg.budgets import BUDGETED
+    from constrain.cfg.budgets import BUDGETED, max_tokens_attribute
 
     budgets: dict = {}
     out, last, tail = [], 0, []
@@ -754,7 +751,7 @@ def _rule_budgets(text: str) -> tuple[str, dict]:
         if not (name.lstrip("_")[:1].islower()):
             raise GrammarError(f"attributes go on rules, not on terminals ({name})",
                                *_position(text, at))
-        n = _max_tokens(m.group(5), text, m.start(5))
+        n = max_tokens_attribute(m.group(5), text, m.start(5))
         body_end = _definition_end(text, m.end())
         _check_lexeme_body(text, m.end(), body_end, name)
         terminal = BUDGETED + name.upper()
@@ -771,31 +768,6 @@ def _rule_budgets(text: str) -> tuple[str, dict]:
     out.append(text[last:])
     return "".join(out) + "\n" + "\n".join(tail) + "\n", \
         {t: n for t, (n, _) in budgets.items()}
-
-
-def _max_tokens(attributes: str, text: str, at: int) -> int:
-    """The ``max_tokens`` of a rule's attribute list (it must have one)."""
-    n = None
-    offset = 0
-    for item in attributes.split(","):
-        where = at + offset + len(item) - len(item.lstrip())
-        offset += len(item) + 1
-        key, _, value = (x.strip() for x in item.partition("="))
-        if key == "max_tokens":
-            if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
-                raise GrammarError(f"max_tokens must be a whole number >= 1, not {value!r}",
-                                   *_position(text, where))
-            n = int(value)
-        elif key in _UNSUPPORTED_ATTRIBUTES:
-            raise GrammarError(f"the rule attribute {key!r} is not supported (Trellis "
-                               f"enforces max_tokens; llguidance's {', '.join(_UNSUPPORTED_ATTRIBUTES)} "
-                               f"are not constraints it has)", *_position(text, where))
-        else:
-            raise GrammarError(f"unknown rule attribute {key or item.strip()!r} (the one "
-                               f"supported is max_tokens=N)", *_position(text, where))
-    if n is None:
-        raise GrammarError("a rule's attributes need max_tokens=N", *_position(text, at))
-    return n
 
 
 def _definition_end(text: str, i: int) -> int:
