@@ -384,3 +384,31 @@ def test_gbnf_bad_attributes_name_the_place(grammar, message, line, column):
         compile_grammar(grammar, vocab)
     assert message in str(e.value)
     assert (e.value.line, e.value.column) == (line, column)
+
+
+# -- structural tags -------------------------------------------------------------------
+
+
+def test_structural_tag_any_text_max_tokens(smollm2_vocab):
+    import json
+
+    from constrain import compile_structural_tag
+
+    spec = {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "<think>", "content": {"type": "any_text", "max_tokens": 8},
+         "end": "</think>"},
+        {"type": "json_schema", "json_schema": {
+            "type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+            "additionalProperties": False}}]}
+    g = compile_structural_tag(spec, smollm2_vocab)
+    rng = random.Random(2)
+    for _ in range(6):
+        ids, done = _random_walk(g, rng, limit=120)
+        assert done
+        pieces = [smollm2_vocab.token_bytes(i) for i in ids]
+        raw = b"".join(pieces)
+        m = re.fullmatch(rb"<think>(.*?)</think>(.*)", raw, re.S)
+        assert m, raw
+        if m.end(1) > m.start(1):
+            assert _overlapping(_offsets(pieces), *m.span(1)) <= 8
+        assert json.loads(m.group(2))["ok"] in (True, False)

@@ -14,8 +14,11 @@ structured parts (tool calls, reasoning sections), compiled to one grammar.
 * ``grammar`` (``grammar``): a GBNF grammar (``root ::= ...``, XGrammar's
   EBNF) or a Lark one (start rule ``start``);
 * ``regex`` (``pattern``): a full match of the pattern;
-* ``any_text`` (``excludes``, ``max_chars``): any text containing none of the
-  excluded strings, nor the end string(s) of the nearest enclosing ``tag``;
+* ``any_text`` (``excludes``, ``max_chars``, ``max_tokens``): any text
+  containing none of the excluded strings, nor the end string(s) of the
+  nearest enclosing ``tag``; with ``max_tokens``, carried by at most that many
+  tokens (a token budget, :attr:`GrammarIR.budgets`: once it runs low only the
+  tokens that close the text remain, and what follows it comes next);
 * ``sequence``, ``or`` (``elements``), ``optional``, ``star``, ``plus``
   (``content``), ``repeat`` (``min``, ``max``: -1 unbounded, ``content``);
 * ``tag`` (``begin``, ``content``, ``end``: a string or a list of strings):
@@ -33,7 +36,7 @@ structured parts (tool calls, reasoning sections), compiled to one grammar.
 The free text of ``any_text``, ``triggered_tags`` and ``dispatch`` never
 contains the end string of its enclosing tag: the tag ends at the first one.
 The token-level formats (``token``, ``exclude_token``, ``any_tokens``,
-``token_triggered_tags``, ``token_dispatch``), ``any_text.max_tokens`` and the
+``token_triggered_tags``, ``token_dispatch``) and the
 non-JSON ``style`` values are refused (:class:`UnsupportedStructuralTagError`):
 the grammar is over bytes, and a constraint never pretends to enforce what it
 does not.
@@ -71,8 +74,7 @@ class StructuralTagError(SchemaError):
 
 class UnsupportedStructuralTagError(UnsupportedSchemaError):
     """A structural tag asks for what Trellis cannot enforce (token-level
-    formats, ``any_text.max_tokens``, a non-JSON ``style``); ``pointer`` names
-    it."""
+    formats, a non-JSON ``style``); ``pointer`` names it."""
 
 
 def _ptr(path: tuple) -> str:
@@ -198,23 +200,25 @@ class _Translator:
         # a terminal never matches the empty string: ε, or the non-empty matches
         return self.g.choice("regex", [[], [self.g.terminal(f"(?=[\\s\\S])(?:{pattern})")]])
 
-    def _free_text(self, hint: str, avoid, max_chars=None) -> Sym:
-        """ε or a non-empty text that contains none of ``avoid``."""
+    def _free_text(self, hint: str, avoid, max_chars=None, max_tokens=None) -> Sym:
+        """ε or a non-empty text that contains none of ``avoid`` (at most
+        ``max_chars`` characters, carried by at most ``max_tokens`` tokens)."""
         avoid = sorted({a for a in avoid if a}, key=lambda s: (-len(s), s))
         char = "[\\s\\S]" if not avoid else \
             "(?:(?!" + "|".join(re.escape(a) for a in avoid) + ")[\\s\\S])"
-        if max_chars == 0:
+        if max_chars == 0 or max_tokens == 0:
             return self.g.choice(hint, [[]])
         reps = "+" if max_chars is None else "{1,%d}" % max_chars
-        return self.g.choice(hint, [[], [self.g.terminal(char + reps)]])
+        return self.g.choice(hint, [[], [self.g.terminal(char + reps, max_tokens=max_tokens)]])
 
     def _any_text(self, node, path, ends) -> Sym:
         excludes = self._strings(node, "excludes", path, [])
-        if node.get("max_tokens") is not None:
-            raise UnsupportedStructuralTagError(
-                "any_text max_tokens is not supported in structural tags: a token count is not "
-                "a property of the text; use max_chars, or constrain.with_reasoning(..., "
-                "max_tokens=) for a thinking section", _ptr(path + ("max_tokens",)))
+        max_tokens = node.get("max_tokens")
+        if max_tokens is not None:
+            max_tokens = self._field(node, "max_tokens", path, int)
+            if max_tokens < 0:
+                raise StructuralTagError("any_text max_tokens must be >= 0",
+                                         _ptr(path + ("max_tokens",)))
         max_chars = node.get("max_chars")
         if max_chars is not None:
             max_chars = self._field(node, "max_chars", path, int)
@@ -222,7 +226,7 @@ class _Translator:
                 raise UnsupportedStructuralTagError(
                     f"any_text max_chars must be between 0 and {MAX_REPEAT}",
                     _ptr(path + ("max_chars",)))
-        return self._free_text("any_text", excludes + list(ends), max_chars)
+        return self._free_text("any_text", excludes + list(ends), max_chars, max_tokens)
 
     def _elements(self, node, path) -> list:
         elements = self._field(node, "elements", path, list)
@@ -481,8 +485,8 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
 
     Raises:
         StructuralTagError: the spec is malformed (JSON pointer named).
-        UnsupportedStructuralTagError: it asks for a token-level format,
-            ``any_text.max_tokens`` or a non-JSON style.
+        UnsupportedStructuralTagError: it asks for a token-level format or a
+            non-JSON style.
         SchemaError, UnsupportedSchemaError: an embedded JSON Schema's (the
             pointer runs through the spec).
         GrammarTooComplexError: a budget ran out.
