@@ -412,3 +412,14 @@ def test_structural_tag_any_text_max_tokens(smollm2_vocab):
         if m.end(1) > m.start(1):
             assert _overlapping(_offsets(pieces), *m.span(1)) <= 8
         assert json.loads(m.group(2))["ok"] in (True, False)
+
+
+def test_infilling_refuses_budgets():
+    from constrain.analysis import fim_allowed
+
+    vocab = _vocab(["<", ">", "a", "b"])
+    grammar = 'start: "<" r ">"\nr[max_tokens=2]: /[ab]+/\n'
+    with pytest.raises(GrammarError, match="does not enforce token budgets"):
+        fim_allowed(grammar, [0], [">"], vocab=vocab)
+    # the same grammar without its budget is fine
+    assert fim_allowed(grammar.replace("[max_tokens=2]", ""), [0], [">"], vocab=vocab)

@@ -33,12 +33,20 @@ def fim_allowed(grammar, prefix: Sequence[int], suffix: Sequence, *, vocab,
         candidates: the token ids to check.
         max_middle_tokens: the longest middle, the candidate included.
         budgets: ``max_states`` / ``max_work``, passed to :func:`can_complete`.
+
+    Raises:
+        constrain.GrammarError: the grammar has token budgets
+            (``rule[max_tokens=N]``), which this check cannot see.
     """
+    regular = isinstance(grammar, DFAConstraint)
+    if not regular:
+        from constrain.analysis.prepared import refuse_budgets
+
+        refuse_budgets(grammar, "fim_allowed")
     if candidates is None:
         candidates = [i for i in range(len(vocab)) if vocab.grammar_token_list[i]]
     rest = None if max_middle_tokens is None else max(0, max_middle_tokens - 1)
     middle = Hole(0, rest)
-    regular = isinstance(grammar, DFAConstraint)
     out = []
     for t in candidates:
         t = int(t)

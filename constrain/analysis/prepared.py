@@ -47,6 +47,10 @@ class PreparedGrammar:
     """
 
     def __init__(self, ir: GrammarIR):
+        #: the grammar's token budgets: no analysis here sees them (they are
+        #: no property of text), so the drivers that enforce with one refuse
+        #: a budgeted grammar (:func:`refuse_budgets`)
+        self.budgets = dict(ir.budgets)
         n_t = ir.n_terminals
         rules = [(n_t + lhs, rhs) for lhs, rhs in ir.rules]
         top = n_t + ir.start
@@ -118,6 +122,18 @@ def prepare(grammar) -> PreparedGrammar:
                               for name, (pattern, prefixes) in grammar.exclusions.items()))
     key = ("ir", grammar_fingerprint(grammar), exclusions)
     return _PREPARED.get_or_build(key, lambda: PreparedGrammar(grammar))
+
+
+def refuse_budgets(grammar, what: str) -> None:
+    """A :class:`constrain.GrammarError` when ``grammar`` (as :func:`prepare`
+    takes it) has token budgets: ``what`` (infilling, diffusion) decides the
+    grammar's text, not its tokens, and would let a budget through."""
+    from constrain.errors import GrammarError
+
+    if prepare(grammar).budgets:
+        raise GrammarError(f"{what} does not enforce token budgets (rule[max_tokens=N]): it "
+                           f"decides the grammar's text, not its tokens; drop the budgets, or "
+                           f"decode left to right")
 
 
 def load_grammar(source, start: str | None = None) -> GrammarIR:

@@ -292,6 +292,10 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
         raise TypeError(f"method={method!r} needs a regular constraint (constrain.DFAConstraint)")
     if method == "infill" and (constraint is None or is_dfa):
         raise TypeError("method='infill' needs a grammar (Lark text, a GrammarIR or a GrammarConstraint)")
+    if method == "infill":
+        from constrain.analysis.prepared import refuse_budgets
+
+        refuse_budgets(constraint, "diffusion infilling")
     if method not in ("none", "naive", "dingo", "infill"):
         raise ValueError(f"unknown method {method!r}")
     if remasking not in ("low_confidence", "random"):

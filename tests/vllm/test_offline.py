@@ -151,3 +151,47 @@ def test_user_stop_token_ends_only_a_complete_output(llm):
                             structured_outputs=StructuredOutputsParams(json=PERSON_SCHEMA))
     outputs = llm.generate(prompts, params, use_tqdm=False)
     _check_all(CASES_BY_KIND["json_schema"], outputs)
+
+
+BUDGETED_GRAMMAR = r"""
+start: "Summary: " summary "\nMood: " MOOD
+summary[max_tokens=10]: /[^\n]+/
+MOOD: "calm" | "tense"
+"""
+
+
+@pytest.mark.parametrize("route", ["logits_processor", "backend"])
+def test_a_rule_budget_closes_the_field(llm, route):
+    """``summary[max_tokens=10]``: the model would write on, the budget
+    makes the field end within 10 tokens and the output still completes."""
+    import re
+
+    from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    tok = llm.get_tokenizer()
+    prompts = chat_prompts(tok, [f"Summarise the story of {n} in two long paragraphs."
+                                 for n in ("Ada", "Grace", "Alan", "Edsger")])
+    common = dict(max_tokens=MAX_TOKENS, temperature=0.0)
+    params = SamplingParams(extra_args={"trellis": {"grammar": BUDGETED_GRAMMAR}}, **common) \
+        if route == "logits_processor" else \
+        SamplingParams(structured_outputs=StructuredOutputsParams(grammar=BUDGETED_GRAMMAR),
+                       **common)
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    from constrain import Vocabulary
+
+    vocab = Vocabulary.from_huggingface(tok)
+    for out in outputs:
+        completion = out.outputs[0]
+        assert completion.finish_reason == "stop", completion.text
+        pieces = [vocab.token_bytes(t) for t in completion.token_ids
+                  if t not in vocab.eos_token_set]
+        raw = b"".join(pieces)
+        m = re.fullmatch(rb"Summary: ([^\n]+)\nMood: (calm|tense)", raw)
+        assert m, raw
+        a, b = m.span(1)
+        at, used = 0, 0
+        for p in pieces:
+            used += at < b and a < at + len(p)
+            at += len(p)
+        assert used <= 10, (used, raw)
