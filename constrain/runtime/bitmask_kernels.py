@@ -6,7 +6,6 @@ Kernels are compiled once and cached on disk (``cache=True``) and release the GI
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 
-from constrain.errors import EmptySchemaError
+from constrain.errors import EmptySchemaError, SchemaError, UnsupportedSchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
@@ -65,7 +65,14 @@ def translate(schema, options: Options, exclusions: dict | None = None) -> Trans
     t = Translation(root, options, exclusions)
     if root is False:
         raise EmptySchemaError("the schema admits no JSON value", "")
-    top = t.value(("",))
+    try:
+        top = t.value(("",))
+    except (SchemaError, UnsupportedSchemaError) as e:
+        if e.pointer.startswith("@d"):
+            # a node reached in a dynamic scope: named where it is written
+            e.pointer = t.doc.real_pointer(e.pointer)
+            e.args = (f"{e.msg} at {e.pointer or '/'} (JSON pointer)",)
+        raise
     t.grammar.rules.setdefault("start", [Alt([("sym", top)])])
     return t
 

@@ -8,7 +8,7 @@ import json
 import re
 from urllib.parse import quote, unquote, urljoin
 
-from constrain.errors import SchemaError
+from constrain.errors import SchemaError, UnsupportedSchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
@@ -21,6 +21,10 @@ _MISSING = object()
 #: relative references against; nothing is ever fetched from it)
 _DEFAULT_BASE = "https://trellis.invalid/root.json"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+#: the URI of the dynamic view ``@d<k>`` (see Document.resolve_dynamic_ref)
+_VIEW_URI = "urn:trellis:dynamic-scope:%d"
+#: the most dynamic views one document may have (each is translated apart)
+MAX_DYNAMIC_VIEWS = 256
 
 
 def _split_fragment(uri: str) -> tuple[str, str]:
@@ -176,6 +180,9 @@ class Document:
         if type(ref) is not str:
             hit = self._nodes[ref] = ref.schema
             return hit
+        if ref.startswith("@d"):  # a dynamic scope's view of a document
+            hit = self._nodes[ref] = self.node(self.real_pointer(ref))
+            return hit
         cur = self.root
         toks = ref.split("/")
         if toks[0]:  # "@i": the i-th document of resources; "@n<k>": generated
@@ -214,9 +221,14 @@ class Document:
         self._anchors: dict[tuple[str, str], str] = {}
         self._dynamic: dict[tuple[str, str], str] = {}
         self._bases: dict[str, str] = {}
+        #: per dynamic view "@d<k>": (the document's head, its entry pointer,
+        #: the dynamic scope there), and the view of each such triple
+        self._views: list[tuple[str, str, tuple]] = []
+        self._view_of: dict[tuple[str, str, tuple], int] = {}
         self._index_document(self.root, "", _DEFAULT_BASE)
         for i, (uri, doc) in enumerate(self.externals):
             self._index_document(doc, f"@{i}", _strip_fragment(uri))
+        self._anchor_names: dict[str, tuple] = {}
         self._ids = True
 
     def _index_document(self, root, prefix: str, base: str) -> None:
@@ -279,6 +291,8 @@ class Document:
         if self._ids is None:
             self._index_ids()
         head, sep, rest = at.partition("/")
+        if head.startswith("@d"):
+            return _VIEW_URI % int(head[2:]) + "#" + quote(sep + rest, safe="/~!$&'()*+,;=:@")
         if head.startswith("@n"):
             raise ValueError("generated documents are not referred to")
         if head.startswith("@"):
@@ -291,6 +305,7 @@ class Document:
         """The base URI in force at the pointer ``at`` (its innermost resource's)."""
         if self._ids is None:
             self._index_ids()
+        at = self.real_pointer(at)
         best = None
         for r in self._bases:
             if (at == r or at.startswith(r + "/")) and (best is None or len(r) > len(best)):
@@ -311,6 +326,105 @@ class Document:
             raise SchemaError("$ref must be a string", at)
         if self._ids is None:
             self._index_ids()
+        target = self._resolve(ref, at)
+        if not self._dynamic or target.startswith("@d"):
+            return target
+        # the dynamic scope goes on: the target's resource enters it
+        return self._view(target, self._extended(self.scope(at), self._resource_uri(target)))
+
+    def resolve_dynamic_ref(self, ref, at: Pointer) -> Pointer:
+        """The pointer the ``$dynamicRef`` value ``ref`` (found at ``at``) points
+        to (draft 2020-12, 8.2.3.2): resolved as a ``$ref``; when that lands on
+        a ``$dynamicAnchor`` of the fragment's name, the same-named
+        ``$dynamicAnchor`` of the outermost resource in the dynamic scope at
+        ``at`` that has one instead.
+
+        The pointer is in a *dynamic view* of its document (``@d<k>/...``): the
+        same schema, under the scope it is reached in, so that the nodes below
+        it are translated once per scope (a finite number: a scope keeps the
+        first resource of each anchor name)."""
+        if not isinstance(ref, str):
+            raise SchemaError("$dynamicRef must be a string", at)
+        if self._ids is None:
+            self._index_ids()
+        scope = self.scope(at)
+        target = self.real_pointer(self._resolve(ref, at))
+        name = unquote(_split_fragment(ref)[1])
+        if name and not name.startswith("/"):
+            node = self.node(target)
+            if isinstance(node, dict) and node.get("$dynamicAnchor") == name:
+                outer = dict(scope).get(name)
+                if outer is not None:
+                    target = self._dynamic[(outer, name)]
+        return self._view(target, self._extended(scope, self._resource_uri(target)))
+
+    # -- dynamic scopes ---------------------------------------------------------
+
+    def real_pointer(self, at: Pointer) -> Pointer:
+        """The pointer in its own document that the pointer ``at`` of a dynamic
+        view stands for (``at`` itself when it is in no view)."""
+        if not at.startswith("@d"):
+            return at
+        head = at.partition("/")[0]
+        doc, entry, _ = self._views[int(head[2:])]
+        return doc + at[len(head):]
+
+    def scope(self, at: Pointer) -> tuple:
+        """The dynamic scope at the pointer ``at``, as the ``$dynamicAnchor``
+        names it decides: sorted ``(name, resource URI)`` pairs, the outermost
+        resource in scope that declares each name. A view's scope, with the
+        resources entered on the way down from its entry; in no view, those on
+        the way down from its document's root."""
+        head = at.partition("/")[0]
+        if head.startswith("@d"):
+            _, entry, scope = self._views[int(head[2:])]
+        else:
+            entry, scope = head, ()
+        real = self.real_pointer(at)
+        for r in sorted((r for r in self._bases
+                         if (real == r or real.startswith(r + "/"))
+                         and (r == entry or r.startswith(entry + "/") or entry == "")),
+                        key=len):
+            if r.startswith("@n"):
+                continue
+            scope = self._extended(scope, self._bases[r])
+        return scope
+
+    def _extended(self, scope: tuple, uri: str) -> tuple:
+        """``scope`` with the resource ``uri`` entered: its dynamic anchor names
+        that the scope does not have yet."""
+        names = self._anchor_names.get(uri)
+        if names is None:
+            names = self._anchor_names[uri] = tuple(sorted(
+                n for (u, n) in self._dynamic if u == uri))
+        have = dict(scope)
+        new = [(n, uri) for n in names if n not in have]
+        return tuple(sorted(scope + tuple(new))) if new else scope
+
+    def _resource_uri(self, at: Pointer) -> str:
+        """The URI of the innermost resource holding the pointer ``at``."""
+        return self.base_uri(at)
+
+    def _view(self, target: Pointer, scope: tuple) -> Pointer:
+        """``target`` (a pointer in its own document) in the dynamic view
+        entered there with ``scope``."""
+        target = self.real_pointer(target)
+        if scope == self.scope(target):
+            return target  # the scope its own document gives it: no view needed
+        head = target.partition("/")[0]
+        key = (head, target, scope)
+        k = self._view_of.get(key)
+        if k is None:
+            k = self._view_of[key] = len(self._views)
+            self._views.append(key)
+            self._resources[_VIEW_URI % k] = f"@d{k}"
+            if len(self._views) > MAX_DYNAMIC_VIEWS:
+                raise UnsupportedSchemaError(
+                    f"more than {MAX_DYNAMIC_VIEWS} dynamic scopes reach $ref targets", target)
+        return f"@d{k}" + target[len(head):]
+
+    def _resolve(self, ref: str, at: Pointer) -> Pointer:
+        """:meth:`resolve_ref` without dynamic scopes."""
         uri, frag = _split_fragment(join_uri(self.base_uri(at), ref))
         frag = unquote(frag)
         resource = self._resources.get(uri)

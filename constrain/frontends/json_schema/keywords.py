@@ -10,7 +10,7 @@ TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 STRING_KEYWORDS = frozenset({"maxLength", "minLength", "pattern", "format"})
 #: validation keywords no per-type emitter enforces (``if``/``then``/``else`` and
 #: ``not`` are expanded by normalisation)
-REFUSED = frozenset({"$dynamicRef", "$recursiveRef"})
+REFUSED = frozenset({"$recursiveRef"})
 
 #: the keywords jsonschema asserts, besides type/enum/const (every draft; it
 #: ignores the others, and format without a format checker, as in
@@ -34,7 +34,7 @@ IGNORABLE = frozenset({"title", "description", "examples", "example", "default",
                        "definitions", "$anchor", "contentEncoding", "contentMediaType", "nullable"})
 #: keys of a node that constrain nothing once flattened (combinators and $ref
 #: are expanded into the conjunction by normalisation)
-UNCONSTRAINED_KEYS = IGNORABLE | {"$ref", "allOf", "anyOf", "oneOf"}
+UNCONSTRAINED_KEYS = IGNORABLE | {"$ref", "$dynamicRef", "allOf", "anyOf", "oneOf"}
 
 _PY_TYPES = {bool: "boolean", type(None): "null", str: "string", list: "array",
              dict: "object", int: "integer"}

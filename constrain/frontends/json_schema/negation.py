@@ -161,6 +161,8 @@ class Negator:
             return [self._ref(at)]
         if key == "$ref":
             return [self._sub(self.doc.resolve_ref(value, at), depth, stack)]
+        if key == "$dynamicRef":
+            return [self._sub(self.doc.resolve_dynamic_ref(value, at), depth, stack)]
         if key == "if":
             node = self.doc.node(ref)
             out = []

@@ -96,6 +96,9 @@ class Normaliser:
                 # ignored" (jsonschema does so too)
                 return self.flatten(target, stack)
             dnf = self.product(dnf, self.flatten(target, stack), ref)
+        if "$dynamicRef" in node:
+            target = self.doc.resolve_dynamic_ref(node["$dynamicRef"], ref + "/$dynamicRef")
+            dnf = self.product(dnf, self.flatten(target, stack), ref)
         sets = not_required_sets(node.get("not"))
         if sets is not None:
             # not {required: S} (or an anyOf of such): an object missing some name of
