@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 #: optional members whose presence is constrained are expanded into every subset
 #: (one alternative each): at most this many
 _MAX_INVOLVED = 8
+#: the widest range of counts of additional members min/maxProperties may leave
+#: (each count above the least is one more rule)
+_MAX_EXTRA_RUN = 64
 
 
 def search(pattern: str, text: str) -> bool:
@@ -267,9 +270,13 @@ def object_symbol(t: Translation, conj) -> str | None:
     # without additional members: every subset of the optional members is an
     # alternative with an exact count, kept when the count is within bounds
     optional = [x for x in order if x not in view.required]
-    counted = (view.extra is None and len(optional) <= _MAX_INVOLVED
-               and (min_p > len(set(view.required) & set(order))
-                    or (max_p is not None and max_p < len(order))))
+    # with additional members too: each subset fixes the declared count, and
+    # the additional members take the rest of the bounds (a bounded run)
+    # (minProperties 1 alone is settled without: no empty object)
+    n_required = len(set(view.required) & set(order))
+    counted = (len(optional) <= _MAX_INVOLVED
+               and ((min_p > n_required and (min_p > 1 or view.extra is None))
+                    or (max_p is not None and (max_p < len(order) or view.extra is not None))))
     if counted:
         involved = optional
     if len(involved) > _MAX_INVOLVED:
@@ -290,9 +297,17 @@ def object_symbol(t: Translation, conj) -> str | None:
         if any(x in view.required for x in absent):
             continue
         if counted:
-            if len(sub_order) < min_p or (max_p is not None and len(sub_order) > max_p):
+            d = len(sub_order)
+            if max_p is not None and d > max_p:
                 continue
-            alts.extend(chain.alternatives(sub_order, required, 0, None))
+            if extra is None:
+                if d < min_p:
+                    continue
+                alts.extend(chain.alternatives(sub_order, required, 0, None))
+            else:
+                hi = None if max_p is None else max_p - d
+                alts.extend(chain.alternatives(sub_order, set(sub_order), 0, None,
+                                               extras=(max(0, min_p - d), hi)))
         else:
             alts.extend(chain.alternatives(sub_order, required, min_p, max_p))
     g.rules[name] = alts
@@ -306,16 +321,21 @@ class _Chain:
     def __init__(self, t: Translation, conj, name: str, members: dict, extra: str | None):
         self.t, self.conj, self.name = t, conj, name
         self.members, self.extra = members, extra
+        #: the runs of extra members made so far, by (lo, hi, after a comma)
+        self._runs: dict = {}
 
     def _pointer(self, keyword: str) -> str:
         doc = self.t.doc
         return next(f"{p}/{keyword}" for p in self.conj
                     if isinstance(doc.node(p), dict) and keyword in doc.node(p))
 
-    def alternatives(self, order, required, min_p: int, max_p: int | None) -> list[Alt]:
+    def alternatives(self, order, required, min_p: int, max_p: int | None,
+                     extras: tuple | None = None) -> list[Alt]:
         """Alternatives for objects with the members of ``order`` (in that order,
         those in ``required`` mandatory) then any number of extra members, with
-        ``min_p``/``max_p`` members (refused where they are not settled)."""
+        ``min_p``/``max_p`` members (refused where they are not settled); with
+        ``extras = (lo, hi)``, between ``lo`` and ``hi`` (``None``: no bound)
+        extra members."""
         t, extra = self.t, self.extra
         g = t.grammar
         P = g.punct
@@ -335,13 +355,26 @@ class _Chain:
                                    f"maxProperties {max_p} with optional members")
         n = len(order)
         can_empty = [False] * (n + 1)
-        can_empty[n] = True
+        can_empty[n] = extras is None or extras[0] == 0
         for i in range(n - 1, -1, -1):
             can_empty[i] = can_empty[i + 1] and order[i] not in required
         # rest[i]: members from i on, after a comma; first[i]: the same, first
         rest: dict[int, str | None] = {}
         first: dict[int, str | None] = {}
-        if extra is not None:
+        if extra is not None and extras is not None:
+            lo, hi = extras
+            if hi is not None and (hi < lo or hi - lo > _MAX_EXTRA_RUN):
+                if hi >= lo:
+                    t.diag.unsupported(self._pointer("maxProperties"),
+                                       f"maxProperties leaves {hi - lo + 1} counts of additional "
+                                       f"members open (at most {_MAX_EXTRA_RUN + 1})")
+                return []
+            if hi == 0:
+                rest[n] = first[n] = None
+            else:
+                rest[n] = self._extra_run(max(lo, 1), hi, True)
+                first[n] = self._extra_run(max(lo, 1), hi, False)
+        elif extra is not None:
             r = g.new_rule(f"{self.name}_r")
             g.rules[r] = [Alt([("sym", P["COMMA"]), ("sym", extra), ("star", (P["COMMA"], extra))])]
             f = g.new_rule(f"{self.name}_f")
@@ -376,6 +409,33 @@ class _Chain:
         if can_empty[0] and allow_empty:
             alts.append(Alt([("sym", P["EMPTY_OBJ"])]))
         return alts
+
+    def _extra_run(self, lo: int, hi: int | None, after_comma: bool) -> str:
+        """A rule for ``lo`` to ``hi`` (``None``: any number of) extra members
+        in a row, comma-separated (``lo >= 1``), after a comma when
+        ``after_comma``."""
+        key = (lo, hi, after_comma)
+        hit = self._runs.get(key)
+        if hit is not None:
+            return hit
+        g = self.t.grammar
+        comma, extra = g.punct["COMMA"], self.extra
+        items = [] if after_comma else [("sym", extra)]
+        items += [("sym", comma), ("sym", extra)] * (lo if after_comma else lo - 1)
+        if hi is None:
+            items.append(("star", (comma, extra)))
+        else:
+            more = None  # up to hi - lo more: more_k -> "," extra more_{k-1}?
+            for _ in range(hi - lo):
+                r = g.new_rule(f"{self.name}_x")
+                g.rules[r] = [Alt([("sym", comma), ("sym", extra)]
+                                  + ([("opt", more)] if more is not None else []))]
+                more = r
+            if more is not None:
+                items.append(("opt", more))
+        r = self._runs[key] = g.new_rule(f"{self.name}_x")
+        g.rules[r] = [Alt(items)]
+        return r
 
 
 def key_terminal(t: Translation, name: str) -> str:
