@@ -2,8 +2,9 @@
 
 Trellis's hot loops are numba kernels cached on disk (``cache=True``). A kernel
 is loaded from that cache the first time it is called in a process, which takes
-~30 ms per group of kernels: a server's first schema that needs, say, the
-regex pipeline or the lexer walks pays it inside its compile or its first mask.
+~30 ms per kernel module: a server's first schema that needs, say,
+``automata/determinize_kernels`` or ``cfg/lexer_kernels`` pays it inside its
+compile or its first mask.
 Likewise the first schema whose translation asks ``jsonschema`` whether a value
 is valid (an enum next to a keyword such as ``maxLength``) imports it: about a
 second.
@@ -20,8 +21,9 @@ import time
 from constrain.vocab.vocabulary import Vocabulary
 
 # what the calls below exercise: every JSON lexeme, key exclusion, enums,
-# bounded and non-ASCII strings and integer ranges (the regex pipeline's
-# kernels), a format, a pattern, nesting, and a Lark grammar with %ignore
+# bounded and non-ASCII strings and integer ranges (the kernels of
+# constrain/automata/ and frontends/json_schema/number_kernels), a format, a
+# pattern, nesting, and a Lark grammar with %ignore (constrain/cfg/'s kernels)
 _SCHEMA = {
     "type": "object",
     "properties": {
