@@ -18,6 +18,11 @@ from typing import Iterable
 
 import numpy as np
 
+try:  # Python 3.11+
+    import re._constants as sre_c
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre_c  # type: ignore
+
 from constrain.cache import registry
 
 MAX_CODE_POINT = 0x10FFFF
@@ -176,3 +181,52 @@ def oracle_charset(one_char_pattern: str, flags: int) -> CharSet:
         (_position_to_code_point(m.start()), _position_to_code_point(m.end() - 1))
         for m in rx.finditer(_all_scalars())
     )
+
+
+#: the class escapes of Python's parse tree (``re._parser``'s ``CATEGORY`` items):
+#: the one-character pattern each stands for
+SRE_CATEGORY_PATTERNS = {
+    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D",
+    sre_c.CATEGORY_SPACE: r"\s", sre_c.CATEGORY_NOT_SPACE: r"\S",
+    sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+
+#: each class escape's positive form, and whether it is that form's complement
+SRE_CATEGORY_SIGN = {
+    sre_c.CATEGORY_DIGIT: (sre_c.CATEGORY_DIGIT, False),
+    sre_c.CATEGORY_NOT_DIGIT: (sre_c.CATEGORY_DIGIT, True),
+    sre_c.CATEGORY_SPACE: (sre_c.CATEGORY_SPACE, False),
+    sre_c.CATEGORY_NOT_SPACE: (sre_c.CATEGORY_SPACE, True),
+    sre_c.CATEGORY_WORD: (sre_c.CATEGORY_WORD, False),
+    sre_c.CATEGORY_NOT_WORD: (sre_c.CATEGORY_WORD, True),
+}
+
+
+def sre_category(category, ascii_only: bool = False) -> CharSet:
+    """Exactly the scalar values ``re`` puts in the class escape ``category``
+    (a ``CATEGORY`` item of ``re._parser``'s tree: ``\\d``, ``\\W`` ...),
+    Unicode-wide or, with ``ascii_only``, under ``re.ASCII``."""
+    return oracle_charset(SRE_CATEGORY_PATTERNS[category], re.ASCII if ascii_only else 0)
+
+
+def sre_class_intervals(items, category) -> tuple[list, bool]:
+    """The intervals of the items of a class of ``re._parser``'s tree (an ``IN``
+    node: literals, ranges, class escapes), before any negation, and whether
+    the class is negated. ``category(item, negated)`` gives the intervals of a
+    class escape (the caller decides: exact, or an under- or over-approximation
+    of a negated class's part). Raises ``ValueError`` on an item the parser
+    does not put in a class."""
+    intervals: list = []
+    negate = False
+    for op, av in items:
+        if op is sre_c.NEGATE:
+            negate = True  # always the first item
+        elif op is sre_c.LITERAL:
+            intervals.append((av, av))
+        elif op is sre_c.RANGE:
+            intervals.append(av)
+        elif op is sre_c.CATEGORY:
+            intervals.extend(category(av, negate))
+        else:
+            raise ValueError(f"class item {op}")
+    return intervals, negate

@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 import _sre
 
-from constrain.automata.charset import CharSet, oracle_charset
+from constrain.automata.charset import (SRE_CATEGORY_PATTERNS, CharSet, sre_category,
+                                        sre_class_intervals)
 from constrain.cache import registry
 from constrain.errors import RegexSyntaxError, RegexTooLargeError, UnsupportedRegexError
 
@@ -451,11 +452,6 @@ class _LazyScan:
 
 # -- conversion -------------------------------------------------------------------
 
-_CATEGORY_TEXT = {
-    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D",
-    sre_c.CATEGORY_SPACE: r"\s", sre_c.CATEGORY_NOT_SPACE: r"\S",
-    sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
-}
 _NEWLINE = CharSet.of(10)
 
 
@@ -674,41 +670,21 @@ def _class_set(items, flags: int) -> CharSet:
 @registry.register
 @functools.lru_cache(maxsize=1 << 14)
 def _class_set_cached(items: tuple, flags: int) -> CharSet:
-    if all(op is not sre_c.CATEGORY for op, _ in items):
-        intervals = []
-        negate = False
-        for op, av in items:
-            if op is sre_c.NEGATE:
-                negate = True
-            elif op is sre_c.LITERAL:
-                intervals.append((av, av))
-            elif op is sre_c.RANGE:
-                intervals.append(av)
-        cs = CharSet(intervals)
-        if negate:
-            cs = cs.complement()
-        if flags & _I:
-            # case-insensitivity changes the answer only for cased characters: an
-            # uncased one matches iff it is in the class as written. The cased ones
-            # (a few thousand) are asked of re itself, so the result stays exact.
-            cased, cased_set = _cased(bool(flags & _A))
-            rx = re.compile(_class_text(items), flags & (_I | _A))
-            hits = [c for c in cased if rx.fullmatch(chr(c))]
-            cs = cs.difference(cased_set).union(CharSet((c, c) for c in hits))
-        return cs
-    parts = []
-    for op, av in items:
-        if op is sre_c.NEGATE:
-            parts.append("^")
-        elif op is sre_c.LITERAL:
-            parts.append(_u(av))
-        elif op is sre_c.RANGE:
-            parts.append(f"{_u(av[0])}-{_u(av[1])}")
-        elif op is sre_c.CATEGORY:
-            parts.append(_CATEGORY_TEXT[av])
-        else:  # pragma: no cover - the parser emits nothing else in a class
-            raise UnsupportedRegexError(f"class item {op} is not supported", "")
-    return oracle_charset("[" + "".join(parts) + "]", flags & (_I | _A))
+    ascii_only = bool(flags & _A)
+    intervals, negate = sre_class_intervals(
+        items, lambda cat, _negated: sre_category(cat, ascii_only).intervals)
+    cs = CharSet(intervals)
+    if negate:
+        cs = cs.complement()
+    if flags & _I:
+        # case-insensitivity changes the answer only for cased characters: an
+        # uncased one matches iff it is in the class as written. The cased ones
+        # (a few thousand) are asked of re itself, so the result stays exact.
+        cased, cased_set = _cased(ascii_only)
+        rx = re.compile(_class_text(items), flags & (_I | _A))
+        hits = [c for c in cased if rx.fullmatch(chr(c))]
+        cs = cs.difference(cased_set).union(CharSet((c, c) for c in hits))
+    return cs
 
 
 def _class_text(items) -> str:
@@ -720,6 +696,8 @@ def _class_text(items) -> str:
             parts.append(_u(av))
         elif op is sre_c.RANGE:
             parts.append(f"{_u(av[0])}-{_u(av[1])}")
+        elif op is sre_c.CATEGORY:
+            parts.append(SRE_CATEGORY_PATTERNS[av])
     return "[" + "".join(parts) + "]"
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-import re
 
-from constrain.frontends.json_schema.encoding import MAX_CP, RAW_OK, class_re, encoded_class, iv_complement, iv_intersect
+from constrain.frontends.json_schema.encoding import RAW_OK, class_re, encoded_class, iv_complement, iv_intersect
 
 _MAX_ENTRIES = 4096
 
@@ -51,27 +50,8 @@ def deviation_class(alphabet: tuple, kids: tuple, raw_only: bool) -> str | None:
     return class_re(raw) if raw else None
 
 
-# one entry per category (\d, \w, \s)
-@functools.lru_cache(maxsize=3)
-def unicode_category(name: str) -> tuple:
-    """Every code point Python's ``re`` puts in a category (``"d"``, ``"w"`` or
-    ``"s"``, Unicode mode), as intervals."""
-    rx = re.compile({"d": r"\d", "w": r"\w", "s": r"\s"}[name])
-    ivs, start = [], None
-    for cp in range(MAX_CP + 2):
-        hit = cp <= MAX_CP and rx.match(chr(cp)) is not None
-        if hit and start is None:
-            start = cp
-        elif not hit and start is not None:
-            ivs.append((start, cp - 1))
-            start = None
-    return tuple(ivs)
-
-
 def clear() -> None:
-    """Drop the exclusion ids and the memoised encodings. Kept:
-    :func:`unicode_category`, a table of this interpreter's Unicode database
-    (three entries, the same for every schema, ~0.3 s to rebuild)."""
+    """Drop the exclusion ids and the memoised encodings."""
     _EXCLUSION_IDS.clear()  # ids are never reused: forgetting is safe
     encoded_char.cache_clear()
     deviation_class.cache_clear()

@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 import re
 import warnings
 
-from constrain.frontends.json_schema.caches import unicode_category
+from constrain.automata.charset import SRE_CATEGORY_SIGN, sre_category, sre_class_intervals
 from constrain.frontends.json_schema.encoding import CANON_ANY, MAX_CP, encoded_class, iv_complement, iv_norm
 
 # plain ints: a RegexFlag operation goes through the enum module's Python code
@@ -33,25 +33,22 @@ class PatternUnsupported(Exception):
     """The pattern uses a construct that cannot be translated soundly."""
 
 
+#: ASCII subsets of the class escapes, by their positive form
 _SMALL_CATS = {
-    "d": [(0x30, 0x39)],
-    "w": [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
-    "s": [(0x09, 0x0D), (0x20, 0x20)],
-}
-_CATS = {
-    _sre_c.CATEGORY_DIGIT: ("d", False), _sre_c.CATEGORY_NOT_DIGIT: ("d", True),
-    _sre_c.CATEGORY_WORD: ("w", False), _sre_c.CATEGORY_NOT_WORD: ("w", True),
-    _sre_c.CATEGORY_SPACE: ("s", False), _sre_c.CATEGORY_NOT_SPACE: ("s", True),
+    _sre_c.CATEGORY_DIGIT: [(0x30, 0x39)],
+    _sre_c.CATEGORY_WORD: [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+    _sre_c.CATEGORY_SPACE: [(0x09, 0x0D), (0x20, 0x20)],
 }
 
 
 def _category(cat, over: bool):
     """A category as intervals: a subset of Python's set (``over=False``) or a
     superset of it (``over=True``)."""
-    name, negated = _CATS[cat]
+    positive, negated = SRE_CATEGORY_SIGN[cat]
     if not negated:
-        return list(unicode_category(name)) if over else _SMALL_CATS[name]
-    return iv_complement(_SMALL_CATS[name] if over else list(unicode_category(name)))
+        return list(sre_category(cat).intervals) if over else _SMALL_CATS[cat]
+    return iv_complement(_SMALL_CATS[positive] if over
+                         else list(sre_category(positive).intervals))
 
 
 def _ascii_case(ivs):
@@ -159,19 +156,11 @@ class _Translator:
     def in_set(self, items, flags, over: bool):
         """The intervals of an ``IN`` node: a subset of what Python matches, or a
         superset (``over``)."""
-        negate = False
-        ivs = []
-        for op, av in items:
-            if op is _sre_c.NEGATE:
-                negate = True
-            elif op is _sre_c.LITERAL:
-                ivs.append((av, av))
-            elif op is _sre_c.RANGE:
-                ivs.append(av)
-            elif op is _sre_c.CATEGORY:
-                ivs.extend(_category(av, over != negate))
-            else:
-                raise PatternUnsupported(f"class item {op}")
+        try:
+            ivs, negate = sre_class_intervals(
+                items, lambda cat, negated: _category(cat, over != negated))
+        except ValueError as e:
+            raise PatternUnsupported(str(e)) from None
         if negate:
             if flags & _IGNORECASE:
                 raise PatternUnsupported("case-insensitive negated class")
