@@ -824,7 +824,7 @@ def test_compile_json_schema_with_the_grammar_engine(smollm2_tokenizer, smollm2_
 def test_escape_lark_regex_round_trip():
     """A regex escaped for a Lark ``/.../`` literal reads back (as lark reads it)
     to a regex that matches the same strings."""
-    from constrain.frontends.json_schema.encoding import escape_lark_regex
+    from constrain.automata.json_encoding import escape_lark_regex
     from constrain.frontends.lark import eval_escaping
 
     rng = random.Random(1)
@@ -1079,7 +1079,7 @@ def test_lit_escapes_every_character_as_before():
     per-character rules say: letters and digits bare, space as \\x20, other
     printable ASCII backslash-escaped, the rest as \\x, \\u or \\U escapes; and
     the regex matches exactly the text."""
-    from constrain.frontends.json_schema.encoding import lit as _lit
+    from constrain.automata.json_encoding import lit as _lit
 
     def reference(text):
         out = []

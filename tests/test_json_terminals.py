@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from automata_testing import same_language
-from constrain.frontends.json_schema.encoding import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
+from constrain.automata.json_encoding import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
                                           JSON_NUMBER)
 from constrain.cfg.lexemes import builtin_dfa
 from constrain.cfg.lexer import _regex_literal

@@ -25,7 +25,7 @@ import numpy as np
 
 from constrain.cfg.terminal_kernels import TERMINAL_LEXEME, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, trim_and_minimize
-from constrain.frontends.json_schema.encoding import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
+from constrain.automata.json_encoding import (CANON_ANY, JSON_CHAR_ANY, JSON_CODEPOINT, JSON_INTEGER,
                                   JSON_NUMBER)
 
 _HEX = b"0123456789abcdefABCDEF"

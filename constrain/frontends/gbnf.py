@@ -38,7 +38,7 @@ import time
 
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError
-from constrain.frontends.json_schema.encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
+from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 
 #: the characters of a terminal regex beyond which a regular rule is kept as a
 #: rule of its own (inlining copies a rule into every place it is used)

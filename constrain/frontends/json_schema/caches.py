@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from constrain.frontends.json_schema.encoding import RAW_OK, class_re, encoded_class, iv_complement, iv_intersect
+from constrain.automata.json_encoding import RAW_OK, class_re, encoded_class, iv_complement, iv_intersect
 
 _MAX_ENTRIES = 4096
 

@@ -5,7 +5,7 @@ automaton product for the ``GrammarIR``."""
 from __future__ import annotations
 
 from constrain.frontends.json_schema.caches import deviation_class, encoded_char, exclusion_id
-from constrain.frontends.json_schema.encoding import CANON_ANY, NEEDS_ESCAPE, encoded_class, iv_intersect, iv_norm, json_bytes
+from constrain.automata.json_encoding import CANON_ANY, NEEDS_ESCAPE, encoded_class, iv_intersect, iv_norm, json_bytes
 from constrain.frontends.json_schema.rules import GrammarBuilder
 
 #: name sets whose trie has more nodes than this are not excluded (then no extra

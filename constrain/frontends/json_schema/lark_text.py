@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from constrain.errors import GrammarTooComplexError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
-from constrain.frontends.json_schema.encoding import escape_lark_regex
+from constrain.automata.json_encoding import escape_lark_regex
 from constrain.frontends.json_schema.options import MAX_GRAMMAR_CHARS
 from constrain.frontends.json_schema.prune import prune
 from constrain.frontends.json_schema.rules import GrammarBuilder

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from constrain.frontends.json_schema.encoding import json_str, lit
+from constrain.automata.json_encoding import json_str, lit
 from constrain.frontends.json_schema.keywords import has_type, json_equal, simple
 from constrain.frontends.json_schema.rules import GrammarBuilder
 

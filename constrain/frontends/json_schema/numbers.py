@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from constrain.errors import SchemaError
-from constrain.frontends.json_schema.encoding import JSON_INTEGER, JSON_NUMBER
+from constrain.automata.json_encoding import JSON_INTEGER, JSON_NUMBER
 from constrain.frontends.json_schema.number_ranges import (
     _trie_alt,
     decimal_range_regex,

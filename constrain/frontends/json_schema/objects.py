@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from constrain.frontends.json_schema.document import escape_token
-from constrain.frontends.json_schema.encoding import json_str, lit
+from constrain.automata.json_encoding import json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.literals import enum_values

@@ -21,7 +21,7 @@ import re
 import warnings
 
 from constrain.automata.charset import SRE_CATEGORY_SIGN, sre_category, sre_class_intervals
-from constrain.frontends.json_schema.encoding import CANON_ANY, MAX_CP, encoded_class, iv_complement, iv_norm
+from constrain.automata.json_encoding import CANON_ANY, MAX_CP, encoded_class, iv_complement, iv_norm
 
 # plain ints: a RegexFlag operation goes through the enum module's Python code
 # (~20 us cold in a compile)

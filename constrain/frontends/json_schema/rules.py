@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from constrain.errors import GrammarTooComplexError
-from constrain.frontends.json_schema.encoding import JSON_NUMBER, JSON_STRING, encodable
+from constrain.automata.json_encoding import JSON_NUMBER, JSON_STRING, encodable
 from constrain.frontends.json_schema.options import MAX_RULES
 
 _PUNCTUATION = frozenset(("LBRACE", "RBRACE", "LBRACK", "RBRACK", "COMMA", "EMPTY_OBJ", "EMPTY_ARR"))

@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from constrain.errors import GrammarTooComplexError
-from constrain.frontends.json_schema.encoding import JSON_CHAR_ANY, JSON_CODEPOINT
+from constrain.automata.json_encoding import JSON_CHAR_ANY, JSON_CODEPOINT
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.formats import FORMATS
 from constrain.frontends.json_schema.keywords import len_bounds
