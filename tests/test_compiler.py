@@ -338,6 +338,23 @@ def test_a_reused_exclusion_name_is_another_terminal(vocab):
                                                   for t in range(len(vocab))]
 
 
+def test_grammar_fingerprint_tells_exclusions_apart():
+    """Two IRs that differ only in an exclusion (the stand-in pattern is the
+    same) have different fingerprints, so the content-keyed caches built on it
+    (``constrain.analysis.prepare``) never hand one the other's entry."""
+    from constrain.analysis.prepared import prepare
+    from constrain.cfg.ir import GrammarIR, Terminal, grammar_fingerprint
+
+    def ir(excluded):
+        return GrammarIR((Terminal("KEY", r"[^\x00-\U0010ffff]stand_in"),), ("start",),
+                         ((0, (0,)),), 0, exclusions={"KEY": ('"[ab]+"', excluded)})
+
+    no_a, no_b, no_a_again = ir((b'"a',)), ir((b'"b',)), ir((b'"a',))
+    assert grammar_fingerprint(no_a) != grammar_fingerprint(no_b)
+    assert grammar_fingerprint(no_a) == grammar_fingerprint(no_a_again)
+    assert prepare(no_a) is not prepare(no_b) and prepare(no_a) is prepare(no_a_again)
+
+
 def test_constraints_stay_right_after_clear(vocab):
     compiler = Compiler(vocab)
     jobs = [(7, 1), (8, 2)]

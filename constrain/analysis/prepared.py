@@ -88,7 +88,7 @@ class PreparedGrammar:
                        + sum(120 + 8 * len(rhs) for _, rhs in self.rules))
 
 
-# keyed by content (the Lark text, or the IR's fingerprint and exclusions), never
+# keyed by content (the Lark text, or the IR's fingerprint), never
 # by id(): an id is reused once its object is collected
 _PREPARED = registry.register(BoundedCache(
     "analysis grammars", 64 << 20, max_entries=64,
@@ -117,10 +117,7 @@ def prepare(grammar) -> PreparedGrammar:
     if not isinstance(grammar, GrammarIR):
         raise TypeError(f"a grammar is Lark text, a GrammarIR or a GrammarConstraint, not "
                         f"{type(grammar).__name__} (for a DFAConstraint: can_complete_regex)")
-    # the fingerprint leaves out the exclusions, which change a terminal's language
-    exclusions = tuple(sorted((name, pattern, tuple(prefixes))
-                              for name, (pattern, prefixes) in grammar.exclusions.items()))
-    key = ("ir", grammar_fingerprint(grammar), exclusions)
+    key = ("ir", grammar_fingerprint(grammar))
     return _PREPARED.get_or_build(key, lambda: PreparedGrammar(grammar))
 
 

@@ -93,6 +93,9 @@ def grammar_fingerprint(ir: GrammarIR) -> str:
     h.update(f"start={ir.start} ignore={ir.ignore}".encode())
     if ir.budgets:  # absent from unbudgeted grammars: their digests stay as they were
         h.update(f" budgets={sorted(ir.budgets.items())}".encode())
+    if ir.exclusions:  # an exclusion terminal's own pattern is only a stand-in name
+        h.update(f" exclusions={sorted((n, p, tuple(x)) for n, (p, x) in ir.exclusions.items())}"
+                 .encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
