@@ -193,6 +193,22 @@ def test_callable_lm_counts_every_prefix():
         as_lm(object())
 
 
+def test_as_lm_wraps_transformers_lms_by_type_not_by_name():
+    """A subclass of TransformersLM is wrapped; a class that is only named
+    TransformersLM is a plain protocol object, returned as it is."""
+    from search.lm.transformers import TransformersLM
+
+    class Tuned(TransformersLM):
+        def __init__(self):  # no model: only what the adapter reads
+            self.vocab_size, self.eos_token_ids, self.calls = 5, (4,), 0
+
+    adapted = as_lm(Tuned())
+    assert isinstance(adapted, TransformersLMAdapter) and adapted.eos_token_ids == (4,)
+    impostor = type("TransformersLM", (), {"vocab_size": 5, "eos_token_ids": (4,), "calls": 0,
+                                           "logprobs": lambda self, prefixes: None})()
+    assert as_lm(impostor) is impostor
+
+
 def test_argument_checks():
     lm = TinyLM(1, 3, 0, 4, 1.0).lm()
     for kw in ({"beam_size": 0}, {"beam_size": 1.5}, {"max_new_tokens": -1}, {"patience": 0}):

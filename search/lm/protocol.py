@@ -38,6 +38,7 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -193,10 +194,14 @@ def as_lm(model):
     """``model`` as an object of the LM protocol: a :class:`CallableLM`, a
     :class:`TransformersLMAdapter` or any object that has ``logprobs``, ``calls``,
     ``vocab_size`` and ``eos_token_ids`` is returned as it is, a
-    ``TransformersLM`` is wrapped in a :class:`TransformersLMAdapter`."""
+    :class:`search.TransformersLM` (or an instance of a subclass) is wrapped in
+    a :class:`TransformersLMAdapter`."""
     if isinstance(model, (CallableLM, TransformersLMAdapter)):
         return model
-    if type(model).__name__ == "TransformersLM":
+    # a TransformersLM exists only once its module is loaded: no import here
+    # (nor its environment settings) for the other models
+    transformers_lm = sys.modules.get("search.lm.transformers")
+    if transformers_lm is not None and isinstance(model, transformers_lm.TransformersLM):
         return TransformersLMAdapter(model)
     missing = [a for a in ("logprobs", "calls", "vocab_size", "eos_token_ids") if not hasattr(model, a)]
     if missing:
