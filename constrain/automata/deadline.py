@@ -1,29 +1,84 @@
 """A compile's time budget, shared by its phases and its numba kernels.
 
 ``time_budget`` bounds a compile's own work. Loading a kernel from numba's disk
-cache (or compiling it, the first time on a machine) is no part of that work:
-:meth:`Deadline.ready` compiles a kernel for the call about to be made when it
-has no compiled signature yet, and moves the deadline later by the time that
-took. One
-:class:`Deadline` object is passed through every phase of a compile (regex →
-character DFA → byte DFA → token automaton; every terminal of a grammar), so
-that time saved there counts for all of them. It compares with floats as the
-``time.perf_counter()`` value it holds, so ``time.perf_counter() > deadline``
-reads as before.
+cache, or compiling it (the first time on a machine: tens of seconds), is no
+part of that work: while any thread is inside numba's compiler (waiting for its
+lock included) the clock of every :class:`Deadline` stands still
+(:func:`compile_seconds`). One :class:`Deadline` object is passed through every
+phase of a compile (regex → character DFA → byte DFA → token automaton; every
+terminal of a grammar). It compares with floats as the ``time.perf_counter()``
+value it stands for now, so ``time.perf_counter() > deadline`` reads as before.
 
 Kernels whose loops can run long take the deadline as a float and look at the
 clock every few thousand iterations through :func:`clock` (``objmode``: a
-Python call from compiled code, ~1 µs, so never in an inner loop).
+Python call from compiled code, ~1 µs, so never in an inner loop). That float
+is read when the call starts, before numba compiles the kernel for it:
+:func:`ready` compiles it first, so that the float already leaves that time out.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 
 import numba
+import numba.core.event as _event
 from numba.core.errors import NumbaWarning
+
+
+class _CompileClock(_event.Listener):
+    """Seconds during which some thread was inside numba's compiler lock (the
+    union of those intervals: two threads compiling at once count once)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._depth: dict[int, int] = {}  # thread -> nested acquisitions
+        self._inside = 0  # threads inside
+        self._since = 0.0
+        self._total = 0.0
+
+    def on_start(self, event) -> None:
+        tid = threading.get_ident()
+        with self._lock:
+            depth = self._depth.get(tid, 0)
+            self._depth[tid] = depth + 1
+            if depth == 0:
+                if self._inside == 0:
+                    self._since = time.perf_counter()
+                self._inside += 1
+
+    def on_end(self, event) -> None:
+        tid = threading.get_ident()
+        with self._lock:
+            depth = self._depth.pop(tid, 1) - 1
+            if depth:
+                self._depth[tid] = depth
+                return
+            self._inside -= 1
+            if self._inside == 0:
+                self._total += time.perf_counter() - self._since
+
+    def seconds(self) -> float:
+        with self._lock:
+            if self._inside:
+                return self._total + time.perf_counter() - self._since
+            return self._total
+
+
+_COMPILE_CLOCK = _CompileClock()
+# the lock's event starts before it is acquired: a thread waiting for another's
+# compile is paused too
+_event.register("numba:compiler_lock", _COMPILE_CLOCK)
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent in numba's compiler so far (compiling
+    kernels or loading them from the disk cache; the clock of every
+    :class:`Deadline` stops meanwhile)."""
+    return _COMPILE_CLOCK.seconds()
+
 
 @numba.njit(cache=True, nogil=True)
 def clock() -> float:
@@ -35,17 +90,26 @@ def clock() -> float:
 
 class Deadline:
     """A point on ``time.perf_counter()``'s clock past which a compile stops
-    (``at``), moved later by kernel loading (:meth:`ready`)."""
+    (``at``), moved later by the time numba spends compiling or loading
+    kernels from the moment the deadline is made."""
 
-    __slots__ = ("at",)
+    __slots__ = ("_at", "_paused")
 
     def __init__(self, at: float):
-        self.at = float(at)
+        self._at = float(at)
+        self._paused = compile_seconds()
+
+    @property
+    def at(self) -> float:
+        """The ``time.perf_counter()`` value past which the deadline has passed,
+        as of now."""
+        return self._at + (compile_seconds() - self._paused)
 
     @classmethod
     def of(cls, deadline) -> "Deadline | None":
         """``deadline`` as a :class:`Deadline` (``None`` stays ``None``; a
-        :class:`Deadline` is shared, not copied)."""
+        :class:`Deadline` is shared, not copied; a float is a
+        ``time.perf_counter()`` value, kernel time counted from now)."""
         if deadline is None or isinstance(deadline, Deadline):
             return deadline
         return cls(deadline)
@@ -65,9 +129,9 @@ class Deadline:
 
     def ready(self, kernel, *args) -> None:
         """Make sure ``kernel`` is compiled (or loaded from numba's cache) for
-        ``args``, the arguments of the call about to be made, and move the
-        deadline later by the time that took. A kernel that has a signature
-        already is taken as ready (each is called with one set of types)."""
+        ``args``, the arguments of the call about to be made (the time it takes
+        does not count). A kernel that has a signature already is taken as
+        ready (each is called with one set of types)."""
         ready(kernel, args, self, "Deadline.ready")
 
     def __float__(self) -> float:
@@ -97,10 +161,12 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "
           warm: tuple | None = None) -> None:
     """Compile (or load) ``kernel`` for the types of ``args``, the arguments of
     the call about to be made, unless done already for this call ``site`` (a
-    site passes the same types every time: the check runs once per process);
-    with a ``deadline``, move it later by the time taken. A kernel called from
-    another kernel may hold a signature of other array layouts: the exact one is
-    checked, not any.
+    site passes the same types every time: the check runs once per process).
+    Needed before a kernel that takes a deadline as a float: the float is read
+    before the call compiles the kernel. A kernel called from another kernel
+    may hold a signature of other array layouts: the exact one is checked, not
+    any. ``deadline``, the compile's, need not be moved: no :class:`Deadline`
+    counts the time numba takes (the call sites that pass it predate that).
 
     ``warm``: arguments of the same types for a call that reads the
     :func:`clock` at once (a trivial input, a deadline already past): numba
@@ -109,7 +175,6 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "
     key = (kernel, site)
     if key in _READY:
         return
-    t = time.perf_counter()
     with warnings.catch_warnings():
         # objmode reacquires the GIL for the clock call only; numba warns that
         # such a kernel cannot run in parallel, which none of these do
@@ -120,8 +185,6 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "
             kernel.compile(sig)
         if warm is not None:
             kernel(*warm)
-    if deadline is not None:
-        deadline.at += time.perf_counter() - t
     _READY.add(key)
 
 
@@ -130,4 +193,4 @@ def kernel_deadline(deadline) -> float:
     return math.inf if deadline is None else float(deadline)
 
 
-__all__ = ["Deadline", "clock", "kernel_deadline", "ready"]
+__all__ = ["Deadline", "clock", "compile_seconds", "kernel_deadline", "ready"]

@@ -33,7 +33,6 @@ the token trie per configuration (and per pair alive at a trie node, at most
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from numbers import Real
 from typing import TYPE_CHECKING
@@ -42,6 +41,7 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
+from constrain.automata.deadline import Deadline
 from constrain.cache import check_budget
 from constrain.cfg.budgets import TokenBudgets
 from constrain.cfg.earley import EarleyRecognizer
@@ -101,7 +101,7 @@ class GrammarConstraint(Constraint):
             raise InvalidLimitError(f"time_budget must be a number of seconds >= 0, "
                                     f"not {time_budget!r}", "time_budget")
         compiler = _compiler_for(vocab, compiler)
-        deadline = time.perf_counter() + time_budget
+        deadline = Deadline.after(time_budget)  # kernel loading does not count
         trie = TokenTrie.of(vocab)
         words = (len(vocab) + 31) // 32
         terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,

@@ -39,6 +39,7 @@ alternatives (it distributes every group, optional and repetition: ``("a"~0..30)
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import time
 from ast import literal_eval
@@ -61,6 +62,11 @@ MAX_GRAMMAR_DEPTH = 50
 MAX_RULE_ALTERNATIVES = 20_000
 #: the symbols lark's expansion of all rules may write
 MAX_GRAMMAR_SYMBOLS = 1_000_000
+#: the user grammar files ``%import`` may read while one grammar loads (every
+#: read counts: a file importing itself is refused here, not by recursion)
+MAX_IMPORTED_FILES = 64
+#: the characters of those files together
+MAX_IMPORTED_CHARS = 4_000_000
 #: the name of the terminal of an ignored run at the end of the text
 IGNORED = "__IGNORED"
 #: the states a terminal's checks here may build (its automaton is built later,
@@ -109,11 +115,10 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
     raw = _load_plain(text, start)
     if raw is None:
         tree = _parse(text)
-        _check_expansion(tree)
+        imports = _ImportChecker(directory, deadline, _check_expansion(tree))
         _check_deadline(deadline)
-        import_paths = [directory] if directory else []
         try:
-            grammar, _ = load_grammar(text, "<grammar>", import_paths, False)
+            grammar, _ = load_grammar(text, "<grammar>", [imports], False)
             terms, rules, ignore = grammar.compile([start], set())
         except UnexpectedInput as e:
             raise GrammarSyntaxError(f"syntax error in grammar: {_first_line(e)}",
@@ -127,6 +132,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
         except RecursionError:
             raise GrammarTooComplexError("the grammar is nested too deeply for lark's loader") \
                 from None
+        except (GrammarError, GrammarTooComplexError):
+            raise  # an imported file's refusal
         except Exception as e:  # lark's own bugs on malformed input (a TypeError in
             # its error messages, seen on a mutated grammar): still a refusal
             raise _lark_failed(e, text, start) from None
@@ -149,8 +156,58 @@ def _too_complex(message: str, line: int | None, column: int | None) -> GrammarT
     """A :class:`GrammarTooComplexError` naming the place (``line``, ``column``
     attributes, as a :class:`GrammarError` has them)."""
     e = GrammarTooComplexError(f"{message} (line {line}, column {column})" if line else message)
-    e.line, e.column = line, column
+    e.line, e.column, e.msg = line, column, message
     return e
+
+
+class _ImportChecker:
+    """lark's loader of the user files ``%import`` names (``%import
+    dir.file.NAME`` from the grammar's directory, ``%import .file.NAME``
+    relative to the importing file): each file goes through the checks the
+    grammar text had before lark's loader sees it (nesting, expansion, with the
+    symbols counted over all files), and the files read are bounded in number
+    (:data:`MAX_IMPORTED_FILES`) and size (:data:`MAX_IMPORTED_CHARS`), so a
+    hostile file is refused in bounded time. lark's own grammars
+    (``common.lark``) are left to lark's loader."""
+
+    def __init__(self, directory: str | None, deadline, symbols: int):
+        self.directory, self.deadline, self.symbols = directory, deadline, symbols
+        self.files = self.chars = 0
+
+    def __call__(self, base_path, grammar_path: str):
+        if base_path is not None and not isinstance(base_path, str):
+            raise OSError(grammar_path)  # inside lark's package: its loader's
+        roots = [r for r in (self.directory, base_path) if r is not None]
+        for root in roots:
+            path = os.path.join(root, grammar_path)
+            if not os.path.isfile(path):
+                continue
+            _check_deadline(self.deadline)
+            self.files += 1
+            if self.files > MAX_IMPORTED_FILES:
+                raise _too_complex(f"%import read more than {MAX_IMPORTED_FILES} grammar files "
+                                   f"(a file that imports itself?)", None, None)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(MAX_IMPORTED_CHARS - self.chars + 1)
+            except UnicodeDecodeError as e:
+                raise GrammarError(f"imported grammar file {path!r} is not UTF-8: {e.reason}") \
+                    from None
+            self.chars += len(text)
+            if self.chars > MAX_IMPORTED_CHARS:
+                raise _too_complex(f"the grammar files %import read hold more than "
+                                   f"{MAX_IMPORTED_CHARS:,} characters", None, None)
+            where = f"in imported grammar file {path!r}: "
+            try:
+                _check_nesting(text)
+                self.symbols = _check_expansion(_parse(text), self.symbols)
+            except GrammarError as e:
+                raise type(e)(where + e.msg, e.line, e.column) from None
+            except GrammarTooComplexError as e:
+                raise _too_complex(where + getattr(e, "msg", str(e)), getattr(e, "line", None),
+                                   getattr(e, "column", None)) from None
+            return path, text
+        raise OSError(grammar_path)  # lark then tries its own grammars
 
 
 # -- what the loaders produce ----------------------------------------------------------
@@ -471,10 +528,11 @@ def _lark_failed(e: Exception, text: str, start: str | None) -> GrammarError:
                         f"{_first_line(e)})", *_locate_error(str(e), text, start))
 
 
-def _check_expansion(tree) -> None:
+def _check_expansion(tree, total: int = 0) -> int:
     """Refuse a rule that lark's loader would expand into more than
     :data:`MAX_RULE_ALTERNATIVES` alternatives, or a grammar into more than
-    :data:`MAX_GRAMMAR_SYMBOLS` symbols. lark writes each rule as a list of
+    :data:`MAX_GRAMMAR_SYMBOLS` symbols (``total``: the symbols of the files
+    counted before this one); return the symbols counted so far. lark writes each rule as a list of
     alternatives: a group, ``[x]``, ``x?``, ``x*`` and ``x~m..n`` (``n < 50``)
     inside a sequence multiply the sequence's alternatives (the repetitions
     ``*``, ``+`` and ``~m..n`` past 50 go to new rules, counted apart)."""
@@ -485,7 +543,6 @@ def _check_expansion(tree) -> None:
     def sat(x: int) -> int:
         return x if x < big else big
 
-    total = 0
     for stmt in tree.children:
         if not isinstance(stmt, Tree) or stmt.data not in ("rule", "override", "extend"):
             continue
@@ -557,6 +614,7 @@ def _check_expansion(tree) -> None:
                 f"the grammar would be expanded by lark's loader into more than "
                 f"{MAX_GRAMMAR_SYMBOLS:,} symbols", getattr(name, "line", None),
                 getattr(name, "column", None))
+    return total
 
 
 # -- places -------------------------------------------------------------------------

@@ -34,8 +34,7 @@ Design (one module per pass):
 
 from __future__ import annotations
 
-import time
-
+from constrain.automata.deadline import Deadline
 from constrain.errors import EmptySchemaError, SchemaError, UnsupportedSchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
@@ -157,11 +156,11 @@ def compile_json_schema(schema, vocab, **options):
     budget = options.pop("time_budget", 30.0)
     opts = Options(**{k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options},
                    time_budget=budget)
-    t0 = time.perf_counter()
+    deadline = Deadline.after(budget)  # what the translation leaves goes on
     t = translate(schema, opts, exclusions={})
     ir = to_ir(t.grammar, "start", t.diag)
     t.diag.warn("compile_json_schema")
-    left = max(0.0, budget - (time.perf_counter() - t0))
+    left = deadline.remaining()
     return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
 
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+
+from constrain.automata.deadline import Deadline
 
 #: default cap on consecutive whitespace characters in "flexible" style
 DEFAULT_MAX_WHITESPACE = 4
@@ -59,6 +60,6 @@ class Options:
             return ""
         return r"[ \t\n\r]{0,%d}" % self.max_whitespace
 
-    def deadline(self) -> float | None:
-        """The ``time.perf_counter()`` past which a translation started now stops."""
-        return None if self.time_budget is None else time.perf_counter() + self.time_budget
+    def deadline(self) -> Deadline | None:
+        """The deadline of a translation started now (kernel loading does not count)."""
+        return None if self.time_budget is None else Deadline.after(self.time_budget)

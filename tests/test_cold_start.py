@@ -1,0 +1,119 @@
+"""Kernel compilation and loading never count against a compile's ``time_budget``.
+
+Numba compiles (or loads from its disk cache) a kernel inside its global
+compiler lock; a :class:`Deadline` stops while any thread is in there. The
+in-process tests stand in for a cold cache by holding that lock (what numba
+does while it compiles); the subprocess test compiles on a truly empty
+``NUMBA_CACHE_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from numba.core.compiler_lock import global_compiler_lock
+
+import constrain
+import constrain.cfg.lexer as lexer_module
+from constrain.automata.deadline import Deadline, compile_seconds
+from constrain.errors import GrammarTooComplexError
+
+ROOT = Path(__file__).resolve().parents[1]
+PERSON = json.loads((ROOT / "examples" / "person.schema.json").read_text())
+
+
+def _vocab():
+    tokens = [bytes([b]) for b in range(256)] + [b'{"', b'":', b"<eos>"]
+    return constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+def _as_numba(seconds: float) -> None:
+    """Spend ``seconds`` the way numba does while it compiles: in its lock."""
+    with global_compiler_lock:
+        time.sleep(seconds)
+
+
+def test_deadline_stands_still_while_numba_compiles():
+    d = Deadline.after(0.2)
+    before = compile_seconds()
+    _as_numba(0.4)
+    assert compile_seconds() - before >= 0.39
+    assert not d.expired() and d.remaining() > 0.1
+    assert time.perf_counter() < d  # compares as the perf_counter value it stands for
+    time.sleep(0.25)
+    assert d.expired()
+
+
+def test_other_threads_compiling_pause_it_once():
+    # two threads in (or waiting for) the lock at once: their overlap counts once
+    d = Deadline.after(0.1)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=_as_numba, args=(0.3,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    moved = d.at - (t0 + 0.1)
+    assert 0.55 <= moved <= wall + 0.01
+
+
+@pytest.mark.parametrize("in_lock,passes", [(True, True), (False, False)])
+def test_schema_compile_with_kernel_loading_inside(monkeypatch, in_lock, passes):
+    """Every terminal's automaton pays 0.2 s first, under a 0.3 s budget: in
+    numba's lock (kernels loading) the compile succeeds; as plain work it runs
+    out of time, so the budget still bites."""
+    real = lexer_module.regex_byte_dfa
+
+    def slow(*args, **kwargs):
+        if in_lock:
+            _as_numba(0.2)
+        else:
+            time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lexer_module, "regex_byte_dfa", slow)
+    vocab = _vocab()  # a fresh compiler: no terminal automata cached
+    if passes:
+        c = constrain.compile_json_schema(PERSON, vocab, time_budget=0.3)
+        assert list(c.allowed_token_ids(c.initial_state())) == [ord("{"), 256]  # {"
+    else:
+        with pytest.raises(GrammarTooComplexError, match="time budget"):
+            constrain.compile_json_schema(PERSON, vocab, time_budget=0.3)
+
+
+_COLD = r"""
+import json, sys, time
+import constrain
+from constrain.automata.deadline import compile_seconds
+tokens = [bytes([b]) for b in range(256)] + [b"<eos>"]
+vocab = constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[256])
+t = time.perf_counter()
+r = constrain.compile_regex('"[a-z]{2,4}"', vocab, time_budget=0.5)
+assert list(r.allowed_token_ids(r.initial_state())) == [ord('"')]
+s = constrain.compile_json_schema(json.loads(sys.argv[1]), vocab, time_budget=0.5)
+assert list(s.allowed_token_ids(s.initial_state())) == [ord("{")]
+print(f"{time.perf_counter() - t:.1f} {compile_seconds():.1f}")
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("TRELLIS_COLD_TEST"),
+                    reason="compiles every kernel afresh (70 s on 2 cores): TRELLIS_COLD_TEST=1")
+def test_cold_numba_cache_compile_under_small_budget(tmp_path):
+    """On an empty numba cache the kernels compile (70 s on a busy 2-core
+    machine), yet a regex and a small schema compile under a 0.5 s budget."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]{2,4}$"}},
+              "required": ["a"], "additionalProperties": False}
+    out = subprocess.run([sys.executable, "-c", _COLD, json.dumps(schema)], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    wall, compiling = map(float, out.stdout.split())
+    assert compiling > 1.0, "the kernels were not compiled afresh"
