@@ -495,9 +495,13 @@ def test_format_detection(vocab, tmp_path):
     ('root ::= "a"\nroot ::= "b"', 2, 1, GrammarError, "defined twice"),
     ('a ::= "a"', 1, 1, GrammarError, "no 'root' rule"),
     ('root ::= x\nx ::= "a" x', 1, 1, GrammarError, "matches no string"),
-    ('root ::= "a" <[12]>', 1, 14, GrammarError, "token references"),
-    ('root ::= !<|im_end|>*', 1, 10, GrammarError, "not supported yet"),
-    ('root ::= <think> "x"', 1, 10, GrammarError, "token references"),
+    ('root ::= "a" <[12345]>', 1, 14, GrammarError, "outside the vocabulary"),
+    ('root ::= !<|im_end|>*', 1, 10, GrammarError, "is no token of the vocabulary"),
+    ('root ::= <think> "x"', 1, 10, GrammarError, "is no token of the vocabulary"),
+    ('root ::= "a"\nx ::= <[3-1]>', 2, 7, GrammarSyntaxError, "below the start"),
+    ('root ::= "a" <[1,x]>', 1, 14, GrammarSyntaxError, "expected token ids"),
+    ('root ::= !<[^1]>', 1, 10, GrammarSyntaxError, "negated twice"),
+    ('root ::= "a" <[1]', 1, 14, GrammarSyntaxError, "expected ']>'"),
 ])
 def test_errors_name_the_place(text, line, column, kind, message, vocab):
     with pytest.raises(kind, match=re.escape(message)) as info:

@@ -1,5 +1,6 @@
 """llguidance's Lark extensions (constrain/frontends/lark.py): ``%json { schema }``
-items, ``%import common.*``, and the refusal of special-token terminals.
+items, ``%import common.*``, and the errors of special-token terminals (their
+language: tests/test_token_refs.py).
 
 The oracle of ``%json`` is the JSON Schema front end itself (a grammar that is
 one ``%json`` is ``compile_json_schema(schema, whitespace="flexible")``), and
@@ -136,9 +137,11 @@ def test_lenient_guidance_option(vocab):
     ("start: %json []", 1, 8, "the schema cannot be compiled"),
     ('start: "a"\n  | %json {"type": "strin"}', 2, 5, "the schema cannot be compiled"),
     ('start: %json {"x-guidance": {"json_allowed_escapes": "nt"}}', 1, 8, "not supported"),
-    ('start: "a" <|assistant|>', 1, 12, "special-token terminals"),
-    ("start: <[1234]>", 1, 8, "not supported yet"),
-    ('x: "a"\nstart: x <[100-200]>*', 2, 10, "special-token terminals"),
+    ('start: "a" <|assistant|>', 1, 12, "is no token of the vocabulary"),
+    ("start: <[1234]>", 1, 8, "outside the vocabulary"),
+    ('x: "a"\nstart: x <[100-300]>*', 2, 10, "token id 300"),
+    ('start: A\nA: "a" <[1]>', 2, 8, "cannot be used in terminals"),
+    ('start: "a" <[1 2]>', 1, 12, "expected token ids"),
 ])
 def test_errors_name_the_place(text, line, column, message, vocab):
     with pytest.raises(GrammarError, match=re.escape(message)) as info:

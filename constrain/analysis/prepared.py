@@ -51,6 +51,15 @@ class PreparedGrammar:
         #: no property of text), so the drivers that enforce with one refuse
         #: a budgeted grammar (:func:`refuse_budgets`)
         self.budgets = dict(ir.budgets)
+        if ir.tokens:
+            # a token reference matches a token, not text: the analyses here,
+            # which decide text, would read it as matching nothing
+            from constrain.errors import GrammarError
+
+            ref = ir.tokens[min(ir.tokens)]
+            raise GrammarError(f"the analysis of a grammar (completability, infilling) does "
+                               f"not support token references such as {ref.shown}: they "
+                               f"match a token, not text", ref.line, ref.column)
         n_t = ir.n_terminals
         rules = [(n_t + lhs, rhs) for lhs, rhs in ir.rules]
         top = n_t + ir.start

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from constrain.cfg.ir import GrammarIR, Terminal
+from constrain.cfg.ir import TOKEN_PATTERN, GrammarIR, Terminal
 
 __all__ = ["IRBuilder", "Sym"]
 
@@ -35,6 +35,7 @@ class IRBuilder:
         self._rules: list[tuple[int, tuple]] = []
         self._exclusions: dict[str, tuple] = {}
         self._budgets: dict[int, int] = {}
+        self._tokens: dict = {}
 
     # -- symbols ------------------------------------------------------------------
 
@@ -50,6 +51,17 @@ class IRBuilder:
             self._terminals.append(Terminal(f"T{i}", pattern, flags, literal))
             if max_tokens is not None:
                 self._budgets[i] = max_tokens
+        return ("t", i)
+
+    def token(self, ref) -> Sym:
+        """The terminal of the token reference ``ref`` (a
+        :class:`~constrain.cfg.ir.TokenRef`; one per distinct set)."""
+        key = ("token", ref.ids, ref.names, ref.negated)
+        i = self._shared.get(key)
+        if i is None:
+            i = self._shared[key] = len(self._terminals)
+            self._terminals.append(Terminal(f"T{i}", TOKEN_PATTERN))
+            self._tokens[i] = ref
         return ("t", i)
 
     def literal(self, text: str) -> list[Sym]:
@@ -97,6 +109,8 @@ class IRBuilder:
                 self._exclusions[name] = ir.exclusions[t.name]
             if k in ir.budgets:
                 self._budgets[base + k] = ir.budgets[k]
+            if k in ir.tokens:
+                self._tokens[base + k] = ir.tokens[k]
         n_t = len(ir.terminals)
         for name in ir.nonterminals:
             self._nonterminals.append(f"{hint}{nt_base}__{name}")
@@ -140,4 +154,5 @@ class IRBuilder:
         rules = tuple((lhs, tuple(index(s) for s in rhs)) for lhs, rhs in self._rules)
         return GrammarIR(terminals=tuple(self._terminals), nonterminals=tuple(self._nonterminals),
                          rules=rules, start=start[1], source=source,
-                         exclusions=dict(self._exclusions), budgets=dict(self._budgets))
+                         exclusions=dict(self._exclusions), budgets=dict(self._budgets),
+                         tokens=dict(self._tokens))

@@ -44,10 +44,11 @@ from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
 from constrain.automata.deadline import Deadline
 from constrain.cache import check_budget
 from constrain.cfg.budgets import TokenBudgets
+from constrain.cfg.token_refs import TokenTerminals
 from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLimitError,
                               InvalidStateError)
-from constrain.cfg.ir import GrammarIR, Terminal
+from constrain.cfg.ir import GrammarIR, Terminal, TokenRef
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.limits import Limits
 from constrain.protocol import Constraint, check_token_id
@@ -165,6 +166,11 @@ class GrammarConstraint(Constraint):
         #: the token budgets' tables (constrain.cfg.budgets), None without any;
         #: configurations are then (context, lexer state, tokens) triples
         self._budgets = TokenBudgets(ir, terms, lexer, self.trie) if ir.budgets else None
+        #: the token references' tables (constrain.cfg.token_refs), None without any
+        self._tokens = TokenTerminals(ir, vocab, lexer, self._ignore_bits) if ir.tokens else None
+        # what a start state adds to the parser's expected terminals
+        self._start_extra = self._ignore_bits if self._tokens is None \
+            else self._tokens.start_extra
 
     def _begin(self) -> None:
         """The initial state, once the tables are there."""
@@ -329,7 +335,7 @@ class GrammarConstraint(Constraint):
             v = self._start_of.get(key)
             if v is None:
                 v = self._start_of[key] = self.lexer.start_state_bits(
-                    self.parser.expected_bits(c), self._ignore_bits)
+                    self.parser.expected_bits(c), self._start_extra)
             self._ctx_start[c] = v
         return v
 
@@ -455,9 +461,10 @@ class GrammarConstraint(Constraint):
 
     def _accepting(self, fresh: bool, configs) -> bool:
         lex = self.lexer
+        tokens = self._tokens
         for cfg in configs:
             c, s = cfg[0], cfg[1]
-            if fresh and self.parser.accepts(c):
+            if (fresh or (tokens is not None and tokens.in_state(s))) and self.parser.accepts(c):
                 return True
             if lex.has_acc[s]:
                 for t in lex.accepting_terminals(s):
@@ -542,6 +549,8 @@ class GrammarConstraint(Constraint):
                 return None
         fresh, configs = state
         with self._lock:
+            if self._tokens is not None:
+                return self._advance_with_refs(fresh, configs, token_id)
             if not self._grammar_token[token_id]:
                 if token_id in self._eos_set and self._accepting(fresh, configs):
                     return TERMINATED
@@ -552,9 +561,58 @@ class GrammarConstraint(Constraint):
         out = self._last_out = (False, out)
         return out
 
+    def _advance_with_refs(self, fresh: bool, configs, token_id: int):
+        """:meth:`advance` of a grammar with token references (under the lock):
+        the configurations of the token's bytes and those after each reference
+        that matches it whole (:mod:`constrain.cfg.token_refs`)."""
+        eos = token_id in self._eos_set
+        if eos and self._accepting(fresh, configs):
+            return TERMINATED
+        out = self._token_step(configs, token_id)
+        if self._grammar_token[token_id]:
+            out.update(self._step(configs, self._token_bytes[token_id]))
+        if not out:
+            return None
+        if len(out) > 1:
+            out = self._merged(out)
+        out = tuple(sorted(out))
+        if eos and self._accepting(False, out):
+            return TERMINATED
+        out = self._last_out = (False, out)
+        return out
+
+    def _token_step(self, configs, token_id: int) -> set:
+        """The configurations after the token references that match ``token_id``."""
+        admits = self._tokens.admits
+        return {(c3, self._start(c3)) for ref, c3 in self._shiftable_refs(configs)
+                if admits(ref, token_id)}
+
+    def _shiftable_refs(self, configs) -> list:
+        """``(reference, context after it)`` for each token reference the next
+        token may match: from a configuration with no bytes yet, or after a
+        terminal that ended with the token before (under the lock)."""
+        tokens = self._tokens
+        lex = self.lexer
+        out = []
+        for c, s in configs:
+            heads = [(c, s)]
+            if lex.has_acc[s]:
+                for t in lex.accepting_terminals(s):
+                    c2 = self._next(c, t)
+                    if c2 >= 0:
+                        heads.append((c2, self._start(c2)))
+            for c1, s1 in heads:
+                for ref in tokens.in_state(s1):
+                    c3 = self._next(c1, ref)
+                    if c3 >= 0:
+                        out.append((ref, c3))
+        return out
+
     def advance_bytes(self, state, data: bytes):
         """The state after the bytes ``data`` (not necessarily a token's), or
-        ``None`` when no string of the language continues with them."""
+        ``None`` when no string of the language continues with them. Bytes
+        never match a token reference (``<[id]>``), whose token only
+        :meth:`advance` takes."""
         state = self.check_state(state)
         data = _as_bytes(data)
         if state == TERMINATED:
@@ -568,7 +626,8 @@ class GrammarConstraint(Constraint):
     def allowed_bytes(self, state) -> np.ndarray:
         """``[256]`` bool: the bytes that may come next -- those that continue a
         terminal in progress, or start the next one where a terminal may end
-        (the same steps as :meth:`advance_bytes`)."""
+        (the same steps as :meth:`advance_bytes`; a token reference that may
+        come next adds none: see :meth:`allows_token_reference`)."""
         state = self.check_state(state)
         out = np.zeros(256, dtype=np.bool_)
         if state == TERMINATED:
@@ -585,6 +644,16 @@ class GrammarConstraint(Constraint):
                             l0 = self._start(c2)
                             out |= lex.trans[l0] != 0
         return out
+
+    def allows_token_reference(self, state) -> bool:
+        """Whether a token reference (``<[id]>``, ``<|name|>``) may match the
+        next token: then the bytes of :meth:`allowed_bytes` are not all that
+        may follow (jump-forward stops there)."""
+        state = self.check_state(state)
+        if state == TERMINATED or self._tokens is None:
+            return False
+        with self._lock:
+            return bool(self._shiftable_refs(state[1]))
 
     def is_accepting(self, state) -> bool:
         """Whether the bytes so far form a complete string of the language."""
@@ -708,6 +777,14 @@ class GrammarConstraint(Constraint):
             return row
         cont, nodes, states = lex.walk(s)
         row = cont
+        if self._tokens is not None:
+            for ref in self._tokens.in_state(s):
+                if self._next(c, ref) >= 0:
+                    other = self._tokens.rows[ref]
+                    if row is cont:
+                        row = cont | other
+                    else:
+                        row |= other
         if lex.has_acc[s]:
             for t in lex.accepting_terminals(s):
                 c2 = self._next(c, t)
@@ -812,7 +889,7 @@ _OWN_ATTRIBUTES = frozenset({
     "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
     "_token_bytes", "_writers", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
     "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx",
-    "_budgets"})
+    "_budgets", "_tokens", "_start_extra"})
 
 
 def _ir_to_json(ir: GrammarIR) -> dict:
@@ -824,7 +901,9 @@ def _ir_to_json(ir: GrammarIR) -> dict:
             "exclusions": {name: [pattern, [p.hex() for p in prefixes]]
                            for name, (pattern, prefixes) in ir.exclusions.items()},
             "productive": ir.productive,
-            "budgets": [[t, n] for t, n in sorted(ir.budgets.items())]}
+            "budgets": [[t, n] for t, n in sorted(ir.budgets.items())],
+            "tokens": [[t, [list(r) for r in ref.ids], list(ref.names), ref.negated, ref.line,
+                        ref.column] for t, ref in sorted(ir.tokens.items())]}
 
 
 def _ir_from_json(d: dict) -> GrammarIR:
@@ -855,8 +934,16 @@ def _ir_from_json(d: dict) -> GrammarIR:
         if not (type(t) is int and 0 <= t < n_t and type(n) is int and n >= 1):
             raise ValueError("a token budget is malformed")
         budgets[t] = n
+    tokens = {}
+    for t, ids, names, negated, line, column in d.get("tokens", ()):
+        if not (type(t) is int and 0 <= t < n_t and type(negated) is bool
+                and all(len(r) == 2 and all(type(x) is int for x in r) for r in ids)
+                and all(isinstance(x, str) for x in names)
+                and all(x is None or type(x) is int for x in (line, column))):
+            raise ValueError("a token reference is malformed")
+        tokens[t] = TokenRef(tuple(map(tuple, ids)), tuple(names), negated, line, column)
     return GrammarIR(tuple(terminals), nonterminals, rules, start, ignore, d["source"],
-                     exclusions, d["productive"], budgets)
+                     exclusions, d["productive"], budgets, tokens)
 
 
 def _compiler_for(vocab: Vocabulary, compiler: Compiler | None) -> Compiler:

@@ -22,6 +22,42 @@ class Terminal:
 
 
 @dataclass(frozen=True)
+class TokenRef:
+    """A token-reference terminal (GBNF ``<[id]>``, ``<|name|>``, ``!<[id]>``;
+    Lark ``<[1,3,5-7]>``, ``<[^id]>``): it matches one whole token whose id is
+    in the set, never the same text spelled by other tokens.
+
+    ``ids`` are inclusive ranges ``(lo, hi)``, ``names`` token texts (each
+    must be exactly one token of the vocabulary); ``negated``: every token
+    *but* those (EOS and padding ids excepted). Resolved against a vocabulary
+    when a grammar is compiled (:mod:`constrain.cfg.token_refs`); ``line`` and
+    ``column`` place it in the grammar text for the errors of that step."""
+
+    ids: tuple[tuple[int, int], ...] = ()
+    names: tuple[str, ...] = ()
+    negated: bool = False
+    line: int | None = None
+    column: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "ids", tuple((int(lo), int(hi)) for lo, hi in self.ids))
+        object.__setattr__(self, "names", tuple(self.names))
+
+    @property
+    def shown(self) -> str:
+        """The reference as grammar text writes it (``<[1,5-7]>``, ``!<|x|>``)."""
+        parts = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ids]
+        text = ", ".join(([f"<[{','.join(parts)}]>"] if parts else []) + list(self.names))
+        return ("!" if self.negated else "") + text
+
+
+#: the pattern of a token-reference terminal: no byte string matches it (a
+#: grammar that loses :attr:`GrammarIR.tokens` loses those terminals, never
+#: accepts more)
+TOKEN_PATTERN = "(?!)"
+
+
+@dataclass(frozen=True)
 class GrammarIR:
     """A context-free grammar over regular terminals.
 
@@ -56,6 +92,10 @@ class GrammarIR:
     #: enforces it). Passes that read only the IR's language (emptiness,
     #: infilling) do not see it.
     budgets: Mapping[int, int] = field(default_factory=dict)
+    #: token references: terminal index → its :class:`TokenRef` (the
+    #: terminal's pattern is :data:`TOKEN_PATTERN`). Passes that read only the
+    #: IR's language of bytes (emptiness, infilling) refuse them.
+    tokens: Mapping[int, TokenRef] = field(default_factory=dict)
 
     def __post_init__(self):
         # tuples in, whatever the caller built the IR from
@@ -68,12 +108,13 @@ class GrammarIR:
         put(self, "ignore", tuple(self.ignore))
         put(self, "exclusions", MappingProxyType(dict(self.exclusions)))
         put(self, "budgets", MappingProxyType(dict(self.budgets)))
+        put(self, "tokens", MappingProxyType(dict(self.tokens)))
 
     def __reduce__(self):
         # a mappingproxy does not pickle: the exclusions travel as a dict
         return (GrammarIR, (self.terminals, self.nonterminals, self.rules, self.start,
                             self.ignore, self.source, dict(self.exclusions), self.productive,
-                            dict(self.budgets)))
+                            dict(self.budgets), dict(self.tokens)))
 
     @property
     def n_terminals(self) -> int:
@@ -96,7 +137,10 @@ def grammar_fingerprint(ir: GrammarIR) -> str:
     if ir.exclusions:  # an exclusion terminal's own pattern is only a stand-in name
         h.update(f" exclusions={sorted((n, p, tuple(x)) for n, (p, x) in ir.exclusions.items())}"
                  .encode("utf-8", "surrogatepass"))
+    if ir.tokens:
+        h.update(f" tokens={sorted((t, r.ids, r.names, r.negated) for t, r in ir.tokens.items())}"
+                 .encode("utf-8", "surrogatepass"))
     return h.hexdigest()
 
 
-__all__ = ["GrammarIR", "Terminal", "grammar_fingerprint"]
+__all__ = ["GrammarIR", "Terminal", "TokenRef", "TOKEN_PATTERN", "grammar_fingerprint"]

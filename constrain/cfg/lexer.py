@@ -325,7 +325,13 @@ class TerminalAutomata:
             text = None
             if term.flags == 0 and excl is None:
                 text = term.literal if term.literal is not None else _regex_literal(term.pattern)
-            if excl is not None:
+            if t in ir.tokens:
+                # a token reference: a start state no byte leaves, which marks
+                # the lexer states where a whole token may match it (see
+                # constrain.cfg.token_refs)
+                op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                size = 2
+            elif excl is not None:
                 base = builtin_template(excl[0], alphabet_key, _regex_literal, max_states)
                 if base is not None and base.string and base.bounded is None:
                     # the key lexeme after a bound on the names' trie
@@ -395,7 +401,7 @@ class TerminalAutomata:
                 op = (TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
                 if part is not None:
                     later.append((t, part))
-            usable[t] = op[0] != TERMINAL_OTHER or part is not None
+            usable[t] = op[0] != TERMINAL_OTHER or part is not None or t in ir.tokens
             ops.append(op)
             total += size
             offsets.append(total)

@@ -64,7 +64,7 @@ def looks_like_gbnf(text: str) -> bool:
 # -- the syntax tree: tuples, one per construct ------------------------------------------
 #
 # ("lit", text) ("cls", intervals) ("ref", name, offset) ("seq", items)
-# ("alt", seqs) ("rep", item, lo, hi-or-None)
+# ("alt", seqs) ("rep", item, lo, hi-or-None) ("tok", TokenRef)
 
 
 class _Parser:
@@ -222,12 +222,11 @@ class _Parser:
                 lo, hi, pos = self.counts(pos, nested)
                 items[-1] = ("rep", items[-1], lo, hi)
             elif c == "<" or (c == "!" and text.startswith("<", pos + 1)):
-                end = text.find(">", pos)
-                shown = text[pos:end + 1] if end >= 0 else text[pos:pos + 20]
-                raise self.error(
-                    f"token references such as {shown!r} are not supported yet: Trellis "
-                    f"steps its constraints over bytes, and a token-level terminal needs "
-                    f"states that know where a token starts", pos, GrammarError)
+                from constrain.cfg.token_refs import parse_token_ref
+
+                ref, pos = parse_token_ref(text, pos, angle_names=True)
+                items.append(("tok", ref))
+                pos = self.space(pos, nested)
             else:
                 break
         return ("seq", tuple(items)), pos
@@ -302,6 +301,8 @@ class _Regular:
 
     def is_regular(self, node) -> bool:
         kind = node[0]
+        if kind == "tok":
+            return False  # a whole token, no bytes: a terminal of its own
         if kind == "ref":
             return node[1] in self.regular
         if kind in ("seq", "alt"):
@@ -446,9 +447,19 @@ def _regular_rules(rules: dict[str, tuple]) -> set:
     regular: set = set()
     for comp in comps:  # Tarjan emits components callees first
         name = comp[0]
-        if len(comp) == 1 and name not in refs[name] and refs[name] <= regular:
+        if len(comp) == 1 and name not in refs[name] and refs[name] <= regular \
+                and not _has_token_ref(rules[name]):
             regular.add(name)
     return regular
+
+
+def _has_token_ref(node) -> bool:
+    kind = node[0]
+    if kind == "tok":
+        return True
+    if kind in ("seq", "alt"):
+        return any(_has_token_ref(k) for k in node[1])
+    return kind == "rep" and _has_token_ref(node[1])
 
 
 def _refs(node):
@@ -483,6 +494,7 @@ class _Builder:
         self.expanded = 0
         self.current = ""
         self.budgets: dict[int, int] = {}
+        self.tokens: dict = {}
 
     def nonterminal(self, name: str) -> int:
         if name not in self.nt_of:
@@ -508,6 +520,18 @@ class _Builder:
                 name = BUDGETED + self.current
                 self.budgets[t] = max_tokens
             self.terminals.append(Terminal(name, pattern, 0, literal))
+        return ("t", t)
+
+    def token(self, ref) -> tuple:
+        """The terminal of the token reference ``ref`` (one per distinct set)."""
+        key = ("token", ref.ids, ref.names, ref.negated)
+        t = self.by_pattern.get(key)
+        if t is None:
+            from constrain.cfg.ir import TOKEN_PATTERN
+
+            t = self.by_pattern[key] = len(self.terminals)
+            self.terminals.append(Terminal(f"TOKEN_{t}", TOKEN_PATTERN))
+            self.tokens[t] = ref
         return ("t", t)
 
     def budgeted(self, lhs: int, name: str) -> None:
@@ -543,7 +567,7 @@ class _Builder:
         rules = [(lhs, tuple(i if k == "t" else n_t + i for k, i in syms))
                  for lhs, syms in self.out]
         return GrammarIR(self.terminals, self.names, rules, 0, (), self.text,
-                         budgets=self.budgets)
+                         budgets=self.budgets, tokens=self.tokens)
 
     def _check_productive(self) -> None:
         productive = [False] * len(self.names)
@@ -600,6 +624,8 @@ class _Builder:
         kind = node[0]
         if kind == "ref":
             return ("n", self.nonterminal(node[1]))
+        if kind == "tok":
+            return self.token(node[1])
         if kind in ("alt", "seq"):
             seqs = node[1] if kind == "alt" else (node,)
             nt = self.aux("group")

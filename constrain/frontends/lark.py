@@ -109,7 +109,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
         raise GrammarError(f"the start symbol is a rule name, not {type(start).__name__}")
     text, directory = read_grammar_source(source)
     original = text
-    text, schemas = _llguidance_extensions(text)
+    text, schemas, refs = _llguidance_extensions(text)
     text, budgets = _rule_budgets(text)
     _check_nesting(text)
     raw = _load_plain(text, start)
@@ -140,6 +140,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
     ir = _finish(raw, text, start, deadline)
+    if refs:
+        ir = _token_terminals(ir, refs)
     if budgets:
         ir = dataclasses.replace(ir, source=original, budgets={
             i: budgets[t.name] for i, t in enumerate(ir.terminals) if t.name in budgets})
@@ -677,12 +679,12 @@ def _position(text: str, i: int) -> tuple[int, int]:
 # Lark text pasted from llguidance's documentation: ``%json { schema }`` where a
 # rule item may stand (the schema's JSON values, compiled by the JSON Schema front
 # end, flexible whitespace), ``%import common.*`` (every terminal of lark's
-# common.lark that the grammar does not define itself). Its special-token
-# terminals (``<|name|>``, ``<[id]>``, ``<[id-id]>``) are refused: the runtime
-# steps over bytes, and a token-level terminal needs states that know where a
-# token starts.
+# common.lark that the grammar does not define itself), special-token terminals
+# (``<|name|>``, ``<[id]>``, ``<[1,3,5-7]>``, ``<[^id]>``: token references,
+# GrammarIR.tokens), each a placeholder terminal of its own in rules.
 
 _JSON_PLACEHOLDER = "JSONSCHEMA__%d"
+_TOKEN_PLACEHOLDER = "TOKENREF__%d"
 _COMMON_STAR = re.compile(r"(?m)^([ \t]*)%import[ \t]+common\.\*[ \t]*(?=$|//)")
 _DEFINITION = re.compile(r"(?m)^[ \t]*[?!]?([_a-zA-Z][_a-zA-Z0-9]*)(?:\{[^}\n]*\})?(?:\.-?\d+)?[ \t]*:")
 
@@ -710,15 +712,17 @@ def _code_spans(text: str):
     yield begin, n
 
 
-def _llguidance_extensions(text: str) -> tuple[str, dict]:
+def _llguidance_extensions(text: str) -> tuple[str, dict, dict]:
     """``text`` with llguidance's extensions rewritten into lark (see above),
-    and the schemas of its ``%json`` items: placeholder terminal name →
-    ``(schema, offset in text)``. Every line stays where it was."""
+    the schemas of its ``%json`` items: placeholder terminal name →
+    ``(schema, offset in text)``, and its token references: placeholder
+    terminal name → :class:`~constrain.cfg.ir.TokenRef`. Every line stays
+    where it was."""
     if "%json" not in text and "<" not in text and "common.*" not in text:
-        return text, {}
+        return text, {}, {}
     import json
 
-    out, schemas, last, pending = [], {}, 0, 0
+    out, schemas, refs, last, pending = [], {}, {}, 0, 0
 
     def emit(segment: str) -> None:
         nonlocal pending
@@ -732,19 +736,23 @@ def _llguidance_extensions(text: str) -> tuple[str, dict]:
             at = begin + m.start()
             if at < last:
                 continue  # inside a %json value
-            if m.group() != "%json":
-                close = text.find(">", at)
-                shown = text[at:close + 1] if 0 < close - at < 60 else text[at:at + 12]
-                raise GrammarError(
-                    f"special-token terminals such as {shown!r} are not supported yet: Trellis "
-                    f"steps its constraints over bytes, and a token-level terminal needs states "
-                    f"that know where a token starts", *_position(text, at))
             head = None
             for d in _DEFINITION.finditer(text, 0, at):
                 head = d.group(1)
+            what = "%json" if m.group() == "%json" else "a token reference"
             if head is not None and head.lstrip("_").isupper():
-                raise GrammarError(f"%json cannot be used in terminals (here in {head})",
-                                   *_position(text, at))
+                raise GrammarError(f"{what} cannot be used in terminals (here in {head}); "
+                                   f"use it in a rule", *_position(text, at))
+            if m.group() != "%json":
+                from constrain.cfg.token_refs import parse_token_ref
+
+                ref, stop = parse_token_ref(text, at, angle_names=False)
+                name = _TOKEN_PLACEHOLDER % len(refs)
+                refs[name] = ref
+                emit(text[last:at])
+                out.append(name)
+                last = stop
+                continue
             j = at + len("%json")
             while j < len(text) and text[j] in " \t\r\n":
                 j += 1
@@ -766,9 +774,37 @@ def _llguidance_extensions(text: str) -> tuple[str, dict]:
     body = "".join(out) + "\n" * pending
     for name in schemas:
         body += f'\n{name}: "%json {name}"'
+    for name in refs:
+        body += f'\n{name}: "%token {name}"'
     if _COMMON_STAR.search(body):
         body = _COMMON_STAR.sub(lambda m: m.group(1) + _common_import(body), body)
-    return body, schemas
+    return body, schemas, refs
+
+
+def _token_terminals(ir: GrammarIR, refs: dict) -> GrammarIR:
+    """``ir`` with the placeholder terminals of ``refs`` made token references.
+    A reference has no text to write the ignored runs into: where the grammar
+    has them, each use of it becomes ``(IGNORED? reference)``."""
+    from constrain.cfg.ir import TOKEN_PATTERN
+
+    terminals, tokens = list(ir.terminals), {}
+    for i, t in enumerate(terminals):
+        if t.name in refs:
+            terminals[i] = Terminal(t.name, TOKEN_PATTERN)
+            tokens[i] = refs[t.name]
+    ignored = next((i for i, t in enumerate(terminals) if t.name == IGNORED), None)
+    if ignored is None:
+        return dataclasses.replace(ir, terminals=tuple(terminals), tokens=tokens)
+    n_t = len(terminals)
+    nonterminals, rules, sym = list(ir.nonterminals), list(ir.rules), {}
+    for t in sorted(tokens):
+        sym[t] = n_t + len(nonterminals)
+        rules += [(len(nonterminals), (t,)), (len(nonterminals), (ignored, t))]
+        nonterminals.append(terminals[t].name.lower())
+    rules = [(lhs, rhs if lhs >= len(ir.nonterminals) else tuple(sym.get(x, x) for x in rhs))
+             for lhs, rhs in rules]
+    return dataclasses.replace(ir, terminals=tuple(terminals), nonterminals=tuple(nonterminals),
+                               rules=tuple(rules), tokens=tokens)
 
 
 # -- rule attributes: ``name[max_tokens=N]: body`` ---------------------------------------
@@ -911,6 +947,8 @@ def _splice_json(ir: GrammarIR, schemas: dict, text: str, deadline) -> GrammarIR
             return nts[s - n_t]
         if s in sub:
             return sub[s]
+        if s in ir.tokens:
+            return b.token(ir.tokens[s])
         t = ir.terminals[s]
         return b.terminal(t.pattern, literal=t.literal, flags=t.flags,
                           max_tokens=ir.budgets.get(s))

@@ -203,9 +203,12 @@ class Matcher:
         g = self.grammar
         state = self._history[-1]
         out = bytearray()
+        # a grammar's token reference (<[id]>) may take the next token whole,
+        # whatever bytes are forced otherwise
+        refs = getattr(g, "allows_token_reference", None)
         while len(out) < max_bytes and not g.is_terminated(state) and not g.is_accepting(state):
             nxt = np.flatnonzero(g.allowed_bytes(state))
-            if len(nxt) != 1:
+            if len(nxt) != 1 or (refs is not None and refs(state)):
                 break
             b = bytes((int(nxt[0]),))
             state = g.advance_bytes(state, b)
