@@ -47,7 +47,6 @@ from .vocab.vocabulary import Vocabulary
 from .warmup import warm_up
 from .persist import load
 from .cache import registry
-from .frontends.json_schema import caches as json_schema_caches
 
 __all__ = [
     "Compiler",
@@ -107,13 +106,14 @@ __all__ = [
 def clear_caches() -> None:
     """Empty every cache that outlives a compile: those of every live
     :class:`Compiler` (the default compiler of each vocabulary included:
-    terminal automata, terminal ids, lexer walks) and the process-wide memos
-    (character classes, regex literals, ``multipleOf`` tables, bitmask row
-    views, the JSON Schema front end's encodings and exclusion ids). Compiled
-    constraints keep working: they hold what they use. Benchmarks call it to
-    time each compile cold; a server may call it to release memory."""
+    terminal automata, terminal ids, lexer walks, JSON Schema exclusion ids and
+    ``multipleOf`` tables) and the process-wide ones of
+    :data:`constrain.cache.registry` (character classes, regex literals, bitmask
+    row views, the JSON Schema front end's encodings, and the exclusion ids and
+    tables of translations outside any compile). Compiled constraints keep
+    working: they hold what they use. Benchmarks call it to time each compile
+    cold; a server may call it to release memory."""
     registry.clear()
-    json_schema_caches.clear()
 
 
 def __getattr__(name):

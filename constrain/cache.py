@@ -3,12 +3,14 @@
 
 :class:`BoundedCache` is an LRU bounded in bytes and in entries, safe to share
 between threads. A cache that outlives one compile is either a compiler's
-(terminal automata, terminal ids, lexer walks: each a ``BoundedCache``) or
-registered in :data:`registry`: the bitmask row views (a ``BoundedCache``) and
-the memos of pure functions of text (character classes, regex literals,
-``multipleOf`` tables: bounded ``functools.lru_cache`` functions, whose hit
-costs a tenth of a ``BoundedCache``'s). ``constrain.clear_caches()`` empties
-the registry's caches and every live compiler's.
+(terminal automata, terminal ids, lexer walks, JSON Schema exclusion ids and
+``multipleOf`` tables: each a ``BoundedCache``) or registered in
+:data:`registry`: the caches of no compile (bitmask row views, prepared
+analysis grammars, the JSON Schema tables of translations outside a compile:
+``BoundedCache`` s) and the memos of pure functions of text (character classes,
+regex literals, JSON encodings: bounded ``functools.lru_cache`` functions,
+whose hit costs a tenth of a ``BoundedCache``'s). ``constrain.clear_caches()``
+empties the registry's caches and every live compiler's.
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ a :class:`~constrain.cache.BoundedCache` with a share of ``cache_bytes``:
   across grammars; ids are never reused, not even after :meth:`Compiler.clear`,
   so a grammar compiled before a clear never meets a newer one's states;
 * ``lexer_walks``: the walk of the token trie of each lexer state (a mask row
-  and its boundary nodes), shared by the grammars that have that state.
+  and its boundary nodes), shared by the grammars that have that state;
+* ``schema_caches`` (a :class:`~constrain.frontends.json_schema.caches.SchemaCaches`):
+  the JSON Schema translator's exclusion ids (the stand-in names of "any key
+  but these") and ``multipleOf`` tables (up to 10 MB each), in use during
+  this compiler's compiles.
 
 The vocabulary's token trie is the vocabulary's own (built once, kept on it).
 Compiled constraints keep what they use: they stay correct, and keep working,
@@ -37,6 +41,7 @@ from constrain.cfg.grammar import GrammarConstraint
 from constrain.cfg.lexer import automaton_bytes, walk_bytes
 from constrain.errors import ConstraintError
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
+from constrain.frontends.json_schema.caches import SchemaCaches
 from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
@@ -50,8 +55,9 @@ from constrain.vocab.vocabulary import Vocabulary
 DEFAULT_CACHE_BYTES = 640 * 1024 * 1024
 # the share of cache_bytes of each cache: a walk holds a mask row (V/8 bytes:
 # 6 kB for SmolLM2, 25 kB for o200k) per lexer state, and a server meets
-# thousands of states; an automaton is a few kB, an id a few hundred bytes
-_WALKS, _AUTOMATA, _IDS = 0.80, 0.15, 0.05
+# thousands of states; an automaton is a few kB, an id a few hundred bytes; a
+# float multipleOf table up to 10 MB (32 MiB of the default: three of them)
+_WALKS, _AUTOMATA, _IDS, _EXCLUSION_IDS, _TABLES = 0.75, 0.15, 0.04, 0.01, 0.05
 _LIMIT_FIELDS = frozenset(Limits.__dataclass_fields__)
 
 
@@ -96,6 +102,8 @@ class Compiler:
         self.terminal_ids = BoundedCache("terminal ids", max(1, int(cache_bytes * _IDS)))
         self.lexer_walks = BoundedCache("lexer walks", max(1, int(cache_bytes * _WALKS)),
                                         sizeof=walk_bytes)
+        self.schema_caches = SchemaCaches(max(1, int(cache_bytes * _EXCLUSION_IDS)),
+                                          max(1, int(cache_bytes * _TABLES)))
         self._next_id = itertools.count().__next__
         #: the on-disk cache of ``cache_dir``, or ``None``
         self.disk_cache = None if cache_dir is None else DiskCache(cache_dir)
@@ -106,11 +114,16 @@ class Compiler:
         return f"Compiler(vocab={self.vocab.name}, cache_bytes={self.cache_bytes}{disk})"
 
     def _cached(self, kind: str, spec, build):
-        """``build()``, through the disk cache when there is one (``spec``: a
-        function of no arguments that gives the key's inputs)."""
+        """``build()`` with this compiler's :attr:`schema_caches` in use, through
+        the disk cache when there is one (``spec``: a function of no arguments
+        that gives the key's inputs)."""
+        def owned():
+            with self.schema_caches.in_use():
+                return build()
+
         if self.disk_cache is None:
-            return build()
-        return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, build)
+            return owned()
+        return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, owned)
 
     @property
     def trie(self) -> TokenTrie:
@@ -191,7 +204,8 @@ class Compiler:
         return {cache.name: cache.stats() for cache in self._caches()}
 
     def _caches(self) -> tuple[BoundedCache, ...]:
-        return (self.terminal_automata, self.terminal_ids, self.lexer_walks)
+        return (self.terminal_automata, self.terminal_ids, self.lexer_walks,
+                *self.schema_caches.caches())
 
 
 def grammar_format(source, format: str | None) -> str:

@@ -20,6 +20,7 @@ from constrain import (Compiler, ConstraintError, GrammarTooComplexError, Invali
 from constrain.automata.char_dfa import DEFAULT_MAX_STATES
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT
 from constrain.cache import ENTRY_OVERHEAD, BoundedCache, registry
+from constrain.frontends.json_schema.compiler import json_schema_ir
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES
 
 
@@ -69,9 +70,15 @@ def _job(seed: int, k: int):
     ``seed``, so that concurrent jobs fill their caches with different entries
     and evict each other's."""
     name = f"k{seed}"
+    # "o" has an exclusion terminal (any key but z<seed>); "m" a multipleOf
+    # table, only for k == 0 (a table is 10 MB: a tiny cache rebuilds it)
+    table = {"m": {"type": "number", "multipleOf": 0.25}} if k == 0 else {}
     schema = {"type": "object", "properties": {name: {"type": "string", "maxLength": 3 + k % 4},
                                                "n": {"type": "integer"},
-                                               "b": {"enum": ["ab", "x1"]}},
+                                               "b": {"enum": ["ab", "x1"]},
+                                               "o": {"type": "object",
+                                                     "properties": {f"z{seed}": {"type": "integer"}}},
+                                               **table},
               "required": [name, "n"], "additionalProperties": False}
     grammar = (f'start: "{seed % 10}" item ("," item)*\n'
                f'item: NAME | NUM\n'
@@ -239,7 +246,8 @@ def test_every_cache_stays_within_its_bytes_and_results_stay_right(vocab, cache_
     got = _run_jobs(tiny, vocab, seeds)
     assert got == _run_jobs(roomy, vocab, seeds)
     stats = tiny.cache_stats()
-    assert set(stats) == {"terminal automata", "terminal ids", "lexer walks"}
+    assert set(stats) == {"terminal automata", "terminal ids", "lexer walks", "exclusion ids",
+                          "multipleOf tables"}
     for s in stats.values():
         assert s.bytes <= s.max_bytes, s
     assert sum(s.max_bytes for s in stats.values()) <= cache_bytes
@@ -284,13 +292,18 @@ def test_clear_and_clear_caches_empty_every_cache(vocab):
     mine = Compiler(other, cache_bytes=1 << 20)
     _run_jobs(mine, other, [(1, 0), (2, 1)])
     _run_jobs(default_compiler(vocab), vocab, [(3, 0)])
-    # the memos of text: character classes, case folding, multipleOf tables
+    # the memos of text: character classes, case folding; multipleOf tables
+    # and exclusion ids of translations in a compile (the compiler's) and
+    # outside one (the process's)
     constrain.compile_regex(r"(?i)[a-z\w]é{2}", vocab)
     constrain.compile_json_schema({"type": "number", "multipleOf": 0.25}, vocab)
+    constrain.json_schema_to_lark({"type": "number", "multipleOf": 0.5})
+    json_schema_ir({"type": "object", "properties": {"q": {}}})
     assert all(s.entries for s in mine.cache_stats().values())
+    assert default_compiler(vocab).cache_stats()["multipleOf tables"].entries > 0
     filled = {n for n, s in registry.stats().items() if s.entries}
     assert {"bitmask views", "constrain.automata.regex_syntax._class_set_cached",
-            "constrain.frontends.json_schema.number_ranges._float_multiples"} <= filled
+            "multipleOf tables", "exclusion ids"} <= filled
 
     mine.clear()
     assert all(s.entries == 0 and s.bytes == 0 for s in mine.cache_stats().values())
@@ -353,6 +366,42 @@ def test_grammar_fingerprint_tells_exclusions_apart():
     assert grammar_fingerprint(no_a) != grammar_fingerprint(no_b)
     assert grammar_fingerprint(no_a) == grammar_fingerprint(no_a_again)
     assert prepare(no_a) is not prepare(no_b) and prepare(no_a) is prepare(no_a_again)
+
+
+def test_json_schema_caches_are_the_translating_compilers(vocab):
+    """Exclusion ids and multipleOf tables go to the compiler that translates
+    (two compilers in two threads at once keep theirs apart), a translation
+    outside any compile to the process's; clear() drops a compiler's, and the
+    languages are the same whoever holds the tables."""
+    from constrain.frontends.json_schema import caches
+
+    schemas = {name: {"type": "object", "properties": {name: {"type": "number", "multipleOf": m}}}
+               for name, m in (("p", 0.5), ("q", 0.2))}
+    compilers = {name: Compiler(vocab) for name in schemas}
+    process_tables = len(caches.current().tables)
+    done = {}
+
+    def work(name):
+        done[name] = compilers[name].compile_json_schema(schemas[name])
+
+    threads = [threading.Thread(target=work, args=(name,)) for name in schemas]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(caches.current().tables) == process_tables  # not the process's
+    for name, c in compilers.items():
+        (key, prefixes), = c.schema_caches.exclusion_ids._items  # its own set only
+        assert prefixes == (f'"{name}"'.encode(),)
+        assert {k[1][0] for k in c.schema_caches.tables._items} == \
+            {(schemas[name]["properties"][name]["multipleOf"],)}
+    text = '{"p":1.5}'
+    assert done["p"].matches(text) and not done["q"].matches('{"q":0.3}')
+    assert _masks(done["p"], vocab, text) == _masks(Compiler(vocab).compile_json_schema(
+        schemas["p"]), vocab, text)
+    compilers["p"].clear()
+    assert all(s.entries == 0 for s in compilers["p"].cache_stats().values())
+    assert compilers["q"].cache_stats()["multipleOf tables"].entries > 0
 
 
 def test_constraints_stay_right_after_clear(vocab):

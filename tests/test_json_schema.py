@@ -874,19 +874,20 @@ def test_property_count_without_additional_members(bounds):
 
 
 def test_clear_caches_drops_shared_tables():
-    """constrain.clear_caches() empties the process-wide terminal and multipleOf
+    """constrain.clear_caches() empties the multipleOf tables (the process's,
+    of translations outside a compile, and every compiler's) and the terminal
     caches; compiling afterwards rebuilds them with the same language."""
     import constrain
-    from constrain.frontends.json_schema import number_ranges
+    from constrain.frontends.json_schema import caches, number_ranges
 
     schema = {"type": "number", "multipleOf": 0.01}
     before = json_schema_to_lark(schema)
     number_ranges.float_multiple_regex((0.01,), None, False, None, False, integers=False)
-    assert number_ranges.float_multiple_regex.cache_info().currsize > 0
+    assert len(caches.current().tables) > 0
     constrain.clear_caches()
-    assert number_ranges.float_multiple_regex.cache_info().currsize == 0
-    assert number_ranges._float_multiples.cache_info().currsize == 0
-    assert all(len(c.terminal_automata) == 0 for c in constrain.cache.registry.compilers())
+    assert len(caches.current().tables) == 0
+    assert all(len(c.terminal_automata) == 0 and len(c.schema_caches.tables) == 0
+               for c in constrain.cache.registry.compilers())
     assert json_schema_to_lark(schema) == before
     check(schema, good=["99.99", "3"], bad=["0.07"])
 
@@ -1107,24 +1108,26 @@ def test_lit_escapes_every_character_as_before():
 
 
 def test_exclusion_ids_are_never_reused(smollm2_vocab):
-    # "any key but the declared ones" is a stand-in terminal named by a
-    # process-wide id; its automaton and lexer states are keyed by that name
-    # across grammars. Forgetting the ids (clear_caches does) must never hand one
-    # to another set, or a grammar could read another's cached automaton or walks
+    # "any key but the declared ones" is a stand-in terminal named by an id of
+    # its owner (a compiler's SchemaCaches); one grammar dedups terminals by
+    # that name. Forgetting the ids (clear() does) must never hand one to
+    # another set, or two exclusions of one grammar could merge
     import constrain
-    import constrain.frontends.json_schema.caches as js
+    from constrain.frontends.json_schema.caches import SchemaCaches
 
+    own = SchemaCaches(1 << 20, 1 << 20)
     base = '"[^"]*":'
-    a = js.exclusion_id(base, (b'"a"',))
-    assert js.exclusion_id(base, (b'"a"',)) == a  # remembered: the caches hit
-    constrain.clear_caches()
-    b = js.exclusion_id(base, (b'"b"',))
-    assert b != a and js.exclusion_id(base, (b'"a"',)) not in (a, b)
+    a = own.exclusion_id(base, (b'"a"',))
+    assert own.exclusion_id(base, (b'"a"',)) == a  # remembered: the caches hit
+    own.exclusion_ids.clear()
+    b = own.exclusion_id(base, (b'"b"',))
+    assert b != a and own.exclusion_id(base, (b'"a"',)) not in (a, b)
     # and the grammars built around a forgetting stay right
+    compiler = constrain.Compiler(smollm2_vocab)
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    first = compile_json_schema(schema, smollm2_vocab)
-    js._EXCLUSION_IDS.clear()
-    second = compile_json_schema({"type": "object", "properties": {"b": {"type": "integer"}}},
-                                 smollm2_vocab)
+    first = compiler.compile_json_schema(schema)
+    assert len(compiler.schema_caches.exclusion_ids) == 1
+    compiler.clear()
+    second = compiler.compile_json_schema({"type": "object", "properties": {"b": {"type": "integer"}}})
     assert not first.matches('{"a":"x"}') and first.matches('{"b":"x"}')
     assert not second.matches('{"b":"x"}') and second.matches('{"a":"x"}')

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from constrain.cache import registry
+from constrain.frontends.json_schema.caches import table
 
 __all__ = ["int_range_regex", "decimal_range_regex", "nat_multiple_regex",
            "float_multiple_regex", "FLOAT_MULTIPLE_VALUES"]
@@ -326,9 +326,9 @@ def multiple_digits(m: float) -> int | None:
     return d if d <= 6 else None
 
 
-# bounded by entries, each at most FLOAT_MULTIPLE_VALUES bytes (10 MB)
-@registry.register
-@lru_cache(maxsize=4)
+# at most FLOAT_MULTIPLE_VALUES bytes (10 MB) each: the translating compiler's
+# tables, bounded in bytes (see caches.table)
+@table
 def _float_multiples(ms: tuple, digits: int) -> np.ndarray:
     """``ok[k]``: whether ``k / 10**digits``, as a float, passes ``jsonschema``'s
     ``multipleOf: m`` test for every ``m`` in ``ms`` (``q = x / m``; valid iff
@@ -350,8 +350,7 @@ _MAX_RUNS = 256
 _MAX_FRACTIONS = 20_000
 
 
-@registry.register
-@lru_cache(maxsize=32)
+@table
 def _float_multiple_cap(ms: tuple, digits: int) -> tuple[int, np.ndarray]:
     """The largest cap (a power-of-ten share of the table) whose regex stays small
     (``m`` like ``0.3`` changes its set of fractions with every integer part), and
@@ -399,8 +398,7 @@ def _digit_suffixes(words: list[str]) -> str:
     return _alt(parts)
 
 
-@registry.register
-@lru_cache(maxsize=64)
+@table
 def float_multiple_regex(ms: tuple, lo, lo_strict: bool, hi, hi_strict: bool,
                          *, integers: bool, fractions: bool = True) -> tuple[str | None, int]:
     """Canonical JSON number texts with at most ``max(multiple_digits(m))`` fraction
