@@ -332,3 +332,46 @@ def test_threads_share_a_grammar_with_references():
     for t in threads:
         t.join()
     assert not errors
+
+
+# -- the special-token cases of xgrammar's and llguidance's own tests ---------------------
+
+_CASES_DIR = __import__("pathlib").Path(__file__).parent / "data" / "grammar_cases"
+
+
+def _case_records(name):
+    import json
+
+    return [json.loads(line) for line in (_CASES_DIR / name).read_text().splitlines()]
+
+
+def test_xgrammar_numeric_special_token_sets():
+    """xgrammar's accepted and rejected id sequences, over five text tokens and EOS."""
+    vocab = Vocabulary.from_tokens([b"a", b"b", b"c", b"d", b"e", b"</s>"], [5], name="five")
+    cases = [r for r in _case_records("xgrammar_lark_accept_reject.jsonl")
+             if "special_token" in r["src"]]
+    assert len(cases) >= 4
+    for r in cases:
+        g = compile_grammar(r["grammar"], vocab)
+        for seq, ok in [(s, True) for s in r["accepted"]] + [(s, False) for s in r["rejected"]]:
+            state = g.initial_state()
+            for i in seq:
+                state = None if state is None else g.advance(state, i)
+            assert (state is not None and g.is_accepting(state)) == ok, (r["grammar"], seq)
+
+
+def test_llguidance_special_token_syntax():
+    """llguidance's grammars with special-token terminals compile, or are
+    refused, as llguidance's tests say (over a vocabulary of 5,000 ids)."""
+    tokens = [bytes([b]) for b in range(256)] + [b"t%d" % i for i in range(256, 4999)] + [b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, [4999], name="5000")
+    cases = [r for r in _case_records("llguidance_lark_cases.jsonl")
+             if "compiles" in r and re.search(r"<\[|<\|", r["grammar"])]
+    assert len(cases) >= 12
+    for r in cases:
+        if r["compiles"]:
+            compile_grammar(r["grammar"], vocab)
+        else:
+            with pytest.raises(GrammarError) as info:
+                compile_grammar(r["grammar"], vocab)
+            assert info.value.line is not None, r["grammar"]

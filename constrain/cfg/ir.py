@@ -47,6 +47,8 @@ class TokenRef:
     def shown(self) -> str:
         """The reference as grammar text writes it (``<[1,5-7]>``, ``!<|x|>``)."""
         parts = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in self.ids]
+        if not parts and not self.names:
+            return "<[*]>"
         text = ", ".join(([f"<[{','.join(parts)}]>"] if parts else []) + list(self.names))
         return ("!" if self.negated else "") + text
 

@@ -73,6 +73,12 @@ def parse_token_ref(text: str, pos: int, *, angle_names: bool) -> tuple:
                 raise GrammarSyntaxError("a token reference is negated twice ('!' and '^')",
                                          line, column)
             negated, body = True, body[1:]
+        if "*" in body:  # llguidance's wildcard: any token, alone and not negated
+            if body.strip() != "*" or negated:
+                raise GrammarSyntaxError(
+                    f"the wildcard <[*]> stands alone and is not negated, not "
+                    f"{text[start:close + 2]!r}", line, column)
+            return TokenRef((), (), True, line, column), close + 2
         ids = []
         for item in body.split(","):
             m = _ID_ITEM.fullmatch(item)

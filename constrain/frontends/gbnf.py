@@ -26,8 +26,10 @@ Where llama.cpp is looser this is stricter, with a :class:`GrammarError`:
 a rule defined twice (llama.cpp keeps the last), an empty class ``[]``/``[^]``
 (llama.cpp reads it as nothing), code points past U+10FFFF. Left recursion,
 which llama.cpp refuses, is accepted (the Earley parser handles it). Token
-references (``<[id]>``, ``<name>``, ``!<[id]>``) are refused: the runtime steps
-over bytes and cannot yet tell a token boundary from inside a terminal.
+references (``<[id]>``, ``<text>``, ``!<[id]>``; also llguidance's lists and
+ranges ``<[1,3-5]>``) match one whole token and are terminals of their own
+(:attr:`GrammarIR.tokens`, resolved against the vocabulary when the grammar is
+compiled: :mod:`constrain.cfg.token_refs`).
 Syntax errors are :class:`GrammarSyntaxError` with the line and column.
 """
 
@@ -679,7 +681,7 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None) -> GrammarI
     Raises:
         GrammarSyntaxError: the text is not GBNF, with the line and column.
         GrammarError: an undefined rule, a rule defined twice, no ``root`` (or
-            ``start``) rule, a token reference, a start rule that matches nothing.
+            ``start``) rule, a start rule that matches nothing.
         GrammarTooComplexError: nesting, expansion or time past a limit.
     """
     from pathlib import Path
