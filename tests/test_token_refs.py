@@ -185,6 +185,25 @@ def test_references_in_a_structural_tag_grammar():
     assert g.is_accepting(s)
 
 
+def test_references_around_a_json_item():
+    """Lark's %json item and references in one rule (the grammars are spliced)."""
+    vocab = Vocabulary.from_tokens([b"1", b"2", b"{", b"}", b"<|sp|>", b"</s>"], [5], [4],
+                                   name="json-refs")
+    g = compile_grammar('start: <|sp|> %json {"type": "integer"} <[^0]>\n', vocab)
+    s = g.initial_state()
+    assert g.allowed_token_ids(s).tolist() == [4]
+    s = g.advance(g.advance(s, 4), 1)
+    # "1" goes on with the integer; "2" too, or is the reference (any but "1")
+    assert g.allowed_token_ids(s).tolist() == [0, 1, 2, 3, 4]
+    s = g.advance(s, 4)
+    assert g.allowed_token_ids(s).tolist() == [5] and g.is_accepting(s)
+
+
+def test_wildcard_is_every_token_but_eos():
+    g = compile_grammar("start: <[*]>\n", VOCAB)
+    assert g.allowed_token_ids(g.initial_state()).tolist() == list(range(EOS))
+
+
 def test_a_reference_persists(tmp_path):
     g = compile_grammar('root ::= "a" (<[10]> | !<[0,1]>) "b"\n', VOCAB)
     walk = [0, SP, 1]

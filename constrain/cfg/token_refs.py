@@ -44,6 +44,8 @@ import re
 
 import numpy as np
 
+from constrain.cfg.budgets import _position
+from constrain.cfg.ir import TokenRef
 from constrain.errors import GrammarError, GrammarSyntaxError
 
 _ID_ITEM = re.compile(r"[ \t]*([0-9]+)(?:[ \t]*-[ \t]*([0-9]+))?[ \t]*")
@@ -52,12 +54,10 @@ _ID_ITEM = re.compile(r"[ \t]*([0-9]+)(?:[ \t]*-[ \t]*([0-9]+))?[ \t]*")
 def parse_token_ref(text: str, pos: int, *, angle_names: bool) -> tuple:
     """The token reference written at offset ``pos`` of the grammar ``text``
     and the offset after it: ``<[ids]>`` (ids, ranges ``a-b`` and lists
-    ``a,b``; ``<[^...]>`` negates), ``<|name|>``, with ``angle_names`` any
+    ``a,b``; ``<[^...]>`` negates; ``<[*]>`` is any token), ``<|name|>``, with ``angle_names`` any
     ``<text>`` (GBNF names a token by its text so), after an optional ``!``
     (negation, GBNF). A :class:`GrammarSyntaxError` with the line and column
     when it is malformed."""
-    from constrain.cfg.ir import TokenRef
-
     start = pos
     line, column = _position(text, start)
     negated = text.startswith("!", pos)
@@ -83,8 +83,8 @@ def parse_token_ref(text: str, pos: int, *, angle_names: bool) -> tuple:
         for item in body.split(","):
             m = _ID_ITEM.fullmatch(item)
             if m is None:
-                raise GrammarSyntaxError(f"expected token ids (12, 5-7, 1,3) in {text[start:close + 2]!r}",
-                                         line, column)
+                raise GrammarSyntaxError(
+                    f"expected token ids (12, 5-7, 1,3) in {text[start:close + 2]!r}", line, column)
             lo = int(m.group(1))
             hi = int(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
@@ -100,10 +100,6 @@ def parse_token_ref(text: str, pos: int, *, angle_names: bool) -> tuple:
                                      "in angle brackets", line, column)
         return TokenRef((), (name,), negated, line, column), pos + len(name)
     raise GrammarSyntaxError("expected a token reference after '!'", line, column)
-
-
-def _position(text: str, i: int) -> tuple[int, int]:
-    return text.count("\n", 0, i) + 1, i - (text.rfind("\n", 0, i) + 1) + 1
 
 
 def token_ids(ref, vocab) -> np.ndarray:
