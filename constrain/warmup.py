@@ -11,12 +11,24 @@ second.
 ``warm_up`` makes those first calls up front, on a small vocabulary of its own
 (or on yours, which also builds its token trie), so that the first request's
 latency is the steady-state one.
+
+The very first run on a machine (or after an upgrade of numba or of Trellis's
+kernel sources) compiles the kernels instead: about 40 s of CPU time. A
+finished ``warm_up`` leaves a stamp in numba's cache directory, so that
+:func:`kernels_compiled` can tell cheaply whether that is still to come; the
+set-up step runs ``trellis warm-up``, and ``trellis generate`` and ``trellis
+search`` warm up first (saying so on stderr) when it is.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import sys
 import time
+from pathlib import Path
 
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -135,7 +147,64 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     regex = compile_regex(_REGEX, vocab, time_budget=math.inf)
     _walk(regex, vocab, b"12.5", bitmask)
     apply_bitmask(np.zeros((1, len(vocab)), dtype=np.float32), bitmask)
+    _write_stamp()
     return time.perf_counter() - t0
 
 
-__all__ = ["warm_up"]
+#: what a cold warm-up costs, for the message that announces one (CPU seconds
+#: on one core of the CI machine; a busy machine takes longer)
+COLD_SECONDS = 40
+
+
+def _stamp_path() -> Path:
+    """The stamp's file: in the directory numba caches constrain's kernels in
+    (``__pycache__`` next to the sources, or under ``NUMBA_CACHE_DIR``), which
+    numba has checked to be writable."""
+    from constrain.automata.deadline import clock
+
+    return Path(clock._cache._cache_path) / "trellis-kernels.stamp"
+
+
+_KERNEL_DECORATOR = re.compile(rb"^@(numba\.)?njit", re.M)
+
+
+def _kernels_key() -> str:
+    """What numba's cached kernels depend on: numba, Python, the CPU it
+    compiles for, and each kernel module's size and modification time (numba's
+    own test of a cache entry's freshness)."""
+    import llvmlite.binding as llvm
+    import numba
+
+    h = hashlib.sha256(f"{numba.__version__}|{sys.version}|{llvm.get_host_cpu_name()}|"
+                       f"{os.environ.get('NUMBA_CPU_NAME', '')}".encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        if _KERNEL_DECORATOR.search(path.read_bytes()):
+            st = path.stat()
+            h.update(f"|{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def _write_stamp() -> None:
+    try:
+        path = _stamp_path()
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(_kernels_key())
+        tmp.replace(path)
+    except OSError:  # a read-only cache: kernels_compiled() stays False, nothing worse
+        pass
+
+
+def kernels_compiled() -> bool:
+    """Whether :func:`warm_up` has run since numba's cache of Trellis's kernels
+    was last invalidated (first install, an upgrade of numba or of a kernel
+    module); if not, the next warm-up or first compile compiles the kernels
+    (about :data:`COLD_SECONDS` s of CPU). A file read and a few dozen
+    ``stat`` calls: ~2 ms."""
+    try:
+        return _stamp_path().read_text() == _kernels_key()
+    except OSError:
+        return False
+
+
+__all__ = ["COLD_SECONDS", "kernels_compiled", "warm_up"]

@@ -117,3 +117,34 @@ def test_cold_numba_cache_compile_under_small_budget(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     wall, compiling = map(float, out.stdout.split())
     assert compiling > 1.0, "the kernels were not compiled afresh"
+
+
+def test_kernels_compiled_follows_the_stamp(monkeypatch, tmp_path):
+    import constrain.warmup as warmup
+
+    stamp = tmp_path / "trellis-kernels.stamp"
+    monkeypatch.setattr(warmup, "_stamp_path", lambda: stamp)
+    assert not warmup.kernels_compiled()  # no stamp: a first run
+    constrain.warm_up()
+    assert warmup.kernels_compiled()
+    # a kernel module edited (numba's cache is stale): cold again until a warm-up
+    monkeypatch.setattr(warmup, "_kernels_key", lambda: "another")
+    assert not warmup.kernels_compiled()
+
+
+def test_cli_says_when_it_compiles_the_kernels(monkeypatch, capsys):
+    import constrain.warmup as warmup
+    from search.cli import app
+
+    calls = []
+    monkeypatch.setattr(warmup, "warm_up", lambda: calls.append(1) or 0.5)
+    monkeypatch.setattr(warmup, "kernels_compiled", lambda: False)
+    app._ensure_kernels(app._err)
+    assert calls == [1]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("trellis: compiling Trellis's kernels once")
+    monkeypatch.setattr(warmup, "kernels_compiled", lambda: True)
+    app._ensure_kernels(app._err)  # warm: nothing said, nothing run
+    assert calls == [1] and capsys.readouterr().err == ""
+    assert app.main(["warm-up"]) == 0
+    assert capsys.readouterr().err == "trellis: Trellis's kernels loaded in 0.5 s\n"

@@ -14,6 +14,11 @@ Subcommands:
     summarised (nodes, edges, complete paths, its best texts). Results go to
     stdout, timing and model calls to stderr.
 
+``trellis warm-up``
+    Compile Trellis's numba kernels now (once per machine, about 40 s of CPU;
+    the set-up step runs it) or load them from their cache; one line on stderr.
+    ``generate`` and ``search`` do it first, saying so, when it has never run.
+
 Everything that can be checked without the model is checked before it loads:
 the options, the prompt, and the constraint itself, compiled against the
 vocabulary of the model's tokenizer (read from its cache in a fraction of a
@@ -149,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_chat_options(opts)
     _add_model_options(gen)
     gen.set_defaults(func=_cmd_generate)
+    warm = sub.add_parser(
+        "warm-up", formatter_class=_HelpFormatter,
+        help="compile Trellis's kernels now (once per machine) or load them from their cache",
+        description="Compile Trellis's numba kernels (the first time on a machine, or after an "
+        "upgrade: about a minute) or load them from numba's on-disk cache, so that the first "
+        "generate is fast. The set-up step runs it; generate and search run it first, saying "
+        "so, when it has never run. One line on stderr.")
+    warm.set_defaults(func=_cmd_warm_up)
     _add_search_parser(sub)
     return parser
 
@@ -693,7 +706,19 @@ def prepare_constraint(args, info):
     spec = read_constraint(args)
     if spec is None:
         return None, None
+    _ensure_kernels(info)
     return spec, compile_constraint(spec, args, load_vocabulary(info), info)
+
+
+def _ensure_kernels(info) -> None:
+    """Compile the kernels up front, saying so, when this machine has not yet
+    (rather than at a crawl inside the compile and the first tokens)."""
+    from constrain.warmup import COLD_SECONDS, kernels_compiled, warm_up
+
+    if not kernels_compiled():
+        info(f"compiling Trellis's kernels once (about {COLD_SECONDS} s of CPU; "
+             "cached afterwards) ...")
+        warm_up()
 
 
 def _for_model(grammar, spec, args, lm, info):
@@ -814,6 +839,18 @@ def _cmd_generate(args) -> int:
             "matched the constraint; raise --max-new-tokens"
         )
         return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def _cmd_warm_up(args) -> int:
+    from constrain.warmup import COLD_SECONDS, kernels_compiled, warm_up
+
+    cold = not kernels_compiled()
+    if cold:
+        _err(f"compiling Trellis's kernels once (about {COLD_SECONDS} s of CPU; "
+             "cached afterwards) ...")
+    seconds = warm_up()
+    _err(f"Trellis's kernels {'compiled' if cold else 'loaded'} in {seconds:.1f} s")
     return EXIT_OK
 
 
