@@ -75,6 +75,7 @@ _LAZY = {
     "Solution": ("search.reasoning.steps", "Solution"),
     "Step": ("search.reasoning.steps", "Step"),
     "Budget": ("search.reasoning.steps", "Budget"),
+    "StepOptions": ("search.reasoning.steps", "StepOptions"),
     "LMStepSampler": ("search.reasoning.steps", "LMStepSampler"),
     "extract_answer": ("search.reasoning.steps", "extract_answer"),
 }

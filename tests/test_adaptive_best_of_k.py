@@ -92,6 +92,15 @@ def test_adaptive_best_of_k_runs_the_allocated_samples():
     assert [len(r.candidates) for r in res.results] == [1, 6, 1]
     assert res.lm_calls == sum(r.lm_calls for r in res.results)
     assert np.isclose(res.expected[1], 1 - 0.6 ** 6)
+    # the step settings as one options object: input i still gets seed + i
+    from search import StepOptions
+
+    same = adaptive_best_of_k(two_paths(p_right=0.5, faithful=1.0), [[0], [0], [0]],
+                              ArithmeticCheckerPRM(), predictor=HandPredictor(),
+                              features=[[0.99], [0.4], [0.98]], total_budget=8, k_max=6, seed=0,
+                              options=StepOptions(vocab=VOCAB, temperature=1.0, seed=99),
+                              method="argmax")
+    assert [r.solution for r in same.results] == [r.solution for r in res.results]
     # six samples of a fair coin: the checker finds the right line
     assert res.results[1].answer == "4"
 

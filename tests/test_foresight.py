@@ -183,3 +183,39 @@ def test_blank_lines_join_the_next_step():
     first = sampler.sample([Solution()], budget)[0]
     second = sampler.sample([Solution((first,))], budget)[0]
     assert (first.text, second.text) == ("hmm\n", "\n\n2+2=4\n") and budget.tokens == 4
+
+
+# -- one options object for the step settings -------------------------------------------
+
+
+def test_step_options_equal_the_keywords_in_every_driver():
+    """``options=StepOptions(...)`` gives each driver what the same keywords
+    give (same solutions, counts and answers); a setting given both ways is a
+    TypeError naming it."""
+    from search import StepOptions, astar_search
+
+    def answer(text):
+        return "A" + text[-1]
+
+    settings = dict(temperature=1.0, seed=3, vocab=VOCAB, max_step_tokens=5, prm_prompt="Q?",
+                    answer_fn=answer)
+    options = StepOptions(**settings)
+    prm = ArithmeticCheckerPRM()
+    drivers = {
+        "best_of_n": lambda **kw: best_of_n(two_paths(), [0], prm, n=4, **kw),
+        "foresight_search": lambda **kw: foresight_search(two_paths(), [0], prm, k=3, **kw),
+        "astar_search": lambda **kw: astar_search(two_paths(), [0], prm, k=2, token_budget=40,
+                                                  prm_budget=None, **kw),
+    }
+    for name, run in drivers.items():
+        a, b = run(**settings), run(options=options)
+        assert (a.solution, a.tokens, a.lm_calls, a.prm_calls, a.answer) == \
+            (b.solution, b.tokens, b.lm_calls, b.prm_calls, b.answer), name
+        assert a.answer in ("A4", "A5"), name  # answer_fn was applied
+        with pytest.raises(TypeError, match=rf"{name}: seed, temperature given both"):
+            run(options=options, seed=3, temperature=1.0)
+        with pytest.raises(TypeError, match="StepOptions"):
+            run(options=settings)
+    assert options.replace(seed=4).seed == 4 and options.seed == 3
+    with pytest.raises(AttributeError):
+        options.seed = 5  # frozen

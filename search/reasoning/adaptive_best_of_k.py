@@ -214,6 +214,16 @@ class AdaptiveBestOfKResult:
         return [None if r is None else r.answer for r in self.results]
 
 
+def _seeded(kwargs: dict, seed, i: int) -> dict:
+    """The seed argument of input ``i``'s ``best_of_n``: ``seed=`` or, with
+    ``options`` in ``kwargs``, ``options=`` reseeded."""
+    seed_i = None if seed is None else seed + i
+    options = kwargs.get("options")
+    if options is None:
+        return {"seed": seed_i}
+    return {} if seed is None else {"options": options.replace(seed=seed_i)}
+
+
 def adaptive_best_of_k(lm, prompts: Sequence, prm, *, predictor, total_budget: int, k_max: int, k_min: int = 1,
                        features=None, seed=None, **kwargs) -> AdaptiveBestOfKResult:
     """Best-of-k over a batch of inputs with ``k`` chosen per input within a total
@@ -229,9 +239,10 @@ def adaptive_best_of_k(lm, prompts: Sequence, prm, *, predictor, total_budget: i
         k_max, k_min: bounds on an input's samples.
         features: ``(n, d)`` features of the inputs, or a function of one prompt
             returning its vector; default :func:`prompt_features` (one call each).
-        seed: the base seed; input ``i`` is sampled with ``seed + i``.
-        kwargs: passed to ``best_of_n`` (``method``, ``constraint``, ``vocab``,
-            ``temperature``, ``max_steps``, ...).
+        seed: the base seed; input ``i`` is sampled with ``seed + i`` (in
+            place of the seed of ``options``, when given).
+        kwargs: passed to ``best_of_n`` (``method``, ``constraint``, ``max_steps``,
+            ``options`` or the step-setting keywords such as ``temperature``...).
 
     Returns:
         :class:`AdaptiveBestOfKResult`; ``ks`` is :func:`allocate_samples` of the
@@ -262,7 +273,7 @@ def adaptive_best_of_k(lm, prompts: Sequence, prm, *, predictor, total_budget: i
         if k == 0:
             results.append(None)
             continue
-        results.append(best_of_n(lm, p, prm, n=int(k), seed=None if seed is None else seed + i, **kwargs))
+        results.append(best_of_n(lm, p, prm, n=int(k), **{**kwargs, **_seeded(kwargs, seed, i)}))
     return AdaptiveBestOfKResult(results=results, ks=tuple(int(k) for k in ks),
                                  expected=tuple(float(E[i, k]) for i, k in enumerate(ks)),
                                  lm_calls=int(lm.calls - calls0), feature_calls=int(feature_calls),

@@ -47,10 +47,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
-from search.reasoning.steps import (Budget, HookStepSampler, LMStepSampler, ReasoningResult, Solution, Step,
-                                    extract_answer, prm_score_last)
+from search.reasoning.steps import (UNSET, Budget, HookStepSampler, LMStepSampler, ReasoningResult, Solution,
+                                    Step, StepOptions, prm_score_last, step_options)
 
 __all__ = ["astar_search"]
 
@@ -73,12 +71,14 @@ class _Node:
         return (self.f, -len(self.sol.steps), self.order)
 
 
-def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, token_budget: int | None,
-                 prm_budget: int | None, constraint=None, step_cost: float = 0.1, logprob_weight: float = 0.0,
-                 aggregate: str = "last", max_steps: int = 16, max_step_tokens: int = 64,
-                 temperature: float = 0.7, seed=None, expand: Callable | None = None, vocab=None,
-                 prm_prompt: str | None = None, answer_fn: Callable[[str], str | None] = extract_answer,
-                 dedupe: bool = True, close_on_budget: bool = True) -> ReasoningResult:
+def astar_search(lm, prompt, prm, *, k: int = 4, token_budget: int | None, prm_budget: int | None,
+                 constraint=None, step_cost: float = 0.1, logprob_weight: float = 0.0,
+                 aggregate: str = "last", max_steps: int = 16, expand: Callable | None = None,
+                 dedupe: bool = True, close_on_budget: bool = True,
+                 options: StepOptions | None = None, step_delimiter: str = UNSET,
+                 max_step_tokens: int = UNSET, temperature: float = UNSET, seed=UNSET, vocab=UNSET,
+                 prm_prompt: str | None = UNSET,
+                 answer_fn: Callable[[str], str | None] = UNSET) -> ReasoningResult:
     """A* over reasoning steps with priority ``f = g + (1 - PRM score)``.
 
     Args:
@@ -86,7 +86,6 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
             ``None`` when ``expand`` is given.
         prompt: a string (turned into ids by the model's chat template) or token ids.
         prm: a PRM (:mod:`search.reasoning.prm`): ``prm.score(prompt, steps)``.
-        step_delimiter: the text that ends a step.
         k: next steps sampled per expansion.
         token_budget: the most tokens to spend (``None``: no limit).
         prm_budget: the most PRM calls (``None``: no limit).
@@ -96,21 +95,25 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
         aggregate: how per-prefix PRM scores become ``r``: ``"last"``, ``"min"``,
             ``"prod"``.
         max_steps: states with this many steps are not expanded.
-        max_step_tokens: the most tokens of one step (and of the answer line).
-        temperature: step sampling temperature.
-        seed: seeds the step sampler.
         expand: a hook ``expand(step_texts) -> [(text, cost, final), ...]``
             replacing the model (toy step trees); each child costs one token.
-        vocab: the vocabulary for decoding (default ``lm.vocab``).
-        prm_prompt: the problem text the PRM sees (default: the prompt string, or
-            the decoded prompt ids).
-        answer_fn: extracts the final answer from a solution's text.
         dedupe: skip (no PRM call) a sampled step whose text equals a sibling's.
         close_on_budget: with a constraint and a token budget, keep back enough
             tokens for one answer line (``max_step_tokens + 1`` plus the
             delimiter); if the search ends without a complete solution, the best
             partial one is closed with an answer line under the constraint
             (``info["closed"]``; not scored again by the PRM).
+        options: the step settings (a :class:`search.reasoning.steps.StepOptions`),
+            or give them one by one as the keyword arguments below; each
+            keyword left out takes its :class:`StepOptions` default, and one
+            given both ways raises ``TypeError``.
+        step_delimiter, max_step_tokens, temperature, seed, vocab, prm_prompt,
+        answer_fn: the fields of :class:`~search.reasoning.steps.StepOptions`
+            (the text that ends a step, default ``"\\n"``; the most tokens of
+            one step and of the answer line, 64; sampling temperature, 0.7; the
+            sampler's seed; the vocabulary for decoding, default ``lm.vocab``;
+            the problem text the PRM sees, default the prompt; the function
+            that reads the final answer, default ``extract_answer``).
 
     Returns:
         a :class:`search.reasoning.steps.ReasoningResult`; ``complete`` and
@@ -127,22 +130,24 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
         raise ValueError(f"k must be >= 1, got {k}")
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    opts = step_options("astar_search", options, step_delimiter=step_delimiter,
+                        max_step_tokens=max_step_tokens, temperature=temperature, seed=seed,
+                        vocab=vocab, prm_prompt=prm_prompt, answer_fn=answer_fn)
     budget = Budget(token_budget, prm_budget)
     if expand is not None:
         sampler = HookStepSampler(expand)
-        text = prm_prompt if prm_prompt is not None else (prompt if isinstance(prompt, str) else "")
+        text = (opts.prm_prompt if opts.prm_prompt is not None
+                else (prompt if isinstance(prompt, str) else ""))
         calls0 = getattr(lm, "calls", 0) if lm is not None else 0
     else:
-        sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
-                                temperature=temperature, max_step_tokens=max_step_tokens,
-                                rng=np.random.default_rng(seed))
-        text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+        sampler = opts.sampler(lm, prompt, constraint)
+        text = opts.prm_text(sampler)
         lm = sampler.lm
         calls0 = lm.calls
     reserve = 0
     if (close_on_budget and constraint is not None and token_budget is not None
             and isinstance(sampler, LMStepSampler)):
-        reserve = max_step_tokens + 1 + len(sampler.delim_ids or ())
+        reserve = opts.max_step_tokens + 1 + len(sampler.delim_ids or ())
         if token_budget > reserve:
             budget.max_tokens = token_budget - reserve
         else:
@@ -208,7 +213,7 @@ def astar_search(lm, prompt, prm, *, step_delimiter: str = "\n", k: int = 4, tok
     calls = (lm.calls - calls0) if lm is not None and hasattr(lm, "calls") else 0
     return ReasoningResult(
         solution=sol,
-        answer=answer_fn(sol.text) if sol is not None and sol.complete else None,
+        answer=opts.answer_fn(sol.text) if sol is not None and sol.complete else None,
         complete=bool(sol is not None and sol.complete),
         budget_exhausted=budget.exhausted is not None,
         stop_reason=stop,

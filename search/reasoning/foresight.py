@@ -42,8 +42,8 @@ from typing import Callable
 
 import numpy as np
 
-from search.reasoning.steps import (Budget, LMStepSampler, ReasoningResult, Solution, extract_answer,
-                                    prm_score_last)
+from search.reasoning.steps import (UNSET, Budget, ReasoningResult, Solution, StepOptions, prm_score_last,
+                                    step_options)
 
 __all__ = ["foresight_search"]
 
@@ -58,20 +58,23 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int = 4, beam_width: int = 2,
+def foresight_search(lm, prompt, prm=None, *, k: int = 4, beam_width: int = 2,
                      max_steps: int = 8, token_budget: int | None = None, prm_budget: int | None = None,
                      constraint=None, width_sigma: float = 1.0, cluster_threshold: float = 0.7,
                      tau: float = 1.0, prm_weight: float = 1.0, select: str = "sample",
-                     max_rollout_steps: int = 16, max_step_tokens: int = 64, temperature: float = 0.7,
-                     joint_rollouts: bool = False,
-                     seed=None, vocab=None, prm_prompt: str | None = None,
-                     answer_fn: Callable[[str], str | None] = extract_answer,
-                     close_cutoff: bool = True) -> ReasoningResult:
+                     max_rollout_steps: int = 16, joint_rollouts: bool = False,
+                     close_cutoff: bool = True, options: StepOptions | None = None,
+                     step_delimiter: str = UNSET, max_step_tokens: int = UNSET,
+                     temperature: float = UNSET, seed=UNSET, vocab=UNSET,
+                     prm_prompt: str | None = UNSET,
+                     answer_fn: Callable[[str], str | None] = UNSET) -> ReasoningResult:
     """φ-decoding (foresight sampling with width and depth pruning); see the module docstring.
 
     Args:
-        lm, prompt, step_delimiter, constraint, max_step_tokens, temperature, seed,
-        vocab, prm_prompt, answer_fn: as for :func:`search.reasoning.astar.astar_search`.
+        lm, prompt, constraint, options, step_delimiter, max_step_tokens,
+        temperature, seed, vocab, prm_prompt, answer_fn: as for
+            :func:`search.reasoning.astar.astar_search` (the step settings:
+            ``options=`` or keywords, :class:`~search.reasoning.steps.StepOptions`).
         prm: an optional PRM (:mod:`search.reasoning.prm`) adding ``prm_weight * r`` to a
             candidate's value (one PRM call per rolled-out candidate).
         k: candidate steps per kept partial solution and round.
@@ -109,12 +112,13 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
         raise ValueError(f"select must be 'sample' or 'top', got {select!r}")
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
-    rng = np.random.default_rng(seed)
+    opts = step_options("foresight_search", options, step_delimiter=step_delimiter,
+                        max_step_tokens=max_step_tokens, temperature=temperature, seed=seed,
+                        vocab=vocab, prm_prompt=prm_prompt, answer_fn=answer_fn)
+    rng = np.random.default_rng(opts.seed)
     budget = Budget(token_budget, prm_budget)
-    sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
-                            temperature=temperature, max_step_tokens=max_step_tokens, rng=rng,
-                            close_cutoff=close_cutoff)
-    text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+    sampler = opts.sampler(lm, prompt, constraint, rng=rng, close_cutoff=close_cutoff)
+    text = opts.prm_text(sampler)
     calls0 = sampler.lm.calls
 
     beams: list[tuple[Solution, float]] = [(Solution(), 0.0)]
@@ -132,7 +136,7 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
         cands: list[tuple[int, Solution, Solution | None]] = []
         for b, (sol, _) in enumerate(beams):
             if joint_rollouts:
-                room = max(0, max_rollout_steps - len(sol.steps)) * max_step_tokens
+                room = max(0, max_rollout_steps - len(sol.steps)) * opts.max_step_tokens
                 for ro in sampler.rollouts(sol, k, budget, room):
                     if ro is not None and len(ro.steps) > len(sol.steps):
                         rollouts_n += 1
@@ -161,13 +165,13 @@ def foresight_search(lm, prompt, prm=None, *, step_delimiter: str = "\n", k: int
                     rollouts_n += 1
             rolled.append((b, c, ro))
             if ro.complete:
-                pool.append((ro, _mean_lp(ro), answer_fn(ro.text)))
+                pool.append((ro, _mean_lp(ro), opts.answer_fn(ro.text)))
         if not rolled:
             break
         # 4. advantage, agreement, optional PRM
         F = np.array([_mean_lp(ro) for _, _, ro in rolled])
         adv = F - np.array([beams[b][1] for b, _, _ in rolled])
-        answers = [answer_fn(ro.text) if ro.complete else None for _, _, ro in rolled]
+        answers = [opts.answer_fn(ro.text) if ro.complete else None for _, _, ro in rolled]
         sizes = Counter(a for a in answers if a is not None)
         agree = np.array([sizes[a] if a is not None else 1 for a in answers], dtype=np.float64)
         value = _softmax(adv / tau) + agree / agree.sum()

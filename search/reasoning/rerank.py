@@ -21,28 +21,28 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
-
-from search.reasoning.steps import (Budget, LMStepSampler, ReasoningResult, Solution, extract_answer,
-                                    prm_score_last)
+from search.reasoning.steps import (UNSET, Budget, ReasoningResult, Solution, StepOptions, prm_score_last,
+                                    step_options)
 
 __all__ = ["best_of_n"]
 
 METHODS = ("argmax", "weighted_majority")
 
 
-def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority", step_delimiter: str = "\n",
+def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
               constraint=None, token_budget: int | None = None, prm_budget: int | None = None,
-              aggregate: str = "last", max_steps: int = 16, max_step_tokens: int = 64,
-              temperature: float = 0.7, seed=None, vocab=None, prm_prompt: str | None = None,
-              answer_fn: Callable[[str], str | None] = extract_answer,
-              close_cutoff: bool = True) -> ReasoningResult:
+              aggregate: str = "last", max_steps: int = 16, close_cutoff: bool = True,
+              options: StepOptions | None = None, step_delimiter: str = UNSET,
+              max_step_tokens: int = UNSET, temperature: float = UNSET, seed=UNSET, vocab=UNSET,
+              prm_prompt: str | None = UNSET,
+              answer_fn: Callable[[str], str | None] = UNSET) -> ReasoningResult:
     """Sample ``n`` solutions and pick one by PRM argmax or PRM-weighted majority vote.
 
     Args:
-        lm, prompt, prm, step_delimiter, constraint, aggregate, max_step_tokens,
-        temperature, seed, vocab, prm_prompt, answer_fn: as for
-            :func:`search.reasoning.astar.astar_search`.
+        lm, prompt, prm, constraint, aggregate, options, step_delimiter,
+        max_step_tokens, temperature, seed, vocab, prm_prompt, answer_fn: as for
+            :func:`search.reasoning.astar.astar_search` (the step settings:
+            ``options=`` or keywords, :class:`~search.reasoning.steps.StepOptions`).
         n: the number of samples.
         method: ``"argmax"`` or ``"weighted_majority"`` (module docstring).
         token_budget, prm_budget: optional limits, never exceeded; the samples are
@@ -68,21 +68,22 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
         raise ValueError(f"n must be >= 1, got {n}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
+    opts = step_options("best_of_n", options, step_delimiter=step_delimiter,
+                        max_step_tokens=max_step_tokens, temperature=temperature, seed=seed,
+                        vocab=vocab, prm_prompt=prm_prompt, answer_fn=answer_fn)
     budget = Budget(token_budget, prm_budget)
-    sampler = LMStepSampler(lm, prompt, delimiter=step_delimiter, vocab=vocab, constraint=constraint,
-                            temperature=temperature, max_step_tokens=max_step_tokens,
-                            rng=np.random.default_rng(seed), close_cutoff=close_cutoff)
-    text = prm_prompt if prm_prompt is not None else sampler.prompt_text
+    sampler = opts.sampler(lm, prompt, constraint, close_cutoff=close_cutoff)
+    text = opts.prm_text(sampler)
     calls0 = sampler.lm.calls
     cands: list[tuple[Solution, float, str | None]] = []
     # the n samples share the prompt: drawn together, the prompt is scored once
-    for sol in sampler.rollouts(Solution(), n, budget, max_steps * max_step_tokens):
+    for sol in sampler.rollouts(Solution(), n, budget, max_steps * opts.max_step_tokens):
         if sol is None or not sol.steps:
             continue
         if not budget.take_prm_call():
             break
         r = prm_score_last(prm, text, sol.step_texts, aggregate)
-        cands.append((sol, r, answer_fn(sol.text) if sol.complete else None))
+        cands.append((sol, r, opts.answer_fn(sol.text) if sol.complete else None))
     return _choose(cands, method, budget, sampler.lm.calls - calls0)
 
 

@@ -35,6 +35,7 @@ off (``max_step_tokens`` or the token budget) is dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ from search.lm.protocol import as_lm, constraint_eos_ids, open_streams, prompt_t
 from search.results import SearchResult
 
 __all__ = ["Step", "Solution", "Budget", "ReasoningResult", "LMStepSampler", "HookStepSampler",
-           "extract_answer", "prm_score_last", "aggregate_scores"]
+           "StepOptions", "UNSET", "step_options", "extract_answer", "prm_score_last",
+           "aggregate_scores"]
 
 
 @dataclass(frozen=True)
@@ -266,6 +268,84 @@ def prm_score_last(prm, prompt: str, steps: Sequence[str], how: str = "last") ->
     if not 0.0 <= v <= 1.0 or math.isnan(v):
         raise ValueError(f"PRM score {v} is outside [0, 1]")
     return v
+
+
+# -- the shared step settings -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """The step settings every reasoning driver shares (:func:`search.astar_search`,
+    :func:`search.foresight_search`, :func:`search.best_of_n`), given once as
+    ``options=`` instead of as keyword arguments of each call.
+
+    Attributes:
+        step_delimiter: the text that ends a step.
+        max_step_tokens: the most tokens of one step (and of the answer line).
+        temperature: step sampling temperature (0: greedy).
+        seed: seeds the step sampler (``None``: fresh entropy).
+        vocab: the vocabulary for decoding (default: the model's ``vocab``).
+        prm_prompt: the problem text the PRM sees (default: the prompt string,
+            or the decoded prompt ids).
+        answer_fn: extracts the final answer from a solution's text.
+    """
+
+    step_delimiter: str = "\n"
+    max_step_tokens: int = 64
+    temperature: float = 0.7
+    seed: object = None
+    vocab: object = None
+    prm_prompt: str | None = None
+    answer_fn: Callable[[str], str | None] = extract_answer
+
+    def replace(self, **changes) -> "StepOptions":
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+    def sampler(self, lm, prompt, constraint=None, *, rng=None,
+                close_cutoff: bool = False) -> "LMStepSampler":
+        """An :class:`LMStepSampler` with these settings (``rng``: default a
+        generator seeded with :attr:`seed`)."""
+        return LMStepSampler(lm, prompt, delimiter=self.step_delimiter, vocab=self.vocab,
+                             constraint=constraint, temperature=self.temperature,
+                             max_step_tokens=self.max_step_tokens,
+                             rng=np.random.default_rng(self.seed) if rng is None else rng,
+                             close_cutoff=close_cutoff)
+
+    def prm_text(self, sampler: "LMStepSampler") -> str:
+        """The problem text the PRM sees: :attr:`prm_prompt`, else the sampler's."""
+        return self.prm_prompt if self.prm_prompt is not None else sampler.prompt_text
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<from options>"
+
+
+#: the default of a driver's step-setting keywords: the value of ``options``
+#: (a :class:`StepOptions`, default ``StepOptions()``)
+UNSET = _Unset()
+
+
+def step_options(driver: str, options: StepOptions | None, **keywords) -> StepOptions:
+    """The step settings of a call of ``driver``: ``options``, or a
+    :class:`StepOptions` of the ``keywords`` given (those not :data:`UNSET`).
+
+    Raises:
+        TypeError: ``options`` is not a :class:`StepOptions`, or a setting is
+            given both ways (the message names them).
+    """
+    given = {name: value for name, value in keywords.items() if value is not UNSET}
+    if options is None:
+        return StepOptions(**given)
+    if not isinstance(options, StepOptions):
+        raise TypeError(f"{driver}: options must be a search.StepOptions, not {type(options).__name__}")
+    if given:
+        raise TypeError(f"{driver}: {', '.join(sorted(given))} given both as keyword arguments "
+                        f"and in options=; give each once")
+    return options
 
 
 # -- step samplers -----------------------------------------------------------------
