@@ -409,10 +409,12 @@ def test_pattern_properties_with_distinct_prefixes():
            "additionalProperties": False},
           good=['{"foo":"bar","S_foo":"string","I_foo":123}'],
           bad=['{"S_x":1}', '{"I_x":"s"}', '{"x":1}'])
-    # overlapping patterns: a member must satisfy both schemas
+    # overlapping patterns: a member must satisfy the schemas of the patterns
+    # its key matches, and only those
     check({"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 3}},
            "additionalProperties": False},
-          good=['{"ab":3}', '{"a":5}'], bad=['{"ab":2}', '{"b":"s"}'])
+          good=['{"ab":3}', '{"a":5}', '{"a":2}', '{"b":"s"}', '{"b":30}'],
+          bad=['{"ab":2}', '{"ab":"s"}', '{"b":2}', '{"x":1}'])
 
 
 def test_arrays_prefix_items_and_counts():

@@ -114,7 +114,7 @@ def _forced_discriminator(norm: Normaliser, flat, context):
     """Branches made disjoint by requiring one member whose schemas differ
     pairwise between branches (every output then carries it)."""
     doc = norm.doc
-    views = [[object_view(norm, context + c, quiet=True) for c in branch
+    views = [[object_view(norm, context + c, proof=True) for c in branch
               if "object" in conj_types(doc, context + c)] for branch in flat]
     if any(v is None for vs in views for v in vs):
         return None
@@ -196,7 +196,7 @@ def _disjoint_in(norm: Normaliser, t: str, c1, c2, depth: int) -> bool:
         a, b = len_bounds(doc, c1, kmin, kmax), len_bounds(doc, c2, kmin, kmax)
         return a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]
     if t == "object" and depth > 0:
-        o1, o2 = object_view(norm, c1, quiet=True), object_view(norm, c2, quiet=True)
+        o1, o2 = object_view(norm, c1, proof=True), object_view(norm, c2, proof=True)
         if o1 is None or o2 is None:
             return True
         for x, y in ((o1, o2), (o2, o1)):

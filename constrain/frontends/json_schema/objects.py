@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from constrain.frontends.json_schema.document import escape_token
 from constrain.automata.json_encoding import json_str, lit
@@ -16,9 +16,8 @@ from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
-from constrain.frontends.json_schema.patterns import matches_everything, pattern_class_star, patterns_disjoint
+from constrain.frontends.json_schema.key_regions import KeyRegions
 from constrain.frontends.json_schema.rules import Alt
-from constrain.frontends.json_schema.strings import pattern_content
 
 if TYPE_CHECKING:
     from constrain.frontends.json_schema.translation import Translation
@@ -51,13 +50,26 @@ class ObjectView:
     pieces: dict[str, tuple] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     required: set[str] = field(default_factory=set)
-    #: additional members: "any" key, keys matching "patterns", or None (closed)
-    extra: str | None = "any"
-    #: the schemas every additional member's value must satisfy
-    extra_pieces: list = field(default_factory=list)
-    #: with extra == "patterns": (pattern, reference of its schema)
+    #: the patterns of ``patternProperties`` (in the conjunction and in the
+    #: evaluators of an ``unevaluatedProperties``): (pattern, pointer), distinct
     patterns: list = field(default_factory=list)
-    pattern_pieces: list = field(default_factory=list)
+    #: the references of the schemas an additional member's value satisfies,
+    #: given the set of patterns its key matches (``None``: no such member)
+    region_pieces: Callable[[frozenset], tuple | None] = lambda matched: ()
+
+    @property
+    def extra(self) -> str | None:
+        """Additional members: ``"any"`` key, keys split by ``"patterns"``, or
+        ``None`` (closed)."""
+        if self.patterns:
+            return "patterns"
+        return None if self.region_pieces(frozenset()) is None else "any"
+
+    @property
+    def extra_pieces(self) -> tuple:
+        """The schemas an additional member matching no pattern satisfies."""
+        return self.region_pieces(frozenset()) or ()
+
     #: name sets of which an object must miss one each
     notall: list[frozenset] = field(default_factory=list)
     #: names that may not appear at all (their value's schema is ``false``): kept
@@ -66,65 +78,77 @@ class ObjectView:
     #: the ``propertyNames`` schemas additional members' names must satisfy
     key_schemas: list = field(default_factory=list)
 
+    def extra_of(self, name: str) -> tuple | None:
+        """The schemas an undeclared member ``name`` satisfies (``None``: it
+        may not appear)."""
+        return self.region_pieces(frozenset(p for p, _ in self.patterns if search(p, name)))
+
     def extra_allowed_for(self, name: str) -> bool:
         """Whether an undeclared member ``name`` may appear."""
-        if self.extra == "any":
-            return True
-        if self.extra == "patterns":
-            return any(search(p, name) for p, _ in self.patterns)
-        return False
+        return self.extra_of(name) is not None
 
 
-def _evaluated_by(doc, others, name: str | None) -> bool:
+def _evaluated_by(doc, others, name: str | None, matched=frozenset()) -> bool:
     """Whether one of the nodes ``others`` evaluates the member ``name``
-    (``None``: every additional member) -- so that an ``unevaluatedProperties``
-    beside them does not apply to it."""
+    (``None``: an additional member whose key matches the patterns ``matched``)
+    -- so that an ``unevaluatedProperties`` beside them does not apply to it."""
     for e in others:
         m = doc.node(e)
         if not isinstance(m, dict):
             continue
         if "additionalProperties" in m or "unevaluatedProperties" in m:
             return True
+        pats = m.get("patternProperties") or {}
+        if name is None and any(pat in matched for pat in pats):
+            return True
         if name is not None and (name in (m.get("properties") or {}) or any(
-                search(pat, name) for pat in (m.get("patternProperties") or {}))):
+                search(pat, name) for pat in pats)):
             return True
     return False
 
 
-def _member_pieces(doc, nodes, name: str, others: dict) -> list:
-    """The references of the schemas a member ``name`` satisfies in each node:
+def _member_pieces(doc, nodes, others: dict, name: str | None, matched=frozenset()) -> list:
+    """The references of the schemas a member ``name`` (``None``: an additional
+    member whose key matches the patterns ``matched``) satisfies in each node:
     its property and matching patterns, else the node's additional members
     (``unevaluatedProperties`` only where none of ``others[p]``, the node's
-    evaluators, has evaluated the name)."""
+    evaluators, has evaluated it)."""
     pcs = []
     for p, n in nodes:
         props = n.get("properties", {}) or {}
         pats = n.get("patternProperties", {}) or {}
-        matched = [f"{p}/patternProperties/{escape_token(pat)}" for pat in pats if search(pat, name)]
-        if name in props:
+        hits = [f"{p}/patternProperties/{escape_token(pat)}" for pat in pats
+                if (pat in matched if name is None else search(pat, name))]
+        if name is not None and name in props:
             pcs.append(f"{p}/properties/{escape_token(name)}")
-            pcs.extend(matched)
-        elif matched:
-            pcs.extend(matched)
+            pcs.extend(hits)
+        elif hits:
+            pcs.extend(hits)
         elif "additionalProperties" in n:
             pcs.append(f"{p}/additionalProperties")
-        elif "unevaluatedProperties" in n and not _evaluated_by(doc, others[p], name):
+        elif p in others and not _evaluated_by(doc, others[p], name, matched):
             pcs.append(f"{p}/unevaluatedProperties")
     return pcs
 
 
-def object_view(norm, conj, quiet: bool = False) -> ObjectView | None:
+def object_view(norm, conj, proof: bool = False) -> ObjectView | None:
     """The merged object constraints of a conjunction (``norm``: the document's
     :class:`~constrain.frontends.json_schema.normalise.Normaliser`), or ``None``
-    when no object satisfies them (``quiet``: what cannot be merged is not
-    reported)."""
+    when no object satisfies them.
+
+    ``proof``: ``unevaluatedProperties`` is left out (a superset of the
+    objects), for proofs that two conjunctions are disjoint: an
+    ``unevaluatedProperties`` beside a ``oneOf`` sees the annotations of every
+    branch a value matches, so with one branch's alone it would close an object
+    the other branch also matches."""
     doc = norm.doc
     view = ObjectView()
     view.notall = [frozenset(p.names) for p in conj if type(p) is NotAll]
     nodes = [(p, doc.node(p)) for p in conj if type(p) is not NotAll and isinstance(doc.node(p), dict)]
     # the evaluators of each unevaluatedProperties (but the node itself)
-    others = {p: tuple(e for e in norm.evaluators(p, conj) if e != p)
-              for p, n in nodes if "unevaluatedProperties" in n and "additionalProperties" not in n}
+    others = {} if proof else {
+        p: tuple(e for e in norm.evaluators(p, conj) if e != p)
+        for p, n in nodes if "unevaluatedProperties" in n and "additionalProperties" not in n}
     names: dict[str, None] = {}
     for _, n in nodes:
         for k in n.get("properties", {}) or {}:
@@ -150,7 +174,7 @@ def object_view(norm, conj, quiet: bool = False) -> ObjectView | None:
                             if isinstance(x, str):
                                 names.setdefault(x, None)
     for name in names:
-        pcs = _member_pieces(doc, nodes, name, others)
+        pcs = _member_pieces(doc, nodes, others, name)
         if any(doc.node(x) is False for x in pcs):
             if name in view.required:
                 return None
@@ -158,49 +182,29 @@ def object_view(norm, conj, quiet: bool = False) -> ObjectView | None:
             continue
         view.pieces[name] = tuple(pcs)
     view.order = list(view.pieces)
-    _extra_members(doc, nodes, view, quiet, others)
+    _extra_members(doc, nodes, view, others)
     return view
 
 
-def _extra_members(doc, nodes, view: ObjectView, quiet: bool, others: dict) -> None:
-    """What ``view``'s additional members may be."""
-    pat_nodes = [(p, n) for p, n in nodes if n.get("patternProperties")]
-    closed = False
-    # an unevaluatedProperties' piece -> the nodes whose patterns evaluate (and so
-    # exempt from it) the extra members matching them
-    pattern_sources: dict = {}
-    for p, n in nodes:
-        for key in ("additionalProperties", "unevaluatedProperties"):
-            if key in n:
-                sources = (p,)
-                if key == "unevaluatedProperties":
-                    if _evaluated_by(doc, others[p], None):
-                        break  # a subschema evaluates every additional member
-                    sources = (p,) + tuple(e for e in others[p] if isinstance(doc.node(e), dict)
-                                           and doc.node(e).get("patternProperties"))
-                if doc.node(f"{p}/{key}") is False:
-                    if not any(doc.node(e).get("patternProperties") for e in sources):
-                        closed = True
-                else:
-                    view.extra_pieces.append(f"{p}/{key}")
-                    pattern_sources[f"{p}/{key}"] = sources
-                break
-    if closed:
-        view.extra = None
-    elif not pat_nodes:
-        view.extra = "any"
-    elif len(pat_nodes) == 1:
-        p, n = pat_nodes[0]
-        view.extra = "patterns"
-        view.patterns = [(pat, f"{p}/patternProperties/{escape_token(pat)}")
-                         for pat in n["patternProperties"]]
-        view.pattern_pieces = [x for _, x in view.patterns]
-        view.extra_pieces = [x for x in view.extra_pieces if p not in pattern_sources.get(x, ())]
-    else:
-        if not quiet:
-            doc.diag.unsupported(f"{pat_nodes[1][0]}/patternProperties",
-                                 "patternProperties in two merged schemas")
-        view.extra = None
+def _extra_members(doc, nodes, view: ObjectView, others: dict) -> None:
+    """What ``view``'s additional members may be: their patterns, and the
+    schemas of a member by the patterns its key matches."""
+    seen: dict[str, str] = {}
+    sources = list(nodes) + [(e, doc.node(e)) for p in others for e in others[p]]
+    for p, n in sources:
+        if isinstance(n, dict):
+            for pat in n.get("patternProperties") or {}:
+                seen.setdefault(pat, f"{p}/patternProperties/{escape_token(pat)}")
+    view.patterns = list(seen.items())
+    memo: dict[frozenset, tuple | None] = {}
+
+    def region_pieces(matched: frozenset) -> tuple | None:
+        if matched not in memo:
+            pcs = _member_pieces(doc, nodes, others, None, matched)
+            memo[matched] = None if any(doc.node(x) is False for x in pcs) else tuple(pcs)
+        return memo[matched]
+
+    view.region_pieces = region_pieces
 
 
 def _presence_constraints(t: Translation, conj, view: ObjectView) -> list | None:
@@ -470,20 +474,25 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
         r = g.new_rule("member")
         g.rules[r] = [Alt([("sym", key), ("sym", val)])]
         return r
+    # keys split by the patterns they match: a region's value satisfies the
+    # schemas of all its patterns (and no additionalProperties), see key_regions
+    regions = KeyRegions(t, view.patterns)
     alts = []
-    # a name matching several patterns gets all their schemas: each member value
-    # satisfies every pattern schema not proven disjoint from its own pattern
-    for pat, where in view.patterns:
-        pcs = [w for p2, w in view.patterns if w == where or not patterns_disjoint(pat, p2)]
-        val = t.value(tuple(pcs) + tuple(view.extra_pieces))
-        key = _pattern_key(t, pat, where, declared)
+    for matched in regions.regions(lambda s: view.region_pieces(_names(view, s)) is not None):
+        key = regions.key(matched, declared)
         if key is not None:
+            val = t.value(view.region_pieces(_names(view, matched)))
             alts.append(Alt([("sym", key), ("sym", val)]))
     if not alts:
         return None
     r = g.new_rule("member")
     g.rules[r] = alts
     return r
+
+
+def _names(view: ObjectView, matched: frozenset) -> frozenset:
+    """The patterns of the pattern indices ``matched``."""
+    return frozenset(view.patterns[i][0] for i in matched)
 
 
 def _named_key(t: Translation, where: str, declared) -> str | None:
@@ -521,24 +530,3 @@ def _named_key(t: Translation, where: str, declared) -> str | None:
         t.diag.unsupported(where, "propertyNames that is not one string terminal")
         return None
     return g.terminal(regex + g.key_colon(), "KEY")
-
-
-def _pattern_key(t: Translation, pat: str, where: str, declared) -> str | None:
-    """The key terminal of the names matching ``pat`` but the ``declared`` ones
-    (``None``: none, or not enforceable)."""
-    g = t.grammar
-    bad = [d for d in declared if search(pat, d)]
-    star = pattern_class_star(pat) if bad else None
-    if bad and (matches_everything(pat) or star is not None):
-        # the pattern's names but the declared ones: a trie over the alphabet
-        if star is None:
-            return exclusion_terminal(g, declared, g.key_colon(), "KEY")
-        return exclusion_terminal(g, bad, g.key_colon(), "KEY", star[0], star[1])
-    if bad:
-        t.diag.unsupported(where, f"patternProperties {pat!r} also matches the "
-                                  f"declared property {bad[0]!r}")
-        return None
-    _, content = pattern_content(t, pat, where)
-    if content is None:
-        return None
-    return g.terminal('"' + content + '"' + g.key_colon(), "KEY")

@@ -40,20 +40,14 @@ def reorder(t: Translation, pieces: tuple, value, depth: int = 0):
         return [reorder(t, pieces_at(layout, i), v, depth + 1) for i, v in enumerate(value)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        view = object_view(t.norm, conj, quiet=True)
+        view = object_view(t.norm, conj)
     if view is None:
         return value
     out = {}
     for name in view.order:
         if name in value:
             out[name] = reorder(t, view.pieces[name], value[name], depth + 1)
-    if view.extra == "patterns":
-        extra = tuple(view.pattern_pieces + view.extra_pieces)
-    elif view.extra == "any":
-        extra = tuple(view.extra_pieces)
-    else:
-        extra = ()
     for k, v in value.items():
         if k not in out:
-            out[k] = reorder(t, extra, v, depth + 1)
+            out[k] = reorder(t, view.extra_of(k) or (), v, depth + 1)
     return out

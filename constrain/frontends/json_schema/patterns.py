@@ -138,12 +138,18 @@ def _is_atom(text: str) -> bool:
 
 
 class _Translator:
-    """Python ``re`` syntax tree → regex over canonical JSON string content."""
+    """Python ``re`` syntax tree → regex over canonical JSON string content: a
+    subset of what Python matches, or a superset (``over``: for a complement)."""
 
-    def __init__(self, flags: int):
+    def __init__(self, flags: int, over: bool = False):
         self.flags = flags
+        self.over = over
 
     def charset(self, ivs, flags) -> _Piece:
+        if flags & _IGNORECASE and self.over:
+            # Python also folds some non-ASCII letters onto ASCII ones (the
+            # Kelvin sign is a k): no superset is written here
+            raise PatternUnsupported("the complement of a case-insensitive pattern")
         if flags & _IGNORECASE:
             if _has_non_ascii_cased(ivs):
                 raise PatternUnsupported("case-insensitive matching of non-ASCII letters")
@@ -182,7 +188,7 @@ class _Translator:
             ivs = [(0, MAX_CP)] if flags & _DOTALL else iv_complement([(10, 10)])
             return self.charset(ivs, 0)
         if op is c.IN:
-            return self.charset(self.in_set(av, flags, over=False), flags & ~_IGNORECASE
+            return self.charset(self.in_set(av, flags, over=self.over), flags & ~_IGNORECASE
                                 if not (flags & _IGNORECASE) else flags)
         if op is c.BRANCH:
             alts = [self.concat(self.seq(b, flags)) for b in av[1]]
@@ -260,10 +266,17 @@ _STARTS = {_sre_c.AT_BEGINNING, _sre_c.AT_BEGINNING_STRING}
 _ENDS = {_sre_c.AT_END, _sre_c.AT_END_STRING}
 
 
-def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None) -> str | None:
+def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None,
+                      over: bool = False) -> str | None:
     """A regex over canonical JSON string content accepting only (encodings of)
     strings ``s`` with ``re.search(pattern, s)`` and ``min_len <= len(s) <=
     max_len``. ``None`` when no string qualifies.
+
+    ``over``: instead, a regex accepting (at least) the canonical encoding of
+    every string ``s`` with ``re.search(pattern, s)`` (no length bounds), so
+    that strings outside it surely do not match: the side a complement needs
+    (Unicode classes in full, ``$`` also before a final newline; refused:
+    case-insensitive and multi-line patterns).
 
     Raises:
         PatternUnsupported: lookaround, backreferences, anchors inside the pattern,
@@ -276,21 +289,27 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
     flags = parsed.state.flags
     if flags & ~(_IGNORECASE | _DOTALL | _UNICODE | _MULTILINE):
         raise PatternUnsupported("regex flags")
+    if over and flags & _MULTILINE:
+        raise PatternUnsupported("the complement of a multi-line pattern")
     alts = []
     for branch in _split_branches(list(parsed)):
         anchored_start = anchored_end = False
+        newline_end = False  # "$" also matches before a final newline
         while branch and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS:
             branch = branch[1:]
             anchored_start = True
         while branch and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS:
+            newline_end |= branch[-1][1] is _sre_c.AT_END
             branch = branch[:-1]
             anchored_end = True
-        tr = _Translator(flags)
+        tr = _Translator(flags, over)
         pieces = tr.seq(branch, flags)
         if not anchored_start:
             pieces.insert(0, _Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
         if not anchored_end:
             pieces.append(_Piece(CANON_ANY + "*", 0, None, CANON_ANY, 0, None))
+        elif over and newline_end:
+            pieces.append(_Piece(r"(?:\\n)?", 0, 1))
         text = _fit_length(pieces, min_len, max_len)
         if text is not None:
             alts.append(text)

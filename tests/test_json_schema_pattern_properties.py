@@ -1,0 +1,142 @@
+"""``patternProperties`` that overlap each other and the declared names: a
+member's value satisfies the schema of every pattern its key matches (and the
+declared property's), ``additionalProperties`` only when it matches none.
+
+Checked against ``jsonschema``: fixed schemas on every object of up to two
+members over a set of keys and values, and random schemas (hypothesis) on
+random objects and on random derivations of the compiled grammar. Over ASCII
+keys without a newline every translation is exact, so agreement is asserted
+both ways (members in the grammar's order: ``order_instance``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from byte_vocab import accepts, byte_vocabulary
+from constrain import GrammarTooComplexError, UnsupportedSchemaError, compile_json_schema, order_instance
+from grammar_sampling import GrammarSampler
+
+BYTES = byte_vocabulary()
+
+SCHEMAS = [
+    {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+    {"patternProperties": {"[0-9]{2,}": {"type": "boolean"}, "X_": {"type": "string"}}},
+    {"properties": {"foo": {"type": "array", "maxItems": 3}, "bar": {"type": "array"}},
+     "patternProperties": {"f.o": {"minItems": 2}}, "additionalProperties": {"type": "integer"}},
+    {"patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "integer", "minimum": 5}},
+     "additionalProperties": False},
+    {"type": "object", "properties": {"ab": {"const": 7}, "x": {"type": "string"}},
+     "patternProperties": {"^a": {"type": "integer"}, "b": {"maximum": 9}, "^x$": {"maxLength": 1}},
+     "additionalProperties": {"type": "null"}, "required": ["x"]},
+    {"patternProperties": {"^[a-c]*$": {"type": ["integer", "null"]}, ".": {"not": {"type": "null"}},
+                           "^$": False}},
+    {"allOf": [{"patternProperties": {"^a": {"minimum": 2}}},
+               {"patternProperties": {"b$": {"maximum": 20}}, "additionalProperties": False}]},
+]
+
+KEYS = ["a", "aa", "aaaa", "b", "ab", "abb", "ba", "f_o", "foo", "fxo", "bar", "x", "xx", "12",
+        "X_", "x_", "", "c"]
+VALUES = [1, 5, 30, "s", "ss", True, None, [1], [1, 2], [1, 2, 3, 4]]
+
+
+def _objects():
+    yield {}
+    for k in KEYS:
+        for v in VALUES:
+            yield {k: v}
+    for k1, k2 in itertools.combinations(KEYS, 2):
+        for v1, v2 in itertools.product(VALUES[:4], VALUES[5:8]):
+            yield {k1: v1, k2: v2}
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=lambda s: json.dumps(s)[:70])
+def test_overlapping_patterns_agree_with_jsonschema(schema):
+    g = compile_json_schema(schema, BYTES)
+    validator = jsonschema.Draft202012Validator(schema)
+    n = valid = 0
+    for obj in _objects():
+        text = json.dumps(order_instance(schema, obj), separators=(",", ":"))
+        ok = validator.is_valid(obj)
+        assert accepts(g, text) == ok, (schema, text, ok)
+        n += 1
+        valid += ok
+    assert n > 1000 and 0 < valid < n
+
+
+def test_a_newline_before_the_end_is_a_match_of_dollar():
+    # Python's "$" also matches before a final newline: such a key is kept out
+    # of the keys that match no pattern (sound), not given the pattern's schema
+    schema = {"patternProperties": {"b$": {"type": "integer"}}, "additionalProperties": {"type": "string"}}
+    g = compile_json_schema(schema, BYTES)
+    assert jsonschema.Draft202012Validator(schema).is_valid({"b\n": 1})
+    assert not accepts(g, '{"b\\n":"s"}') and accepts(g, '{"c\\n":"s"}') and accepts(g, '{"b":1}')
+
+
+def test_regions_past_the_bound_are_refused():
+    schema = {"patternProperties": {c: {"type": "integer"} for c in "abcdefg"}}
+    with pytest.raises(GrammarTooComplexError):
+        compile_json_schema(schema, BYTES)
+
+
+def test_the_complement_of_a_case_insensitive_pattern_is_refused():
+    schema = {"patternProperties": {"(?i)^x": {"type": "integer"}}, "additionalProperties": {"type": "string"}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        compile_json_schema(schema, BYTES)
+    assert e.value.pointer == "/patternProperties/(?i)^x"
+    # without additional members no complement is needed
+    g = compile_json_schema({"patternProperties": {"(?i)^x": {"type": "integer"}},
+                             "additionalProperties": False}, BYTES)
+    assert accepts(g, '{"X1":2}') and not accepts(g, '{"y":2}')
+
+
+# -- random schemas ---------------------------------------------------------------------
+
+_PATTERNS = st.sampled_from(["^a", "a", "b$", "^[a-c]*$", "x", ".", "^.{2}$", "f.o", "[0-9]", "^$",
+                             r"\d+", "^ab?$", "b|c"])
+_NAMES = st.sampled_from(["a", "ab", "b", "foo", "x", "1", ""])
+_VALUE_SCHEMAS = st.one_of(
+    st.booleans(), st.just({}),
+    st.builds(lambda t: {"type": t}, st.sampled_from(["integer", "string", "boolean", "null", "array"])),
+    st.builds(lambda n: {"minimum": n}, st.integers(-2, 6)),
+    st.builds(lambda n: {"maxLength": n}, st.integers(0, 2)),
+    st.builds(lambda n: {"maxItems": n}, st.integers(0, 2)),
+    st.builds(lambda v: {"const": v}, st.sampled_from([1, "a", None])))
+_OBJECT_SCHEMAS = st.builds(
+    lambda pp, p, ap, r: {k: v for k, v in (("patternProperties", pp), ("properties", p),
+                                            ("additionalProperties", ap), ("required", r))
+                          if v is not None},
+    st.dictionaries(_PATTERNS, _VALUE_SCHEMAS, min_size=1, max_size=4),
+    st.one_of(st.none(), st.dictionaries(_NAMES, _VALUE_SCHEMAS, max_size=3)),
+    st.one_of(st.none(), _VALUE_SCHEMAS),
+    st.one_of(st.none(), st.lists(_NAMES, max_size=2, unique=True)))
+_KEYS = st.one_of(_NAMES, st.text(alphabet="abcfox01 _", max_size=4))
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 8), st.sampled_from(["", "a", "ab"]),
+                    st.lists(st.integers(0, 3), max_size=3))
+
+
+@settings(max_examples=80, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(_OBJECT_SCHEMAS, st.lists(st.dictionaries(_KEYS, _VALUES, max_size=3), min_size=5, max_size=25),
+       st.integers(0, 2**16))
+def test_random_pattern_schemas_are_exact(schema, objects, seed):
+    try:
+        g = compile_json_schema(schema, BYTES)
+    except GrammarTooComplexError:
+        return  # more regions than the bound: a refusal is allowed
+    validator = jsonschema.Draft202012Validator(schema)
+    for obj in objects:
+        text = json.dumps(order_instance(schema, obj), separators=(",", ":"))
+        assert accepts(g, text) == validator.is_valid(obj), (schema, text)
+    sampler = GrammarSampler(g, seed)
+    for _ in range(8):
+        try:
+            text = sampler.sentence(max_depth=6).decode("utf-8")
+        except (ValueError, IndexError, RecursionError):
+            break  # an empty language has no sentence
+        assert validator.is_valid(json.loads(text)), (schema, text)
