@@ -236,10 +236,53 @@ def test_bad_references_name_the_place(text, line, column, message):
     assert (info.value.line, info.value.column) == (line, column)
 
 
+class BudgetOracle(Oracle):
+    """:class:`Oracle` with a token budget on every run of text tokens (the
+    grammars below: a budgeted rule of text between references)."""
+
+    def __init__(self, pattern: str, budget: int):
+        super().__init__(pattern)
+        self.budget = budget
+
+    def _fits(self, seq) -> list:
+        out = []
+        for roles in itertools.product(*[[True, False] if VOCAB.grammar_token_mask[i] else [False]
+                                         for i in seq]):
+            runs, run = [], 0
+            for text in roles:
+                run = run + 1 if text else 0
+                runs.append(run)
+            if max(runs, default=0) <= self.budget:
+                out.append("".join(TOKENS[i].decode("latin-1") if text else sym(i)
+                                   for i, text in zip(seq, roles)))
+        return out
+
+    def valid(self, seq) -> bool:
+        return any(self.pattern.fullmatch(r) for r in self._fits(seq))
+
+    def viable(self, seq) -> bool:
+        return any(self.pattern.fullmatch(r, partial=True) for r in self._fits(seq))
+
+
+@pytest.mark.parametrize("grammar, pattern, budget", [
+    ('root ::= (x <[10]>)+ x?\nx[max_tokens=2] ::= [ab]+\n',
+     "(?:[ab]+" + sym(SP) + ")+(?:[ab]+)?", 2),
+    # tight: one token per match
+    ('root ::= x (<|end|> x)*\nx[max_tokens=1] ::= [ab]+\n',
+     "[ab]+(?:" + sym(END) + "[ab]+)*", 1),
+    ('start: x <[^0,1,5]> x\nx[max_tokens=2]: /[ab]+/\n',
+     "[ab]+" + any_but(0, 1, 5) + "[ab]+", 2),
+])
+def test_references_beside_token_budgets(grammar, pattern, budget):
+    g = compile_grammar(grammar, VOCAB)
+    assert check_exhaustively(g, BudgetOracle(pattern, budget), 5) > 20
+    # the budget is what the oracle checks: without it the masks differ
+    free = compile_grammar(grammar.replace(f"[max_tokens={budget}]", ""), VOCAB)
+    with pytest.raises(AssertionError):
+        check_exhaustively(free, BudgetOracle(pattern, budget), 5)
+
+
 def test_unsupported_places_are_refused():
-    with pytest.raises(GrammarError, match="cannot have token references") as info:
-        compile_grammar('root ::= x <[10]>\nx[max_tokens=3] ::= [ab]+\n', VOCAB)
-    assert (info.value.line, info.value.column) == (1, 12)
     from constrain.analysis import can_complete
     g = compile_grammar('root ::= "a" <[10]>\n', VOCAB)
     with pytest.raises(GrammarError, match="token references such as <\\[10\\]>"):
@@ -309,6 +352,41 @@ def test_smollm2_think_then_special_token(smollm2_vocab):
     assert sep in ids.tolist()
     texts = [vocab.token_bytes(i) for i in ids.tolist() if i != sep]
     assert texts and all(b"<" not in t for t in texts)
+
+
+def test_smollm2_budgeted_thought_then_special_token(smollm2_vocab):
+    """A budget on the thought and a special token after it: every walk that
+    ends has at most 6 tokens carrying thought bytes."""
+    vocab = smollm2_vocab
+    sep = _special(vocab, b"<|im_start|>")
+    g = compile_grammar('root ::= "<think>" think <|im_start|> "ok"\n'
+                        'think[max_tokens=6] ::= [^<]+\n', vocab)
+    rng = random.Random(3)
+    ended = 0
+    for _ in range(10):
+        s, out = g.initial_state(), []
+        while s != TERMINATED and len(out) < 30:
+            allowed = g.allowed_token_ids(s).tolist()
+            assert allowed, out
+            done = sep in out
+            tok = (min(allowed, key=lambda i: (i not in vocab.eos_token_set,
+                                               -len(vocab.token_bytes(i))))
+                   if done else rng.choice(allowed))
+            s = g.advance(s, tok)
+            out.append(tok)
+        if s != TERMINATED:
+            continue
+        ended += 1
+        k = out.index(sep)
+        pieces = [vocab.token_bytes(i) for i in out[:k]]
+        text = b"".join(pieces)
+        assert re.fullmatch(rb"<think>[^<]+", text), out
+        at, carrying = 0, 0
+        for p in pieces:  # tokens with bytes past "<think>"
+            carrying += at + len(p) > 7
+            at += len(p)
+        assert carrying <= 6, out
+    assert ended >= 5
 
 
 def test_smollm2_named_special_token_and_negation(smollm2_vocab):

@@ -574,7 +574,10 @@ class GrammarConstraint(Constraint):
         if not out:
             return None
         if len(out) > 1:
-            out = self._merged(out)
+            if self._budgets is None:
+                out = self._merged(out)
+            else:
+                out = {cfg[:3] for cfg in self._merged_counted({(*cfg, False) for cfg in out})}
         out = tuple(sorted(out))
         if eos and self._accepting(False, out):
             return TERMINATED
@@ -582,9 +585,11 @@ class GrammarConstraint(Constraint):
         return out
 
     def _token_step(self, configs, token_id: int) -> set:
-        """The configurations after the token references that match ``token_id``."""
+        """The configurations after the token references that match ``token_id``
+        (a count of 0 with token budgets: nothing is in progress)."""
         admits = self._tokens.admits
-        return {(c3, self._start(c3)) for ref, c3 in self._shiftable_refs(configs)
+        tail = () if self._budgets is None else (0,)
+        return {(c3, self._start(c3), *tail) for ref, c3 in self._shiftable_refs(configs)
                 if admits(ref, token_id)}
 
     def _shiftable_refs(self, configs) -> list:
@@ -594,7 +599,8 @@ class GrammarConstraint(Constraint):
         tokens = self._tokens
         lex = self.lexer
         out = []
-        for c, s in configs:
+        for cfg in configs:
+            c, s = cfg[0], cfg[1]
             heads = [(c, s)]
             if lex.has_acc[s]:
                 for t in lex.accepting_terminals(s):
@@ -763,6 +769,10 @@ class GrammarConstraint(Constraint):
         row = self._config_masks.get(cfg)
         if row is None:
             row = self._budgets.mask(self, c, s, k)
+            if self._tokens is not None:
+                # the walk sees bytes: the references that may take the token whole
+                for ref, _ in self._shiftable_refs((cfg,)):
+                    row |= self._tokens.rows[ref]
             row.flags.writeable = False
             self._config_masks[cfg] = row
             if len(self._config_masks) > self._max_masks:

@@ -159,11 +159,6 @@ class TokenTerminals:
     terminals and the marker)."""
 
     def __init__(self, ir, vocab, lexer, ignore_bits: np.ndarray):
-        if ir.budgets:
-            t = min(ir.tokens)
-            raise GrammarError("a grammar with token budgets (rule[max_tokens=N]) cannot have "
-                               "token references yet (here " + ir.tokens[t].shown + ")",
-                               ir.tokens[t].line, ir.tokens[t].column)
         words = (len(vocab) + 31) // 32
         self.lexer = lexer
         self.rows: dict[int, np.ndarray] = {}
