@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import jsonschema
 import pytest
@@ -120,7 +121,7 @@ _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 8), st.sampled_fro
                     st.lists(st.integers(0, 3), max_size=3))
 
 
-@settings(max_examples=80, deadline=None, derandomize=True,
+@settings(max_examples=int(os.environ.get("TRELLIS_PP_EXAMPLES", "80")), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_OBJECT_SCHEMAS, st.lists(st.dictionaries(_KEYS, _VALUES, max_size=3), min_size=5, max_size=25),
        st.integers(0, 2**16))

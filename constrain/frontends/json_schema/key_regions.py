@@ -5,30 +5,32 @@ A member's value must satisfy the schema of *every* pattern its key matches
 (``re.search``), and ``additionalProperties`` only when it matches none. So the
 keys are split into regions, one per set ``S`` of patterns: the keys matching
 every pattern of ``S`` and none of the others, less the declared names. A
-region's key regex is the first pattern of ``S`` with lookaheads for the rest:
-``(?=P")`` for another pattern of ``S``, ``(?!Q")`` for a pattern ``Q`` outside
-it (``"`` closes the key, so a lookahead spans exactly the key's content),
-``(?!(?:a|b)")`` for the declared names ``a``, ``b`` whose patterns are ``S``.
-The engine's automata decide lookaheads exactly (``docs/regex.md``).
+region's key language is the product of the patterns' automata (over the
+canonical encoding of the key's content), written back as a regex by state
+elimination: the grammar's terminals are regexes, and lookaheads (the other
+way to say "and not") cost seconds to determinise with several patterns.
 
 Sound: a pattern of ``S`` is the subset translation of its regex (every key it
 admits matches), a pattern outside ``S`` the superset one (every key that
 matches is cut out), so a region's keys match exactly ``S``. Regions are
 refined one pattern at a time and the empty ones dropped (anchored literal
-prefixes that differ, a pattern matching every key, else the automaton of the
-region's regex), so their number is that of the non-empty ones: at most
+prefixes that differ, a pattern matching every key, else the product's
+automaton), so their number is that of the non-empty ones: at most
 :data:`MAX_REGIONS`, else the schema is refused.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import TYPE_CHECKING
 
-from constrain.automata.char_dfa import build_char_dfa
+from constrain.automata.byte_dfa import minimize_char_dfa
+from constrain.automata.char_dfa import CharDFA, build_char_dfa
+from constrain.automata.charset import CharSet
+from constrain.automata.json_encoding import CANON_ANY, class_re, encodable, json_str, lit
 from constrain.automata.regex_syntax import parse_regex
 from constrain.errors import GrammarTooComplexError, RegexError
-from constrain.automata.json_encoding import CANON_ANY, encodable, json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.patterns import (PatternUnsupported, matches_everything,
                                                       pattern_class_star, patterns_disjoint,
@@ -41,11 +43,12 @@ if TYPE_CHECKING:
 #: patternProperties may split additional keys into
 MAX_REGIONS = 64
 #: regions kept without deciding whether they are empty while refining (each
-#: decision builds an automaton)
+#: decision builds a product automaton)
 _UNCHECKED = 8
-#: states of a region's automaton built to decide whether it is empty (past
-#: it, the region is kept: the grammar compile decides)
-_EMPTINESS_STATES = 4096
+#: states of one pattern's automaton, and of a region's product
+_MAX_STATES = 4096
+#: characters of a region's regex (state elimination can grow it quickly)
+_MAX_REGEX = 200_000
 
 
 def _search(pattern: str, text: str) -> bool:
@@ -55,30 +58,176 @@ def _search(pattern: str, text: str) -> bool:
         return True
 
 
+def _common_atoms(dfas: list[CharDFA]):
+    """The coarsest partition of the characters the ``dfas`` read that refines
+    each one's atoms: ``(charsets, maps)``, with ``maps[k][a]`` the atom of
+    ``dfas[k]`` holding the common atom ``a`` (-1: none)."""
+    cuts = set()
+    owner = []
+    for d in dfas:
+        spans = sorted((lo, hi, i) for i, cs in enumerate(d.atoms) for lo, hi in cs.intervals)
+        for lo, hi, _ in spans:
+            cuts.update((lo, hi + 1))
+        owner.append(([lo for lo, _, _ in spans], spans))
+    bounds = sorted(cuts)
+    groups: dict[tuple, list] = {}
+    for lo, nxt in zip(bounds, bounds[1:]):
+        sig = []
+        for starts, spans in owner:
+            x = bisect.bisect_right(starts, lo) - 1
+            sig.append(spans[x][2] if x >= 0 and spans[x][1] >= lo else -1)
+        if any(k >= 0 for k in sig):
+            groups.setdefault(tuple(sig), []).append((lo, nxt - 1))
+    sigs = list(groups)
+    return [CharSet(groups[g]) for g in sigs], [[g[k] for g in sigs] for k in range(len(dfas))]
+
+
+def product(musts: list[CharDFA], nots: list[CharDFA], probe: bool = False) -> CharDFA | None:
+    """The minimal automaton of the strings every DFA of ``musts`` accepts and
+    none of ``nots`` (``musts`` not empty). ``probe``: only whether there is
+    such a string -- ``None`` as soon as one is found, else the (empty) DFA.
+
+    Raises :class:`GrammarTooComplexError` past :data:`_MAX_STATES` states."""
+    dfas = musts + nots
+    atoms, maps = _common_atoms(dfas)
+    k_must = len(musts)
+    start = tuple(0 for _ in dfas)
+    index = {start: 0}
+    rows: list[dict] = []
+    accepting: list[bool] = []
+    queue = [start]
+    while len(rows) < len(queue):
+        qs = queue[len(rows)]
+        accepting.append(all(d.accepting[q] for d, q in zip(musts, qs))
+                         and not any(q >= 0 and d.accepting[q] for d, q in zip(nots, qs[k_must:])))
+        if probe and accepting[-1]:
+            return None
+        row = {}
+        for a in range(len(atoms)):
+            nxt = []
+            for k, (d, q) in enumerate(zip(dfas, qs)):
+                m = maps[k][a]
+                r = -1 if q < 0 or m < 0 else int(d.table[q, m])
+                if r < 0 and k < k_must:
+                    break
+                nxt.append(r)
+            else:
+                t = tuple(nxt)
+                j = index.get(t)
+                if j is None:
+                    if len(queue) >= _MAX_STATES:
+                        raise GrammarTooComplexError(
+                            f"patternProperties: an automaton of keys passes {_MAX_STATES} states")
+                    j = index[t] = len(queue)
+                    queue.append(t)
+                row[a] = j
+        rows.append(row)
+    return minimize_char_dfa(CharDFA.from_rows(atoms, rows, accepting))
+
+
+def _alt(a: str | None, b: str) -> str:
+    return b if a is None else "(?:" + a + "|" + b + ")"
+
+
+def _star(a: str) -> str:
+    return "(?:" + a + ")*" if len(a) > 1 and not _single(a) else a + "*"
+
+
+def _single(a: str) -> bool:
+    """Whether ``a`` is one atom of a regex (a class or a group) that a
+    quantifier may follow."""
+    if a.startswith("[") and a.endswith("]") and a.count("]") == 1 + a.count("\\]"):
+        return True
+    return len(a) == 1 or (len(a) == 2 and a[0] == "\\")
+
+
+def to_regex(dfa: CharDFA) -> str | None:
+    """A regex (Python ``re`` syntax, surviving Lark's escaping) for the
+    language of ``dfa`` (``None``: empty), by state elimination.
+
+    Raises :class:`GrammarTooComplexError` past :data:`_MAX_REGEX` characters."""
+    n = dfa.table.shape[0]
+    if not dfa.accepting.any():
+        return None
+    src, dst = n, n + 1
+    edges: dict[tuple, str | None] = {}
+    for q in range(n):
+        by_target: dict[int, list] = {}
+        for a, r in enumerate(dfa.table[q].tolist()):
+            if r >= 0:
+                by_target.setdefault(r, []).extend(dfa.atoms[a].intervals)
+        for r, ivs in by_target.items():
+            edges[q, r] = class_re(ivs)
+        if dfa.accepting[q]:
+            edges[q, dst] = ""
+    edges[src, 0] = ""
+    alive = set(range(n))
+    while alive:
+        # the state with the fewest paths through it goes first
+        def cost(k):
+            ins = sum(1 for (i, j) in edges if j == k and i != k)
+            outs = sum(1 for (i, j) in edges if i == k and j != k)
+            return ins * outs
+        k = min(alive, key=cost)
+        alive.discard(k)
+        loop = edges.pop((k, k), None)
+        mid = "" if loop is None else _star(loop)
+        ins = [(i, x) for (i, j), x in edges.items() if j == k]
+        outs = [(j, x) for (i, j), x in edges.items() if i == k]
+        for i, _ in ins:
+            del edges[i, k]
+        for j, _ in outs:
+            del edges[k, j]
+        for i, x in ins:
+            for j, y in outs:
+                path = x + mid + y
+                old = edges.get((i, j))
+                if old is None:
+                    edges[i, j] = path
+                elif old == "" or path == "":
+                    other = path or old
+                    edges[i, j] = other if other == "" else "(?:" + other + ")?"
+                else:
+                    edges[i, j] = "(?:" + old + "|" + path + ")"
+                if len(edges[i, j]) > _MAX_REGEX:
+                    raise GrammarTooComplexError(
+                        f"patternProperties: a regex of keys passes {_MAX_REGEX} characters")
+    return edges.get((src, dst))
+
+
 class KeyRegions:
     """The key regexes of additional members under ``patterns`` (``(pattern,
     pointer)`` pairs, distinct patterns), each with the set of patterns its keys
-    match. Translations are made once per pattern and side."""
+    match. Automata are made once per pattern and side."""
 
     def __init__(self, t: Translation, patterns: list):
         self.t = t
         self.patterns = [p for p, _ in patterns]
         self.where = [w for _, w in patterns]
-        self._under: dict[int, str | None] = {}
-        self._over: dict[int, str | None] = {}
-        #: translations that failed: pattern index -> reason (reported only
-        #: where a region that is allowed needs them)
+        self._dfas: dict[tuple, CharDFA | None] = {}
+        #: translations that failed: (pattern index, over) -> reason (reported
+        #: only where a region that is allowed needs them)
         self._failed: dict[tuple, str] = {}
+        self._emptiness: dict[frozenset, bool] = {}
 
-    def _translated(self, i: int, over: bool) -> str | None:
-        cache = self._over if over else self._under
-        if i not in cache:
+    def _dfa(self, regex: str) -> CharDFA:
+        return minimize_char_dfa(build_char_dfa(parse_regex(regex), max_states=_MAX_STATES,
+                                                deadline=self.t.budget.deadline, pattern=regex))
+
+    def _pattern_dfa(self, i: int, over: bool) -> CharDFA | None:
+        """The automaton of pattern ``i``'s subset (superset: ``over``)
+        translation; ``None`` where it failed (reason kept) or, for the subset,
+        matches nothing."""
+        key = (i, over)
+        if key not in self._dfas:
+            self._dfas[key] = None
             try:
-                cache[i] = translate_pattern(self.patterns[i], over=over)
-            except (PatternUnsupported, re.error) as e:
-                self._failed[i, over] = str(e)
-                cache[i] = None
-        return cache[i]
+                content = translate_pattern(self.patterns[i], over=over)
+                if content is not None:
+                    self._dfas[key] = self._dfa(content)
+            except (PatternUnsupported, re.error, RegexError) as e:
+                self._failed[key] = str(e)
+        return self._dfas[key]
 
     def _negatives(self, matched: frozenset) -> list[int]:
         """The patterns a region's keys must not match: those outside it that
@@ -87,42 +236,38 @@ class KeyRegions:
         return [j for j in range(len(pats)) if j not in matched
                 and not any(patterns_disjoint(pats[j], pats[i]) for i in matched)]
 
-    def _content(self, matched: frozenset, names=()) -> str | None:
-        """The region's key content regex (``None``: a translation failed or no
-        key matches the first pattern)."""
-        pos = sorted(matched)
-        parts = []
-        for i in pos[1:]:
-            c = self._translated(i, False)
-            if c is None:
-                return None
-            parts.append("(?=" + c + '")')
-        for j in self._negatives(matched):
-            c = self._translated(j, True)
-            if c is None:
-                return None
-            parts.append("(?!" + c + '")')
+    def _product(self, matched: frozenset, names=(), probe: bool = False):
+        """The region's automaton (less the ``names``, canonical JSON string
+        contents), or ``None`` where a translation failed or matches nothing;
+        ``probe``: ``True`` when some key is in the region, else as without."""
+        musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
+        nots = [self._pattern_dfa(j, True) for j in self._negatives(matched)]
+        if None in musts or None in nots:
+            return None
+        if not musts:
+            musts = [self._any_key()]
         names = [lit(json_str(d)[1:-1]) for d in names if encodable(d)]
         if names:
-            parts.append("(?!(?:" + "|".join(names) + ')")')
-        body = self._translated(pos[0], False) if pos else CANON_ANY + "*"
-        if body is None:
-            return None
-        return "".join(parts) + body
+            nots.append(self._dfa("(?:" + "|".join(names) + ")"))
+        out = product(musts, nots, probe)
+        return True if probe and out is None else out
+
+    def _any_key(self) -> CharDFA:
+        if ("any",) not in self._dfas:
+            self._dfas["any", ] = self._dfa(CANON_ANY + "*")
+        return self._dfas["any", ]
 
     def _empty(self, matched: frozenset) -> bool:
         """Whether no key is in the region (``False`` when unsure)."""
         if len(matched) <= 1 and not self._negatives(matched):
             return False  # one pattern alone: its translation says (None: empty)
-        content = self._content(matched)
-        if content is None:
-            return False
-        try:
-            dfa = build_char_dfa(parse_regex(content + '"'), max_states=_EMPTINESS_STATES,
-                                 deadline=self.t.budget.deadline, pattern=content)
-        except (GrammarTooComplexError, RegexError):
-            return False
-        return not dfa.accepting.any()
+        if matched not in self._emptiness:
+            try:
+                dfa = self._product(matched, probe=True)
+            except GrammarTooComplexError:
+                dfa = None
+            self._emptiness[matched] = dfa is not None and dfa is not True
+        return self._emptiness[matched]
 
     def regions(self, allowed) -> list[frozenset]:
         """The sets of pattern indices that some key matches exactly (up to the
@@ -167,8 +312,8 @@ class KeyRegions:
                 return exclusion_terminal(g, names, g.key_colon(), "KEY")
             if star is not None:
                 return exclusion_terminal(g, names, g.key_colon(), "KEY", star[0], star[1])
-        content = self._content(matched, names)
-        if content is None:
+        dfa = self._product(matched, names)
+        if dfa is None:
             for i in sorted(matched):
                 if (i, False) in self._failed:
                     t.diag.unsupported(self.where[i], f"pattern {pats[i]!r}: {self._failed[i, False]}")
@@ -178,5 +323,11 @@ class KeyRegions:
                     t.diag.unsupported(self.where[j], f"patternProperties {pats[j]!r}: keys that "
                                                       f"do not match it: {self._failed[j, True]}")
                     return None
-            return None  # no key matches the first pattern
+            return None  # no key matches a pattern
+        if len(matched) == 1 and not negatives and not names:
+            content = translate_pattern(pats[next(iter(matched))])  # as written: shorter
+        else:
+            content = to_regex(dfa)
+        if content is None:
+            return None
         return g.terminal('"' + content + '"' + g.key_colon(), "KEY")
