@@ -35,7 +35,10 @@ even where none is expected (the grammar may be complete there). So:
 * a configuration with no bytes is complete when its context is.
 
 The byte walk needs nothing: no byte path crosses a reference, so a token that
-runs on past a point where only a reference may follow is refused by it.
+runs on past a point where only a reference may follow is refused by it. With
+token budgets (:mod:`constrain.cfg.budgets`) a reference is in no budget: a
+near-budget mask adds the same ids, and the configuration after a reference
+counts 0 tokens.
 """
 
 from __future__ import annotations
