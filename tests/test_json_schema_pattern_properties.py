@@ -37,6 +37,10 @@ SCHEMAS = [
      "additionalProperties": {"type": "null"}, "required": ["x"]},
     {"patternProperties": {"^[a-c]*$": {"type": ["integer", "null"]}, ".": {"not": {"type": "null"}},
                            "^$": False}},
+    # enough patterns that empty regions are pruned while refining
+    {"patternProperties": {"^a": {"type": "integer"}, "^b": {"minimum": 3}, "^f": {"type": "array"},
+                           "b$": {"maximum": 9}, "o$": {"minItems": 2}, "x": {"type": "boolean"}},
+     "additionalProperties": {"type": "string"}},
     {"allOf": [{"patternProperties": {"^a": {"minimum": 2}}},
                {"patternProperties": {"b$": {"maximum": 20}}, "additionalProperties": False}]},
 ]

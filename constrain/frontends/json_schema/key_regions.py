@@ -208,7 +208,7 @@ class KeyRegions:
         #: translations that failed: (pattern index, over) -> reason (reported
         #: only where a region that is allowed needs them)
         self._failed: dict[tuple, str] = {}
-        self._emptiness: dict[frozenset, bool] = {}
+        self._emptiness: dict[tuple, bool] = {}
 
     def _dfa(self, regex: str) -> CharDFA:
         return minimize_char_dfa(build_char_dfa(parse_regex(regex), max_states=_MAX_STATES,
@@ -229,19 +229,21 @@ class KeyRegions:
                 self._failed[key] = str(e)
         return self._dfas[key]
 
-    def _negatives(self, matched: frozenset) -> list[int]:
-        """The patterns a region's keys must not match: those outside it that
-        no pattern of it excludes by its prefix."""
+    def _negatives(self, matched: frozenset, upto: int | None = None) -> list[int]:
+        """The patterns a region's keys must not match: those outside it (among
+        the first ``upto``; ``None``: all) that no pattern of it excludes by
+        its prefix."""
         pats = self.patterns
-        return [j for j in range(len(pats)) if j not in matched
+        return [j for j in range(len(pats) if upto is None else upto) if j not in matched
                 and not any(patterns_disjoint(pats[j], pats[i]) for i in matched)]
 
-    def _product(self, matched: frozenset, names=(), probe: bool = False):
+    def _product(self, matched: frozenset, names=(), probe: bool = False, upto: int | None = None):
         """The region's automaton (less the ``names``, canonical JSON string
-        contents), or ``None`` where a translation failed or matches nothing;
-        ``probe``: ``True`` when some key is in the region, else as without."""
+        contents; over the first ``upto`` patterns), or ``None`` where a
+        translation failed or matches nothing; ``probe``: ``True`` when some
+        key is in the region, else as without."""
         musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
-        nots = [self._pattern_dfa(j, True) for j in self._negatives(matched)]
+        nots = [self._pattern_dfa(j, True) for j in self._negatives(matched, upto)]
         if None in musts or None in nots:
             return None
         if not musts:
@@ -257,17 +259,19 @@ class KeyRegions:
             self._dfas["any", ] = self._dfa(CANON_ANY + "*")
         return self._dfas["any", ]
 
-    def _empty(self, matched: frozenset) -> bool:
-        """Whether no key is in the region (``False`` when unsure)."""
-        if len(matched) <= 1 and not self._negatives(matched):
+    def _empty(self, matched: frozenset, upto: int | None = None) -> bool:
+        """Whether no key is in the region (over the first ``upto`` patterns;
+        ``False`` when unsure)."""
+        if len(matched) <= 1 and not self._negatives(matched, upto):
             return False  # one pattern alone: its translation says (None: empty)
-        if matched not in self._emptiness:
+        key = (matched, upto)
+        if key not in self._emptiness:
             try:
-                dfa = self._product(matched, probe=True)
+                dfa = self._product(matched, probe=True, upto=upto)
             except GrammarTooComplexError:
                 dfa = None
-            self._emptiness[matched] = dfa is not None and dfa is not True
-        return self._emptiness[matched]
+            self._emptiness[key] = dfa is not None and dfa is not True
+        return self._emptiness[key]
 
     def regions(self, allowed) -> list[frozenset]:
         """The sets of pattern indices that some key matches exactly (up to the
@@ -286,7 +290,7 @@ class KeyRegions:
             if len(nxt) > _UNCHECKED:
                 # a region only splits: an empty one stays empty, so dropping it
                 # now keeps the count that of the non-empty regions so far
-                nxt = [s for s in nxt if not self._empty(s)]
+                nxt = [s for s in nxt if not self._empty(s, i + 1)]
             regions = nxt
             self.t.budget.tick(self.where[i])
             if len(regions) > MAX_REGIONS:
