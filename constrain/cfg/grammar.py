@@ -23,7 +23,10 @@ since the last boundary (:mod:`~constrain.cfg.lexer`). The mask of a configurati
   starts the next terminal (cached);
 * the tokens that cross a terminal boundary inside them: a numba walk below only
   the trie nodes where a boundary can occur, consulting the parser's cached
-  transition table there.
+  transition table there;
+* where no bytes follow the last boundary, the ids of the token references
+  (``<[id]>``, ``<|name|>``) the parser can take there: a reference matches a
+  whole token, no bytes (:mod:`~constrain.cfg.token_refs`).
 
 Masks are cached per state. Every step is bounded: a mask is at most one walk of
 the token trie per configuration (and per pair alive at a trie node, at most
