@@ -26,6 +26,7 @@ smallest sequence of ids, the mask counted as id ``V`` (after every token).
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass
@@ -98,23 +99,39 @@ def _group(n: int, indptr: np.ndarray, toks: np.ndarray, nexts: np.ndarray,
                    np.ascontiguousarray(accepting, dtype=np.bool_))
 
 
-_EAGER: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+def _tables_bytes(key, tables: _Tables) -> int:
+    return sum(a.nbytes for a in (tables.gptr, tables.gnext, tables.tptr, tables.gtok,
+                                  tables.accepting))
+
+
+@functools.lru_cache(maxsize=1)
+def _eager_cache():
+    """The bounded cache of eager tables, registered with
+    :data:`constrain.cache.registry` (made on first use: ``import search``
+    imports no constrain). Keyed by a weak reference to the grammar: equal only
+    to a reference to the same live grammar, so a new grammar at a dead one's
+    address never reads its tables (which stay until evicted)."""
+    from constrain.cache import BoundedCache, registry
+
+    return registry.register(BoundedCache("DINGO eager tables", 256 << 20, max_entries=64,
+                                          sizeof=_tables_bytes))
 
 
 def _eager_tables(grammar) -> _Tables:
-    """The grouped tables of every state of an eager grammar (built once, cached),
-    from its ``token_transitions``: slices of the precomputed table, so the
-    whole build is one pass over the states."""
-    tables = _EAGER.get(grammar)
-    if tables is None:
+    """The grouped tables of every state of an eager grammar (built once, kept
+    in a bounded cache of :data:`constrain.cache.registry`), from its
+    ``token_transitions``: slices of the precomputed table, so the whole build
+    is one pass over the states."""
+
+    def build() -> _Tables:
         n = grammar.num_states
         rows = [grammar.token_transitions(q) for q in range(n)]
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum([len(toks) for toks, _ in rows], out=indptr[1:])
-        tables = _group(n, indptr, np.concatenate([toks for toks, _ in rows]),
-                        np.concatenate([nexts for _, nexts in rows]), grammar.dfa.accepting)
-        _EAGER[grammar] = tables
-    return tables
+        return _group(n, indptr, np.concatenate([toks for toks, _ in rows]),
+                      np.concatenate([nexts for _, nexts in rows]), grammar.dfa.accepting)
+
+    return _eager_cache().get_or_build(weakref.ref(grammar), build)
 
 
 def _lazy_tables(grammar, state: int, d: int):
@@ -295,16 +312,14 @@ def _dingo_kernel_py(lp, n_vocab, has_mask, eos, gptr, gnext, tptr, gtok, accept
     return s0, tokens, np.int64(lay[j])
 
 
-_KERNEL = []
-
-
+# a lazy constant: importing numba waits for the first DINGO call (import
+# search imports this module)
+@functools.lru_cache(maxsize=1)
 def _kernel():
     """:func:`_dingo_kernel_py` compiled by numba (on first use; cached on disk)."""
-    if not _KERNEL:
-        from numba import njit
+    from numba import njit
 
-        _KERNEL.append(njit(cache=True, nogil=True)(_dingo_kernel_py))
-    return _KERNEL[0]
+    return njit(cache=True, nogil=True)(_dingo_kernel_py)
 
 
 # -- the public function ---------------------------------------------------------------

@@ -149,16 +149,40 @@ def _quiet_transformers():
     return cm()
 
 
+def _loaded_bytes(key, value) -> int:
+    """What a loaded tokenizer or model holds: a model's parameters, a
+    tokenizer's tables (~5 MB)."""
+    model = getattr(value, "model", None)
+    if model is None:
+        return 5 << 20
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 @functools.lru_cache(maxsize=1)
+def _loaded():
+    """The tokenizers and default models this process loaded, by where from
+    (``("tokenizer", folder)``, ``("model", device, dtype, folder)``): a
+    bounded cache (eight, 4 GiB of parameters), made on first use so that
+    importing this module imports no constrain. Not in
+    ``constrain.clear_caches()``: benchmarks clear the compile caches between
+    runs, and a model forgotten while in use would be loaded a second time."""
+    from constrain.cache import BoundedCache
+
+    return BoundedCache("SmolLM2 tokenizers and models", 4 << 30, max_entries=8,
+                        sizeof=_loaded_bytes)
+
+
 def load_tokenizer():
     """The SmolLM2 tokenizer (a transformers fast tokenizer), read from the GGUF
-    once and cached on disk under ``<cache_dir>/smollm2-135m-instruct/tokenizer``.
+    once and cached on disk under ``<cache_dir>/smollm2-135m-instruct/tokenizer``,
+    and in this process per cache folder."""
+    root = _model_root()
+    return _loaded().get_or_build(("tokenizer", str(root)), lambda: _read_tokenizer(root))
 
-    The cache is keyed on nothing but its location: call ``load_tokenizer.cache_clear()``
-    after moving ``$TRELLIS_CACHE_DIR`` within one process."""
+
+def _read_tokenizer(root: Path):
     from transformers import AutoTokenizer
 
-    root = _model_root()
     target = root / "tokenizer"
     if (target / "tokenizer_config.json").exists():
         try:
@@ -396,13 +420,7 @@ def load_default_model(device=None, dtype=None, verbose: bool = False):
         dtype = getattr(torch, dtype)
     dtype = dtype or torch.float32
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    key = (str(dev), dtype, str(cache_dir()))
-    lm = _DEFAULT_MODELS.get(key)
-    if lm is None:
-        model = load_model(device=dev, dtype=dtype, verbose=verbose)
-        lm = TransformersLM(model, load_tokenizer(), name="SmolLM2-135M-Instruct")
-        _DEFAULT_MODELS[key] = lm
-    return lm
-
-
-_DEFAULT_MODELS: dict = {}
+    key = ("model", str(dev), dtype, str(cache_dir()))
+    return _loaded().get_or_build(key, lambda: TransformersLM(
+        load_model(device=dev, dtype=dtype, verbose=verbose), load_tokenizer(),
+        name="SmolLM2-135M-Instruct"))
