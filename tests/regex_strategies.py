@@ -125,8 +125,31 @@ def _pair_quantified(inner):
     return st.tuples(inner, quant).map(wrap)
 
 
+#: fixed-width pieces of lookbehind bodies besides atoms: assertions, and
+#: atomic groups of one width
+_LOOKBEHIND_EXTRAS = ["$", r"\b", r"\B", "^", r"\Z", "(?>a|b)", "(?>[ab]|a)", "(?<=a)"]
+
+
+def _lookbehind_body(inner):
+    """A fixed-width lookbehind body: atoms, zero-width assertions and
+    lookaheads (which may look past the lookbehind's end), atomic groups."""
+    piece = st.one_of(
+        st.sampled_from(_LOOKBEHIND_ATOMS), st.sampled_from(_LOOKBEHIND_EXTRAS),
+        inner.map(lambda p: f"(?={p[0]})"), inner.map(lambda p: f"(?!{p[0]})"))
+    body = st.lists(piece, min_size=1, max_size=3).map("".join)
+    return body.filter(_fixed_width)
+
+
+def _fixed_width(body: str) -> bool:
+    try:
+        re.compile(f"(?<={body})")
+        return True
+    except re.error:
+        return False
+
+
 def _pair_lookaround(inner):
-    behind = st.lists(st.sampled_from(_LOOKBEHIND_ATOMS), min_size=1, max_size=3).map("".join)
+    behind = _lookbehind_body(inner)
     return st.one_of(
         inner.map(lambda p: (f"(?={p[0]})", "")),
         inner.map(lambda p: (f"(?!{p[0]})", "")),

@@ -402,9 +402,11 @@ class _Engine:
     * ``mask``: the atoms (and ``END`` bit) the next character may be;
       ``nte``: if it is a newline, the input must end right after (``$``);
     * ``obligations``: a frozenset of what must still be decided about the text
-      ahead: ``("L", k, negate, run)`` for lookahead ``k`` (``run`` the threads
-      of its body: it holds once a thread reaches the body's end with nothing
-      left to check), and ``("P", k, run)`` after leaving atomic group ``k``:
+      ahead: ``("L", final, negate, run)`` for a lookahead whose body ends at
+      NFA state ``final`` (``run`` the threads of its body: it holds once a
+      thread reaches the body's end with nothing left to check), or for a
+      lookbehind whose body's matches ending here left conditions on the text
+      ahead (``run`` those threads, at ``final``), and ``("P", k, run)`` after leaving atomic group ``k``:
       the earlier-ranked threads of its body's run, none of which may reach
       the body's end (else Python would have found that match first);
     * ``state`` is an NFA state, or ``("W", k, next, run)`` for a thread inside
@@ -455,9 +457,10 @@ class _Engine:
         for k, mark in enumerate(self.behinds):
             seeds = [(mark.start, self.ALL, False, _EMPTY)]
             if atom is not None:
-                # no lookahead nor atomic group inside a lookbehind: its
-                # threads carry no obligations, so the partial tuple suffices
-                seeds += self.advance(runs[k], atom, False, prev, ())
+                # the obligations of its threads (a lookahead or an atomic
+                # group inside the body) look at inner lookbehinds only, which
+                # come first
+                seeds += self.advance(runs[k], atom, False, prev, tuple(out))
             out.append(self.closure(seeds, prev, tuple(out)))
         return tuple(out)
 
@@ -534,12 +537,11 @@ class _Engine:
         out = []
         for ob in obls:
             if ob[0] == "L":
-                _, k, negate, run = ob
-                mark = self.aheads[k]
+                _, final, negate, run = ob
                 run = self.closure(self.advance(run, atom, True, prev, behind), prev, behind)
-                verdict = self.decide(run, mark.final)
+                verdict = self.decide(run, final)
                 if verdict is None:
-                    out.append(("L", k, negate, run))
+                    out.append(("L", final, negate, run))
                 elif verdict == negate:
                     return None
             else:
@@ -584,15 +586,17 @@ class _Engine:
                     th = (t, r[0], r[1], obls)
                 elif a.kind == "look":
                     if a.behind:
-                        m = self.behind_mask(a, behind, mask)
-                        if m is None:
-                            continue
-                        th = (t, m, nte, obls)
+                        for m, n, o in self.behind_options(a, behind, mask, nte, obls):
+                            th = (t, m, n, o)
+                            if th not in seen:
+                                seen.add(th)
+                                stack.append(th)
+                        continue
                     else:
                         run = self.closure([(a.start, ALL, False, _EMPTY)], prev, behind)
                         verdict = self.decide(run, a.final)
                         if verdict is None:
-                            th = (t, mask, nte, obls | {("L", a.k, a.negate, run)})
+                            th = (t, mask, nte, obls | {("L", a.final, a.negate, run)})
                         elif verdict != a.negate:
                             th = (t, mask, nte, obls)
                         else:
@@ -614,19 +618,38 @@ class _Engine:
                     stack.append(th)
         return frozenset(seen)
 
-    def behind_mask(self, mark, behind, mask):
-        """``mask`` under lookbehind ``mark`` here, or ``None`` when it fails: its
-        body's run holds threads at the body's end whose conditions on the next
-        character (``\\b`` at the body's end) the lookbehind passes on."""
+    def behind_options(self, mark, behind, mask, nte, obls) -> list:
+        """The ways a thread ``(mask, nte, obls)`` passes lookbehind ``mark``
+        here, as ``(mask, nte, obls)`` triples (none: it fails). Its body's run
+        holds the threads at the body's end; those whose only condition is on
+        the next character (``\\b`` at the body's end) narrow ``mask``, and those
+        with more (a lookahead inside the body, ``$``) pass their conditions
+        on: a positive lookbehind takes the conditions of one of them (a thread
+        each), a negative one the obligation that none of them holds."""
         ALL = self.ALL
         cond = 0
-        for s, m, _nte, _obls in behind[mark.k]:
-            if s == mark.final:
-                if m == ALL:
-                    return None if mark.negate else mask
-                cond |= m
-        mask &= (ALL & ~cond) if mark.negate else cond
-        return mask or None
+        rest = []
+        for th in behind[mark.k]:
+            if th[0] == mark.final:
+                s, m, n, o = th
+                if not n and not o:
+                    if m == ALL:
+                        return [] if mark.negate else [(mask, nte, obls)]
+                    cond |= m
+                else:
+                    rest.append(th)
+        if mark.negate:
+            m = mask & ~cond
+            if not m:
+                return []
+            if rest:
+                obls = obls | {("L", mark.final, True, frozenset(rest))}
+            return [(m, nte, obls)]
+        out = [(mask & cond, nte, obls)] if mask & cond else []
+        for _s, m, n, o in rest:
+            if mask & m:
+                out.append((mask & m, nte or n, obls | o))
+        return out
 
     def check(self, a: Assert, mask: int, nte: bool, prev):
         """``(mask, nte)`` under the assertion ``a``, or ``None`` when it fails."""
@@ -666,8 +689,7 @@ class _Engine:
             return False
         for ob in obls:
             if ob[0] == "L":
-                _, k, negate, run = ob
-                final = self.aheads[k].final
+                _, final, negate, run = ob
                 held = any(th[0] == final and self.ends(th) for th in run)
                 if held == negate:
                     return False
@@ -745,13 +767,14 @@ class _Engine:
                     if self.check(a, self.ALL, False, prev) is not None:
                         nxt.append(t)
                 else:  # a lookbehind
-                    m = self.behind_mask(a, behind, self.ALL)
-                    if m == self.ALL:
+                    options = self.behind_options(a, behind, self.ALL, False, _EMPTY)
+                    if options == [(self.ALL, False, _EMPTY)]:
                         nxt.append(t)
-                    elif m is not None:
+                    elif options:
                         raise UnsupportedRegexError(
-                            "a lookbehind that ends with an assertion on the next "
-                            "character, inside an atomic group, is not supported",
+                            "a lookbehind whose match leaves a condition on the text after "
+                            "it (an assertion on the next character, a lookahead or '$' at "
+                            "its end), inside an atomic group, is not supported",
                             self.pattern, a.offset)
             on_path.add(u)
             frame[1] = nxt

@@ -153,8 +153,7 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
         RegexSyntaxError: the pattern is not valid Python regex syntax.
         UnsupportedRegexError: backreferences and conditionals (no finite
             automaton recognises them); lookahead, ``$``, ``\\b`` or nested
-            atomic groups inside an atomic group, lookahead or atomic groups
-            inside a lookbehind (regular, but not supported).
+            atomic groups inside an atomic group (regular, but not supported).
         RegexTooLargeError: a size limit was exceeded.
     """
     if not isinstance(pattern, str):
@@ -496,13 +495,6 @@ class _Converter:
             f"{what} cannot be recognised by a finite automaton and is not supported",
             self.pattern, self.offset_of(kind))
 
-    def refuse_inside(self, what: str, offset: int | None):
-        """Refuse ``what`` inside the innermost lookbehind or atomic group."""
-        where = "an atomic group (or possessive quantifier)" \
-            if self._inside[-1] == "atomic" else "a lookbehind"
-        raise UnsupportedRegexError(f"{what} inside {where} is not supported", self.pattern,
-                                    offset)
-
     def subpattern(self, sub, flags: int):
         items = [self.item(op, av, flags) for op, av in sub]
         items = [i for i in items if not (type(i) is Concat and not i.items)]
@@ -552,16 +544,11 @@ class _Converter:
     def enter(self, kind: str, what: str, offset: int | None) -> None:
         """Start converting the body of a lookaround or atomic group (``kind``
         ``ahead``, ``behind`` or ``atomic``), refusing the nestings no automaton
-        here follows: an atomic group inside a lookbehind or another atomic
-        group, a lookahead inside either."""
-        if kind != "behind" and any(k in ("atomic", "behind") for k in self._inside):
-            for k in reversed(self._inside):
-                if k in ("atomic", "behind"):
-                    break
-            where = "an atomic group (or possessive quantifier)" if k == "atomic" \
-                else "a lookbehind"
-            raise UnsupportedRegexError(f"{what} inside {where} is not supported",
-                                        self.pattern, offset)
+        here follows: an atomic group or a lookahead inside an atomic group."""
+        if kind != "behind" and "atomic" in self._inside:
+            raise UnsupportedRegexError(
+                f"{what} inside an atomic group (or possessive quantifier) is not supported",
+                self.pattern, offset)
         self._inside.append(kind)
 
     def repeat(self, av, flags: int, lazy: bool) -> Repeat:
@@ -614,10 +601,6 @@ class _Converter:
                 "an assertion on the next character ($, \\Z, \\b, \\B) inside an atomic "
                 "group (or possessive quantifier) is not supported", self.pattern, offset)
         if code is sre_c.AT_END:
-            if inner == "behind" and not flags & _M:
-                raise UnsupportedRegexError(
-                    "'$' (end, or before a final newline) inside a lookbehind is not "
-                    "supported", self.pattern, offset)
             return Assert("end_line" if flags & _M else "end")
         if code is sre_c.AT_END_STRING:
             return Assert("end_string")
