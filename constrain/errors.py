@@ -163,3 +163,11 @@ class CacheFileError(ConstraintError):
         self.reason = reason
         self.msg = message
         super().__init__(message)
+
+
+class IncompleteParseWarning(UserWarning):
+    """A grammar's parser kept only part of a chart column's items (the
+    ``max_items`` cap: a very ambiguous grammar). Masks stay sound — every
+    token allowed is allowed by the grammar — but from there on some valid
+    continuations may be refused. Issued once per parser;
+    ``GrammarConstraint.parser.truncated_columns`` counts the columns cut."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import lark
 import numpy as np
@@ -39,23 +40,30 @@ def test_one_configuration_per_lexer_state():
     way of splitting the x's so far) and each token cost more than the last."""
     g = constrain.compile_grammar(AMBIGUOUS["aa"], VOCAB)
     s = g.initial_state()
-    for i in range(300):
-        s = g.advance(s, ord("x"))
-        assert len(s[1]) == len({lex for _, lex in s[1]}) <= 2
-        assert g.is_accepting(s)
-        assert set(g.allowed_token_ids(s).tolist()) == {ord("x"), EOS, 257, 258}  # x, xx, xxx
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", constrain.IncompleteParseWarning)
+        for i in range(300):
+            s = g.advance(s, ord("x"))
+            assert len(s[1]) == len({lex for _, lex in s[1]}) <= 2
+            assert g.is_accepting(s)
+            assert set(g.allowed_token_ids(s).tolist()) == {ord("x"), EOS, 257, 258}  # x, xx, xxx
     assert g.parser.truncated_columns == 0  # 300 x's are below the default cap
 
 
 def test_columns_are_capped_and_the_parse_goes_on():
     g = constrain.compile_grammar(AMBIGUOUS["aa"], VOCAB, max_items=16)
     s = g.initial_state()
-    for i in range(600):
-        s = g.advance(s, ord("x"))
-        assert max(_column_sizes(g, s)) <= 16
-        # the parses kept are the earliest-begun: acceptance is among them
-        assert g.is_accepting(s), i
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(600):
+            s = g.advance(s, ord("x"))
+            assert max(_column_sizes(g, s)) <= 16
+            # the parses kept are the earliest-begun: acceptance is among them
+            assert g.is_accepting(s), i
     assert g.parser.truncated_columns > 0
+    # the cut is reported, once per parser
+    cut = [w for w in caught if issubclass(w.category, constrain.IncompleteParseWarning)]
+    assert len(cut) == 1 and "max_items" in str(cut[0].message)
     # cut columns meet columns made before: the chart stops growing
     assert g.parser.num_contexts < 100
 

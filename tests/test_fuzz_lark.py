@@ -134,6 +134,10 @@ def _tokens(data: bytes) -> list[int]:
     return out
 
 
+#: a cap on chart columns no fuzzed grammar reaches on these short strings
+_UNCAPPED = 1 << 20
+
+
 def _walk(g, text: str, rng: random.Random) -> None:
     """Token by token: the mask is what ``advance`` takes, and no allowed token
     (of a sample of eight per step: each costs a mask) leads to a state with
@@ -191,9 +195,17 @@ def test_random_grammars_agree_with_lark(grammar, seed):
         if expected is None:
             continue
         checked += 1
-        if g.matches(s) != expected:
+        got = g.matches(s)
+        if got != expected and not got and g.parser.truncated_columns:
+            # the documented incompleteness of the max_items cap (never
+            # unsound: it only refuses), if without the cap it agrees
+            if compile_grammar(grammar, VOCAB, time_budget=BUDGET,
+                               max_items=_UNCAPPED).matches(s) == expected:
+                LOG.add("lark strings", "refused past max_items (documented)")
+                continue
+        if got != expected:
             LOG.add("lark", "disagrees with lark")
-        assert g.matches(s) == expected, (grammar, s)
+        assert got == expected, (grammar, s)
     for s in texts[-2:]:
         _walk(g, s, rng)
     assert compile_seconds <= CASE_SECONDS, (grammar, compile_seconds)

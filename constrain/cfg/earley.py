@@ -32,6 +32,7 @@ J. Aycock and R. N. Horspool, "Practical Earley parsing", Computer Journal 2002.
 from __future__ import annotations
 
 import sys
+import warnings
 from array import array
 from itertools import accumulate
 
@@ -39,7 +40,7 @@ import numpy as np
 
 from constrain.cache import check_budget
 from constrain.cfg import earley_kernels as ek
-from constrain.errors import GrammarError, GrammarTooComplexError
+from constrain.errors import GrammarError, GrammarTooComplexError, IncompleteParseWarning
 from constrain.cfg.lexer import symbol_position
 from constrain.automata.hash_table import table_rehash
 from constrain.cfg.ir import GrammarIR
@@ -115,6 +116,8 @@ class EarleyRecognizer:
         self._expected: dict[int, frozenset] = {}
         self._next: dict = {}
         self._unions: dict = {}
+        self._max_items = max_items
+        self._warned = False
 
     # -- saving (constrain.persist) ---------------------------------------------------
 
@@ -170,6 +173,8 @@ class EarleyRecognizer:
         self._pred, self._ctx = arrays(self._PRED), arrays(self._CHART)
         self._kernel_args()
         self._expected = {}
+        self._max_items = int(self._meta[ek.M_MAX_ITEMS])
+        self._warned = False
         nxt = payload.get("next", np.int64, 2, width=3).tolist()
         self._next = {(c, t): v for c, t, v in nxt}
         lengths = payload.get("union_len", np.int64).tolist()
@@ -221,6 +226,13 @@ class EarleyRecognizer:
         while True:
             status, value = kernel(*args, *self._kargs)
             if status == ek.DONE:
+                if self._meta[ek.M_TRUNCATED] and not self._warned:
+                    self._warned = True
+                    warnings.warn(IncompleteParseWarning(
+                        f"the grammar's parser kept {self._max_items} of the items of a chart "
+                        f"column (max_items): the masks stay sound, but some valid "
+                        f"continuations may be refused from here on (pass max_items= to "
+                        f"raise the cap)"))
                 return int(value)
             if status == ek.TOO_MANY_CONTEXTS:
                 raise GrammarTooComplexError(
