@@ -542,12 +542,24 @@ def test_one_of_untyped_branches_and_discriminator():
 
 
 def test_one_of_overlap_refused_under_strict():
-    schema = {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}
+    schema = {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "minLength": 2}]}
     with pytest.raises(UnsupportedSchemaError) as e:
         json_schema_to_lark(schema)
     assert e.value.pointer == "/oneOf"
     with pytest.warns(UserWarning, match="/oneOf"):
         json_schema_to_lark(schema, strict=False)
+
+
+def test_not_integer_among_numbers():
+    # the numbers with a non-integral value (at most 9 + 6 digits, no exponent)
+    check({"not": {"type": "integer"}}, good=["1.5", "-0.25", '"a"', "null", "999999999.000001"],
+          bad=["1", "-3", "0", "1.0"])
+    check({"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]},
+          good=["-2", "1.5", "0.001"], bad=["2", "0", "-1.5"])
+    check({"type": "number", "not": {"type": "integer"}, "minimum": 2, "exclusiveMaximum": 3.5},
+          good=["2.5", "3.25"], bad=["2", "3", "1.5", "3.5", "3.75"])
+    check({"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"type": "number"}},
+          good=["3", "2.5"], bad=["1", "true"])
 
 
 def test_dependencies_and_not_required():

@@ -102,10 +102,14 @@ class Negator:
         at = f"{ref}/{key}"
         if key == "type":
             allowed = type_set(value)
-            if "integer" in allowed and "number" not in allowed:
-                raise UnsupportedSchemaError("the complement of type integer among numbers", at)
-            rest = [t for t in TYPES if t not in allowed and t != "integer"]
-            return [{"type": rest}] if rest else []
+            integral = "integer" in allowed and "number" not in allowed
+            rest = [t for t in TYPES if t not in allowed and t != "integer" and not (integral and t == "number")]
+            out = [{"type": rest}] if rest else []
+            if integral:
+                # the numbers with a non-integral value (a subset: see
+                # numbers.fractional_symbol)
+                out.append({"type": "number", "not": {"type": "integer"}})
+            return out
         if key in ("enum", "const"):
             return [{"not": {key: value}}]
         if key == "format":

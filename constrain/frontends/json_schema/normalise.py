@@ -112,7 +112,13 @@ class Normaliser:
             if form is not None:
                 self.negated.add(ref)
                 dnf = self.product(dnf, form, ref)
-        if "if" in node and ("then" in node or "else" in node or self.doc.has_unevaluated):
+        if "if" in node and "then" not in node and "else" not in node and self.doc.has_unevaluated:
+            # an if alone changes only the annotations unevaluated* see: the
+            # values it matches with its annotations, or any value with none of
+            # them (a value that matches takes that one with fewer evaluated
+            # members, the strict side) -- no complement needed
+            dnf = self.product(dnf, self.flatten(f"{ref}/if", stack) + [()], ref)
+        elif "if" in node and ("then" in node or "else" in node or self.doc.has_unevaluated):
             neg = self._negate(f"{ref}/if")
             form = None if neg is None else self._deferred(
                 f"{ref}/if", lambda: self._if_then_else(ref, node, neg, stack))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from constrain.errors import SchemaError
 from constrain.automata.json_encoding import JSON_INTEGER, JSON_NUMBER
+from constrain.frontends.json_schema.regex_product import intersect
 from constrain.frontends.json_schema.number_ranges import (
     _trie_alt,
     decimal_range_regex,
@@ -186,6 +187,29 @@ def number_symbol(t: Translation, conj, integer: bool, excluded=()) -> str | Non
     if not parts:
         return None
     return g.terminal("|".join(parts) if len(parts) > 1 else parts[0], "NUMBER")
+
+
+#: numbers whose value is not integral: at most 9 integer digits and 6 fraction
+#: digits, the last one non-zero, so the text's value is at least 10^-6 from an
+#: integer and the float Python reads is within 2^-53 * 10^9 < 10^-6 of it
+FRACTIONAL = r"-?(?:0|[1-9][0-9]{0,8})\.[0-9]{0,5}[1-9]"
+_NUMERIC_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def fractional_symbol(t: Translation, conj, excluded=()) -> str | None:
+    """The terminal of ``not: {type: integer}`` among numbers: numbers with a
+    non-integral value (:data:`FRACTIONAL`; stricter than the schema: no
+    exponent, bounded digits), within the conjunction's numeric keywords and
+    less the ``excluded`` numbers (the numbers' terminal, intersected)."""
+    g = t.grammar
+    if not excluded and not any(isinstance(n := t.doc.node(p), dict) and any(k in n for k in _NUMERIC_KEYWORDS)
+                                for p in conj):
+        return g.terminal(FRACTIONAL, "NUMBER")
+    sym = number_symbol(t, conj, False, excluded)
+    if sym is None:
+        return None
+    rx = intersect([g.terminal_defs[sym], FRACTIONAL], t.budget.deadline)
+    return None if rx is None else g.terminal(rx, "NUMBER")
 
 
 def _float_multiples(t: Translation, ms, exact: bool, integer: bool, bounds, ilo, ihi) -> str | None:

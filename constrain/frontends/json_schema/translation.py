@@ -14,7 +14,7 @@ from constrain.frontends.json_schema.keywords import (IGNORABLE, REFUSED, UNCONS
 from constrain.frontends.json_schema.literals import enum_values, literal_symbol
 from constrain.frontends.json_schema.nodes import NotAll
 from constrain.frontends.json_schema.normalise import Normaliser
-from constrain.frontends.json_schema.numbers import number_symbol
+from constrain.frontends.json_schema.numbers import fractional_symbol, number_symbol
 from constrain.frontends.json_schema.objects import object_symbol
 from constrain.frontends.json_schema.options import Options
 from constrain.frontends.json_schema.rules import Alt, Budget, GrammarBuilder
@@ -92,6 +92,8 @@ class Translation:
         if "integer" in types:
             out.append(number_symbol(self, conj, integer="number" not in types,
                                      excluded=[v for v in excluded if is_number(v)]))
+        if "fractional" in types:
+            out.append(fractional_symbol(self, conj, [v for v in excluded if is_number(v)]))
         if "string" in types:
             out.append(string_symbol(self, conj, excluded=[v for v in excluded if isinstance(v, str)]))
         if "array" in types:
@@ -144,9 +146,11 @@ class Translation:
             if keys == {"type"}:
                 nt = type_set(neg["type"])
                 if "integer" in nt and "number" not in nt and "number" in types:
-                    self.diag.unsupported(f"{p}/not", "not: {type: integer} of a number")
+                    # the numbers whose value is not integral (a subset of them:
+                    # see fractional_symbol)
+                    types = (types - nt - {"number"}) | {"fractional"}
                     continue
-                types = types - nt
+                types = types - nt - ({"fractional"} if "number" in nt else set())
                 continue
             self.diag.unsupported(f"{p}/not", "the keyword 'not' is not supported here")
         return types, excluded
