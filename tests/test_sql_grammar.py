@@ -20,10 +20,13 @@ import pytest
 from constrain import compile_grammar
 from constrain.errors import ConstraintError
 from constrain.frontends.lark import _load_plain
+from constrain.frontends.sql import _bounded_identifier_regex, _dq_string_regex, _fold
 from constrain.frontends.sql import (
     AGGREGATE_FUNCTIONS,
+    MAX_ALIAS_CHARS,
     MAX_BLANKS,
     MAX_LINE_BREAKS,
+    MAX_STRING_CHARS,
     RESERVED_WORDS,
     SCALAR_FUNCTIONS,
     SqlSchemaError,
@@ -518,6 +521,69 @@ def test_whitespace_is_bounded(concert):
     assert not concert.matches(ok.replace(" ", "\n" * (MAX_LINE_BREAKS + 1), 1))
     assert not concert.matches(ok + " " * (MAX_BLANKS + 1))
     assert not concert.matches("SELECT name FROM singer GROUP" + "\n" * 3 + "BY name")
+
+
+def test_strings_and_result_aliases_are_bounded(concert):
+    n = MAX_STRING_CHARS
+    for q in ("'", '"'):
+        # a doubled quote is one character of the string
+        ok = q + "x" * (n - 2) + q * 2 + "y" + q
+        assert concert.matches(f"SELECT {ok}")
+        assert not concert.matches(f"SELECT {ok[:-1]}z{q}")
+    assert concert.matches("SELECT x'" + "0a" * (n // 2) + "'")
+    assert not concert.matches("SELECT x'" + "0a" * (n // 2 + 1) + "'")
+    for alias in ("n" * MAX_ALIAS_CHARS, "over" + "_" * (MAX_ALIAS_CHARS - 4)):
+        assert concert.matches(f"SELECT name AS {alias} FROM singer")
+        assert not concert.matches(f"SELECT name AS {alias}x FROM singer")
+
+
+def _units(content: str) -> list[str] | None:
+    """The characters a double-quoted string's content stands for, or None
+    when it is no such content (a lone quote, NUL)."""
+    out, i = [], 0
+    while i < len(content):
+        if content[i] == '"':
+            if content[i:i + 2] != '""':
+                return None
+            i += 1
+        elif content[i] == "\x00":
+            return None
+        out.append(content[i])
+        i += 1
+    return out
+
+
+def test_bounded_regexes_are_exact_and_their_first_match_is_the_longest():
+    """Brute force over short strings: a double-quoted string of at most 6
+    characters spelling none of the excluded names in any letter case, and a
+    plain identifier of at most 7 characters that is no reserved word; Python's
+    first match of an accepted string is all of it (Lark's dynamic lexer)."""
+    excluded = ["id", "Name", "n", 'a"b', "age2"]
+    dq = re.compile(_dq_string_regex(excluded, 6))
+    banned = {_fold(w) for w in excluded}
+    rng = random.Random(3)
+    for _ in range(20_000):
+        content = "".join(rng.choice('nNaAmMeEid2"b x\x00') for _ in range(rng.randint(0, 9)))
+        if rng.random() < 0.2:
+            content = rng.choice(excluded).replace('"', '""') + rng.choice(["", "e", '""'])
+        s = f'"{content}"'
+        units = _units(content)
+        want = units is not None and len(units) <= 6 and _fold("".join(units)) not in banned
+        assert (dq.fullmatch(s) is not None) == want, s
+        assert not want or dq.match(s).end() == len(s), s
+    reserved = RESERVED_WORDS + ("OVER",)
+    ident = re.compile(_bounded_identifier_regex(reserved, 7))
+    words = {w.lower() for w in reserved}
+    for _ in range(20_000):
+        if rng.random() < 0.5:
+            s = rng.choice(sorted(words))[:rng.randint(1, 9)] + rng.choice(["", "e", "_1", "s"])
+        else:
+            s = "".join(rng.choice("selctfromwhe_1R") for _ in range(rng.randint(0, 9)))
+        s = s.upper() if rng.random() < 0.5 else s
+        want = (re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s) is not None
+                and s.lower() not in words and len(s) <= 7)
+        assert (ident.fullmatch(s) is not None) == want, s
+        assert not want or ident.match(s).end() == len(s), s
 
 
 def test_functions_are_sqlite_builtins_with_their_arities(concert):

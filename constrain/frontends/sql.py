@@ -8,7 +8,9 @@ the right number of arguments, aggregates sit where SQLite allows them, subqueri
 return the number of columns their place needs. Both are scannerless (see
 ``docs/sql.md``): whitespace is a terminal of its own, mandatory between two
 word-like tokens and optional around punctuation, and a run of it is bounded
-(:data:`MAX_BLANKS` blanks per line, :data:`MAX_LINE_BREAKS` line breaks).
+(:data:`MAX_BLANKS` blanks per line, :data:`MAX_LINE_BREAKS` line breaks); in
+:func:`sql_grammar` so are string literals (:data:`MAX_STRING_CHARS`) and
+result aliases (:data:`MAX_ALIAS_CHARS`).
 
 Scoping in a context-free grammar. Whether ``T1.name`` resolves depends on the
 ``FROM`` clause that *follows* the select list, and the clauses after ``FROM``
@@ -65,8 +67,10 @@ from constrain.errors import ConstraintError
 __all__ = [
     "AGGREGATE_FUNCTIONS",
     "MAX_BLANKS",
+    "MAX_ALIAS_CHARS",
     "MAX_COMPOUND_COLUMNS",
     "MAX_LINE_BREAKS",
+    "MAX_STRING_CHARS",
     "RESERVED_WORDS",
     "SCALAR_FUNCTIONS",
     "SqlSchemaError",
@@ -158,6 +162,71 @@ def identifier_regex(reserved: Iterable[str] = RESERVED_WORDS) -> str:
         return body if "" in node else body + "?"
 
     return walk(trie, _IDENT_FIRST).removesuffix("?")
+
+
+def _bounded_trie_regex(trie: dict, edge, leave, unit: str, max_units: int,
+                        empty: bool) -> str:
+    """A regex for the strings of at most ``max_units`` units that spell no word
+    of ``trie`` (nested dicts by unit, ``""`` marking a word's end; ``empty``:
+    whether the empty string counts). ``edge(key)`` is the regex of the unit a
+    trie edge reads; ``leave(node, depth)`` the regex of a unit that leaves the
+    trie at ``node`` (``None``: none does); ``unit`` any unit.
+
+    A string either leaves the trie at some depth ``d`` and then takes at most
+    ``max_units - d - 1`` units, or ends inside it on a node that is no word.
+    The strings leaving at each depth are one alternative each, so every tail
+    is written once per depth, not once per trie node. At most one alternative
+    reads a given string past its trie part, and tails are greedy: Python's
+    leftmost-first match is the longest string, as in :func:`identifier_regex`.
+    """
+    def depth_of(node: dict) -> int:
+        return 1 + max((depth_of(node[k]) for k in node if k), default=-1)
+
+    def leaving(node: dict, here: int, d: int) -> str | None:
+        if d == 0:
+            return leave(node, here)
+        alts = [edge(k) + sub for k in sorted(k for k in node if k)
+                if (sub := leaving(node[k], here + 1, d - 1)) is not None]
+        return None if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    def inside(node: dict, top: bool) -> str | None:
+        alts = [edge(k) + sub for k in sorted(k for k in node if k)
+                if (sub := inside(node[k], False)) is not None]
+        stop = "" not in node and (empty or not top)
+        if not alts:
+            return "" if stop else None
+        body = "(?:" + "|".join(alts) + ")"
+        return body + "?" if stop else body
+
+    alts = []
+    for d in range(min(depth_of(trie) + 1, max_units)):
+        head = leaving(trie, 0, d)
+        if head is not None:
+            rest = max_units - d - 1
+            alts.append(head + (f"(?:{unit}){{0,{rest}}}" if rest else ""))
+    tail = inside(trie, True)
+    if tail is not None:
+        alts.append(tail)
+    return "(?:" + "|".join(alts) + ")"
+
+
+def _bounded_identifier_regex(reserved: Iterable[str], max_length: int) -> str:
+    """:func:`identifier_regex` for names of at most ``max_length`` characters."""
+    trie: dict = {}
+    for word in reserved:
+        if len(word) <= max_length:
+            node = trie
+            for ch in word.lower():
+                node = node.setdefault(ch, {})
+            node[""] = {}
+
+    def leave(node: dict, depth: int) -> str | None:
+        used = {c for ch in node if ch for c in (ch, ch.upper())}
+        rest = (_IDENT_REST if depth else _IDENT_FIRST) - used
+        return _char_class(rest) if rest else None
+
+    return _bounded_trie_regex(trie, lambda ch: _char_class({ch, ch.upper()}), leave,
+                               f"[{_WORD_CHARS}]", max_length, empty=False)
 
 
 def _ci(text: str) -> str:
@@ -305,6 +374,11 @@ MAX_BLANKS = 16
 """Most spaces or tabs in a row the schema grammar accepts (per line)."""
 MAX_LINE_BREAKS = 2
 """Most line breaks in one run of whitespace the schema grammar accepts."""
+MAX_STRING_CHARS = 128
+"""Most characters of a string literal (``'...'`` or ``"..."``, a doubled quote
+counting as one) the schema grammar accepts, and most hex digits of a blob."""
+MAX_ALIAS_CHARS = 64
+"""Longest result alias (``SELECT x AS name``) the schema grammar accepts."""
 MAX_COMPOUND_COLUMNS = 3
 """Most explicit result columns of a compound select's members (``SELECT *``
 members are counted separately)."""
@@ -370,9 +444,9 @@ _TERMINALS_I = {
     "UNARY_OP": "/[+~]/",
     "NUMBER": r"/0[xX][0-9A-Fa-f]+|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?/",
     "INT": "/[0-9]+/",
-    "STRING": "/'(?:[^'\\x00]|'')*'/",
+    "STRING": f"/'(?:[^'\\x00]|''){{0,{MAX_STRING_CHARS}}}'/",
     "STRING1": "/'(?:[^'\\x00]|'')'/",
-    "BLOB": "/[xX]'(?:[0-9A-Fa-f][0-9A-Fa-f])*'/",
+    "BLOB": f"/[xX]'(?:[0-9A-Fa-f][0-9A-Fa-f]){{0,{MAX_STRING_CHARS // 2}}}'/",
     "COLLATION": "/binary|nocase|rtrim/i",
     "TYPE_NAME": (r"/(?:integer|int|real|text|blob|numeric|float|double|boolean"
                   r"|varchar|char|decimal)(?:\([0-9]{1,4}\))?/i"),
@@ -477,35 +551,32 @@ def _function_calls(e: str, first: str | None = None) -> list[str]:
     return out
 
 
-def _dq_string_regex(excluded: Iterable[str]) -> str:
+def _dq_string_regex(excluded: Iterable[str], max_chars: int) -> str:
     """A regex for the double-quoted strings ``"..."`` (``""`` inside for a quote)
-    whose content is none of ``excluded``, ignoring ASCII case: SQLite reads such
-    a string as a name when a column has that name."""
+    of at most ``max_chars`` characters whose content is none of ``excluded``,
+    ignoring ASCII case: SQLite reads such a string as a name when a column has
+    that name."""
     trie: dict = {}
     for word in excluded:
-        node = trie
-        for ch in word:
-            node = node.setdefault(_fold(ch), {})
-        node[""] = {}
-    any_char = '(?:[^"\\x00]|"")'
+        if len(word) <= max_chars:  # a longer one cannot be written anyway
+            node = trie
+            for ch in word:
+                node = node.setdefault(_fold(ch), {})
+            node[""] = {}
 
     def spellings(ch: str) -> set[str]:
         return {ch, ch.upper()} if ch.isascii() and ch.isalpha() else {ch}
 
-    def walk(node: dict) -> str:
-        children = sorted(k for k in node if k)
-        alts = [('""' if ch == '"' else _char_class(spellings(ch))) + walk(node[ch])
-                for ch in children]
-        taken = {c for ch in children if ch != '"' for c in spellings(ch)}
-        other = '[^"\\x00' + "".join(re.escape(c) for c in sorted(taken)) + "]"
-        if '"' not in children:
-            other = f'(?:{other}|"")'
-        alts.append(other + any_char + "*")
-        body = "(?:" + "|".join(alts) + ")"
-        # a node that spells an excluded word must be left by one more character
-        return body if "" in node else body + "?"
+    def edge(ch: str) -> str:
+        return '""' if ch == '"' else _char_class(spellings(ch))
 
-    return '"' + walk(trie) + '"'
+    def leave(node: dict, _depth: int) -> str:
+        taken = {c for ch in node if ch and ch != '"' for c in spellings(ch)}
+        other = '[^"\\x00' + "".join(re.escape(c) for c in sorted(taken)) + "]"
+        return other if '"' in node else f'(?:{other}|"")'
+
+    body = _bounded_trie_regex(trie, edge, leave, '[^"\\x00]|""', max_chars, empty=True)
+    return '"' + body + '"'
 
 
 def _fold(name: str) -> str:
@@ -1020,9 +1091,10 @@ def sql_grammar(schema, *, cte_names=(), max_bindings: int = DEFAULT_MAX_BINDING
     g.terminals["KEYWORD_LITERAL"] = _lark_regex(_ascii_case("|".join(
         words + ["current_timestamp", "current_time", "current_date"])))
     g.terminals["DQ_STRING"] = _lark_regex(_dq_string_regex(
-        sorted(columns | {"rowid", "oid", "_rowid_"})))
+        sorted(columns | {"rowid", "oid", "_rowid_"}), MAX_STRING_CHARS))
     g.terminals["ALIAS"] = _lark_regex(
-        "[Oo][Vv][Ee][Rr][0-9A-Z_a-z]*|" + identifier_regex(RESERVED_WORDS + ("OVER",)))
+        f"[Oo][Vv][Ee][Rr][0-9A-Z_a-z]{{0,{MAX_ALIAS_CHARS - 4}}}|"
+        + _bounded_identifier_regex(RESERVED_WORDS + ("OVER",), MAX_ALIAS_CHARS))
     base = _Universe(g, "a", dict(tables), max_bindings, counts)
     base.build()
     start = "a" + "stmt"
