@@ -218,13 +218,7 @@ def _check_depth(p: str) -> None:
             i += 2
             continue
         if c == "[":
-            i += 1
-            if i < n and p[i] == "^":
-                i += 1
-            if i < n and p[i] == "]":
-                i += 1
-            while i < n and p[i] != "]":
-                i += 2 if p[i] == "\\" else 1
+            i = _class_end(p, i)
         elif c == "(":
             depth += 1
             if depth > MAX_DEPTH:
@@ -233,6 +227,20 @@ def _check_depth(p: str) -> None:
         elif c == ")":
             depth = max(depth - 1, 0)
         i += 1
+
+
+def _class_end(p: str, i: int) -> int:
+    """The index of the ``]`` that closes the class opening at ``p[i]`` (past
+    the end if none): a ``]`` first in the class, or escaped, is a member."""
+    n = len(p)
+    i += 1
+    if i < n and p[i] == "^":
+        i += 1
+    if i < n and p[i] == "]":
+        i += 1
+    while i < n and p[i] != "]":
+        i += 2 if p[i] == "\\" else 1
+    return i
 
 
 # -- fast path for the common syntax ---------------------------------------------------
@@ -776,14 +784,7 @@ def _scan(p: str, verbose: bool) -> list:
             i += 2
             continue
         if c == "[":
-            i += 1
-            if i < n and p[i] == "^":
-                i += 1
-            if i < n and p[i] == "]":
-                i += 1
-            while i < n and p[i] != "]":
-                i += 2 if p[i] == "\\" else 1
-            i += 1
+            i = _class_end(p, i) + 1
             continue
         if verbose and c == "#":
             while i < n and p[i] != "\n":
