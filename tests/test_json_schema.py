@@ -176,12 +176,15 @@ def test_number_bounds_against_jsonschema():
 # -- strings ---------------------------------------------------------------------------
 
 def test_float_multiple_of():
-    # 0.01 is within 2^-54 of 1/100: integer texts up to 2^53/100 are exact; texts
-    # with a fraction are decided as jsonschema decides them (0.07/0.01 is not integral)
+    # 0.01 is within 2^-54 of 1/100: integer texts up to 2^53/100 are exact, and
+    # beyond the quotient is at least 2^52 (every float there is an integer);
+    # texts with a fraction are decided as jsonschema decides them (0.07/0.01 is
+    # not integral)
     check({"type": "number", "multipleOf": 0.01},
           good=["1", "0", "-2", "90071992547409", "99.99", "8.25", "100.0", "-12.5", "0.5",
-                "12345.67", "150000.0", "-90071992547409.00"],
-          bad=["90071992547410", "null", "0.07", "99.991", "1.005"])
+                "12345.67", "150000.0", "-90071992547409.00", "90071992547410",
+                "-123456789012345678901234567"],
+          bad=["null", "0.07", "99.991", "1.005"])
     # 0.1 is not close enough to 1/10 for integers to be exact (3/0.1 is, 0.3/0.1 is not)
     check({"type": "number", "multipleOf": 0.1}, good=["3", "12.5", "99.9"],
           bad=["0.3", "0.7", "0.05", "12.25"])

@@ -11,9 +11,12 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from constrain.errors import SchemaError
+from constrain.automata.byte_dfa import minimize_char_dfa
+from constrain.automata.char_dfa import CharDFA
+from constrain.automata.charset import CharSet
+from constrain.errors import GrammarTooComplexError, SchemaError
 from constrain.automata.json_encoding import JSON_INTEGER, JSON_NUMBER
-from constrain.frontends.json_schema.regex_product import intersect
+from constrain.frontends.json_schema.regex_product import intersect, product, regex_dfa, to_regex
 from constrain.frontends.json_schema.number_ranges import (
     _trie_alt,
     decimal_range_regex,
@@ -80,7 +83,11 @@ def _multiple_ofs(doc, conj):
 
     jsonschema tests ``int(x / m) == x / m`` in floating point. For ``m`` within
     2^-54 (relative) of ``1/M`` and an integer ``x`` with ``|x*M| < 2^53``,
-    ``x / m`` rounds to ``x*M`` exactly: integer texts in that range are valid."""
+    ``x / m`` rounds to ``x*M`` exactly: integer texts in that range are valid.
+    Beyond it the quotient is at least 2^52, where every float is an integer:
+    valid too, as long as it is finite (``x*M`` below 10^307; past that
+    jsonschema decides by exact fractions), so the cap is then the grammar's
+    own (:data:`_MAX_BOUND`)."""
     mult = 1
     float_cap = None
     float_ms = []
@@ -96,7 +103,7 @@ def _multiple_ofs(doc, conj):
             big_m = round(1 / m)
             exact = big_m >= 1 and abs(Fraction(m) - Fraction(1, big_m)) * big_m < Fraction(1, 2 ** 54)
             if exact:
-                cap = (2 ** 53 - 1) // big_m
+                cap = _MAX_INT if big_m * _MAX_INT < 10 ** 307 else (2 ** 53 - 1) // big_m
                 float_cap = cap if float_cap is None else min(float_cap, cap)
             float_ms.append((p, m, exact))
             continue
@@ -107,6 +114,7 @@ def _multiple_ofs(doc, conj):
 
 #: numbers are written below this magnitude (see number_symbol)
 _MAX_BOUND = 1e30
+_MAX_INT = 10 ** 30 - 1
 
 
 def _bound_pointer(doc, conj, v) -> str:
@@ -325,5 +333,37 @@ def _multiples(t: Translation, ilo, ihi, m: int, conj) -> str | None:
         if ilo is None:
             parts.append("-" + f"(?:{nat})")
         return "|".join(parts)
+    if m <= _MAX_MODULUS:
+        # the integer texts whose value is 0 mod m (an automaton reading the
+        # digits with the remainder so far), within the bounds: a product
+        try:
+            dfas = [_remainder_dfa(m)]
+            if ilo is not None or ihi is not None:
+                rx = int_range_regex(ilo, ihi)
+                if rx is None:
+                    return None
+                dfas.append(regex_dfa(rx, t.budget.deadline))
+            return to_regex(product(dfas, []))
+        except GrammarTooComplexError:
+            pass  # a regex too large: refused below
     t.diag.unsupported(_multiple_of_pointer(t.doc, conj), f"multipleOf {m} with these bounds")
     return int_range_regex(ilo, ihi) if (ilo is not None or ihi is not None) else JSON_INTEGER
+
+
+#: moduli up to this are written as the automaton of their remainders (the
+#: regex of a remainder automaton grows fast: 36 KB for 7, past 200 KB for 9)
+_MAX_MODULUS = 1000
+_DIGIT_ATOMS = [CharSet.of(ord("-"))] + [CharSet.of(ord(str(d))) for d in range(10)]
+
+
+def _remainder_dfa(m: int) -> CharDFA:
+    """The minimal automaton of the JSON integer texts (no ``-0``) whose value
+    is a multiple of ``m``: after the sign, the state is the remainder mod
+    ``m`` of the digits so far."""
+    # states: 0 start, 1 after "-", 2 the integer 0, 3 + r remainder r; atom
+    # 0 is "-", atom 1 + d the digit d
+    first = {1 + d: 3 + d % m for d in range(1, 10)}
+    rows = [{0: 1, 1: 2, **first}, dict(first), {}]
+    rows += [{1 + d: 3 + (10 * r + d) % m for d in range(10)} for r in range(m)]
+    accepting = [False, False, True] + [r == 0 for r in range(m)]
+    return minimize_char_dfa(CharDFA.from_rows(_DIGIT_ATOMS, rows, accepting))
