@@ -52,7 +52,9 @@ class _CompileClock(_event.Listener):
     def on_end(self, event) -> None:
         tid = threading.get_ident()
         with self._lock:
-            depth = self._depth.pop(tid, 1) - 1
+            if tid not in self._depth:  # it entered before this module was imported
+                return
+            depth = self._depth.pop(tid) - 1
             if depth:
                 self._depth[tid] = depth
                 return
