@@ -12,7 +12,9 @@ from numba import njit
 
 from constrain import GrammarTooComplexError, compile_regex
 from constrain.automata.deadline import Deadline
+from constrain.automata.bits import bits_to_ids
 from constrain.automata.determinize_kernels import OUT_OF_TIME, determinize
+from constrain.regular.token_automaton import TokenAutomaton
 from byte_vocab import byte_vocabulary
 
 
@@ -38,13 +40,15 @@ def test_time_budget_bounds_every_phase(vocab, pattern):
 
 
 def test_token_masks_are_under_the_deadline_and_fall_back_to_lazy_rows(vocab):
-    # rows fit the budget, their transitions (8 bytes per token) do not
-    eager = compile_regex(r"[a-z]*a[a-z]{6}", vocab)
+    # asked to walk every state: the rows fit the budget, with their
+    # transitions (8 bytes per token) they do not
     lazy = compile_regex(r"[a-z]*a[a-z]{6}", vocab, max_mask_bytes=20_000)
-    assert eager.tokens.eager and not lazy.tokens.eager
-    for s in range(1, eager.num_states):
-        assert (eager.allowed_token_ids(s) == lazy.allowed_token_ids(s)).all()
-        a, b = eager.token_transitions(s), lazy.token_transitions(s)
+    eager = TokenAutomaton(lazy.dfa, vocab, eager=True)
+    assert eager.eager and not lazy.tokens.eager
+    assert not TokenAutomaton(lazy.dfa, vocab, eager=True, max_mask_bytes=20_000).eager
+    for s in range(1, lazy.num_states):
+        assert (bits_to_ids(eager.row(s), len(vocab)) == lazy.allowed_token_ids(s)).all()
+        a, b = eager.transitions(s), lazy.token_transitions(s)
         assert sorted(zip(*map(list, a))) == sorted(zip(*map(list, b)))
 
 

@@ -16,7 +16,7 @@ import operator
 import numpy as np
 
 from constrain.cache import check_budget
-from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
+from constrain.runtime.bitmask import check_bitmask, write_row
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
 from constrain.automata.deadline import Deadline, kernel_deadline, ready
@@ -83,19 +83,12 @@ class DFAConstraint(Constraint):
         # lack a one-byte token for some byte they use (small test vocabularies)
         self._live = None if self.tokens.live is None else self.tokens.live.tolist()
         self._words = self.tokens.words
-        self._pool_i32 = self.tokens.pool.view(np.int32)
         self._zeros = np.zeros(self._words, dtype=np.uint32)
-        # eager masks: each state's row as a byte memoryview, TERMINATED's (zeros)
-        # last, at index n, which -1 also reaches
-        self._src_rows = self._writers = None
-        if self.tokens.eager:
-            self._src_rows = [memoryview(r).cast("B") for r in self._pool_i32]
-            self._src_rows.append(memoryview(bytes(4 * self._words)))
-            # per state, how fill_bitmask writes its row (bitmask.row_writer), made on
-            # first use: scanning every row at compile time would cost more than it
-            # saves for states never visited
-            self._writers = [None] * len(self._src_rows)
-        self._row_bytes = 4 * self._words
+        # per state, how fill_bitmask writes its row (bitmask.row_writer): the
+        # automaton's list, made on first use (eager rows) or with the row (lazy
+        # ones; None again once evicted); TERMINATED's (zeros) last, at index n,
+        # which -1 also reaches
+        self._writers = self.tokens.writers
         # the bitmask of the last fill, checked (bitmask.check_bitmask): the
         # bitmask, its row views, the writers and the tensor's data_ptr (None
         # for a numpy array)
@@ -135,8 +128,10 @@ class DFAConstraint(Constraint):
         return self
 
     def _prepare_for_cache(self) -> None:
-        """Nothing: the masks are computed at compile time (or, past
-        ``max_mask_bytes``, on first visit, and not saved)."""
+        """Compute the initial state's row, so that a cache entry has it (the
+        rows computed so far are saved; the others are computed on first
+        visit after loading)."""
+        self.tokens.row(START)
 
     @property
     def num_states(self) -> int:
@@ -252,30 +247,31 @@ class DFAConstraint(Constraint):
     def _fill_other(self, state, bitmask, row) -> None:
         state = self.check_state(state)
         target, row = check_bitmask(bitmask, self._words, row)
-        writers, rows = self._writers, target[2]
-        if writers is not None and rows is not None and target.width == self._words:
-            self._last_fill = (bitmask, rows, writers, target[3])
-            w = writers[state]
-            if w is None:
-                w = writers[state] = row_writer(self._src_rows[state])
+        rows = target[2]
+        if rows is not None and target.width == self._words:
+            w = self._writers[state]
+            if w is None:  # first fill of the state (lazy rows: its first visit)
+                w = self.tokens.writer(self._n if state == TERMINATED else state)
+            self._last_fill = (bitmask, rows, self._writers, target[3])
             if w.__class__ is tuple:
                 w[0](rows[row], 0, *w[1])
             else:
                 rows[row][:] = w
             return
-        # lazy rows, a wider bitmask, a tensor on a GPU
+        # a wider bitmask, a tensor on a GPU
         write_row(target, row, self._zeros if state == TERMINATED else self.tokens.row(state))
 
     def has_cached_mask(self, state: int) -> bool:
-        """Whether ``state``'s mask is computed (always, unless the masks are
-        an LRU of rows: ``max_mask_bytes``)."""
+        """Whether ``state``'s mask is computed (rows are computed on first
+        visit unless the compile walked every state, and evicted past
+        ``max_mask_bytes``)."""
         state = self.check_state(state)
         return state == TERMINATED or self.tokens.is_computed(state)
 
     def fill_cached_bitmask(self, state: int, bitmask, row: int = 0) -> bool:
         """:meth:`fill_bitmask` when ``state``'s mask is computed; else
         ``False`` and nothing written."""
-        if self._writers is None and not self.has_cached_mask(state):
+        if not self.has_cached_mask(state):
             return False
         self.fill_bitmask(state, bitmask, row)
         return True
@@ -307,8 +303,7 @@ class DFAConstraint(Constraint):
 #: the attributes a DFAConstraint sets itself (pickling keeps the others)
 _OWN_ATTRIBUTES = frozenset({
     "vocab", "dfa", "source", "_accepting", "tokens", "_n", "_v", "_trans", "_token_bytes",
-    "_grammar_token", "_eos", "_live", "_words", "_pool_i32", "_zeros", "_src_rows", "_writers",
-    "_row_bytes", "_last_fill"})
+    "_grammar_token", "_eos", "_live", "_words", "_zeros", "_writers", "_last_fill"})
 
 
 def _as_bytes(data) -> bytes:
@@ -349,9 +344,11 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
         max_states: largest automaton (character DFA) accepted.
         time_budget: seconds the whole compilation may take (automaton and
             token masks; numba's own compilation of its kernels not counted).
-        max_mask_bytes: memory for precomputed token masks, and again for their
-            token transitions; past it masks are computed on first visit and
-            kept in an LRU of that size.
+        max_mask_bytes: memory for the token masks and their token transitions
+            together. A mask is computed on the first visit of its state (or,
+            where that is cheaper, every state's at compile time) and kept;
+            past the budget the oldest computed ones are dropped (and computed
+            again if visited again).
 
     Raises:
         RegexSyntaxError, UnsupportedRegexError: with the offset in the pattern.

@@ -2,9 +2,14 @@
 
 For every state of a byte DFA, one walk over the :class:`TokenTrie` (a numba
 kernel) yields the allowed-token bitmask row and the sparse map token → next
-state. Rows are computed for all states at once when they fit the memory budget
-(``max_mask_bytes``), else on first visit and kept in an LRU pool of that size:
-either way ``fill_bitmask`` on a state seen before is a copy of one row.
+state. A state's row is computed on its first visit (a walk visits few of the
+states: a 5-token word at most 6 of the 42 of ``[a-z]{3,40}``), unless walking
+every state at compile time is estimated to cost less than a few first visits
+would (short patterns over narrow byte classes), or token-level liveness needs
+every row. Rows and their
+transitions count against one budget, ``max_mask_bytes``; lazily computed ones
+are evicted oldest first past it. Either way ``fill_bitmask`` on a state seen
+before is a copy of one row.
 
 Soundness at the token level: a token is allowed only if some sequence of tokens
 of this vocabulary completes the string. The byte DFA is first restricted to the
@@ -28,6 +33,7 @@ from constrain.cache import check_budget
 from constrain.errors import GrammarTooComplexError, InvalidStateError
 from constrain.automata.deadline import Deadline, ready
 from constrain.regular.token_kernels import coreachable_states, token_transitions
+from constrain.runtime.bitmask import row_writer
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -35,6 +41,14 @@ from constrain.vocab.vocabulary import Vocabulary
 DEFAULT_MAX_MASK_BYTES = 256 * 1024 * 1024
 _NO_EOS = np.zeros(0, dtype=np.int64)
 _ROW_ALIGN = 64  # bytes
+# Walk every state at compile time when the trie nodes under the bytes the states
+# can take number at most this (~60 us of walking on this machine): one kernel
+# call for all then costs less than the ~6 us of Python and dispatch that each
+# first visit pays, as in [0-9]{5}. The estimate is a bound (the walk prunes
+# below the first byte); it is skipped for DFAs past _CHEAP_STATES states.
+_CHEAP_NODES = 40_000
+_CHEAP_STATES = 512
+_CHUNK = 64  # states per kernel call of a whole walk: ~40 ms of SmolLM2 walks, the deadline's granularity
 
 
 def _aligned_rows(n: int, words: int) -> np.ndarray:
@@ -54,37 +68,55 @@ class TokenAutomaton:
     Args:
         dfa: the byte DFA (state 0 dead, 1 start).
         vocab: the vocabulary.
-        max_mask_bytes: memory budget for the precomputed bitmask rows, and
-            apart for their token transitions (8 bytes per allowed token): past
-            either, rows are computed on first visit (or, where liveness needs
-            every row, :class:`~constrain.errors.GrammarTooComplexError`).
-        deadline: when the precomputed rows must be done (a
+        max_mask_bytes: memory budget for the bitmask rows and their token
+            transitions (8 bytes per allowed token) together. Rows computed on
+            first visit are evicted oldest first past it (the row being
+            returned stays); when token-level liveness needs every row and
+            they do not fit: :class:`~constrain.errors.GrammarTooComplexError`.
+        deadline: when the rows walked at compile time must be done (a
             ``time.perf_counter()`` value or a
             :class:`~constrain.automata.deadline.Deadline`), checked between
             chunks of states; past it, ``GrammarTooComplexError``.
+        eager: ``True``: walk every state now (if the rows and transitions fit
+            the budget, else on first visit); ``False``: on first visit;
+            ``None`` (default): now only where that is cheap (see the module).
+            Small vocabularies that lack a one-byte token for some byte they
+            use are always walked whole (their liveness needs every row).
 
-    The queries take a DFA state ``0 <= state < num_states`` (0 is the dead
-    state) and raise :class:`~constrain.errors.InvalidStateError` for any other
-    value: the trie walk is a numba kernel that trusts its indices, so a bad one
-    must not reach it.
+    ``eager`` is then whether every row is computed. The queries take a DFA
+    state ``0 <= state < num_states`` (0 is the dead state) and raise
+    :class:`~constrain.errors.InvalidStateError` for any other value: the trie
+    walk is a numba kernel that trusts its indices, so a bad one must not
+    reach it.
+
+    Thread safety: a row is computed outside the lock (the kernel releases
+    the GIL, so threads walk different states at once) and published under it;
+    published rows, transitions and writers are never modified (eviction only
+    drops them), so readers need no lock.
     """
 
     def __init__(self, dfa: ByteDFA, vocab: Vocabulary, *,
-                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES, deadline=None):
+                 max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES, deadline=None,
+                 eager: bool | None = None):
         max_mask_bytes = check_budget("max_mask_bytes", max_mask_bytes)
         self._base(dfa, vocab, max_mask_bytes)
         trie = self.trie
-        n, words = self.num_states, self.words
-        row_bytes = words * 4
+        n = self.num_states
         exact_liveness = not trie.spells_alphabet()
-        self.eager = exact_liveness or n * row_bytes <= max_mask_bytes
+        if eager is None:
+            eager = exact_liveness or self._cheap_to_walk(trie)
+        rows_bytes = n * self._row_bytes
         walked = None
-        if self.eager:
-            self._pool = _aligned_rows(n, words)
+        if exact_liveness or (eager and rows_bytes <= max_mask_bytes):
+            if rows_bytes > max_mask_bytes:
+                raise GrammarTooComplexError(
+                    f"the token masks of {n} states need {rows_bytes} bytes, more than "
+                    f"max_mask_bytes={max_mask_bytes}")
+            self._pool = _aligned_rows(n, self.words)
             eos = _NO_EOS if exact_liveness else self._eos
-            walked = self._walk_all(eos, Deadline.of(deadline), max_mask_bytes, exact_liveness)
-            # over the transitions' budget: rows on first visit instead
-            self.eager = walked is not None
+            walked = self._walk_all(self._pool, eos, Deadline.of(deadline),
+                                    max_mask_bytes - rows_bytes, exact_liveness)
+        self.eager = walked is not None
         if self.eager:
             indptr, toks, nexts = walked
             self.live = None  # a trimmed byte DFA: every state but 0 is live
@@ -93,9 +125,8 @@ class TokenAutomaton:
                 for s in np.flatnonzero(dfa.accepting & self.live):
                     self._set_eos(self._pool[s])
             self._indptr, self._toks, self._nexts = indptr, toks, nexts
-            self._slot = None
         else:
-            self._lazy_pool()
+            self._lazy_rows()
 
     def _base(self, dfa: ByteDFA, vocab: Vocabulary, max_mask_bytes: int) -> None:
         self.dfa = dfa
@@ -103,16 +134,32 @@ class TokenAutomaton:
         self.max_mask_bytes = max_mask_bytes
         self.num_states = dfa.num_states
         self.words = (len(vocab) + 31) // 32
+        # a row's memory: its words padded to the 64-byte alignment
+        self._row_bytes = -(-self.words * 4 // _ROW_ALIGN) * _ROW_ALIGN
         self._eos = vocab.eos_token_array
         self._lock = threading.Lock()
-
-    def _lazy_pool(self) -> None:
-        """Rows on first visit, in an LRU pool of ``max_mask_bytes``."""
-        capacity = max(1, self.max_mask_bytes // (4 * self.words))
-        self._pool = _aligned_rows(capacity, self.words)
-        self._slot: OrderedDict = OrderedDict()  # state -> (slot, toks, nexts)
-        self._free = list(range(capacity - 1, -1, -1))
         self.live = None
+        #: per state, how ``fill_bitmask`` writes its row (``bitmask.row_writer``),
+        #: ``None`` until made; ``writers[num_states]`` is the all-zero row's
+        self.writers: list = [None] * (self.num_states + 1)
+
+    def _lazy_rows(self) -> None:
+        """Rows on first visit, in a budget of ``max_mask_bytes``."""
+        self.eager = False
+        self._pool = self._indptr = self._toks = self._nexts = None
+        # state -> (row, toks, nexts, writer, bytes), oldest first
+        self._entries: OrderedDict = OrderedDict()
+        self._bytes = 0
+
+    def _cheap_to_walk(self, trie: TokenTrie) -> bool:
+        """Whether walking every state now is estimated to cost less than the
+        first visits of a few (see ``_CHEAP_NODES``)."""
+        n = self.num_states
+        if n > _CHEAP_STATES:
+            return False
+        first = trie.first
+        below = np.where(first >= 0, trie.skip[np.maximum(first, 0)] - first, 0)
+        return int(((self.dfa.transitions[1:n] != 0) @ below).sum()) <= _CHEAP_NODES
 
     @property
     def trie(self) -> TokenTrie:
@@ -124,8 +171,9 @@ class TokenAutomaton:
 
     def snapshot(self, payload) -> None:
         """Write the rows and transitions into ``payload`` (a
-        :class:`constrain.persist.Payload`): eager ones whole; lazy ones not at
-        all (a row is a function of its state, computed again on first visit)."""
+        :class:`constrain.persist.Payload`): eager ones whole; lazy ones as the
+        rows computed so far (each a function of its state: whatever was not
+        saved is computed again on first visit)."""
         payload.set("max_mask_bytes", self.max_mask_bytes)
         payload.set("eager", self.eager)
         if self.eager:
@@ -136,6 +184,19 @@ class TokenAutomaton:
             payload.set("live", self.live is not None)
             if self.live is not None:
                 payload.put("live", self.live)
+            return
+        with self._lock:
+            entries = list(self._entries.items())
+        states = np.array([s for s, _ in entries], dtype=np.int32)
+        rows = np.zeros((len(entries), self.words), dtype=np.uint32)
+        for j, (_, e) in enumerate(entries):
+            rows[j] = e[0]
+        indptr, toks, nexts = _csr([e[1] for _, e in entries], [e[2] for _, e in entries])
+        payload.put("states", states)
+        payload.put("rows", rows)
+        payload.put("indptr", indptr)
+        payload.put("toks", toks)
+        payload.put("nexts", nexts)
 
     @classmethod
     def restore(cls, payload, dfa: ByteDFA, vocab: Vocabulary) -> "TokenAutomaton":
@@ -143,56 +204,77 @@ class TokenAutomaton:
         self = cls.__new__(cls)
         self._base(dfa, vocab, check_budget("max_mask_bytes", payload.value("max_mask_bytes")))
         self.eager = payload.value("eager", bool)
-        if not self.eager:
-            self._lazy_pool()
-            return self
         n, words = self.num_states, self.words
-        rows = payload.get("rows", np.uint32, 2, width=words)
-        indptr = payload.get("indptr", np.int64)
-        toks, nexts = payload.get("toks", np.int32), payload.get("nexts", np.int32)
-        if rows.shape[0] != n or indptr.shape[0] != n + 1 or len(toks) != len(nexts) \
-                or indptr[0] != 0 or indptr[-1] != len(toks) or (np.diff(indptr) < 0).any() \
-                or (len(toks) and (toks.min() < 0 or toks.max() >= len(vocab)
-                                   or nexts.min() < 0 or nexts.max() >= n)):
-            raise ValueError("the token transitions do not fit the automaton")
+        if not self.eager:
+            self._lazy_rows()
+            states = payload.get("states", np.int32)
+            rows, (indptr, toks, nexts) = self._restore_csr(payload, len(states))
+            if len(states) and (states.min() < 1 or states.max() >= n
+                                or len(np.unique(states)) != len(states)):
+                raise ValueError("the saved rows name states outside the automaton")
+            for j, s in enumerate(states.tolist()):
+                a, b = indptr[j], indptr[j + 1]
+                row = _aligned_rows(1, words)[0]
+                row[:] = rows[j]
+                self._publish(s, row, toks[a:b].copy(), nexts[a:b].copy())
+            return self
+        rows, (indptr, toks, nexts) = self._restore_csr(payload, n)
         self._pool = _aligned_rows(n, words)
         self._pool[:] = rows
         self._indptr, self._toks, self._nexts = indptr, toks, nexts
         self.live = payload.get("live", np.bool_) if payload.value("live", bool) else None
         if self.live is not None and self.live.shape[0] != n:
             raise ValueError("the liveness does not fit the automaton")
-        self._slot = None
         return self
+
+    def _restore_csr(self, payload, m: int):
+        """The saved ``rows`` of ``m`` states and their CSR of transitions,
+        checked to fit the automaton (``ValueError`` else)."""
+        rows = payload.get("rows", np.uint32, 2, width=self.words)
+        indptr = payload.get("indptr", np.int64)
+        toks, nexts = payload.get("toks", np.int32), payload.get("nexts", np.int32)
+        if rows.shape[0] != m or indptr.shape[0] != m + 1 or len(toks) != len(nexts) \
+                or indptr[0] != 0 or indptr[-1] != len(toks) or (np.diff(indptr) < 0).any() \
+                or (len(toks) and (toks.min() < 0 or toks.max() >= len(self.vocab)
+                                   or nexts.min() < 0 or nexts.max() >= self.num_states)):
+            raise ValueError("the token transitions do not fit the automaton")
+        return rows, (indptr, toks, nexts)
 
     # -- computing rows ------------------------------------------------------------
 
-    def _walk_all(self, eos: np.ndarray, deadline, max_bytes: int, required: bool):
-        """Every state's row into the pool and the CSR of their transitions,
-        walked in chunks of states between which the ``deadline`` is checked;
-        ``None`` once the transitions pass ``max_bytes`` (unless ``required``:
-        then ``GrammarTooComplexError``)."""
+    def _walk_all(self, rows, eos: np.ndarray, deadline, max_bytes: int, required: bool):
+        """Every state's row into ``rows`` (``None``: a scratch chunk, rows not
+        kept) and the CSR of their transitions, walked in chunks of states
+        between which the ``deadline`` is checked; ``None`` once the
+        transitions pass ``max_bytes`` (unless ``required``: then
+        ``GrammarTooComplexError``)."""
         n = self.num_states
         parts = []
         total = 0
-        chunk = 64  # ~40 ms of SmolLM2 walks: the deadline's granularity
-        for lo in range(0, n, chunk):
-            states = np.arange(lo, min(n, lo + chunk), dtype=np.int32)
+        scratch = _aligned_rows(min(n, _CHUNK), self.words) if rows is None else None
+        for lo in range(0, n, _CHUNK):
+            states = np.arange(lo, min(n, lo + _CHUNK), dtype=np.int32)
+            if scratch is not None:
+                scratch[:] = 0
+                chunk = scratch[:len(states)]
+            else:
+                chunk = rows[lo:lo + len(states)]
             if lo == 0:
                 t = self.trie
                 ready(token_transitions, (self.dfa.transitions, states, t.first, t.byte, t.depth,
                                           t.skip, t.tok_start, t.tok_end, t.order, t.max_depth,
-                                          self._pool[:len(states)], 0, self.dfa.accepting, eos),
+                                          chunk, 0, self.dfa.accepting, eos),
                       deadline, "TokenAutomaton")
-            part = self._walk(states, self._pool[lo:lo + len(states)], eos)
+            part = self._walk(states, chunk, eos)
             parts.append(part)
             total += part[1].nbytes + part[2].nbytes
             # past the budget, or bound to pass it twice over at this rate:
             # the walks so far are wasted either way
-            if total > max_bytes or (not required and total * n > 2 * max_bytes * (lo + chunk)):
+            if total > max_bytes or (not required and total * n > 2 * max_bytes * (lo + _CHUNK)):
                 if required:
                     raise GrammarTooComplexError(
-                        f"the token transitions of {n} states need more than {max_bytes} "
-                        f"bytes (pass max_mask_bytes= to raise the limit)")
+                        f"the token masks and transitions of {n} states need more than "
+                        f"{self.max_mask_bytes} bytes (pass max_mask_bytes= to raise the limit)")
                 return None
             if deadline is not None and time.perf_counter() > deadline:
                 raise GrammarTooComplexError(
@@ -241,21 +323,41 @@ class TokenAutomaton:
                          (np.uint32(1) << (toks & 31).astype(np.uint32)))
         return indptr, toks, nexts
 
-    def _lazy(self, state: int):
-        # the caller holds self._lock: a slot is reused on eviction, so a row is
-        # read (copied) under the same lock that may overwrite it
-        entry = self._slot.get(state)
+    def _entry(self, state: int):
+        """``(row, toks, nexts, writer, bytes)`` of a lazily computed ``state``,
+        computing it on first visit."""
+        entry = self._entries.get(state)
         if entry is not None:
-            self._slot.move_to_end(state)
+            with self._lock:
+                if state in self._entries:
+                    self._entries.move_to_end(state)
             return entry
-        if self._free:
-            slot = self._free.pop()
-        else:
-            _, (slot, _, _) = self._slot.popitem(last=False)
-        row = self._pool[slot:slot + 1]
-        row[:] = 0
-        _, toks, nexts = self._walk(np.array([state], dtype=np.int32), row, self._eos)
-        entry = self._slot[state] = (slot, toks, nexts)
+        # outside the lock: the kernel releases the GIL, so threads visiting
+        # different states walk at once (two visiting the same one both walk it,
+        # and the first to publish wins: the rows are equal)
+        row = _aligned_rows(1, self.words)[0]
+        _, toks, nexts = self._walk(np.array([state], dtype=np.int32), row[None], self._eos)
+        # copies: the kernel's slices hold a buffer of one slot per token
+        return self._publish(state, row, toks.copy(), nexts.copy())
+
+    def _publish(self, state: int, row: np.ndarray, toks: np.ndarray, nexts: np.ndarray):
+        for a in (row, toks, nexts):
+            a.flags.writeable = False
+        writer = row_writer(memoryview(row).cast("B"))
+        size = self._row_bytes + toks.nbytes + nexts.nbytes
+        if writer.__class__ is tuple:
+            size += sum(map(len, writer[1]))
+        with self._lock:
+            entry = self._entries.get(state)
+            if entry is not None:
+                return entry
+            entry = self._entries[state] = (row, toks, nexts, writer, size)
+            self._bytes += size
+            self.writers[state] = writer
+            while self._bytes > self.max_mask_bytes and len(self._entries) > 1:
+                old, e = self._entries.popitem(last=False)
+                self._bytes -= e[4]
+                self.writers[old] = None
         return entry
 
     # -- queries -----------------------------------------------------------------
@@ -272,36 +374,53 @@ class TokenAutomaton:
         return s
 
     def row(self, state: int) -> np.ndarray:
-        """The uint32 bitmask row of ``state`` (EOS bits set when accepting): a
-        view of the eager pool (do not modify), or with lazy rows a copy, which
-        no later eviction can overwrite (safe under concurrent use)."""
+        """The uint32 bitmask row of ``state`` (EOS bits set when accepting),
+        read-only or a view of the eager rows (do not modify): never changed
+        after, not even by an eviction (safe under concurrent use)."""
         state = self._check(state)
-        if self._slot is None:
+        if self.eager:
             return self._pool[state]
-        with self._lock:
-            return self._pool[self._lazy(state)[0]].copy()
+        return self._entry(state)[0]
+
+    def writer(self, state: int):
+        """How ``fill_bitmask`` writes ``state``'s row (``bitmask.row_writer``),
+        computing the row on first visit; ``state == num_states``: the
+        all-zero row's. Kept in :attr:`writers`."""
+        if state == self.num_states:
+            w = self.writers[state] = row_writer(memoryview(bytes(4 * self.words)))
+            return w
+        state = self._check(state)
+        if not self.eager:
+            return self._entry(state)[3]
+        w = self.writers[state] = row_writer(memoryview(self._pool[state]).cast("B"))
+        return w
 
     def is_computed(self, state: int) -> bool:
         """Whether ``state``'s row is computed (eager rows: always)."""
         state = self._check(state)
-        return self._slot is None or state in self._slot
-
-    @property
-    def pool(self) -> np.ndarray:
-        """The array the rows live in (eager rows are views into it; lazy ones
-        are slots reused on eviction)."""
-        return self._pool
+        return self.eager or state in self._entries
 
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, next_states)`` of the grammar tokens allowed in ``state``
         (EOS not included)."""
         state = self._check(state)
-        if self._slot is None:
+        if self.eager:
             a, b = self._indptr[state], self._indptr[state + 1]
             return self._toks[a:b], self._nexts[a:b]
-        with self._lock:
-            _, toks, nexts = self._lazy(state)
-        return toks, nexts
+        entry = self._entry(state)
+        return entry[1], entry[2]
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(indptr, tokens, next_states)``: the transitions of every state as
+        CSR (those of state ``s`` at ``indptr[s]:indptr[s + 1]``), for the
+        analyses that need all of them at once. Eager rows: the compile's
+        arrays; lazy ones: walked now (one kernel call per 64 states; the rows
+        themselves are not kept), under ``max_mask_bytes``, past which
+        :class:`~constrain.errors.GrammarTooComplexError`."""
+        if self.eager:
+            return self._indptr, self._toks, self._nexts
+        walked = self._walk_all(None, self._eos, None, self.max_mask_bytes, True)
+        return walked
 
     def is_live(self, state: int) -> bool:
         """Whether some token sequence from ``state`` completes a string."""
@@ -309,3 +428,12 @@ class TokenAutomaton:
         if self.live is not None:
             return bool(self.live[state])
         return state != 0
+
+
+def _csr(toks: list, nexts: list):
+    """The CSR ``(indptr, tokens, next_states)`` of per-state arrays."""
+    indptr = np.zeros(len(toks) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in toks], out=indptr[1:])
+    if not toks:
+        return indptr, np.zeros(0, np.int32), np.zeros(0, np.int32)
+    return indptr, np.concatenate(toks), np.concatenate(nexts)
