@@ -17,6 +17,11 @@ engine, on one thread:
   (each time in a fresh walk); a step's time is the median of its repeats; p50, p99
   and mean are then taken over all steps. The advance call (token acceptance) is
   timed the same way but separately.
+* compile + first walk (a "request"): a compilation from fresh state, then a
+  fresh walk of an example's tokens (every mask filled, every token advanced),
+  timed as one; the median of ``--request-runs`` per example, the mean over the
+  examples. What a server pays for a regex it has not seen, where lazily built
+  masks are paid for.
 
 All engines walk the same token ids (from the vocabulary's real tokenizer) with
 vocabularies built from the same token bytes. A separate untimed pass compares the
@@ -158,6 +163,10 @@ def vocab_names(choice: str) -> list[str]:
 #                            a fresh untimed walk calling cb(step, mask_as_numpy)
 #                            after each fill; returns the step at which the engine
 #                            refused a token, or None
+#   request_timed(pattern, ids, m, n)
+#                            a "request": a compilation from fresh compiler state,
+#                            then a fresh walk filling n masks and advancing
+#                            between them, timed as one (wall ns, CPU ns)
 # The timed loops are written out per engine (no shared callback) so that none
 # pays for an extra Python call layer the others do not.
 # ----------------------------------------------------------------------------------
@@ -224,6 +233,19 @@ class XGrammarEngine(PeerEngine):
                 t1 = perf_ns()
                 adv_ns.append(t1 - t0)
 
+    def request_timed(self, pattern, ids, mask, n):
+        compiler = self.fresh_compiler()
+        matcher = self.lib.GrammarMatcher
+
+        def request():
+            m = matcher(compiler.compile_regex(pattern))
+            for j in range(n):
+                m.fill_next_token_bitmask(mask, 0)
+                if j < n - 1:
+                    m.accept_token(ids[j])
+
+        return timed(request)[1:]
+
     def walk_check(self, compiled, ids, mask, n, cb):
         m = self.lib.GrammarMatcher(compiled)
         for j in range(n):
@@ -276,6 +298,19 @@ class OutlinesEngine(PeerEngine):
                 advance(tok, False)
                 t1 = perf_ns()
                 adv_ns.append(t1 - t0)
+
+    def request_timed(self, pattern, ids, mask, n):
+        index, guide, vocab = self.lib.Index, self.lib.Guide, self.vocab
+        ptr, numel = mask.data_ptr(), mask.numel()
+
+        def request():
+            g = guide(index(pattern, vocab))
+            for j in range(n):
+                g.write_mask_into(ptr, numel, 4)
+                if j < n - 1:
+                    g.advance(ids[j], False)
+
+        return timed(request)[1:]
 
     def walk_check(self, compiled, ids, mask, n, cb):
         g = self.lib.Guide(compiled)
@@ -402,6 +437,21 @@ class TrellisEngine:
                 state = advance(state, tok)
                 t1 = perf_ns()
                 adv_ns.append(t1 - t0)
+
+    def request_timed(self, source, ids, mask, n):
+        self._clear()
+        compile, vocab = self.compile, self.vocab
+
+        def request():
+            c = compile(source, vocab)
+            fill, advance = c.fill_bitmask, c.advance
+            state = c.initial_state()
+            for j in range(n):
+                fill(state, mask, 0)
+                if j < n - 1:
+                    state = advance(state, ids[j])
+
+        return timed(request)[1:]
 
     def walk_check(self, compiled, ids, mask, n, cb):
         state = compiled.initial_state()
@@ -763,6 +813,21 @@ def run_regex(case: RegexCase, spec: VocabSpec, engines: dict, args, overhead: i
     for n in live:
         res["engines"][n]["mask_us"] = summarize(per_step_median(fill_samples[n]))
         res["engines"][n]["advance_us"] = summarize(per_step_median(adv_samples[n]))
+
+    # -- requests: compile + first walk, engines interleaved -----------------------------
+    req: dict = {n: [[] for _ in range(n_seq)] for n in live}
+    for r in range(args.request_runs):
+        for n in live[r % len(live):] + live[:r % len(live)]:
+            for k, ((ex, ids), common) in enumerate(zip(seqs, steps_common)):
+                gc.disable()
+                try:
+                    req[n][k].append(engines[n].request_timed(case.pattern, ids, masks[n], common)[0])
+                finally:
+                    gc.enable()
+    for n in live:
+        per_example = [statistics.median(runs) / 1e6 for runs in req[n] if runs]
+        res["engines"][n]["request_examples_ms"] = per_example
+        res["engines"][n]["request_ms"] = statistics.mean(per_example) if per_example else None
     return res
 
 
@@ -847,6 +912,24 @@ def format_details(vres: dict) -> str:
     return "\n".join(lines)
 
 
+def format_requests(vres: dict) -> str:
+    """The "request" regime: compile + first walk per regex, and Trellis's
+    ratio to the faster peer (the bar: <= 1 on every regex)."""
+    lines = []
+    hdr = (f"{'regex':<13} | {'compile + first walk ms (T / O / X)':<36} | {'T/best':>6} | "
+           f"{'per example ms (T)':<40}")
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for r in vres["results"]:
+        q = [_get(r, e, "request_ms") for e in ENGINES]
+        peers = [x for x in q[1:] if x is not None]
+        ex = _get(r, "trellis", "request_examples_ms") or []
+        lines.append(f"{r['regex']:<13} | {' / '.join(fmt(x, 2) for x in q):<36} | "
+                     f"{_ratio(q[0], min(peers) if peers else None):>6} | "
+                     f"{' '.join(fmt(x, 2) for x in ex):<40}")
+    return "\n".join(lines)
+
+
 def format_findings(vres: dict) -> str:
     out = []
     for r in vres["results"]:
@@ -892,6 +975,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=20, help="timed walks per sequence and engine")
     ap.add_argument("--warmup", type=int, default=2, help="untimed walks before timing")
     ap.add_argument("--compile-runs", type=int, default=7, help="timed compilations (median)")
+    ap.add_argument("--request-runs", type=int, default=5,
+                    help="timed requests (compile + first walk) per example (median)")
     ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset of " + ",".join(ENGINES))
     ap.add_argument("--regex", default="", help="comma-separated regex names (default: all)")
     ap.add_argument("--show", type=int, default=3, help="disagreement examples kept per regex")
@@ -949,6 +1034,8 @@ def main(argv=None) -> int:
         print(format_table(vres, list(live)))
         print()
         print(format_details(vres))
+        print()
+        print(format_requests(vres))
         print("\nfindings:")
         print(format_findings(vres))
         del spec
