@@ -34,7 +34,13 @@ def exclusion_terminal(g: GrammarBuilder, names, tail: str, kind: str, alphabet=
         return None
     if sum(map(len, names)) > MAX_TRIE and _trie_size(names) > MAX_TRIE:
         return None
-    base = '"' + any_char + ("+" if min_len else "*") + '"' + tail
+    return minus_names(g, '"' + any_char + ("+" if min_len else "*") + '"' + tail, names, kind)
+
+
+def minus_names(g: GrammarBuilder, base: str, names, kind: str) -> str:
+    """On the compile path (``g.exclusions`` is a dict): the terminal of the
+    regex ``base`` (a JSON string and what follows it) less the strings that
+    start with one of ``names`` as a JSON string, an automaton product."""
     prefixes = tuple(sorted({p for p in map(json_bytes, names) if p is not None}))
     if not prefixes:
         return g.terminal(base, kind)

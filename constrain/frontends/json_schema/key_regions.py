@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from constrain.automata.char_dfa import CharDFA
 from constrain.automata.json_encoding import CANON_ANY, encodable, json_str, lit
 from constrain.errors import GrammarTooComplexError, RegexError
-from constrain.frontends.json_schema.exclusions import exclusion_terminal
+from constrain.frontends.json_schema.exclusions import exclusion_terminal, minus_names
 from constrain.frontends.json_schema.regex_product import product, regex_dfa, to_regex
 from constrain.frontends.json_schema.patterns import (PatternUnsupported, matches_everything,
                                                       pattern_class_star, patterns_disjoint,
@@ -60,29 +60,36 @@ class KeyRegions:
         self.t = t
         self.patterns = [p for p, _ in patterns]
         self.where = [w for _, w in patterns]
-        self._dfas: dict[tuple, CharDFA | None] = {}
-        #: translations that failed: (pattern index, over) -> reason (reported
-        #: only where a region that is allowed needs them)
-        self._failed: dict[tuple, str] = {}
+        #: translations and automata by (pattern, over), shared by the
+        #: translation's objects (a schema repeats its patterns)
+        self._memo = t.key_patterns
         self._emptiness: dict[tuple, bool] = {}
 
     def _dfa(self, regex: str) -> CharDFA:
         return regex_dfa(regex, self.t.budget.deadline)
 
-    def _pattern_dfa(self, i: int, over: bool) -> CharDFA | None:
-        """The automaton of pattern ``i``'s subset (superset: ``over``)
-        translation; ``None`` where it failed (reason kept) or, for the subset,
-        matches nothing."""
-        key = (i, over)
-        if key not in self._dfas:
-            self._dfas[key] = None
+    def _content(self, i: int, over: bool) -> tuple[str | None, str | None]:
+        """``(content, failure)``: pattern ``i``'s subset (superset: ``over``)
+        translation (``None``: the subset matches nothing, or it failed, and
+        why)."""
+        key = ("content", self.patterns[i], over)
+        if key not in self._memo:
             try:
-                content = translate_pattern(self.patterns[i], over=over)
-                if content is not None:
-                    self._dfas[key] = self._dfa(content)
-            except (PatternUnsupported, re.error, RegexError) as e:
-                self._failed[key] = str(e)
-        return self._dfas[key]
+                self._memo[key] = translate_pattern(self.patterns[i], over=over), None
+            except (PatternUnsupported, re.error) as e:
+                self._memo[key] = None, str(e)
+        return self._memo[key]
+
+    def _pattern_dfa(self, i: int, over: bool) -> CharDFA | None:
+        """The automaton of :meth:`_content` (``None`` where it is)."""
+        key = ("dfa", self.patterns[i], over)
+        if key not in self._memo:
+            content, _ = self._content(i, over)
+            try:
+                self._memo[key] = None if content is None else self._dfa(content)
+            except RegexError:
+                self._memo[key] = None
+        return self._memo[key]
 
     def _negatives(self, matched: frozenset, upto: int | None = None) -> list[int]:
         """The patterns a region's keys must not match: those outside it (among
@@ -110,9 +117,9 @@ class KeyRegions:
         return True if probe and out is None else out
 
     def _any_key(self) -> CharDFA:
-        if ("any",) not in self._dfas:
-            self._dfas["any", ] = self._dfa(CANON_ANY + "*")
-        return self._dfas["any", ]
+        if "any" not in self._memo:
+            self._memo["any"] = self._dfa(CANON_ANY + "*")
+        return self._memo["any"]
 
     def _empty(self, matched: frozenset, upto: int | None = None) -> bool:
         """Whether no key is in the region (over the first ``upto`` patterns;
@@ -156,37 +163,47 @@ class KeyRegions:
 
     def key(self, matched: frozenset, declared) -> str | None:
         """The key terminal (with the colon) of the region ``matched``, less the
-        ``declared`` names (``None``: no key, or a translation failed, which
-        has been reported)."""
+        ``declared`` names (``None``: no key, a translation failed, which has
+        been reported, or the region's regex would be too large, and its keys
+        are left out: the strict side)."""
         t = self.t
         g = t.grammar
         pats = self.patterns
         names = [d for d in declared
                  if frozenset(j for j in range(len(pats)) if _search(pats[j], d)) == matched]
         negatives = self._negatives(matched)
-        if len(matched) == 1 and not negatives:
+        for i in sorted(matched):
+            failure = self._content(i, False)[1]
+            if failure is not None:
+                t.diag.unsupported(self.where[i], f"pattern {pats[i]!r}: {failure}")
+                return None
+        for j in negatives:
+            failure = self._content(j, True)[1]
+            if failure is not None:
+                t.diag.unsupported(self.where[j], f"patternProperties {pats[j]!r}: keys that "
+                                                  f"do not match it: {failure}")
+                return None
+        single = len(matched) == 1 and not negatives
+        if single:
             (i,) = matched
             star = pattern_class_star(pats[i]) if names else None
             if names and matches_everything(pats[i]):
                 return exclusion_terminal(g, names, g.key_colon(), "KEY")
             if star is not None:
                 return exclusion_terminal(g, names, g.key_colon(), "KEY", star[0], star[1])
-        dfa = self._product(matched, names)
-        if dfa is None:
-            for i in sorted(matched):
-                if (i, False) in self._failed:
-                    t.diag.unsupported(self.where[i], f"pattern {pats[i]!r}: {self._failed[i, False]}")
-                    return None
-            for j in negatives:
-                if (j, True) in self._failed:
-                    t.diag.unsupported(self.where[j], f"patternProperties {pats[j]!r}: keys that "
-                                                      f"do not match it: {self._failed[j, True]}")
-                    return None
-            return None  # no key matches a pattern
-        if len(matched) == 1 and not negatives and not names:
-            content = translate_pattern(pats[next(iter(matched))])  # as written: shorter
-        else:
-            content = to_regex(dfa)
+        # on the compile path the names are cut out of the key terminal by an
+        # automaton product (GrammarIR.exclusions), in grammar text by the regex
+        inline = names if g.exclusions is None else ()
+        try:
+            if single and not inline:
+                content = self._content(i, False)[0]
+            else:
+                dfa = self._product(matched, inline)
+                content = None if dfa is None else to_regex(dfa)
+        except GrammarTooComplexError:
+            return None
         if content is None:
             return None
+        if names and not inline:
+            return minus_names(g, '"' + content + '"' + g.key_colon(), names, "KEY")
         return g.terminal('"' + content + '"' + g.key_colon(), "KEY")

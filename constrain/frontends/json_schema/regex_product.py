@@ -18,8 +18,11 @@ from constrain.errors import GrammarTooComplexError
 #: states of an automaton built or combined here
 _MAX_STATES = 4096
 #: characters of a regex written from an automaton (state elimination can
-#: grow it quickly)
+#: grow it quickly), the states it may have, and how deep its groups may nest
+#: (the regex parser's limit is 100)
 _MAX_REGEX = 200_000
+_MAX_ELIMINATED = 64
+_MAX_NESTING = 90
 
 
 def regex_dfa(regex: str, deadline=None) -> CharDFA:
@@ -105,43 +108,58 @@ def product(musts: list[CharDFA], nots: list[CharDFA], probe: bool = False) -> C
     return minimize_char_dfa(CharDFA.from_rows(atoms, rows, accepting))
 
 
-def _alt(a: str | None, b: str) -> str:
-    return b if a is None else "(?:" + a + "|" + b + ")"
-
-
-def _star(a: str) -> str:
-    return "(?:" + a + ")*" if len(a) > 1 and not _single(a) else a + "*"
-
-
 def _single(a: str) -> bool:
-    """Whether ``a`` is one atom of a regex (a class or a group) that a
-    quantifier may follow."""
+    """Whether ``a`` is one character or class, which a quantifier may follow."""
     if a.startswith("[") and a.endswith("]") and a.count("]") == 1 + a.count("\\]"):
         return True
     return len(a) == 1 or (len(a) == 2 and a[0] == "\\")
+
+
+def _render(alts: list, star: bool = False) -> str:
+    """The regex of the alternatives ``alts`` ("" is the empty string), as an
+    operand of a concatenation, or (``star``) repeated."""
+    rest = list(dict.fromkeys(a for a in alts if a))
+    if not rest:
+        return ""
+    if len(rest) == 1:
+        body, atomic = rest[0], _single(rest[0])
+    else:
+        body, atomic = "(?:" + "|".join(rest) + ")", True
+    if star:  # (|x)* is x*
+        return (body if atomic else "(?:" + body + ")") + "*"
+    if "" in alts:
+        return (body if atomic else "(?:" + body + ")") + "?"
+    return body
 
 
 def to_regex(dfa: CharDFA) -> str | None:
     """A regex (Python ``re`` syntax, surviving Lark's escaping) for the
     language of ``dfa`` (``None``: empty), by state elimination.
 
-    Raises :class:`GrammarTooComplexError` past :data:`_MAX_REGEX` characters."""
+    Raises :class:`GrammarTooComplexError` past :data:`_MAX_ELIMINATED`
+    states, :data:`_MAX_REGEX` characters or :data:`_MAX_NESTING` nested
+    groups (a chain of optional states nests one group per state)."""
     n = dfa.table.shape[0]
     if not dfa.accepting.any():
         return None
+    if n > _MAX_ELIMINATED:
+        raise GrammarTooComplexError(f"an automaton of {n} states written as a regex "
+                                     f"(at most {_MAX_ELIMINATED})")
     src, dst = n, n + 1
-    edges: dict[tuple, str | None] = {}
+    # (i, j) -> the alternatives of the paths from i to j
+    edges: dict[tuple, list] = {}
     for q in range(n):
         by_target: dict[int, list] = {}
         for a, r in enumerate(dfa.table[q].tolist()):
             if r >= 0:
                 by_target.setdefault(r, []).extend(dfa.atoms[a].intervals)
         for r, ivs in by_target.items():
-            edges[q, r] = class_re(ivs)
+            edges[q, r] = [class_re(ivs)]
         if dfa.accepting[q]:
-            edges[q, dst] = ""
-    edges[src, 0] = ""
+            edges[q, dst] = [""]
+    edges[src, 0] = [""]
     alive = set(range(n))
+    size = 0
     while alive:
         # the state with the fewest paths through it goes first
         def cost(k):
@@ -151,9 +169,9 @@ def to_regex(dfa: CharDFA) -> str | None:
         k = min(alive, key=cost)
         alive.discard(k)
         loop = edges.pop((k, k), None)
-        mid = "" if loop is None else _star(loop)
-        ins = [(i, x) for (i, j), x in edges.items() if j == k]
-        outs = [(j, x) for (i, j), x in edges.items() if i == k]
+        mid = "" if loop is None else _render(loop, star=True)
+        ins = [(i, _render(x)) for (i, j), x in edges.items() if j == k]
+        outs = [(j, _render(x)) for (i, j), x in edges.items() if i == k]
         for i, _ in ins:
             del edges[i, k]
         for j, _ in outs:
@@ -161,15 +179,38 @@ def to_regex(dfa: CharDFA) -> str | None:
         for i, x in ins:
             for j, y in outs:
                 path = x + mid + y
-                old = edges.get((i, j))
-                if old is None:
-                    edges[i, j] = path
-                elif old == "" or path == "":
-                    other = path or old
-                    edges[i, j] = other if other == "" else "(?:" + other + ")?"
-                else:
-                    edges[i, j] = "(?:" + old + "|" + path + ")"
-                if len(edges[i, j]) > _MAX_REGEX:
-                    raise GrammarTooComplexError(
-                        f"a regex written from an automaton passes {_MAX_REGEX} characters")
-    return edges.get((src, dst))
+                size += len(path)
+                edges.setdefault((i, j), []).append(path)
+        if size > _MAX_REGEX:
+            raise GrammarTooComplexError(
+                f"a regex written from an automaton passes {_MAX_REGEX} characters")
+    out = edges.get((src, dst))
+    if out is None:
+        return None
+    out = _render(out)
+    if _nesting(out) > _MAX_NESTING:
+        raise GrammarTooComplexError(f"a regex written from an automaton nests groups more than "
+                                     f"{_MAX_NESTING} deep")
+    return out
+
+
+def _nesting(rx: str) -> int:
+    """How deep the groups of ``rx`` nest (escapes and classes skipped)."""
+    depth = deepest = 0
+    i, n = 0, len(rx)
+    while i < n:
+        c = rx[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            i += 1
+            while i < n and rx[i] != "]":
+                i += 2 if rx[i] == "\\" else 1
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return deepest

@@ -37,6 +37,8 @@ class Translation:
         self.budget = Budget(options.deadline())
         self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
         self.grammar = GrammarBuilder(options.ws, exclusions)
+        #: patternProperties' translations and automata (see key_regions)
+        self.key_patterns: dict = {}
         self._memo: dict[tuple, str] = {}
 
     def value(self, pieces: tuple) -> str:
