@@ -553,6 +553,15 @@ def test_one_of_overlap_refused_under_strict():
         json_schema_to_lark(schema, strict=False)
 
 
+def test_one_of_beside_unevaluated_properties_is_not_proven_disjoint_by_it():
+    # with both branches matching, "all" is evaluated by the first: the root's
+    # unevaluatedProperties does not separate the branches (both match: invalid)
+    check({"oneOf": [{"required": ["all"], "unevaluatedProperties": True},
+                     {"required": ["a"], "properties": {"a": True}}],
+           "unevaluatedProperties": False},
+          good=['{"all":1}', '{"a":1}', '{"all":1,"b":2}'], bad=['{"all":1,"a":1}', '{"a":1,"all":1}', "{}"])
+
+
 def test_not_integer_among_numbers():
     # the numbers with a non-integral value (at most 9 + 6 digits, no exponent)
     check({"not": {"type": "integer"}}, good=["1.5", "-0.25", '"a"', "null", "999999999.000001"],
