@@ -45,9 +45,11 @@ _ROW_ALIGN = 64  # bytes
 # can take number at most this (~60 us of walking on this machine): one kernel
 # call for all then costs less than the ~6 us of Python and dispatch that each
 # first visit pays, as in [0-9]{5}. The estimate is a bound (the walk prunes
-# below the first byte); it is skipped for DFAs past _CHEAP_STATES states.
+# below the first byte), extrapolated from the first _CHEAP_SAMPLE states; DFAs
+# past _CHEAP_STATES states are walked on first visit.
 _CHEAP_NODES = 40_000
 _CHEAP_STATES = 512
+_CHEAP_SAMPLE = 8
 _CHUNK = 64  # states per kernel call of a whole walk: ~40 ms of SmolLM2 walks, the deadline's granularity
 
 
@@ -157,9 +159,12 @@ class TokenAutomaton:
         n = self.num_states
         if n > _CHEAP_STATES:
             return False
-        first = trie.first
-        below = np.where(first >= 0, trie.skip[np.maximum(first, 0)] - first, 0)
-        return int(((self.dfa.transitions[1:n] != 0) @ below).sum()) <= _CHEAP_NODES
+        below = self.vocab.derived("first_byte_nodes", lambda: _first_byte_nodes(trie))
+        # from a sample of the states: scanning all 256 bytes of each costs as
+        # much as walking a few
+        sample = self.dfa.transitions[1:1 + _CHEAP_SAMPLE]
+        nodes = int(below @ (sample != 0).sum(0))
+        return nodes * (n - 1) <= _CHEAP_NODES * len(sample)
 
     @property
     def trie(self) -> TokenTrie:
@@ -428,6 +433,12 @@ class TokenAutomaton:
         if self.live is not None:
             return bool(self.live[state])
         return state != 0
+
+
+def _first_byte_nodes(trie: TokenTrie) -> np.ndarray:
+    """Per byte, the trie nodes of the tokens that start with it."""
+    first = trie.first
+    return np.where(first >= 0, trie.skip[np.maximum(first, 0)] - first, 0)
 
 
 def _csr(toks: list, nexts: list):
