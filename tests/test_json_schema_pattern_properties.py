@@ -1,6 +1,7 @@
 """``patternProperties`` that overlap each other and the declared names: a
 member's value satisfies the schema of every pattern its key matches (and the
-declared property's), ``additionalProperties`` only when it matches none.
+declared property's), ``additionalProperties`` only when it matches none; with
+``propertyNames``, every key is also one of its strings.
 
 Checked against ``jsonschema``: fixed schemas on every object of up to two
 members over a set of keys and values, and random schemas (hypothesis) on
@@ -41,6 +42,8 @@ SCHEMAS = [
     {"patternProperties": {"^a": {"type": "integer"}, "^b": {"minimum": 3}, "^f": {"type": "array"},
                            "b$": {"maximum": 9}, "o$": {"minItems": 2}, "x": {"type": "boolean"}},
      "additionalProperties": {"type": "string"}},
+    {"patternProperties": {"^a": {"type": "integer"}, "b": {"minimum": 2}}, "properties": {"ab": {}},
+     "propertyNames": {"pattern": "^[a-c]+$"}, "additionalProperties": {"type": "string"}},
     {"allOf": [{"patternProperties": {"^a": {"minimum": 2}}},
                {"patternProperties": {"b$": {"maximum": 20}}, "additionalProperties": False}]},
 ]
@@ -112,14 +115,18 @@ _VALUE_SCHEMAS = st.one_of(
     st.builds(lambda n: {"maxLength": n}, st.integers(0, 2)),
     st.builds(lambda n: {"maxItems": n}, st.integers(0, 2)),
     st.builds(lambda v: {"const": v}, st.sampled_from([1, "a", None])))
+_KEY_SCHEMAS = st.one_of(st.none(), st.builds(lambda n: {"maxLength": n}, st.integers(0, 3)),
+                        st.just({"pattern": "^[a-c]*$"}), st.just({"enum": ["a", "ab", "x", "foo"]}))
 _OBJECT_SCHEMAS = st.builds(
-    lambda pp, p, ap, r: {k: v for k, v in (("patternProperties", pp), ("properties", p),
-                                            ("additionalProperties", ap), ("required", r))
-                          if v is not None},
+    lambda pp, p, ap, r, pn: {k: v for k, v in (("patternProperties", pp), ("properties", p),
+                                                ("additionalProperties", ap), ("required", r),
+                                                ("propertyNames", pn))
+                              if v is not None},
     st.dictionaries(_PATTERNS, _VALUE_SCHEMAS, min_size=1, max_size=4),
     st.one_of(st.none(), st.dictionaries(_NAMES, _VALUE_SCHEMAS, max_size=3)),
     st.one_of(st.none(), _VALUE_SCHEMAS),
-    st.one_of(st.none(), st.lists(_NAMES, max_size=2, unique=True)))
+    st.one_of(st.none(), st.lists(_NAMES, max_size=2, unique=True)),
+    _KEY_SCHEMAS)
 _KEYS = st.one_of(_NAMES, st.text(alphabet="abcfox01 _", max_size=4))
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 8), st.sampled_from(["", "a", "ab"]),
                     st.lists(st.integers(0, 3), max_size=3))

@@ -56,8 +56,10 @@ class KeyRegions:
     pointer)`` pairs, distinct patterns), each with the set of patterns its keys
     match. Automata are made once per pattern and side."""
 
-    def __init__(self, t: Translation, patterns: list):
+    def __init__(self, t: Translation, patterns: list, names_regex: str | None = None):
         self.t = t
+        #: the key contents ``propertyNames`` admits (``None``: any)
+        self.names_regex = names_regex
         self.patterns = [p for p, _ in patterns]
         self.where = [w for _, w in patterns]
         #: translations and automata by (pattern, over), shared by the
@@ -108,6 +110,11 @@ class KeyRegions:
         nots = [self._pattern_dfa(j, True) for j in self._negatives(matched, upto)]
         if None in musts or None in nots:
             return None
+        if self.names_regex is not None:
+            key = ("names", self.names_regex)
+            if key not in self._memo:
+                self._memo[key] = self._dfa(self.names_regex)
+            musts.append(self._memo[key])
         if not musts:
             musts = [self._any_key()]
         names = [lit(json_str(d)[1:-1]) for d in names if encodable(d)]
@@ -124,7 +131,7 @@ class KeyRegions:
     def _empty(self, matched: frozenset, upto: int | None = None) -> bool:
         """Whether no key is in the region (over the first ``upto`` patterns;
         ``False`` when unsure)."""
-        if len(matched) <= 1 and not self._negatives(matched, upto):
+        if len(matched) <= 1 and not self._negatives(matched, upto) and self.names_regex is None:
             return False  # one pattern alone: its translation says (None: empty)
         key = (matched, upto)
         if key not in self._emptiness:
@@ -183,7 +190,7 @@ class KeyRegions:
                 t.diag.unsupported(self.where[j], f"patternProperties {pats[j]!r}: keys that "
                                                   f"do not match it: {failure}")
                 return None
-        single = len(matched) == 1 and not negatives
+        single = len(matched) == 1 and not negatives and self.names_regex is None
         if single:
             (i,) = matched
             star = pattern_class_star(pats[i]) if names else None

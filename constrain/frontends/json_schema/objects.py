@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from constrain.frontends.json_schema.document import escape_token
-from constrain.automata.json_encoding import json_str, lit
+from constrain.automata.json_encoding import CANON_ANY, encodable, json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.literals import enum_values
@@ -454,11 +454,16 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
     g = t.grammar
     if view.extra is None:
         return None
-    if view.key_schemas:
-        if view.extra != "any" or len(view.key_schemas) > 1:
-            t.diag.unsupported(view.key_schemas[-1], "propertyNames with patternProperties, or "
-                                                     "in two merged schemas")
+    names_regex = None
+    if len(view.key_schemas) > 1:
+        t.diag.unsupported(view.key_schemas[-1], "propertyNames in two merged schemas")
+        return None
+    if view.key_schemas and view.extra != "any":
+        # every region's keys are also strings of the propertyNames schema
+        names_regex = _names_regex(t, view.key_schemas[0])
+        if names_regex is None:
             return None
+    elif view.key_schemas:
         key = _named_key(t, view.key_schemas[0], declared)
         if key is None:
             return None
@@ -476,7 +481,7 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
         return r
     # keys split by the patterns they match: a region's value satisfies the
     # schemas of all its patterns (and no additionalProperties), see key_regions
-    regions = KeyRegions(t, view.patterns)
+    regions = KeyRegions(t, view.patterns, names_regex)
     alts = []
     for matched in regions.regions(lambda s: view.region_pieces(_names(view, s)) is not None):
         key = regions.key(matched, declared)
@@ -493,6 +498,35 @@ def extra_member(t: Translation, view: ObjectView, declared) -> str | None:
 def _names(view: ObjectView, matched: frozenset) -> frozenset:
     """The patterns of the pattern indices ``matched``."""
     return frozenset(view.patterns[i][0] for i in matched)
+
+
+def _names_regex(t: Translation, where: str) -> str | None:
+    """The regex of the key contents (canonical JSON string contents) the
+    ``propertyNames`` schema at ``where`` admits (``None``: none, or it cannot
+    be enforced, which has been reported)."""
+    g = t.grammar
+    dnf = t.norm.flatten(where)
+    if dnf == [()]:
+        return CANON_ANY + "*"
+    if not dnf:
+        return None
+    if len(dnf) > 1:
+        t.diag.unsupported(where, "propertyNames with alternatives (anyOf/oneOf)")
+        return None
+    conj = dnf[0] + (Synthetic("type", "string"),)
+    values = enum_values(t.doc, conj)
+    if values is not None:
+        names = [lit(json_str(v)[1:-1]) for v in values if isinstance(v, str) and encodable(v)]
+        return "(?:" + "|".join(names) + ")" if names else None
+    syms = t.conjunction(conj)
+    if not syms:
+        return None
+    regex = g.terminal_defs.get(syms[0])
+    if len(syms) != 1 or regex is None or syms[0] in (g.exclusions or {}) \
+            or not (regex.startswith('"') and regex.endswith('"')):
+        t.diag.unsupported(where, "propertyNames that is not one string terminal")
+        return None
+    return regex[1:-1]
 
 
 def _named_key(t: Translation, where: str, declared) -> str | None:
