@@ -103,6 +103,15 @@ def test_the_complement_of_a_case_insensitive_pattern_is_refused():
     assert accepts(g, '{"X1":2}') and not accepts(g, '{"y":2}')
 
 
+def test_multi_line_anchors_are_not_disjoint_prefixes():
+    # (?m)^b also matches "a\nb": the key would need both schemas, and the
+    # complement of a multi-line pattern is not written -- refused, not unsound
+    schema = {"patternProperties": {"(?m)^a": {"type": "integer"}, "(?m)^b": {"type": "string"}},
+              "additionalProperties": False}
+    with pytest.raises(UnsupportedSchemaError):
+        compile_json_schema(schema, BYTES)
+
+
 # -- random schemas ---------------------------------------------------------------------
 
 _PATTERNS = st.sampled_from(["^a", "a", "b$", "^[a-c]*$", "x", ".", "^.{2}$", "f.o", "[0-9]", "^$",

@@ -327,8 +327,8 @@ def anchored_prefix(pattern: str) -> str | None:
             parsed = _sre_parse.parse(pattern)
     except re.error:
         return None
-    if parsed.state.flags & _IGNORECASE:
-        return None
+    if parsed.state.flags & (_IGNORECASE | _MULTILINE):
+        return None  # (?m)^ also matches after a newline
     items = list(parsed)
     if not items or items[0][0] is not _sre_c.AT or items[0][1] not in _STARTS:
         return None
