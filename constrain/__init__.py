@@ -9,6 +9,7 @@ Every compiled grammar follows one protocol (see :mod:`constrain.protocol`)::
     grammar.is_accepting(state); grammar.is_terminated(state)
 """
 
+from . import kernel_loading  # noqa: F401  (before any kernel loads)
 from .errors import (
     BitmaskError,
     CacheFileError,

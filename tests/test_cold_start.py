@@ -166,3 +166,48 @@ def test_a_compile_under_way_at_import_is_not_miscounted():
     assert compile_seconds() == before
     _as_numba(0.1)
     assert compile_seconds() - before >= 0.09
+
+
+def test_the_kernel_clock_is_perf_counter():
+    from constrain.automata.deadline import clock
+
+    for _ in range(3):
+        before = time.perf_counter()
+        now = clock()
+        assert before <= now <= time.perf_counter()
+
+
+_LOADS = r"""
+import json
+import numba.core.event as ev
+from numba.core import base
+compiles, refreshes = [], []
+class L(ev.Listener):
+    def on_start(self, e): compiles.append(e)
+    def on_end(self, e): pass
+ev.register("numba:compile", L())
+refresh = base.BaseContext.refresh
+base.BaseContext.refresh = lambda self: refreshes.append(1) or refresh(self)
+import constrain
+tokens = [bytes([b]) for b in range(256)] + [b"ab", b"<eos>"]
+vocab = constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[257])
+r = constrain.compile_regex("(ab|c)+", vocab)
+bm = constrain.allocate_bitmask(1, len(vocab), backend="numpy")
+r.fill_bitmask(r.initial_state(), bm, 0)
+print(json.dumps({"ids": [int(i) for i in constrain.bitmask_to_ids(bm[0], len(vocab))],
+                  "compiles": len(compiles), "refreshes": len(refreshes)}))
+"""
+
+
+def test_cached_kernels_load_without_numba_compiler_set_up():
+    """constrain.kernel_loading: loading constrain's cached kernels skips
+    numba's registry refresh (~80 ms of a new process); a compile still gets it."""
+    out = subprocess.run([sys.executable, "-c", _LOADS], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["ids"] == [ord("a"), ord("c"), 256]
+    if res["compiles"] == 0:  # a warm cache: loads only
+        assert res["refreshes"] == 0
+    else:
+        assert res["refreshes"] > 0
