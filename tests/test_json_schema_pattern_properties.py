@@ -86,6 +86,21 @@ def test_a_newline_before_the_end_is_a_match_of_dollar():
     assert not accepts(g, '{"b\\n":"s"}') and accepts(g, '{"c\\n":"s"}') and accepts(g, '{"b":1}')
 
 
+def test_keys_matching_no_pattern_when_their_regex_is_too_large():
+    # the complement of ^p_[a-z]{0,80}$ has too many states to write as a regex:
+    # the keys that do not start with "p_" are kept (a subset: "p_X" is left out)
+    schema = {"properties": {"p_a": {"const": 0}}, "patternProperties": {"^p_[a-z]{0,80}$": {"type": "string"}},
+              "additionalProperties": {"type": "integer"}}
+    g = compile_json_schema(schema, BYTES)
+    validator = jsonschema.Draft202012Validator(schema)
+    for obj in [{"id": 1}, {"p": 2}, {"p_ab": "s"}, {"p_a": 0}, {"q_": 3}, {"id": "s"}, {"p_ab": 1},
+                {"p_a": "s"}, {"p_X": 1}, {"p_" + "a" * 81: 1}]:
+        text = json.dumps(order_instance(schema, obj), separators=(",", ":"))
+        ok = validator.is_valid(obj)
+        assert accepts(g, text) == (ok and not next(iter(obj)).startswith("p_X")
+                                    and len(next(iter(obj))) <= 82), (text, ok)
+
+
 def test_regions_past_the_bound_are_refused():
     schema = {"patternProperties": {c: {"type": "integer"} for c in "abcdefg"}}
     with pytest.raises(GrammarTooComplexError):

@@ -37,11 +37,12 @@ def exclusion_terminal(g: GrammarBuilder, names, tail: str, kind: str, alphabet=
     return minus_names(g, '"' + any_char + ("+" if min_len else "*") + '"' + tail, names, kind)
 
 
-def minus_names(g: GrammarBuilder, base: str, names, kind: str) -> str:
+def minus_names(g: GrammarBuilder, base: str, names, kind: str, starts=()) -> str:
     """On the compile path (``g.exclusions`` is a dict): the terminal of the
     regex ``base`` (a JSON string and what follows it) less the strings that
-    start with one of ``names`` as a JSON string, an automaton product."""
-    prefixes = tuple(sorted({p for p in map(json_bytes, names) if p is not None}))
+    start with one of ``names`` as a JSON string, or with one of the byte
+    strings ``starts``: an automaton product."""
+    prefixes = tuple(sorted({p for p in map(json_bytes, names) if p is not None} | set(starts)))
     if not prefixes:
         return g.terminal(base, kind)
     # matches nothing as a regex: see GrammarIR.exclusions

@@ -208,9 +208,47 @@ class KeyRegions:
                 dfa = self._product(matched, inline)
                 content = None if dfa is None else to_regex(dfa)
         except GrammarTooComplexError:
-            return None
+            return self._outside_prefixes(matched, negatives, names)
         if content is None:
             return None
         if names and not inline:
             return minus_names(g, '"' + content + '"' + g.key_colon(), names, "KEY")
         return g.terminal('"' + content + '"' + g.key_colon(), "KEY")
+
+    def _outside_prefixes(self, matched: frozenset, negatives, names) -> str | None:
+        """The keys matching no pattern, when their exact regex is too large: on
+        the compile path, the keys that do not start with the text every string
+        of each pattern's superset translation starts with (``^name_...``), less
+        the ``names`` -- a subset (keys of such a pattern that would not
+        match it are left out); ``None`` where a pattern has no such text."""
+        g = self.t.grammar
+        if matched or self.names_regex is not None or g.exclusions is None:
+            return None
+        starts = []
+        for j in negatives:
+            dfa = self._pattern_dfa(j, True)
+            start = None if dfa is None else _forced_prefix(dfa)
+            if not start:
+                return None
+            starts.append(('"' + start).encode("utf-8"))
+        return minus_names(g, '"' + CANON_ANY + '*"' + g.key_colon(), names, "KEY", starts)
+
+
+def _forced_prefix(dfa: CharDFA) -> str:
+    """The text every string ``dfa`` accepts starts with: from the start, the
+    characters read while a state is not accepting and has one way out, on one
+    character."""
+    out = []
+    q, seen = 0, set()
+    while q >= 0 and q not in seen and not dfa.accepting[q]:
+        seen.add(q)
+        ways = [(a, r) for a, r in enumerate(dfa.table[q].tolist()) if r >= 0]
+        if len(ways) != 1:
+            break
+        (a, r), = ways
+        ivs = dfa.atoms[a].intervals
+        if len(ivs) != 1 or ivs[0][0] != ivs[0][1]:
+            break
+        out.append(chr(ivs[0][0]))
+        q = r
+    return "".join(out)
