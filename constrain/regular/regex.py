@@ -245,21 +245,31 @@ class DFAConstraint(Constraint):
         self._fill_other(state, bitmask, row)
 
     def _fill_other(self, state, bitmask, row) -> None:
+        global _last_target
         state = self.check_state(state)
-        target, row = check_bitmask(bitmask, self._words, row)
-        rows = target[2]
-        if rows is not None and target.width == self._words:
-            w = self._writers[state]
-            if w is None:  # first fill of the state (lazy rows: its first visit)
-                w = self.tokens.writer(self._n if state == TERMINATED else state)
-            self._last_fill = (bitmask, rows, self._writers, target[3])
-            if w.__class__ is tuple:
-                w[0](rows[row], 0, *w[1])
-            else:
-                rows[row][:] = w
-            return
-        # a wider bitmask, a tensor on a GPU
-        write_row(target, row, self._zeros if state == TERMINATED else self.tokens.row(state))
+        # a new constraint, or a state's first fill: the bitmask is most often
+        # the one every fill of the server writes into, checked already
+        last = _last_target
+        if bitmask is last[0] and last[1] == self._words and row.__class__ is int \
+                and 0 <= row < len(last[2]) and (last[3] is None or bitmask.data_ptr() == last[3]):
+            rows, ptr = last[2], last[3]
+        else:
+            target, row = check_bitmask(bitmask, self._words, row)
+            rows, ptr = target[2], target[3]
+            if rows is None or target.width != self._words:
+                # a wider bitmask, a tensor on a GPU
+                write_row(target, row,
+                          self._zeros if state == TERMINATED else self.tokens.row(state))
+                return
+            _last_target = (bitmask, self._words, rows, ptr)
+        w = self._writers[state]
+        if w is None:  # first fill of the state (lazy rows: its first visit)
+            w = self.tokens.writer(self._n if state == TERMINATED else state)
+        self._last_fill = (bitmask, rows, self._writers, ptr)
+        if w.__class__ is tuple:
+            w[0](rows[row], 0, *w[1])
+        else:
+            rows[row][:] = w
 
     def has_cached_mask(self, state: int) -> bool:
         """Whether ``state``'s mask is computed (rows are computed on first
@@ -299,6 +309,12 @@ class DFAConstraint(Constraint):
         data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
         return self.dfa.matches(data)
 
+
+#: the bitmask the last checked fill of any DFAConstraint wrote into: ``(bitmask,
+#: words per row, its row views, its data_ptr)`` (see ``DFAConstraint._fill_other``);
+#: one entry, replaced whole (a tuple: threads read a consistent one), CPU
+#: bitmasks only
+_last_target = (None, 0, None, None)
 
 #: the attributes a DFAConstraint sets itself (pickling keeps the others)
 _OWN_ATTRIBUTES = frozenset({
