@@ -97,17 +97,32 @@ class KeyRegions:
         """The patterns a region's keys must not match: those outside it (among
         the first ``upto``; ``None``: all) that no pattern of it excludes by
         its prefix."""
-        pats = self.patterns
-        return [j for j in range(len(pats) if upto is None else upto) if j not in matched
-                and not any(patterns_disjoint(pats[j], pats[i]) for i in matched)]
+        return [j for j in range(len(self.patterns) if upto is None else upto) if j not in matched
+                and not any(self._disjoint(i, j) for i in matched)]
+
+    def _disjoint(self, i: int, j: int) -> bool:
+        """:func:`patterns_disjoint` of patterns ``i`` and ``j`` (memoised: it
+        parses both)."""
+        key = ("disjoint", self.patterns[i], self.patterns[j])
+        if key not in self._memo:
+            self._memo[key] = patterns_disjoint(self.patterns[i], self.patterns[j])
+        return self._memo[key]
 
     def _product(self, matched: frozenset, names=(), probe: bool = False, upto: int | None = None):
         """The region's automaton (less the ``names``, canonical JSON string
         contents; over the first ``upto`` patterns), or ``None`` where a
         translation failed or matches nothing; ``probe``: ``True`` when some
         key is in the region, else as without."""
+        negatives = self._negatives(matched, upto)
+        key = ("product", tuple(self.patterns[i] for i in sorted(matched)),
+               tuple(self.patterns[j] for j in negatives), tuple(names), self.names_regex, probe)
+        if key not in self._memo:
+            self._memo[key] = self._make_product(matched, negatives, names, probe)
+        return self._memo[key]
+
+    def _make_product(self, matched: frozenset, negatives, names, probe: bool):
         musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
-        nots = [self._pattern_dfa(j, True) for j in self._negatives(matched, upto)]
+        nots = [self._pattern_dfa(j, True) for j in negatives]
         if None in musts or None in nots:
             return None
         if self.names_regex is not None:
@@ -152,7 +167,7 @@ class KeyRegions:
             everything = matches_everything(p)
             nxt = []
             for s in regions:
-                if not any(patterns_disjoint(p, pats[j]) for j in s):
+                if not any(self._disjoint(i, j) for j in s):
                     nxt.append(s | {i})
                 if not everything:
                     nxt.append(s)

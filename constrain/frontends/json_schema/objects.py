@@ -500,14 +500,15 @@ def _names(view: ObjectView, matched: frozenset) -> frozenset:
     return frozenset(view.patterns[i][0] for i in matched)
 
 
-def _names_regex(t: Translation, where: str) -> str | None:
-    """The regex of the key contents (canonical JSON string contents) the
-    ``propertyNames`` schema at ``where`` admits (``None``: none, or it cannot
-    be enforced, which has been reported)."""
+def _key_strings(t: Translation, where: str):
+    """What the ``propertyNames`` schema at ``where`` admits: ``("any",)``,
+    ``("names", values)`` (an enum: its strings), ``("regex", content, conj)``
+    (its one string terminal's content regex, and its conjunction), or
+    ``None`` (no string, or it cannot be enforced, which has been reported)."""
     g = t.grammar
     dnf = t.norm.flatten(where)
     if dnf == [()]:
-        return CANON_ANY + "*"
+        return ("any",)
     if not dnf:
         return None
     if len(dnf) > 1:
@@ -516,8 +517,7 @@ def _names_regex(t: Translation, where: str) -> str | None:
     conj = dnf[0] + (Synthetic("type", "string"),)
     values = enum_values(t.doc, conj)
     if values is not None:
-        names = [lit(json_str(v)[1:-1]) for v in values if isinstance(v, str) and encodable(v)]
-        return "(?:" + "|".join(names) + ")" if names else None
+        return ("names", [v for v in values if isinstance(v, str)])
     syms = t.conjunction(conj)
     if not syms:
         return None
@@ -526,7 +526,22 @@ def _names_regex(t: Translation, where: str) -> str | None:
             or not (regex.startswith('"') and regex.endswith('"')):
         t.diag.unsupported(where, "propertyNames that is not one string terminal")
         return None
-    return regex[1:-1]
+    return ("regex", regex[1:-1], dnf[0])
+
+
+def _names_regex(t: Translation, where: str) -> str | None:
+    """The regex of the key contents (canonical JSON string contents) the
+    ``propertyNames`` schema at ``where`` admits (``None``: none, or it cannot
+    be enforced, which has been reported)."""
+    form = _key_strings(t, where)
+    if form is None:
+        return None
+    if form[0] == "any":
+        return CANON_ANY + "*"
+    if form[0] == "names":
+        names = [lit(json_str(v)[1:-1]) for v in form[1] if encodable(v)]
+        return "(?:" + "|".join(names) + ")" if names else None
+    return form[1]
 
 
 def _named_key(t: Translation, where: str, declared) -> str | None:
@@ -535,32 +550,20 @@ def _named_key(t: Translation, where: str, declared) -> str | None:
     be enforced): the terminal of the strings of that schema, with the colon.
     A declared name the schema also admits would need cutting out of it:
     refused, unless the schema is a finite set of names (then it is left out)."""
-    g, doc = t.grammar, t.doc
-    dnf = t.norm.flatten(where)
-    if dnf == [()]:
+    g = t.grammar
+    form = _key_strings(t, where)
+    if form is None:
+        return None
+    if form[0] == "any":
         return exclusion_terminal(g, declared, g.key_colon(), "KEY")
-    if not dnf:
-        return None
-    if len(dnf) > 1:
-        t.diag.unsupported(where, "propertyNames with alternatives (anyOf/oneOf)")
-        return None
-    conj = dnf[0] + (Synthetic("type", "string"),)
-    values = enum_values(doc, conj)
-    if values is not None:
-        names = [v for v in values if isinstance(v, str) and v not in declared]
+    if form[0] == "names":
+        names = [v for v in form[1] if v not in declared]
         if not names:
             return None
         return g.terminal("(?:" + "|".join(lit(json_str(v)) for v in names) + ")" + g.key_colon(),
                           "KEY")
-    clash = next((d for d in declared if all(doc.valid(d, p) for p in dnf[0])), None)
+    clash = next((d for d in declared if all(t.doc.valid(d, p) for p in form[2])), None)
     if clash is not None:
         t.diag.unsupported(where, f"propertyNames admits the declared property {clash!r}")
         return None
-    syms = t.conjunction(conj)
-    if not syms:
-        return None
-    regex = g.terminal_defs.get(syms[0])
-    if len(syms) != 1 or regex is None or syms[0] in (g.exclusions or {}):
-        t.diag.unsupported(where, "propertyNames that is not one string terminal")
-        return None
-    return g.terminal(regex + g.key_colon(), "KEY")
+    return g.terminal('"' + form[1] + '"' + g.key_colon(), "KEY")

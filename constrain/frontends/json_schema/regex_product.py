@@ -18,11 +18,9 @@ from constrain.errors import GrammarTooComplexError
 #: states of an automaton built or combined here
 _MAX_STATES = 4096
 #: characters of a regex written from an automaton (state elimination can
-#: grow it quickly), the states it may have, and how deep its groups may nest
-#: (the regex parser's limit is 100)
+#: grow it quickly), and the states it may have
 _MAX_REGEX = 200_000
 _MAX_ELIMINATED = 64
-_MAX_NESTING = 90
 
 
 def regex_dfa(regex: str, deadline=None) -> CharDFA:
@@ -137,8 +135,7 @@ def to_regex(dfa: CharDFA) -> str | None:
     language of ``dfa`` (``None``: empty), by state elimination.
 
     Raises :class:`GrammarTooComplexError` past :data:`_MAX_ELIMINATED`
-    states, :data:`_MAX_REGEX` characters or :data:`_MAX_NESTING` nested
-    groups (a chain of optional states nests one group per state)."""
+    states, :data:`_MAX_REGEX` characters or the regex parser's limits."""
     n = dfa.table.shape[0]
     if not dfa.accepting.any():
         return None
@@ -188,29 +185,7 @@ def to_regex(dfa: CharDFA) -> str | None:
     if out is None:
         return None
     out = _render(out)
-    if _nesting(out) > _MAX_NESTING:
-        raise GrammarTooComplexError(f"a regex written from an automaton nests groups more than "
-                                     f"{_MAX_NESTING} deep")
+    # the parser's limits (groups nest one level per optional state of a chain)
+    # raise RegexTooLargeError, a GrammarTooComplexError
+    parse_regex(out)
     return out
-
-
-def _nesting(rx: str) -> int:
-    """How deep the groups of ``rx`` nest (escapes and classes skipped)."""
-    depth = deepest = 0
-    i, n = 0, len(rx)
-    while i < n:
-        c = rx[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i += 1
-            while i < n and rx[i] != "]":
-                i += 2 if rx[i] == "\\" else 1
-        elif c == "(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif c == ")":
-            depth -= 1
-        i += 1
-    return deepest
