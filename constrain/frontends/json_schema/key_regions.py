@@ -17,11 +17,19 @@ refined one pattern at a time and the empty ones dropped (anchored literal
 prefixes that differ, a pattern matching every key, else the product's
 automaton), so their number is that of the non-empty ones: at most
 :data:`MAX_REGIONS`, else the schema is refused.
+
+Declared names are cut out of a region's keys by an exclusion product on the
+compile path (``GrammarIR.exclusions``), in the regex for grammar text. A
+region whose regex would be too large is left out (its keys refused: the
+strict side), except that the keys matching no pattern keep, on the compile
+path, those that do not start with the text every match of each pattern
+starts with.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import TYPE_CHECKING
 
 from constrain.automata.char_dfa import CharDFA
@@ -44,9 +52,13 @@ MAX_REGIONS = 64
 _UNCHECKED = 8
 
 
-def _search(pattern: str, text: str) -> bool:
+def search(pattern: str, text: str) -> bool:
+    """``re.search`` as jsonschema runs it (an invalid pattern counts as a match,
+    the cautious answer everywhere this is used)."""
     try:
-        return re.search(pattern, text) is not None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return re.search(pattern, text) is not None
     except re.error:
         return True
 
@@ -192,7 +204,7 @@ class KeyRegions:
         g = t.grammar
         pats = self.patterns
         names = [d for d in declared
-                 if frozenset(j for j in range(len(pats)) if _search(pats[j], d)) == matched]
+                 if frozenset(j for j in range(len(pats)) if search(pats[j], d)) == matched]
         negatives = self._negatives(matched)
         for i in sorted(matched):
             failure = self._content(i, False)[1]

@@ -5,8 +5,6 @@ matching ``patternProperties``)."""
 
 from __future__ import annotations
 
-import re
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -16,7 +14,7 @@ from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
 from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
-from constrain.frontends.json_schema.key_regions import KeyRegions
+from constrain.frontends.json_schema.key_regions import KeyRegions, search
 from constrain.frontends.json_schema.rules import Alt
 
 if TYPE_CHECKING:
@@ -28,17 +26,6 @@ _MAX_INVOLVED = 8
 #: the widest range of counts of additional members min/maxProperties may leave
 #: (each count above the least is one more rule)
 _MAX_EXTRA_RUN = 64
-
-
-def search(pattern: str, text: str) -> bool:
-    """``re.search`` as jsonschema runs it (an invalid pattern counts as a match,
-    the cautious answer everywhere this is used)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return re.search(pattern, text) is not None
-    except re.error:
-        return True
 
 
 @dataclass
