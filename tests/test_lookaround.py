@@ -58,6 +58,15 @@ CASES = [
     r"[ab]*(?<=a(?=[bc](?<=ab)))[bc]", r"[ab]*(?<!(?=b)[ab])a", r"[ab]*(?<=a(?=b)|b(?=a))[ab]*",
     r"(?m)[ab\n]*(?<=a$)\n[ab]*", r"[abx]*(?<=x(?>a|b))b?", r"[ab]*(?<=(?>a|b)(?=b))b",
     r"[ab]*(?<=a(?=b$))b\n?", r"(?:(?<!\b(?=a)[ab])[ab ])*",
+    # inside an atomic group: lookaheads, assertions on the next character and
+    # lookbehinds that pass conditions on (a path's match counts if they hold)
+    r"x(?>ab(?=c))c?", r"(?>a\b)b?", r"(?>a$)\n?", r"(?>a|ab)$", r"(?>a(?=b)|ab)b?c?",
+    r"(?>a(?!b)|ab)b?", r"(?>a\b|ab)b?c?", r"(?:a\b)*+b?", r"(?>(?:a|ab)(?=c))c",
+    r"(?>a*(?=b))b", r"(?>a*?(?=ab))ab", r"(?>[ab]*\b)[ ab]*", r"(?>a+$|a)\n?a?",
+    r"(?>a(?<=a(?=b))|ab)b?", r"(?>(?:a|b)+?(?=c))c+", r"(?>a\Z|a)b?", r"(?>a(?=b)|a)b?",
+    r"(?>a(?=bc)|a(?=b)|a)[bc]*", r"(?>(?=a)[ab]|b)+", r"(?>a\B|a)[ab ]?",
+    r"(?:(?>a|ab)(?=b))*b?", r"(?>.(?=.$)|.)+\n?", r"(?>x*(?!y))y?", r"(?>(?:a|ab)(?!c))c?",
+    r"a(?>(?<=a$))\n?", r"(?>\b[ab]+\b| )+", r"(?>a(?=a)|a(?=b)|ab)*[ab]?",
 ]
 
 

@@ -388,6 +388,9 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
 
 
 _EMPTY = frozenset()
+#: in a priority run, a match of the body found earlier whose conditions on
+#: the text after it are still open (no NFA state is negative)
+_DONE = -1
 
 
 class _Engine:
@@ -407,16 +410,20 @@ class _Engine:
       thread reaches the body's end with nothing left to check), or for a
       lookbehind whose body's matches ending here left conditions on the text
       ahead (``run`` those threads, at ``final``), and ``("P", k, run)`` after leaving atomic group ``k``:
-      the earlier-ranked threads of its body's run, none of which may reach
-      the body's end (else Python would have found that match first);
+      the earlier-ranked threads of its body's run (waiting matches among
+      them), none of which may match (else Python would have found that match
+      first);
     * ``state`` is an NFA state, or ``("W", k, next, run)`` for a thread inside
       atomic group ``k``, waiting on ``run``, the body's threads in priority
       order, to go on at ``next`` (the copies of one group a repetition makes
       share its body, not where they go on).
 
-    Bodies of atomic groups hold no assertion on the next character and no
-    lookahead (the parser refuses them), so their runs are plain NFA states and
-    their order is decided one character at a time."""
+    The run of an atomic group's body is a tuple of threads in priority order;
+    a path that reaches the body's end with conditions still open (an
+    assertion on the next character, a lookahead) is a match only if they
+    hold, so it does not cut the paths after it: it waits in the run
+    (:data:`_DONE`) until they are decided. Atomic groups do not nest (the
+    parser refuses it)."""
 
     def __init__(self, nfa: _NFA, edges, END: int, nl: int, word: dict, track_prev: bool,
                  pattern: str, deadline: Deadline | None):
@@ -513,13 +520,13 @@ class _Engine:
                 continue
             if type(s) is tuple:
                 _, k, then, run = s
-                final = self.atomics[k].final
-                run = self.pstep(run, atom, final, prev, behind)
-                if run and run[-1] == final:
-                    # a match of the body: go on after the group, unless an
-                    # earlier-ranked thread of the run matches later
-                    run = run[:-1]
-                    out.append((then, after, False, obls | {("P", k, run)} if run else obls))
+                run = self.pstep(run, atom, self.atomics[k].final, prev, behind)
+                # a match of the body: go on after the group, unless an
+                # earlier-ranked thread of the run matches later
+                exits, run = self.exits(run, k)
+                for m, n, o in exits:
+                    if after & m:
+                        out.append((then, after & m, n, obls | o))
                 if run:
                     out.append((("W", k, then, run), after, False, obls))
             elif s in self.body_finals or s == self.final:
@@ -546,10 +553,10 @@ class _Engine:
                     return None
             else:
                 _, k, run = ob
-                mark = self.atomics[k]
-                run = self.pstep(run, atom, mark.final, prev, behind)
-                if run and run[-1] == mark.final:
-                    return None
+                run = self.pstep(run, atom, self.atomics[k].final, prev, behind)
+                if any(m == self.ALL and not n and not o for s, m, n, o in run
+                       if s == _DONE or s == self.atomics[k].final):
+                    return None  # an earlier-ranked path matched
                 if run:
                     out.append(("P", k, run))
         return frozenset(out)
@@ -602,12 +609,10 @@ class _Engine:
                         else:
                             continue
                 else:  # an atomic group
-                    run = self.pclosure([a.start], a.final, prev, behind)
-                    found = bool(run) and run[-1] == a.final
-                    if found:
-                        run = run[:-1]
-                        th = (t, mask, nte, obls | {("P", a.k, run)} if run else obls)
-                        if th not in seen:
+                    exits, run = self.exits(self.pclosure(a.start, a.final, prev, behind), a.k)
+                    for m, n, o in exits:
+                        th = (t, mask & m, nte or n, obls | o)
+                        if th[1] and th not in seen:
                             seen.add(th)
                             stack.append(th)
                     if not run:
@@ -693,47 +698,95 @@ class _Engine:
                 held = any(th[0] == final and self.ends(th) for th in run)
                 if held == negate:
                     return False
-            # ("P", ...): no more input, so no later match
+            else:  # ("P", k, run): an earlier-ranked match whose conditions hold here
+                final = self.atomics[ob[1]].final
+                if any(th[0] in (final, _DONE) and self.ends(th) for th in ob[2]):
+                    return False
         return True
 
     # -- priority runs (atomic groups) --------------------------------------------
 
-    def pclosure(self, starts, final, prev, behind) -> tuple:
-        """The priority-ordered closure of ``starts``: the NFA states that read a
-        character, in the order Python's backtracking tries them, ending with
-        ``final`` if a path reaches it (later paths are cut: Python never tries
-        them)."""
+    def exits(self, run, k: int):
+        """The matches of atomic group ``k`` that ``run`` (its body's threads in
+        priority order) found at this position, each as the ``(mask, nte,
+        obligations)`` the thread leaving the group takes on: the match's own
+        conditions, and that no earlier-ranked thread of the run matches (a
+        ``"P"`` obligation); and the run to wait on for later matches, in which
+        a conditional match stays (as :data:`_DONE`) until its conditions are
+        decided. An unconditional match ends the run (later paths are never
+        tried)."""
+        final = self.atomics[k].final
+        ALL = self.ALL
         out: list = []
-        seen: set = set()
-        for s in starts:
-            if self._pvisit(s, final, prev, behind, out, seen):
+        rest: list = []
+        for th in run:
+            s, m, n, o = th
+            if s != final:
+                rest.append(th)
+                continue
+            out.append((m, n, o | {("P", k, tuple(rest))} if rest else o))
+            if m == ALL and not n and not o:
                 break
+            rest.append((_DONE, m, n, o))
+        if all(th[0] == _DONE for th in rest):
+            rest = []  # no thread left to find another match
+        return out, tuple(rest)
+
+    def pclosure(self, start: int, final, prev, behind) -> tuple:
+        """The priority-ordered closure of the body starting at NFA state
+        ``start``: the threads that read a character and those at ``final``
+        (a match, with the conditions its path met), in the order Python's
+        backtracking tries them, cut after an unconditional match (Python never
+        tries later paths)."""
+        out: list = []
+        self._pvisit((start, self.ALL, False, _EMPTY), final, prev, behind, out, set())
         return tuple(out)
 
     def pstep(self, run, atom, final, prev, behind) -> tuple:
-        """``run`` after ``atom``, in priority order, cut after ``final``, closed
-        at the new position (``prev``, ``behind``)."""
+        """``run`` after ``atom``, in priority order, cut after an unconditional
+        match, closed at the new position (``prev``, ``behind``). A waiting
+        match (:data:`_DONE`) has its conditions stepped: it goes when they
+        fail, and cuts what follows it once they hold."""
         low = 1 << atom
+        nl_read = bool(self.nl & low)
+        ALL = self.ALL
         out: list = []
         seen: set = set()
-        for s in run:
+        for s, mask, nte, obls in run:
+            if not mask & low:
+                continue
+            after = self.END if nte and nl_read else ALL
+            if obls:
+                obls = self.step_obligations(obls, atom, prev, behind)
+                if obls is None:
+                    continue
+            if s == _DONE or s == final:
+                out.append((_DONE, after, False, obls))
+                if after == ALL and not obls:
+                    return tuple(out)
+                continue
             for emask, t in self.edges[s]:
-                if emask & low and self._pvisit(t, final, prev, behind, out, seen):
+                if emask & low and self._pvisit((t, after, False, obls), final, prev, behind,
+                                                out, seen):
                     return tuple(out)
         return tuple(out)
 
-    def _pvisit(self, s, final, prev, behind, out, seen) -> bool:
-        """Depth-first from ``s`` in edge order, the order Python's backtracking
-        tries paths in; ``True`` once ``final`` is reached. Iterative: a stack
-        of ``[state, successors, next index]`` frames, whose states are the
-        search path (for the empty-iteration rule of :attr:`_NFA.guard`)."""
+    def _pvisit(self, start, final, prev, behind, out, seen) -> bool:
+        """Depth-first from the thread ``start`` in edge order, the order
+        Python's backtracking tries paths in, each path keeping the conditions
+        it meets (assertions on the next character, lookaheads, lookbehinds);
+        ``True`` once a path reaches ``final`` unconditionally. Iterative: a
+        stack of ``[thread, successors, next index]`` frames, whose states are
+        the search path (for the empty-iteration rule of :attr:`_NFA.guard`)."""
         eps, edges = self.eps, self.edges
         guard, loop_exit = self.guard, self.loop_exit
+        ALL = self.ALL
         on_path: set = set()
-        stack = [[s, None, 0]]
+        stack = [[start, None, 0]]
         while stack:
             frame = stack[-1]
-            u, succ, i = frame
+            th, succ, i = frame
+            u = th[0]
             if succ is not None:
                 if i < len(succ):
                     frame[2] = i + 1
@@ -746,36 +799,41 @@ class _Engine:
             if g is not None and g in on_path:
                 # an iteration matched the empty string: Python goes on after
                 # the repetition, and tries no further iteration
-                frame[0] = loop_exit[u]
+                frame[0] = (loop_exit[u],) + th[1:]
                 continue
-            if u in seen:
+            if th in seen:
                 stack.pop()
                 continue
-            seen.add(u)
+            seen.add(th)
+            _, mask, nte, obls = th
             if u == final:
-                out.append(u)
-                return True
+                out.append(th)
+                if mask == ALL and not nte and not obls:
+                    return True
+                stack.pop()  # a match if its conditions hold: later paths count too
+                continue
             if edges[u]:
-                out.append(u)
+                out.append(th)
                 stack.pop()
                 continue
             nxt = []
             for t, a in eps[u]:
                 if a is None:
-                    nxt.append(t)
-                elif type(a) is Assert:  # ^ or \A: the parser leaves no other
-                    if self.check(a, self.ALL, False, prev) is not None:
-                        nxt.append(t)
-                else:  # a lookbehind
-                    options = self.behind_options(a, behind, self.ALL, False, _EMPTY)
-                    if options == [(self.ALL, False, _EMPTY)]:
-                        nxt.append(t)
-                    elif options:
-                        raise UnsupportedRegexError(
-                            "a lookbehind whose match leaves a condition on the text after "
-                            "it (an assertion on the next character, a lookahead or '$' at "
-                            "its end), inside an atomic group, is not supported",
-                            self.pattern, a.offset)
+                    nxt.append((t, mask, nte, obls))
+                elif type(a) is Assert:
+                    r = self.check(a, mask, nte, prev)
+                    if r is not None:
+                        nxt.append((t, r[0], r[1], obls))
+                elif a.behind:
+                    for m, n, o in self.behind_options(a, behind, mask, nte, obls):
+                        nxt.append((t, m, n, o))
+                else:  # a lookahead (the parser refuses atomic groups here)
+                    run = self.closure([(a.start, ALL, False, _EMPTY)], prev, behind)
+                    verdict = self.decide(run, a.final)
+                    if verdict is None:
+                        nxt.append((t, mask, nte, obls | {("L", a.final, a.negate, run)}))
+                    elif verdict != a.negate:
+                        nxt.append((t, mask, nte, obls))
             on_path.add(u)
             frame[1] = nxt
         return False

@@ -152,8 +152,8 @@ def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
     Raises:
         RegexSyntaxError: the pattern is not valid Python regex syntax.
         UnsupportedRegexError: backreferences and conditionals (no finite
-            automaton recognises them); lookahead, ``$``, ``\\b`` or nested
-            atomic groups inside an atomic group (regular, but not supported).
+            automaton recognises them); nested atomic groups (or possessive
+            quantifiers) inside an atomic group (regular, but not supported).
         RegexTooLargeError: a size limit was exceeded.
     """
     if not isinstance(pattern, str):
@@ -552,8 +552,8 @@ class _Converter:
     def enter(self, kind: str, what: str, offset: int | None) -> None:
         """Start converting the body of a lookaround or atomic group (``kind``
         ``ahead``, ``behind`` or ``atomic``), refusing the nestings no automaton
-        here follows: an atomic group or a lookahead inside an atomic group."""
-        if kind != "behind" and "atomic" in self._inside:
+        here follows: an atomic group inside an atomic group."""
+        if kind == "atomic" and "atomic" in self._inside:
             raise UnsupportedRegexError(
                 f"{what} inside an atomic group (or possessive quantifier) is not supported",
                 self.pattern, offset)
@@ -596,18 +596,10 @@ class _Converter:
 
     def at(self, code, flags: int):
         ascii_words = not flags & _U
-        offset = self.next_offset("at")
         if code is sre_c.AT_BEGINNING:
             return Assert("begin_line" if flags & _M else "begin")
         if code is sre_c.AT_BEGINNING_STRING:
             return Assert("begin")
-        # every other assertion looks at the next character: inside an atomic
-        # group it decides which match is found first
-        inner = next((k for k in reversed(self._inside) if k in ("atomic", "behind")), None)
-        if inner == "atomic":
-            raise UnsupportedRegexError(
-                "an assertion on the next character ($, \\Z, \\b, \\B) inside an atomic "
-                "group (or possessive quantifier) is not supported", self.pattern, offset)
         if code is sre_c.AT_END:
             return Assert("end_line" if flags & _M else "end")
         if code is sre_c.AT_END_STRING:

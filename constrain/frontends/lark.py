@@ -46,7 +46,7 @@ from ast import literal_eval
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
-from constrain.automata.regex_syntax import Assert, Atomic, Chars, Concat, Look, Repeat, \
+from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
     nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
@@ -375,10 +375,13 @@ def _terminal_part(rt: _RawTerminal, text: str, deadline) -> str:
             return inner  # lark never matches it either: an unusable terminal
         offset = None if e.offset is None else max(e.offset - 3, 0)
         msg = e.msg.replace(" inside an atomic group (or possessive quantifier)", "")
-        msg = msg.replace(" is not supported", "") + (
-            ": lark matches a terminal leftmost-first, testing it on the text after the "
-            "match or on a prefix of it as it tries them, which no constraint can follow")
-        raise _pattern_error(rt, msg, offset, *where) from None
+        raise _pattern_error(rt, msg.replace(" is not supported", "") + _PAST_END, offset,
+                             *where) from None
+    past = _looks_past_end(node, False)
+    if past is not None and not _matches_nothing(inner, deadline):
+        what, offset = past
+        raise _pattern_error(rt, what + _PAST_END, None if offset is None else max(offset - 3, 0),
+                             *where)
     if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline):
         raise _pattern_error(
             rt, "an assertion on the text before the terminal: lark tests it on the whole "
@@ -407,6 +410,66 @@ def _matches_nothing(regexp: str, deadline) -> bool:
     anywhere = f"(?s:.)*(?:{regexp})(?s:.)*"
     return not build_char_dfa(parse_regex(anywhere), max_states=_CHECK_STATES,
                               deadline=deadline, pattern=regexp).accepting.any()
+
+
+_PAST_END = (": lark matches a terminal leftmost-first, testing it on the text after the "
+             "match or on a prefix of it as it tries them, which no constraint can follow")
+#: the assertions on the next character
+_NEXT_CHAR = ("end", "end_line", "end_string", "boundary", "non_boundary")
+
+
+def _looks_past_end(node, behind: bool):
+    """What in ``node`` (a terminal's regex) may look at the text after the
+    terminal's match, as ``(what, offset)``, or ``None``: a lookahead, an
+    assertion on the next character (inside a lookbehind: one that may end
+    its body; a ``$``, which also looks two characters ahead, anywhere)."""
+    t = type(node)
+    if t is Chars:
+        return None
+    if t is Assert:
+        if node.kind == "end" or (not behind and node.kind in _NEXT_CHAR):
+            return "an assertion on the next character ($, \\Z, \\b, \\B)", None
+        return None
+    if t is Look:
+        if not node.behind:
+            return "a lookahead", node.offset
+        found = _looks_past_end(node.body, True)
+        if found is None and _ends_with_next_char(node.body):
+            found = "a lookbehind that ends with an assertion on the next character", node.offset
+        return found
+    if t is Atomic:
+        return _looks_past_end(node.body, behind)
+    if t is Repeat:
+        return _looks_past_end(node.item, behind)
+    for item in node.items:  # Concat, Alt
+        found = _looks_past_end(item, behind)
+        if found is not None:
+            return found
+    return None
+
+
+def _ends_with_next_char(node) -> bool:
+    """Whether a match of ``node`` may end with an assertion on the next
+    character after its last character."""
+    t = type(node)
+    if t is Chars:
+        return False
+    if t is Assert:
+        return node.kind in _NEXT_CHAR
+    if t is Look:
+        return node.behind and _ends_with_next_char(node.body)
+    if t is Atomic:
+        return _ends_with_next_char(node.body)
+    if t is Repeat:
+        return node.hi != 0 and _ends_with_next_char(node.item)
+    if t is Alt:
+        return any(_ends_with_next_char(i) for i in node.items)
+    for item in reversed(node.items):  # Concat
+        if _ends_with_next_char(item):
+            return True
+        if not nullable(item):
+            return False
+    return False
 
 
 def _looks_before_start(node, offset: int) -> bool:
