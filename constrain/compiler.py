@@ -38,7 +38,7 @@ from pathlib import Path
 
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
 from constrain.cfg.grammar import GrammarConstraint
-from constrain.cfg.lexer import automaton_bytes, walk_bytes
+from constrain.cfg.lexer import automaton_bytes, terminal_id_bytes, walk_bytes
 from constrain.errors import ConstraintError
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
 from constrain.frontends.json_schema.caches import SchemaCaches
@@ -99,7 +99,8 @@ class Compiler:
         self.cache_bytes = cache_bytes
         self.terminal_automata = BoundedCache("terminal automata", max(1, int(cache_bytes * _AUTOMATA)),
                                               sizeof=automaton_bytes)
-        self.terminal_ids = BoundedCache("terminal ids", max(1, int(cache_bytes * _IDS)))
+        self.terminal_ids = BoundedCache("terminal ids", max(1, int(cache_bytes * _IDS)),
+                                         sizeof=terminal_id_bytes)
         self.lexer_walks = BoundedCache("lexer walks", max(1, int(cache_bytes * _WALKS)),
                                         sizeof=walk_bytes)
         self.schema_caches = SchemaCaches(max(1, int(cache_bytes * _EXCLUSION_IDS)),

@@ -21,6 +21,7 @@ only places where the parser is consulted.
 from __future__ import annotations
 
 import re
+import sys
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,23 @@ def automaton_bytes(key, dfa) -> int:
     names)."""
     size = nbytes(key)
     return size if dfa is False else size + dfa.transitions.nbytes + dfa.accepting.nbytes
+
+
+_NONE_BYTES = sys.getsizeof(None)
+
+
+def terminal_id_bytes(key, uid) -> int:
+    """What a cached terminal id costs: its :func:`terminal_key` and the id, as
+    :func:`~constrain.cache.nbytes` counts them, without its generic walk (every
+    terminal of every cold compile stores one: the walk was ~3 % of a median
+    MaskBench schema's compile)."""
+    if len(key) != 5:  # not a terminal_key: sized the generic way
+        return nbytes(key) + nbytes(uid)
+    pattern, _, literal, alphabet_key, exclusion = key
+    # the key tuple (5 items), its pattern and alphabet strings, its flags and the id (ints)
+    size = 96 + len(pattern) + len(alphabet_key) + 80 + sys.getsizeof(key[1]) + sys.getsizeof(uid)
+    size += _NONE_BYTES if literal is None else len(literal) + 40
+    return size + (_NONE_BYTES if exclusion is None else nbytes(exclusion))
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
@@ -932,4 +950,4 @@ def walk_bytes(key: tuple, entry: tuple) -> int:
 
 
 __all__ = ["LexerTables", "TerminalAutomata", "terminal_dfa", "terminal_key", "automaton_bytes",
-           "walk_bytes"]
+           "terminal_id_bytes", "walk_bytes"]
