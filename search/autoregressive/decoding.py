@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from search.autoregressive.closing import CLOSING_WINDOW, completion_tokens, shortest_completion
 from search.autoregressive.logits_controls import SamplingControls, StopStrings
@@ -191,6 +192,26 @@ def _left_padded(lm, prompts: list[list[int]]):
     return ids, mask, positions
 
 
+def _fill_masks(rows: list[Row], live: list[int], bitmask, words: int, batch_matcher) -> None:
+    """Fill the first ``len(live)`` rows of ``bitmask`` for the rows behind the
+    batch rows ``live``: a constrained row's allowed tokens (the rest of a
+    narrower vocabulary's words zero), every token for an unconstrained one."""
+    held = [k for k, i in enumerate(live) if rows[i].matcher is not None]
+    if not held:
+        return
+    if len(held) == 1:
+        k = held[0]
+        rows[live[k]].matcher.fill_next_token_bitmask(bitmask, k)
+    else:
+        batch_matcher.fill_next_token_bitmask([rows[live[k]].matcher for k in held],
+                                              bitmask, indices=held)
+    for k, i in enumerate(live):
+        if rows[i].matcher is None:
+            bitmask[k] = -1
+        elif bitmask_words(len(rows[i].constraint.vocab)) < words:
+            bitmask[k, bitmask_words(len(rows[i].constraint.vocab)):] = 0
+
+
 def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
            controls: SamplingControls, batch_matcher=None, t0: float | None = None):
     """Decode ``rows`` in lock-step. Yields ``(row_index, token_id)`` for each
@@ -212,77 +233,84 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
     vocab = lm.vocab
     prefill = 0.0
     live = list(range(len(rows)))  # the row behind each batch row of the cache
-    if max_new_tokens > 0 and rows:
-        ids, mask, positions = _left_padded(lm, [r.prompt_ids for r in rows])
-        logits, past = lm.forward_batch(ids, attention_mask=mask, position_ids=positions)
-        if positions is not None:
-            positions = positions[:, -1:]
-        prefill = time.perf_counter() - t0
     words = max((bitmask_words(len(r.constraint.vocab)) for r in rows if r.matcher is not None),
                 default=0)
     bitmask = allocate_bitmask(len(rows), 32 * words) if words else None
-    penalize = controls.repetition_penalty != 1.0
-    for step in range(max_new_tokens):
-        scores = logits.float()  # (live, V), a fresh tensor each step
-        held = [k for k, i in enumerate(live) if rows[i].matcher is not None]
-        if held:
-            if len(held) == 1:
-                k = held[0]
-                rows[live[k]].matcher.fill_next_token_bitmask(bitmask, k)
+    # The next step's masks depend only on the tokens taken so far, so they are
+    # filled on a worker thread while the model computes the step's logits: the
+    # forward pass runs in torch with the GIL released, the fills mostly in numba
+    # kernels that release it too, so a first visit to a grammar state (up to
+    # milliseconds) hides behind the model instead of adding to the step.
+    masks = ThreadPoolExecutor(1, thread_name_prefix="trellis-masks") if words else None
+    pending = None
+    try:
+        if max_new_tokens > 0 and rows:
+            ids, mask, positions = _left_padded(lm, [r.prompt_ids for r in rows])
+            if masks is not None:
+                pending = masks.submit(_fill_masks, rows, live, bitmask, words, batch_matcher)
+            logits, past = lm.forward_batch(ids, attention_mask=mask, position_ids=positions)
+            if positions is not None:
+                positions = positions[:, -1:]
+            prefill = time.perf_counter() - t0
+        penalize = controls.repetition_penalty != 1.0
+        for step in range(max_new_tokens):
+            scores = logits.float()  # (live, V), a fresh tensor each step
+            if pending is not None:
+                pending, done = None, pending
+                done.result()  # re-raises a fill's error here, in the caller's thread
+                apply_bitmask(scores, bitmask[:len(live)])
+                alive = torch.isfinite(scores).any(dim=1).tolist()
             else:
-                batch_matcher.fill_next_token_bitmask([rows[live[k]].matcher for k in held],
-                                                      bitmask, indices=held)
+                alive = [True] * len(live)
+            greedy = None
+            going: list[int] = []  # batch rows that go on to the next step
+            tokens: list[int] = []
             for k, i in enumerate(live):
-                if rows[i].matcher is None:
-                    bitmask[k] = -1
-                elif bitmask_words(len(rows[i].constraint.vocab)) < words:
-                    bitmask[k, bitmask_words(len(rows[i].constraint.vocab)):] = 0
-            apply_bitmask(scores, bitmask[:len(live)])
-            alive = torch.isfinite(scores).any(dim=1).tolist()
-        else:
-            alive = [True] * len(live)
-        greedy = None
-        going: list[int] = []  # batch rows that go on to the next step
-        tokens: list[int] = []
-        for k, i in enumerate(live):
-            row = rows[i]
-            if not alive[k]:
-                row.stop = STOP_NO_TOKEN
-                row.seconds = time.perf_counter() - t0
-                continue
-            forced = row.closing_token(lm, max_new_tokens - step) if row.close else None
-            if penalize:
-                controls.penalize(scores[k], row.seen_ids)
-            if forced is not None:
-                tok = forced
-            elif row.generator is None:
-                if greedy is None:  # one argmax over the batch, after the penalties
-                    greedy = torch.argmax(scores, dim=1).tolist()
-                tok = greedy[k]
-            else:
-                probs = controls.probabilities(scores[k], temperature)
-                tok = int(torch.multinomial(probs, 1, generator=row.generator))
-            row.saw(tok)
-            if row.accept(tok, vocab):
-                yield i, tok
-                going.append(k)
-                tokens.append(tok)
-            else:
-                row.seconds = time.perf_counter() - t0
-        if not going or step + 1 == max_new_tokens:
+                row = rows[i]
+                if not alive[k]:
+                    row.stop = STOP_NO_TOKEN
+                    row.seconds = time.perf_counter() - t0
+                    continue
+                forced = row.closing_token(lm, max_new_tokens - step) if row.close else None
+                if penalize:
+                    controls.penalize(scores[k], row.seen_ids)
+                if forced is not None:
+                    tok = forced
+                elif row.generator is None:
+                    if greedy is None:  # one argmax over the batch, after the penalties
+                        greedy = torch.argmax(scores, dim=1).tolist()
+                    tok = greedy[k]
+                else:
+                    probs = controls.probabilities(scores[k], temperature)
+                    tok = int(torch.multinomial(probs, 1, generator=row.generator))
+                row.saw(tok)
+                if row.accept(tok, vocab):
+                    yield i, tok
+                    going.append(k)
+                    tokens.append(tok)
+                else:
+                    row.seconds = time.perf_counter() - t0
+            if not going or step + 1 == max_new_tokens:
+                live = [live[k] for k in going]
+                break
+            if len(going) < len(live):
+                keep = torch.tensor(going, dtype=torch.long)
+                past.batch_select_indices(keep.to(lm.device))
+                if mask is not None:
+                    mask, positions = mask[keep], positions[keep]
             live = [live[k] for k in going]
-            break
-        if len(going) < len(live):
-            keep = torch.tensor(going, dtype=torch.long)
-            past.batch_select_indices(keep.to(lm.device))
             if mask is not None:
-                mask, positions = mask[keep], positions[keep]
-        live = [live[k] for k in going]
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
-            positions = positions + 1
-        logits, past = lm.forward_batch([[t] for t in tokens], past, attention_mask=mask,
-                                        position_ids=positions)
+                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+                positions = positions + 1
+            if masks is not None and any(rows[i].matcher is not None for i in live):
+                pending = masks.submit(_fill_masks, rows, live, bitmask, words, batch_matcher)
+            logits, past = lm.forward_batch([[t] for t in tokens], past, attention_mask=mask,
+                                            position_ids=positions)
+    finally:
+        if masks is not None:
+            # a caller that stops early (a closed stream) must not find its
+            # matchers still being read
+            masks.shutdown(wait=True)
     end = time.perf_counter() - t0
     for i in live:
         rows[i].seconds = end
