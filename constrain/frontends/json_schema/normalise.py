@@ -21,6 +21,10 @@ from constrain.frontends.json_schema.rules import Budget
 _MAX_SPLIT_ANY_OF = 4
 #: the objects (a conjunct of ``not: {required}``)
 _OBJECT = Synthetic("type", "object")
+#: the keywords :meth:`Normaliser._expand` reads: a node with none of them is
+#: its own form (most nodes: a property's ``{"type": ...}``), with no step to take
+_APPLICATORS = frozenset(("$ref", "$dynamicRef", "not", "if", "dependencies", "dependentSchemas",
+                          "allOf", "anyOf", "oneOf"))
 
 
 class Normaliser:
@@ -89,6 +93,8 @@ class Normaliser:
     def _expand(self, ref: NodeRef, node: dict, stack: tuple) -> list[tuple]:
         """:meth:`flatten` of a node that is an object, not yet memoised."""
         dnf = [(ref,)]
+        if _APPLICATORS.isdisjoint(node):
+            return dnf
         if "$ref" in node:
             target = self.doc.resolve_ref(node["$ref"], ref + "/$ref")
             if self.doc.ref_ignores_siblings:
@@ -245,7 +251,8 @@ class Normaliser:
         out = []
         for x in a:
             for y in b:
-                out.append(x + tuple(p for p in y if p not in x))
+                # x empty (the first factor of flatten_pieces): y as it is
+                out.append(x + tuple(p for p in y if p not in x) if x else tuple(y))
                 if len(out) > MAX_CONJUNCTIONS:
                     raise GrammarTooComplexError(
                         f"more than {MAX_CONJUNCTIONS} alternatives after distributing "
