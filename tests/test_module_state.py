@@ -70,6 +70,10 @@ ALLOWED = {
     "constrain.frontends.json_schema.caches:_IN_USE":
         "a ContextVar: the caches of the compile running in this thread (set and reset "
         "around each compile), not state shared between threads",
+    "constrain.regular.regex:_last_target":
+        "the bitmask the last checked regex fill wrote into (one tuple, replaced whole, so "
+        "threads read a consistent one): a state's first fill into the server's one "
+        "bitmask skips the checks; it keeps that one bitmask alive, nothing grows",
     "constrain.frontends.json_schema.caches:_PROCESS":
         "the JSON Schema caches of translations outside a compile; both its caches are "
         "registered with the registry",
