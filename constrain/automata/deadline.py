@@ -176,11 +176,16 @@ class Deadline:
     def __float__(self) -> float:
         return self.at
 
+    # ``at`` is never before ``_at`` (kernel time only adds): a deadline not yet
+    # at ``_at`` has not passed, without reading the compile clock (its lock; a
+    # JSON Schema's translation compares at every node it visits)
     def __lt__(self, other) -> bool:
-        return self.at < float(other)
+        other = float(other)
+        return self._at < other and self.at < other
 
     def __le__(self, other) -> bool:
-        return self.at <= float(other)
+        other = float(other)
+        return self._at <= other and self.at <= other
 
     def __gt__(self, other) -> bool:
         return self.at > float(other)
