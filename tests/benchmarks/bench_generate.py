@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import environment, fmt, fmt_table, git_rev, log  # noqa: E402
+from harness import decode_rate, environment, fmt, fmt_table, git_rev, log  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "data"
@@ -152,12 +152,6 @@ def constraints(args, vocab):
     if unknown:
         raise SystemExit(f"unknown constraint(s) {sorted(unknown)}; choose from {sorted(every)}")
     return {k: every[k] for k in only}
-
-
-def decode_rate(results) -> float:
-    """Decoding steps per second over ``results``, prefill excluded."""
-    seconds = sum(r.seconds - r.prefill_seconds for r in results)
-    return sum(r.num_steps for r in results) / seconds if seconds > 0 else float("nan")
 
 
 def main(argv=None) -> int:

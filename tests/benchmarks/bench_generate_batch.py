@@ -23,7 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import environment, fmt, fmt_table, git_rev, log  # noqa: E402
+from harness import decode_rate, environment, fmt, fmt_table, git_rev, log  # noqa: E402
 
 PERSON = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
           "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}}}
@@ -35,9 +35,7 @@ KINDS = ["regex", "json schema", "choice", "none"]
 def _rate(results, kind: str) -> float:
     """Decoding steps per second of the rows of one constraint kind (rows cycle
     through :data:`KINDS`), prefill excluded."""
-    rows = [r for i, r in enumerate(results) if KINDS[i % 4] == kind]
-    seconds = sum(r.seconds - r.prefill_seconds for r in rows)
-    return sum(r.num_steps for r in rows) / seconds if seconds > 0 else float("nan")
+    return decode_rate([r for i, r in enumerate(results) if KINDS[i % 4] == kind])
 
 
 def main(argv=None) -> int:

@@ -100,6 +100,12 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def decode_rate(results) -> float:
+    """Decoding steps per second over ``search.GenerationResult``s, prefill excluded."""
+    seconds = sum(r.seconds - r.prefill_seconds for r in results)
+    return sum(r.num_steps for r in results) / seconds if seconds > 0 else float("nan")
+
+
 def timed(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` timed once: ``(result, wall ns, CPU ns)``. The heap is
     collected first (``GC_FLUSH``); the CPU clock is read just outside the wall
