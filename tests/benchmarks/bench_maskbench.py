@@ -16,10 +16,22 @@ that a hang or a memory blow-up is cut off and recorded, not fatal):
 * mask time: every instance that ``jsonschema`` itself finds valid is serialized
   compactly with object properties in the schema's ``properties`` order
   (:func:`serialize`), tokenized with the vocabulary's real tokenizer and walked:
-  before every token and once after the last one the mask fill is timed (the first
-  fill at that state: the honest number for lazily built masks), then the engine
-  advances with the token. Per-token p50 / p99 / max over all timed fills, and
-  how many valid instances the engine accepted whole (EOS allowed at the end).
+  before every token and once after the last one the mask fill is timed (each
+  instance once, no repeats; later instances of a schema revisit some of the
+  states of those before), then the engine advances with the token. Per-token
+  p50 / p99 / max over all timed fills, and how many valid instances the engine
+  accepted whole (EOS allowed at the end);
+* three regimes, which rank engines differently: the first valid instance's
+  walk right after the compile is the *first walk* (its advance calls timed
+  too); the *request* is the compile plus every fill of that walk (a new
+  schema per request, as in tool calling); after the other instances, that
+  instance is walked again: the *warm* fills, every state seen before. Per
+  split over the schemas that every engine compiled and whose first instance
+  each accepted: request p50 over the schemas, first-walk fill p50 / p99, warm
+  p50, advance p50; their geometric mean over the splits (a pooled percentile
+  lets the long instances decide alone), the pooled figures, and Trellis's
+  ratios to its peers (reports written before have no warm pass: the regime
+  table is skipped).
 
 See tests/benchmarks/README.md for the methodology.
 """
@@ -517,7 +529,10 @@ def compile_warnings(eng, handle, captured: str) -> list[str]:
 
 
 def bench_job(eng, payload, send) -> None:
-    """In the worker: compile (timed, gc off), report; walk every instance, report."""
+    """In the worker: compile (timed, gc off), report; walk every instance in
+    order, then the first one again, and report. The first instance's walk is
+    the first walk after the compile (its advance calls timed too); the walk
+    again over it is the warm pass, every state seen before."""
     global _CAPTURE
     schema, seqs = payload
     if _CAPTURE is None:
@@ -538,22 +553,38 @@ def bench_job(eng, payload, send) -> None:
     gc.collect()
     gc.disable()
     try:
-        for ids in seqs:
-            mns: list = []
-            mcpu: list = []
-            try:
-                refused, eos_ok, bad = eng.walk(g, ids, mask, mns, mcpu)
-                out.append((refused, bool(eos_ok), bad, mns, mcpu, None))
-            except Exception as e:
-                out.append((None, False, 0, mns, mcpu, f"{type(e).__name__}: {e}"))
+        for k, ids in enumerate(seqs):
+            out.append(_walk_result(eng, g, ids, mask, timed_advance=k == 0))
+        warm = _walk_result(eng, g, seqs[0], mask, timed_advance=False) if seqs else None
     finally:
         gc.enable()
-    send(("walked", out))
+    send(("walked", out, warm))
+
+
+def _walk_result(eng, g, ids, mask, timed_advance: bool) -> tuple:
+    """One walk of ``ids`` as the worker reports it: ``(refused_at, eos_ok,
+    inconsistent, fill wall ns, fill CPU ns, error, advance wall ns, advance CPU ns)``
+    (the advance lists empty unless ``timed_advance``)."""
+    mns: list = []
+    mcpu: list = []
+    ans: list = []
+    acpu: list = []
+    adv = (ans, acpu) if timed_advance else (None, None)
+    try:
+        refused, eos_ok, bad = eng.walk(g, ids, mask, mns, mcpu, *adv)
+        return refused, bool(eos_ok), bad, mns, mcpu, None, ans, acpu
+    except Exception as e:
+        return None, False, 0, mns, mcpu, f"{type(e).__name__}: {e}", ans, acpu
 
 
 # ----------------------------------------------------------------------------------
 # Running
 # ----------------------------------------------------------------------------------
+
+
+def _to_us(ns: list, overhead: int) -> list:
+    """Timed nanoseconds as microseconds (3 decimals), the timer's own cost subtracted."""
+    return [round(float(x), 3) for x in np.maximum(np.asarray(ns, dtype=np.float64) - overhead, 0.0) / 1e3]
 
 
 def run_case(case: SchemaCase, workers: dict, args, overhead: int, cpu_overhead: int, spec) -> dict:
@@ -588,21 +619,25 @@ def run_case(case: SchemaCase, workers: dict, args, overhead: int, cpu_overhead:
                 r["walk_error"] = "no walk result"
             elif msgs[1][0] == "walked":
                 insts = []
-                for inst, (refused, eos_ok, bad, mns, mcpu, err) in zip(case.valid, msgs[1][1]):
-                    us = np.maximum(np.asarray(mns, dtype=np.float64) - overhead, 0.0) / 1e3
-                    cus = np.maximum(np.asarray(mcpu, dtype=np.float64) - cpu_overhead, 0.0) / 1e3
+                for inst, (refused, eos_ok, bad, mns, mcpu, err, ans, acpu) in zip(case.valid, msgs[1][1]):
                     d = {
                         "index": inst.index, "tokens": len(inst.ids), "accepted": refused is None and eos_ok and not err,
                         "refused_at": refused, "eos_ok": eos_ok, "inconsistent": bad, "error": err,
-                        "mask_us": [round(float(x), 3) for x in us],
-                        "mask_cpu_us": [round(float(x), 3) for x in cus],
+                        "mask_us": _to_us(mns, overhead), "mask_cpu_us": _to_us(mcpu, cpu_overhead),
                     }
+                    if ans:
+                        d["advance_us"] = _to_us(ans, overhead)
+                        d["advance_cpu_us"] = _to_us(acpu, cpu_overhead)
                     if refused is not None:
                         before = b"".join(spec.tokens[t] for t in inst.ids[:refused])
                         d["refused_after"] = before[-80:].decode("utf-8", "replace")
                         d["refused_token"] = repr(spec.tokens[inst.ids[refused]])
                     insts.append(d)
                 r["instances"] = insts
+                if msgs[1][2] is not None:
+                    refused, eos_ok, _, mns, mcpu, err, _, _ = msgs[1][2]
+                    r["warm"] = {"accepted": refused is None and eos_ok and not err, "error": err,
+                                 "mask_us": _to_us(mns, overhead), "mask_cpu_us": _to_us(mcpu, cpu_overhead)}
             else:
                 r["walk_error"] = f"{msgs[1][0]}: {msgs[1][1]}"
                 r["instances"] = []
@@ -620,8 +655,8 @@ CLOCK = "wall"
 PREEMPT_US = 1000.0
 
 
-def _keys():
-    return ("compile_ms", "mask_us") if CLOCK == "wall" else ("compile_cpu_ms", "mask_cpu_us")
+def _keys(clock: str | None = None):
+    return ("compile_ms", "mask_us") if (clock or CLOCK) == "wall" else ("compile_cpu_ms", "mask_cpu_us")
 
 
 def split_stats(results: list, engine: str) -> dict:
@@ -688,6 +723,81 @@ def common_ratios(results: list, a: str, b: str) -> dict:
     }
 
 
+#: the figures of a regime table row, per engine
+REGIME_KEYS = ("request_p50_ms", "first_p50_us", "first_p99_us", "warm_p50_us", "advance_p50_us")
+
+
+def has_regimes(results: list) -> bool:
+    """Whether the results hold the warm pass (reports written before the regimes
+    were measured do not)."""
+    return any("warm" in e for r in results for e in r["engines"].values())
+
+
+def regime_common(results: list, engines: list) -> list:
+    """The results that every engine of ``engines`` compiled and whose first valid
+    instance each accepted, on its first walk and on the warm pass."""
+    def ok(e):
+        return (e is not None and e["status"] == "ok" and bool(e.get("instances")) and e["instances"][0]["accepted"]
+                and bool((e.get("warm") or {}).get("accepted")))
+
+    return [r for r in results if all(ok(r["engines"].get(e)) for e in engines)]
+
+
+def regime_figures(results: list, engine: str, clock: str | None = None) -> dict:
+    """One engine's regimes over ``results`` (each with a first walk and a warm
+    pass): request ms p50 over the schemas (compile + the sum of the first walk's
+    fills), p50 / p99 over the first walks' fills, p50 over the warm fills and
+    over the first walks' advance calls."""
+    ck, mk = _keys(clock)
+    ak = "advance_us" if mk == "mask_us" else "advance_cpu_us"
+    req, first, warm, adv = [], [], [], []
+    for r in results:
+        e = r["engines"][engine]
+        walk = e["instances"][0]
+        req.append(e[ck] + sum(walk[mk]) / 1e3)
+        first.extend(walk[mk])
+        warm.extend(e["warm"][mk])
+        adv.extend(walk.get(ak, ()))
+    return {"schemas": len(req), "request_p50_ms": pct(req, 50), "first_p50_us": pct(first, 50),
+            "first_p99_us": pct(first, 99), "warm_p50_us": pct(warm, 50), "advance_p50_us": pct(adv, 50)}
+
+
+def regime_summary(by_split: dict, engines: list, clock: str | None = None) -> dict:
+    """The three regimes per split (``by_split``: split -> results, no total) over
+    the schemas all ``engines`` share (:func:`regime_common`), their geometric mean
+    over the splits that have such schemas, the pooled figures over all of them,
+    and Trellis's ratios to its peers (``None`` where an engine is missing)."""
+    common = {split: regime_common(rs, engines) for split, rs in by_split.items()}
+    splits = {split: {e: regime_figures(rs, e, clock) for e in engines} for split, rs in common.items() if rs}
+    geo = {e: {k: harness.geomean(splits[sp][e][k] for sp in splits) for k in REGIME_KEYS} for e in engines}
+    pooled = {e: regime_figures([r for rs in common.values() for r in rs], e, clock) for e in engines}
+
+    def ratio(x, y):
+        return x / y if x is not None and y else None
+
+    def geo_ratio(k, peer):
+        return ratio(geo["trellis"][k], geo[peer][k]) if "trellis" in geo and peer in geo else None
+
+    ratios = {"first_p50_vs_xgrammar": geo_ratio("first_p50_us", "xgrammar"),
+              "first_p50_vs_xgrammar_worst": None, "request_vs_faster_peer": None,
+              "pooled_first_p99_vs_llguidance": None, "warm_p50_vs_xgrammar": geo_ratio("warm_p50_us", "xgrammar")}
+    if "trellis" in engines and "xgrammar" in engines and splits:
+        per = {sp: ratio(f["trellis"]["first_p50_us"], f["xgrammar"]["first_p50_us"]) for sp, f in splits.items()}
+        per = {sp: x for sp, x in per.items() if x is not None}
+        if per:
+            worst = max(per, key=per.get)
+            ratios["first_p50_vs_xgrammar_worst"] = [worst, per[worst]]
+    peers = [e for e in engines if e != "trellis" and geo[e]["request_p50_ms"] is not None]
+    if "trellis" in engines and peers:
+        faster = min(peers, key=lambda e: geo[e]["request_p50_ms"])
+        ratios["request_vs_faster_peer"] = [faster, geo_ratio("request_p50_ms", faster)]
+    if "trellis" in engines and "llguidance" in engines:
+        ratios["pooled_first_p99_vs_llguidance"] = ratio(pooled["trellis"]["first_p99_us"],
+                                                          pooled["llguidance"]["first_p99_us"])
+    return {"engines": list(engines), "clock": clock or CLOCK, "schemas": {sp: len(rs) for sp, rs in common.items()},
+            "splits": splits, "geomean": geo, "pooled": pooled, "ratios": ratios}
+
+
 # ----------------------------------------------------------------------------------
 # Reporting
 # ----------------------------------------------------------------------------------
@@ -743,6 +853,38 @@ def format_ratios(by_split: dict, markdown: bool) -> str:
             f"{_r(rl['mask_p99'])} ({rl['fills']})",
         ])
     return _table(header, rows, markdown)
+
+
+def format_regimes(summary: dict, markdown: bool) -> str:
+    """The regime table of :func:`regime_summary` (rows: splits, geomean, pooled;
+    cells ``T / X / L``), then Trellis's ratios to its peers, one line each."""
+    engines = summary["engines"]
+    tag = "/".join(SHORT[e] for e in engines)
+    header = ["split", "schemas", f"request p50 ms {tag}", f"first-walk p50 µs {tag}", f"first-walk p99 µs {tag}",
+              f"warm p50 µs {tag}", f"advance p50 µs {tag}"]
+    geo_schemas = sum(summary["schemas"][sp] for sp in summary["splits"])
+    rows_in = [(sp, n, summary["splits"].get(sp)) for sp, n in summary["schemas"].items()]
+    rows_in.append((f"geomean ({len(summary['splits'])} splits)", geo_schemas, summary["geomean"]))
+    rows_in.append(("pooled", geo_schemas, summary["pooled"]))
+    rows = [[name, str(n)] + [" / ".join(fmt(f[e][k]) for e in engines) if f else "-" for k in REGIME_KEYS]
+            for name, n, f in rows_in]
+    out = [_table(header, rows, markdown)]
+    r = summary["ratios"]
+    lines = []
+    if r["first_p50_vs_xgrammar"] is not None:
+        worst = r["first_p50_vs_xgrammar_worst"]
+        lines.append(f"first-walk p50 Trellis / XGrammar: {_r(r['first_p50_vs_xgrammar'])} on the geomean (bar <= 1)"
+                     + (f", worst split {worst[0]} {_r(worst[1])} (bar <= 2)" if worst else ""))
+    if r["request_vs_faster_peer"] is not None:
+        peer, x = r["request_vs_faster_peer"]
+        lines.append(f"request Trellis / the faster peer's on the geomean ({peer}): {_r(x)} (bar <= 0.5)")
+    if r["pooled_first_p99_vs_llguidance"] is not None:
+        lines.append(f"pooled first-walk p99 Trellis / llguidance: {_r(r['pooled_first_p99_vs_llguidance'])} (bar <= 1)")
+    if r["warm_p50_vs_xgrammar"] is not None:
+        lines.append(f"warm p50 Trellis / XGrammar on the geomean: {_r(r['warm_p50_vs_xgrammar'])}")
+    if lines:
+        out.append("\n".join(("* " if markdown else "  ") + x for x in lines))
+    return "\n\n".join(out)
 
 
 def _all(by_split: dict) -> list:
@@ -878,10 +1020,16 @@ def selected_splits(args) -> list[str]:
     return want
 
 
-def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) -> None:
+def group_by_split(results: list) -> dict:
+    """Split name -> its results, in the order the splits first appear."""
     by_split: dict = {}
-    for r in vres["results"]:
+    for r in results:
         by_split.setdefault(r["split"], []).append(r)
+    return by_split
+
+
+def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) -> None:
+    by_split = group_by_split(vres["results"])
     by_split_t = dict(by_split)
     if len(by_split) > 1:
         by_split_t["total"] = [r for rs in by_split.values() for r in rs]
@@ -907,6 +1055,16 @@ def print_vocab_report(vname: str, vres: dict, live: list, skipped: dict, args) 
         print("\nTrellis vs peers on common work (the bar: each ratio <= 1): compile p50 over the schemas both "
               "compiled; mask p50/p99 over the fills of the valid instances both accepted")
         print(format_ratios(by_split_t, md))
+    print()
+    if has_regimes(vres["results"]):
+        print(f"Regimes, over the schemas that {'/'.join(SHORT[e] for e in live)} all compiled and whose first valid "
+              "instance each accepted: request = compile + every fill of the first walk (the first valid instance "
+              "walked right after the compile), p50 over schemas; first-walk and warm (that instance walked "
+              "again) fills, and the first walk's advance calls: p50 / p99 over the split's fills; geomean: "
+              "geometric mean over the splits of each figure; pooled: all those schemas together")
+        print(format_regimes(regime_summary(by_split, live), md))
+    else:
+        print("regimes: not in this report (written before the warm pass was recorded); regime table skipped")
     print("\nfindings:")
     print(format_findings(by_split_t, live, args.show))
 
@@ -1001,6 +1159,7 @@ def main(argv=None) -> int:
         vres["results"] = results
         vres["worker_restarts"] = {n: w.restarts for n, w in workers.items()}
         vres["worker_peak_rss_mib"] = {n: w.peak_rss / 2**20 for n, w in workers.items()}
+        vres["regimes"] = {clock: regime_summary(group_by_split(results), live, clock) for clock in ("wall", "cpu")}
         report["vocabs"][vname] = vres
         print_vocab_report(vname, vres, live, skipped, args)
         del spec

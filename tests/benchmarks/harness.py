@@ -1,6 +1,6 @@
 """What the benchmark and check scripts share: the one-thread set-up, the timed
-call and the clocks' own cost, the run's environment, number and table
-formatting, and the command-line pieces of the scripts that run the default model.
+call and the clocks' own cost, the run's environment, the geometric mean, number
+and table formatting, and the command-line pieces of the scripts that run the default model.
 
 Importing it puts the repository root on ``sys.path`` (the scripts run from a
 checkout, which may not be the installed one) and loads nothing outside the
@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import statistics
@@ -118,6 +119,17 @@ def timed(fn, *args, **kwargs):
     t1 = perf_ns()
     c1 = cpu_ns()
     return out, t1 - t0, c1 - c0
+
+
+def geomean(values) -> float | None:
+    """The geometric mean of non-negative figures, ``None`` entries skipped: ``None``
+    when none is left, 0 when one is 0."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return None
+    if min(vals) <= 0:
+        return 0.0
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
 def timer_overhead_ns(n: int = 20000) -> int:

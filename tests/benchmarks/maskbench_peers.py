@@ -17,11 +17,12 @@ Each adapter exposes:
     once in each freshly started worker;
 ``compile_timed(schema) -> (handle, wall_ns, cpu_ns)``
     one compilation from fresh compiler state; raises on an unsupported schema;
-``walk(handle, ids, mask, mask_ns, mask_cpu) -> (refused_at, eos_ok, inconsistent)``
+``walk(handle, ids, mask, mask_ns, mask_cpu, adv_ns=None, adv_cpu=None) -> (refused_at, eos_ok, inconsistent)``
     a fresh walk over ``ids``: before every token and once after the last, the
     mask fill is timed (wall-clock nanoseconds appended to ``mask_ns``, process
     CPU nanoseconds, measured just outside, to ``mask_cpu``); then the token is
-    checked against the mask (untimed) and the engine advances with it.
+    checked against the mask (untimed) and the engine advances with it, that
+    call timed the same way into ``adv_ns`` / ``adv_cpu`` when given.
     ``refused_at`` is the index of the first token the engine refused (None if
     none); ``eos_ok`` whether EOS is allowed after the last token; ``inconsistent``
     the number of steps where the mask and the advance call disagreed about the
@@ -104,13 +105,15 @@ class XGrammarJSON(XGrammarEngine):
         return timed(self.fresh_compiler().compile_json_schema, text, any_whitespace=self.any_whitespace,
                      separators=(",", ":"), strict_mode=self.strict_mode)
 
-    def walk(self, g, ids, mask, mask_ns, mask_cpu):
+    def walk(self, g, ids, mask, mask_ns, mask_cpu, adv_ns=None, adv_cpu=None):
         m = self.lib.GrammarMatcher(g)
         fill = m.fill_next_token_bitmask
         accept = m.accept_token
         row = _np(mask[0]).view(np.uint8)
         n = len(ids)
         bad = 0
+        if adv_ns is None:
+            adv_ns, adv_cpu = [], []
         for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
@@ -122,7 +125,13 @@ class XGrammarJSON(XGrammarEngine):
             if j == n:
                 break
             in_mask = _allowed(row, ids[j])
+            c0 = cpu_ns()
+            t0 = perf_ns()
             ok = accept(ids[j])
+            t1 = perf_ns()
+            c1 = cpu_ns()
+            adv_ns.append(t1 - t0)
+            adv_cpu.append(c1 - c0)
             bad += ok != in_mask
             if not ok:
                 return j, False, bad
@@ -196,9 +205,10 @@ class LLGuidanceJSON(PeerEngine):
     def new_mask(self):
         return np.full((1, (self.spec.size + 31) // 32), -1, dtype=np.int32)
 
-    def walk(self, handle, ids, mask, mask_ns, mask_cpu):
+    def walk(self, handle, ids, mask, mask_ns, mask_cpu, adv_ns=None, adv_cpu=None):
         # the compiled matcher stays fresh: every walk gets a copy of it
-        # (deep_copy of a fresh matcher: no grammar rebuild)
+        # (deep_copy of a fresh matcher: no grammar rebuild); the copies share
+        # the lexer states built lazily, so a walk over states seen before is warm
         m = handle[1].deep_copy()
         row = mask[0]
         ptr = row.ctypes.data
@@ -208,6 +218,8 @@ class LLGuidanceJSON(PeerEngine):
         brow = row.view(np.uint8)
         n = len(ids)
         bad = 0
+        if adv_ns is None:
+            adv_ns, adv_cpu = [], []
         for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
@@ -219,7 +231,13 @@ class LLGuidanceJSON(PeerEngine):
             if j == n:
                 break
             in_mask = _allowed(brow, ids[j])
+            c0 = cpu_ns()
+            t0 = perf_ns()
             ok = consume(ids[j])
+            t1 = perf_ns()
+            c1 = cpu_ns()
+            adv_ns.append(t1 - t0)
+            adv_cpu.append(c1 - c0)
             bad += ok != in_mask
             if not ok:
                 return j, False, bad
@@ -270,13 +288,15 @@ class TrellisJSON(TrellisEngine):
         if self.clear_shared:
             self.c.clear_caches()
 
-    def walk(self, g, ids, mask, mask_ns, mask_cpu):
+    def walk(self, g, ids, mask, mask_ns, mask_cpu, adv_ns=None, adv_cpu=None):
         fill = g.fill_bitmask
         advance = g.advance
         state = g.initial_state()
         row = _np(mask[0]).view(np.uint8)
         n = len(ids)
         bad = 0
+        if adv_ns is None:
+            adv_ns, adv_cpu = [], []
         for j in range(n + 1):
             c0 = cpu_ns()
             t0 = perf_ns()
@@ -288,7 +308,13 @@ class TrellisJSON(TrellisEngine):
             if j == n:
                 break
             in_mask = _allowed(row, ids[j])
+            c0 = cpu_ns()
+            t0 = perf_ns()
             state = advance(state, ids[j])
+            t1 = perf_ns()
+            c1 = cpu_ns()
+            adv_ns.append(t1 - t0)
+            adv_cpu.append(c1 - c0)
             ok = state is not None
             bad += ok != in_mask
             if not ok:
