@@ -125,3 +125,58 @@ def test_table_and_old_reports(bm):
     old = [{**r, "engines": {e: {k: v for k, v in x.items() if k != "warm"} for e, x in r["engines"].items()}}
            for r in by_split["A"]]
     assert not bm.has_regimes(old)
+
+
+class FakeEngine:
+    """An engine whose fill of token ``t`` takes ``t`` µs wall (``t / 2`` CPU), whose
+    advance takes 3 µs, and which records the walks it is asked for."""
+
+    name = "trellis"
+
+    def __init__(self):
+        self.walks = []
+
+    def compile_timed(self, schema):
+        return "grammar", 2_000_000, 1_000_000
+
+    def new_mask(self):
+        return None
+
+    def walk(self, g, ids, mask, mask_ns, mask_cpu, adv_ns=None, adv_cpu=None):
+        self.walks.append((tuple(ids), adv_ns is not None))
+        for t in [*ids, 0]:
+            mask_ns.append(1000 * t)
+            mask_cpu.append(500 * t)
+        if adv_ns is not None:
+            adv_ns.extend([3000] * len(ids))
+            adv_cpu.extend([3000] * len(ids))
+        return None, True, 0
+
+
+class FakeWorker:
+    """``bench_maskbench.Worker``'s ``run``, in this process."""
+
+    def __init__(self, bm, engine):
+        self.bm, self.engine = bm, engine
+
+    def run(self, payload, timeouts):
+        msgs = []
+        self.bm.bench_job(self.engine, payload, msgs.append)
+        return msgs
+
+
+def test_worker_walks_first_then_warm(bm):
+    """The first walk comes right after the compile with its advance calls timed;
+    the warm pass walks the first instance again after the others."""
+    eng = FakeEngine()
+    case = bm.SchemaCase("s", "A", {"type": "integer"})
+    case.valid = [bm.Instance(0, "12", [4, 2], True), bm.Instance(1, "7", [6], True)]
+    args = type("Args", (), {"timeout": 30.0, "walk_timeout": 120.0})()
+    res = bm.run_case(case, {"trellis": FakeWorker(bm, eng)}, args, 0, 0, spec=None)
+    assert eng.walks == [((4, 2), True), ((6,), False), ((4, 2), False)]
+    e = res["engines"]["trellis"]
+    first, second = e["instances"]
+    assert first["mask_us"] == [4, 2, 0] and first["advance_us"] == [3, 3] and "advance_us" not in second
+    assert e["warm"] == {"accepted": True, "error": None, "mask_us": [4, 2, 0], "mask_cpu_us": [2, 1, 0]}
+    s = bm.regime_summary({"A": [res]}, ["trellis"], "cpu")
+    assert s["splits"]["A"]["trellis"]["request_p50_ms"] == pytest.approx(1.0 + 3 / 1e3)
