@@ -909,7 +909,7 @@ def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,
     args = (len(atoms), eps_ptr, np.asarray(eps_dst, dtype=np.int64), edge_ptr,
             np.asarray(edge_atom, dtype=np.int64), np.asarray(edge_dst, dtype=np.int64),
             start, final, max_states, kernel_deadline(deadline))
-    ready(determinize, args, deadline, "char_dfa", tiny_determinize_args(args))
+    ready(determinize, args, deadline, "char_dfa", tiny_determinize_args)
     table, accepting, count = determinize(*args[:-1], kernel_deadline(deadline))
     if count == OUT_OF_TIME:
         raise out_of_time(pattern)

@@ -202,7 +202,7 @@ _READY: set = set()
 
 
 def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "",
-          warm: tuple | None = None) -> None:
+          warm=None) -> None:
     """Compile (or load) ``kernel`` for the types of ``args``, the arguments of
     the call about to be made, unless done already for this call ``site`` (a
     site passes the same types every time: the check runs once per process).
@@ -212,8 +212,9 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "
     any. ``deadline``, the compile's, need not be moved: no :class:`Deadline`
     counts the time numba takes (the call sites that pass it predate that).
 
-    ``warm``: arguments of the same types for a call that reads the
-    :func:`clock` at once (a trivial input, a deadline already past): where
+    ``warm``: a function of ``args`` giving arguments of the same types for
+    a call that reads the :func:`clock` at once (a trivial input, a deadline
+    already past; made only on the site's first call): where
     the clock is an objmode block (not on Linux), numba compiles it when it
     first runs, not with the kernel, and that is numba's time too."""
     key = (kernel, site)
@@ -228,7 +229,7 @@ def ready(kernel, args: tuple, deadline: "Deadline | None" = None, site: str = "
         if sig not in kernel.overloads:
             kernel.compile(sig)
         if warm is not None:
-            kernel(*warm)
+            kernel(*warm(args))
     _READY.add(key)
 
 

@@ -408,8 +408,9 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
         # fixed cost of the general pipeline's Python and numpy steps)
-        args = (prog, nfa.start, nfa.final, max_states, alphabet, 256, kernel_deadline(deadline))
-        ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args(args))
+        # the deadline's type only: its value is read once the kernel is ready
+        args = (prog, nfa.start, nfa.final, max_states, alphabet, 256, 0.0)
+        ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args)
         table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
         if status == OUT_OF_TIME:
             raise out_of_time(pattern)

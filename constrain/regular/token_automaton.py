@@ -32,7 +32,8 @@ import numpy as np
 from constrain.cache import check_budget
 from constrain.errors import GrammarTooComplexError, InvalidStateError
 from constrain.automata.deadline import Deadline, ready
-from constrain.regular.token_kernels import coreachable_states, token_transitions
+from constrain.regular.token_kernels import (ROW_ALIGN, ROW_SLACK, aligned_rows,
+                                             coreachable_states, token_transitions)
 from constrain.runtime.bitmask import row_writer
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
@@ -40,28 +41,26 @@ from constrain.vocab.vocabulary import Vocabulary
 
 DEFAULT_MAX_MASK_BYTES = 256 * 1024 * 1024
 _NO_EOS = np.zeros(0, dtype=np.int64)
-_ROW_ALIGN = 64  # bytes
 # Walk every state at compile time when the trie nodes under the bytes the states
 # can take number at most this (~60 us of walking on this machine): one kernel
 # call for all then costs less than the ~6 us of Python and dispatch that each
 # first visit pays, as in [0-9]{5}. The estimate is a bound (the walk prunes
-# below the first byte), extrapolated from the first _CHEAP_SAMPLE states; DFAs
-# past _CHEAP_STATES states are walked on first visit.
+# below the first byte), extrapolated from the first 8 states by the walk's
+# kernel itself; DFAs past _CHEAP_STATES states are walked on first visit.
 _CHEAP_NODES = 40_000
 _CHEAP_STATES = 512
-_CHEAP_SAMPLE = 8
 _CHUNK = 64  # states per kernel call of a whole walk: ~40 ms of SmolLM2 walks, the deadline's granularity
 
 
+def _row_buffer(n: int, words: int) -> np.ndarray:
+    """A zeroed buffer for ``n`` rows of ``words`` (``token_kernels.aligned_rows``)."""
+    return np.zeros(n * (-(-words // ROW_SLACK) * ROW_SLACK) + ROW_SLACK, dtype=np.uint32)
+
+
 def _aligned_rows(n: int, words: int) -> np.ndarray:
-    """A zeroed ``(n, words)`` uint32 array whose rows each start on a 64-byte
-    boundary: copying a row into a bitmask (which torch aligns to 64 bytes) is then
-    ~7% faster on a 25 KB o200k row than from a misaligned source."""
-    stride = -(-words * 4 // _ROW_ALIGN) * _ROW_ALIGN
-    raw = np.zeros(n * stride + _ROW_ALIGN, dtype=np.uint8)
-    off = (-raw.ctypes.data) % _ROW_ALIGN
-    padded = raw[off:off + n * stride].view(np.uint32).reshape(n, stride // 4)
-    return padded[:, :words]
+    """A zeroed ``(n, words)`` uint32 array whose rows each start on a
+    ``ROW_ALIGN``-byte boundary."""
+    return aligned_rows(_row_buffer(n, words), words)
 
 
 class TokenAutomaton:
@@ -105,8 +104,12 @@ class TokenAutomaton:
         trie = self.trie
         n = self.num_states
         exact_liveness = not trie.spells_alphabet()
-        if eager is None:
-            eager = exact_liveness or self._cheap_to_walk(trie)
+        max_nodes = -1
+        if exact_liveness:
+            eager = True
+        elif eager is None:
+            # the walk's kernel estimates its cost first (see _CHEAP_NODES)
+            eager, max_nodes = n <= _CHEAP_STATES, _CHEAP_NODES
         rows_bytes = n * self._row_bytes
         walked = None
         if exact_liveness or (eager and rows_bytes <= max_mask_bytes):
@@ -114,13 +117,12 @@ class TokenAutomaton:
                 raise GrammarTooComplexError(
                     f"the token masks of {n} states need {rows_bytes} bytes, more than "
                     f"max_mask_bytes={max_mask_bytes}")
-            self._pool = _aligned_rows(n, self.words)
             eos = _NO_EOS if exact_liveness else self._eos
-            walked = self._walk_all(self._pool, eos, Deadline.of(deadline),
-                                    max_mask_bytes - rows_bytes, exact_liveness)
+            walked = self._walk_all(True, eos, Deadline.of(deadline), max_mask_bytes - rows_bytes,
+                                    exact_liveness, max_nodes)
         self.eager = walked is not None
         if self.eager:
-            indptr, toks, nexts = walked
+            self._pool, indptr, toks, nexts = walked
             self.live = None  # a trimmed byte DFA: every state but 0 is live
             if exact_liveness:
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
@@ -137,7 +139,7 @@ class TokenAutomaton:
         self.num_states = dfa.num_states
         self.words = (len(vocab) + 31) // 32
         # a row's memory: its words padded to the 64-byte alignment
-        self._row_bytes = -(-self.words * 4 // _ROW_ALIGN) * _ROW_ALIGN
+        self._row_bytes = -(-self.words * 4 // ROW_ALIGN) * ROW_ALIGN
         self._eos = vocab.eos_token_array
         self._lock = threading.Lock()
         self.live = None
@@ -152,19 +154,6 @@ class TokenAutomaton:
         # state -> (row, toks, nexts, writer, bytes), oldest first
         self._entries: OrderedDict = OrderedDict()
         self._bytes = 0
-
-    def _cheap_to_walk(self, trie: TokenTrie) -> bool:
-        """Whether walking every state now is estimated to cost less than the
-        first visits of a few (see ``_CHEAP_NODES``)."""
-        n = self.num_states
-        if n > _CHEAP_STATES:
-            return False
-        below = self.vocab.derived("first_byte_nodes", lambda: _first_byte_nodes(trie))
-        # from a sample of the states: scanning all 256 bytes of each costs as
-        # much as walking a few
-        sample = self.dfa.transitions[1:1 + _CHEAP_SAMPLE]
-        nodes = int(below @ (sample != 0).sum(0))
-        return nodes * (n - 1) <= _CHEAP_NODES * len(sample)
 
     @property
     def trie(self) -> TokenTrie:
@@ -247,30 +236,30 @@ class TokenAutomaton:
 
     # -- computing rows ------------------------------------------------------------
 
-    def _walk_all(self, rows, eos: np.ndarray, deadline, max_bytes: int, required: bool):
-        """Every state's row into ``rows`` (``None``: a scratch chunk, rows not
-        kept) and the CSR of their transitions, walked in chunks of states
-        between which the ``deadline`` is checked; ``None`` once the
-        transitions pass ``max_bytes`` (unless ``required``: then
-        ``GrammarTooComplexError``)."""
+    def _walk_all(self, keep: bool, eos: np.ndarray, deadline, max_bytes: int, required: bool,
+                  max_nodes: int = -1):
+        """Every state's row and the CSR of their transitions, walked in chunks
+        of states between which the ``deadline`` is checked: ``(rows, indptr,
+        tokens, nexts)`` (``keep`` false: the rows are not kept, ``rows`` is
+        ``None``). ``None`` once the transitions pass ``max_bytes`` (unless
+        ``required``: then ``GrammarTooComplexError``), or when ``max_nodes >=
+        0`` and the walk is estimated to visit more trie nodes per state
+        (``token_kernels.token_transitions``)."""
         n = self.num_states
         parts = []
         total = 0
-        scratch = _aligned_rows(min(n, _CHUNK), self.words) if rows is None else None
+        rows = None
+        buf = _row_buffer(n, self.words) if keep else None
         for lo in range(0, n, _CHUNK):
-            states = np.arange(lo, min(n, lo + _CHUNK), dtype=np.int32)
-            if scratch is not None:
-                scratch[:] = 0
-                chunk = scratch[:len(states)]
-            else:
-                chunk = rows[lo:lo + len(states)]
+            hi = min(n, lo + _CHUNK)
+            if not keep:
+                buf = _row_buffer(hi - lo, self.words)
+            args = self._walk_args(lo, hi, buf, lo if keep else 0, eos, max_nodes if lo == 0 else -1)
             if lo == 0:
-                t = self.trie
-                ready(token_transitions, (self.dfa.transitions, states, t.first, t.byte, t.depth,
-                                          t.skip, t.tok_start, t.tok_end, t.order, t.max_depth,
-                                          chunk, 0, self.dfa.accepting, eos),
-                      deadline, "TokenAutomaton")
-            part = self._walk(states, chunk, eos)
+                ready(token_transitions, args, deadline, "TokenAutomaton")
+            rows, *part = token_transitions(*args)
+            if not len(part[0]):  # estimated dear: rows on first visit
+                return None
             parts.append(part)
             total += part[1].nbytes + part[2].nbytes
             # past the budget, or bound to pass it twice over at this rate:
@@ -285,8 +274,10 @@ class TokenAutomaton:
                 raise GrammarTooComplexError(
                     f"computing the token masks of {n} states exceeded the time budget "
                     f"(pass time_budget= to raise it)")
+        if not keep:
+            rows = None
         if len(parts) == 1:
-            return parts[0]
+            return (rows, *parts[0])
         indptr = np.zeros(n + 1, dtype=np.int64)
         k = 0
         offset = 0
@@ -295,14 +286,18 @@ class TokenAutomaton:
             indptr[k + 1:k + m + 1] = part_ptr[1:] + offset
             k += m
             offset += len(toks)
-        return (indptr, np.concatenate([p[1] for p in parts]),
+        return (rows, indptr, np.concatenate([p[1] for p in parts]),
                 np.concatenate([p[2] for p in parts]))
 
-    def _walk(self, states: np.ndarray, rows: np.ndarray, eos: np.ndarray):
+    def _walk_args(self, lo: int, hi: int, buf: np.ndarray, row0: int, eos: np.ndarray,
+                   max_nodes: int) -> tuple:
+        """The arguments of ``token_kernels.token_transitions`` for states
+        ``lo..hi-1`` into ``buf``'s rows from ``row0``."""
         t = self.trie
-        return token_transitions(
-            self.dfa.transitions, states, t.first, t.byte, t.depth, t.skip, t.tok_start, t.tok_end,
-            t.order, t.max_depth, rows, 0, self.dfa.accepting, eos)
+        below = self.vocab.derived("first_byte_nodes", lambda: _first_byte_nodes(t))
+        return (self.dfa.transitions, lo, hi, t.first, t.byte, t.depth, t.skip, t.tok_start,
+                t.tok_end, t.order, t.max_depth, buf, row0, self.words, self.dfa.accepting, eos,
+                below, max_nodes)
 
     def _set_eos(self, row: np.ndarray) -> None:
         for e in self._eos:
@@ -340,10 +335,10 @@ class TokenAutomaton:
         # outside the lock: the kernel releases the GIL, so threads visiting
         # different states walk at once (two visiting the same one both walk it,
         # and the first to publish wins: the rows are equal)
-        row = _aligned_rows(1, self.words)[0]
-        _, toks, nexts = self._walk(np.array([state], dtype=np.int32), row[None], self._eos)
+        rows, _, toks, nexts = token_transitions(
+            *self._walk_args(state, state + 1, _row_buffer(1, self.words), 0, self._eos, -1))
         # copies: the kernel's slices hold a buffer of one slot per token
-        return self._publish(state, row, toks.copy(), nexts.copy())
+        return self._publish(state, rows[0], toks.copy(), nexts.copy())
 
     def _publish(self, state: int, row: np.ndarray, toks: np.ndarray, nexts: np.ndarray):
         for a in (row, toks, nexts):
@@ -424,8 +419,7 @@ class TokenAutomaton:
         :class:`~constrain.errors.GrammarTooComplexError`."""
         if self.eager:
             return self._indptr, self._toks, self._nexts
-        walked = self._walk_all(None, self._eos, None, self.max_mask_bytes, True)
-        return walked
+        return self._walk_all(False, self._eos, None, self.max_mask_bytes, True)[1:]
 
     def is_live(self, state: int) -> bool:
         """Whether some token sequence from ``state`` completes a string."""
