@@ -17,7 +17,8 @@ field                  read by     bounds
 ``max_mask_bytes``     regexes     precomputed token masks (past it: an LRU)
 ``max_contexts``       grammars    distinct parser chart columns
 ``max_width``          grammars    ways one token may split between terminals
-``mask_cache_bytes``   grammars    cached masks of one grammar
+``mask_cache_bytes``   grammars    cached masks of one grammar (and as many
+                                   remembered ``advance`` results)
 ``max_items``          grammars    parse items one output position keeps (past
                                    it a subset: sound masks, see
                                    :func:`constrain.compile_grammar`)

@@ -329,3 +329,29 @@ def test_unspellable_literal_is_never_allowed():
         assert g.matches(text) is ok, text
     state = g.initial_state()
     assert _mask_ids(g, state).tolist() == _brute_mask(g, state).tolist()
+
+
+def test_advance_memo_returns_what_a_fresh_step_does(smollm2_vocab):
+    """advance keeps its results per (state, token): a second pass over tokens
+    (refusals and EOS included) returns equal states, a grammar whose memo
+    holds 2 entries (cleared all the time) refuses and ends the same tokens,
+    and each memo stays within its bound."""
+    src = GRAMMARS["ignore"]
+    g = compile_grammar(src, smollm2_vocab)
+    tiny = compile_grammar(src, smollm2_vocab, mask_cache_bytes=16 * ((len(smollm2_vocab) + 31) // 32))
+    assert tiny._max_masks == 2
+    eos = int(smollm2_vocab.eos_token_array[0])
+    ids = list(range(0, len(smollm2_vocab), 7)) + [eos]
+    for text in (b"", b"(1", b"(1 + 2) * 3"):
+        outs = []
+        for grammar in (g, tiny):
+            state = grammar.initial_state()
+            if text:
+                state = grammar.advance_bytes(state, text)
+            first = [grammar.advance(state, t) for t in ids]
+            assert [grammar.advance(state, t) for t in ids] == first
+            assert len(grammar._advances) <= grammar._max_masks
+            outs.append([None if x is None else x == TERMINATED for x in first])
+        assert outs[0] == outs[1]
+        assert None in outs[0] and False in outs[0]
+        assert (True in outs[0]) == (text == b"(1 + 2) * 3")

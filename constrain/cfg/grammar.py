@@ -62,6 +62,8 @@ if TYPE_CHECKING:
     from constrain.compiler import Compiler
 
 TERMINATED = -1
+#: advance's memo of a refused token (None there would read as a miss)
+_REFUSED = object()
 _DEFAULT = Limits()
 
 
@@ -159,6 +161,11 @@ class GrammarConstraint(Constraint):
         # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
         # as the mask cache holds, dropped together when full
         self._writers: dict = {}
+        #: ``(state, token id) -> advance's result`` (``None`` kept as
+        #: ``_REFUSED``), as many as the mask cache holds, dropped together when
+        #: full: a warm step was ~4.5 us of Python (``_step`` per byte), now a
+        #: look-up
+        self._advances: dict = {}
         # the last CPU bitmask, its row views and a tensor's data_ptr (None for
         # a numpy array): see fill_bitmask
         self._last_fill = (None, None, None)
@@ -544,24 +551,41 @@ class GrammarConstraint(Constraint):
         """The state after ``token_id``, or ``None`` if it is not allowed."""
         if token_id.__class__ is not int or not 0 <= token_id < self._v:
             token_id = check_token_id(token_id, self._v)
+        key = (state, token_id)
+        try:
+            out = self._advances.get(key)
+        except TypeError:  # unhashable: check_state says why
+            out = None
+        if out is not None:
+            # a state equal to a key is that state: no check needed
+            if out is _REFUSED:
+                return None
+            if out.__class__ is tuple:
+                self._last_out = out
+            return out
         # the state the last call returned needs no check (a serving loop
         # advances that one); any other is checked
         if state is not self._last_out:
             state = self.check_state(state)
             if state == TERMINATED:
                 return None
+            key = (state, token_id)
         fresh, configs = state
         with self._lock:
             if self._tokens is not None:
-                return self._advance_with_refs(fresh, configs, token_id)
-            if not self._grammar_token[token_id]:
-                if token_id in self._eos_set and self._accepting(fresh, configs):
-                    return TERMINATED
-                return None
-            out = self._step(configs, self._token_bytes[token_id])
-        if not out:
-            return None
-        out = self._last_out = (False, out)
+                out = self._advance_with_refs(fresh, configs, token_id)
+            elif not self._grammar_token[token_id]:
+                out = TERMINATED if token_id in self._eos_set and \
+                    self._accepting(fresh, configs) else None
+            else:
+                out = self._step(configs, self._token_bytes[token_id])
+                out = (False, out) if out else None
+        advances = self._advances
+        if len(advances) >= self._max_masks:
+            advances.clear()
+        advances[key] = _REFUSED if out is None else out
+        if out.__class__ is tuple:
+            self._last_out = out
         return out
 
     def _advance_with_refs(self, fresh: bool, configs, token_id: int):
@@ -584,8 +608,7 @@ class GrammarConstraint(Constraint):
         out = tuple(sorted(out))
         if eos and self._accepting(False, out):
             return TERMINATED
-        out = self._last_out = (False, out)
-        return out
+        return (False, out)
 
     def _token_step(self, configs, token_id: int) -> set:
         """The configurations after the token references that match ``token_id``
@@ -900,7 +923,7 @@ class GrammarConstraint(Constraint):
 _OWN_ATTRIBUTES = frozenset({
     "vocab", "ir", "source", "compiler", "trie", "words", "terms", "parser", "lexer",
     "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
-    "_token_bytes", "_writers", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
+    "_token_bytes", "_writers", "_advances", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
     "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx",
     "_budgets", "_tokens", "_start_extra"})
 
