@@ -37,6 +37,10 @@ def check_budget(name: str, value, *, seconds: bool = False):
     ``seconds`` a positive ``float`` (``inf`` allowed). Raises
     :class:`~constrain.errors.InvalidLimitError` naming ``name`` for zero, a
     negative number, NaN, a bool or a non-number."""
+    # the common case first: the ABC checks below cost ~10 us on a cold CPU
+    # cache, as much as a small regex's trie walk
+    if value.__class__ is int and value > 0 and not seconds:
+        return value
     if isinstance(value, bool) or not isinstance(value, Real):
         raise InvalidLimitError(f"{name} must be a positive number, not {value!r}", name)
     if not seconds:

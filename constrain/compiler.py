@@ -114,17 +114,18 @@ class Compiler:
         disk = "" if self.disk_cache is None else f", cache_dir={str(self.disk_cache.directory)!r}"
         return f"Compiler(vocab={self.vocab.name}, cache_bytes={self.cache_bytes}{disk})"
 
-    def _cached(self, kind: str, spec, build):
-        """``build()`` with this compiler's :attr:`schema_caches` in use, through
-        the disk cache when there is one (``spec``: a function of no arguments
-        that gives the key's inputs)."""
+    def _cached(self, kind: str, spec, build, *, schemas: bool = True):
+        """``build()`` with this compiler's :attr:`schema_caches` in use (unless
+        not ``schemas``), through the disk cache when there is one (``spec``: a
+        function of no arguments that gives the key's inputs)."""
         def owned():
             with self.schema_caches.in_use():
                 return build()
 
+        run = owned if schemas else build
         if self.disk_cache is None:
-            return owned()
-        return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, owned)
+            return run()
+        return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, run)
 
     @property
     def trie(self) -> TokenTrie:
@@ -157,7 +158,9 @@ class Compiler:
             return DFAConstraint(dfa, self.vocab, source=pattern,
                                  max_mask_bytes=limits.max_mask_bytes, deadline=deadline)
 
-        return self._cached("regex", lambda: regex_spec(pattern, flags, limits), build)
+        # a regex translates no schema (entering their context costs ~15 us cold)
+        return self._cached("regex", lambda: regex_spec(pattern, flags, limits), build,
+                            schemas=False)
 
     def compile_grammar(self, source, start: str | None = None, *, format: str | None = None,
                         **overrides) -> GrammarConstraint:

@@ -83,7 +83,6 @@ class DFAConstraint(Constraint):
         # lack a one-byte token for some byte they use (small test vocabularies)
         self._live = None if self.tokens.live is None else self.tokens.live.tolist()
         self._words = self.tokens.words
-        self._zeros = np.zeros(self._words, dtype=np.uint32)
         # per state, how fill_bitmask writes its row (bitmask.row_writer): the
         # automaton's list, made on first use (eager rows) or with the row (lazy
         # ones; None again once evicted); TERMINATED's (zeros) last, at index n,
@@ -259,7 +258,8 @@ class DFAConstraint(Constraint):
             if rows is None or target.width != self._words:
                 # a wider bitmask, a tensor on a GPU
                 write_row(target, row,
-                          self._zeros if state == TERMINATED else self.tokens.row(state))
+                          np.zeros(self._words, dtype=np.uint32) if state == TERMINATED
+                          else self.tokens.row(state))
                 return
             _last_target = (bitmask, self._words, rows, ptr)
         w = self._writers[state]
@@ -319,7 +319,7 @@ _last_target = (None, 0, None, None)
 #: the attributes a DFAConstraint sets itself (pickling keeps the others)
 _OWN_ATTRIBUTES = frozenset({
     "vocab", "dfa", "source", "_accepting", "tokens", "_n", "_v", "_trans", "_token_bytes",
-    "_grammar_token", "_eos", "_live", "_words", "_zeros", "_writers", "_last_fill"})
+    "_grammar_token", "_eos", "_live", "_words", "_writers", "_last_fill"})
 
 
 def _as_bytes(data) -> bytes:
@@ -377,9 +377,6 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     :meth:`constrain.Compiler.compile_regex` is the same with a compiler of
     your own.
     """
-    # here, not at the top: the compiler module builds on this one
-    from constrain.compiler import default_compiler
-
     return default_compiler(vocab).compile_regex(
         pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions,
         max_states=max_states, time_budget=time_budget, max_mask_bytes=max_mask_bytes)
@@ -432,3 +429,9 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     dfa = trim_and_minimize(byte_dfa, alphabet=alphabet)
     check_deadline(deadline, pattern)
     return dfa
+
+
+# last: the compiler module builds on this one, whose names must all be
+# defined first (imported inside compile_regex, the import statement cost ~15
+# us of a cold compile)
+from constrain.compiler import default_compiler  # noqa: E402
