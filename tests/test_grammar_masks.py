@@ -355,3 +355,20 @@ def test_advance_memo_returns_what_a_fresh_step_does(smollm2_vocab):
         assert outs[0] == outs[1]
         assert None in outs[0] and False in outs[0]
         assert (True in outs[0]) == (text == b"(1 + 2) * 3")
+
+
+def test_first_fill_into_the_last_bitmask_checks_the_state(smollm2_vocab):
+    """A state filled for the first time into the bitmask of the previous fill
+    (the path that skips the bitmask's checks) is still checked: a foreign or
+    malformed state is an InvalidStateError, and the row is right."""
+    g = _grammar("keywords", smollm2_vocab)
+    bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+    state = g.initial_state()
+    g.fill_bitmask(state, bm, 0)
+    for bad in ((False, ((10**6, 1),)), (False, ()), (True, ((0, 0),)), ("x", [1]), [1, 2]):
+        with pytest.raises(InvalidStateError):
+            g.fill_bitmask(bad, bm, 1)
+    nxt = g.advance_bytes(state, b"SELECT a")
+    g.fill_bitmask(nxt, bm, 1)
+    bits = np.unpackbits(bm[1].view(np.uint8), bitorder="little")[:len(smollm2_vocab)].astype(bool)
+    assert (bits == _brute_mask(g, nxt)).all()

@@ -878,14 +878,18 @@ class GrammarConstraint(Constraint):
         if bitmask is last[0] and (last[2] is None or bitmask.data_ptr() == last[2]):
             try:
                 if row >= 0:
+                    dst = last[1][row]
                     w = self._writers.get(state)
-                    if w is not None:
-                        if w.__class__ is tuple:
-                            w[0](last[1][row], 0, *w[1])
-                        else:
-                            last[1][row][:] = w
-                        return
-            except (TypeError, ValueError, IndexError):
+                    if w is None:
+                        # a first visit: bitmask and row are known good, so
+                        # check_bitmask is skipped; mask_row checks the state
+                        w = self._writer(state)
+                    if w.__class__ is tuple:
+                        w[0](dst, 0, *w[1])
+                    else:
+                        dst[:] = w
+                    return
+            except (TypeError, IndexError):
                 pass  # the checks below say what is wrong
         self._fill_other(state, bitmask, row)
 
