@@ -357,6 +357,19 @@ class GrammarConstraint(Constraint):
         if self._budgets is not None:
             return self._counted_step(configs, data, True)
         lex = self.lexer
+        if len(configs) == 1:
+            # most steps: one configuration, no terminal ending inside the
+            # token, so one lexer state per byte and no sets
+            c, s = configs[0]
+            trans, has_acc = lex.trans, lex.has_acc
+            for b in data:
+                if has_acc.item(s):
+                    break  # a terminal may end here: the general loop below
+                s = trans.item(s, b)
+                if not s:
+                    return ()
+            else:
+                return ((c, s),)
         for b in data:
             trans = lex.trans
             new = set()
