@@ -762,9 +762,11 @@ class GrammarConstraint(Constraint):
             except KeyError:  # evicted since by another thread: the row stays valid
                 pass
             return row
-        state = self.check_state(state)
-        if state == TERMINATED:
-            return np.zeros(self.words, dtype=np.uint32)
+        # the state advance returned last is one (a walk's every first visit)
+        if state is not self._last_out:
+            state = self.check_state(state)
+            if state == TERMINATED:
+                return np.zeros(self.words, dtype=np.uint32)
         with self._lock:
             row = masks.get(state)
             if row is not None:
