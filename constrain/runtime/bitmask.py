@@ -283,18 +283,24 @@ def row_writer(row: memoryview):
     or ``row`` itself for a dense one (``dst[:] = row``)."""
     if len(row) < _PACK_MIN_BYTES:
         return row
-    nz = np.flatnonzero(np.frombuffer(row, dtype=np.uint8))
+    # few numpy steps (each costs ~10 us on a cold CPU cache: a first walk
+    # makes one writer per state), and nonzero through a bool array, ~6x faster
+    # than on uint8 (a 25 KB o200k row: 37 -> 6 us)
+    nz = np.flatnonzero(np.frombuffer(row, dtype=np.uint8) != 0)
     if len(nz) == 0:
         return struct.Struct(f"{len(row)}x").pack_into, ()
+    first, last = int(nz[0]), int(nz[-1]) + 1
     breaks = np.flatnonzero(np.diff(nz) > _SPAN_GAP)
-    starts = np.concatenate(([nz[0]], nz[breaks + 1]))
-    ends = np.concatenate((nz[breaks] + 1, [nz[-1] + 1]))
-    if len(starts) > _MAX_SPANS:  # one span from the first non-zero byte to the last
-        starts, ends = starts[:1], ends[-1:]
-    if int((ends - starts).sum()) * 2 > len(row):
+    if len(breaks) >= _MAX_SPANS:  # one span from the first non-zero byte to the last
+        starts, ends = [first], [last]
+    else:
+        breaks = breaks.tolist()
+        starts = [first] + [int(nz[i + 1]) for i in breaks]
+        ends = [int(nz[i]) + 1 for i in breaks] + [last]
+    if (sum(ends) - sum(starts)) * 2 > len(row):
         return row
     fmt, spans, at = [], [], 0
-    for a, b in zip(starts.tolist(), ends.tolist()):
+    for a, b in zip(starts, ends):
         if a > at:
             fmt.append(f"{a - at}x")
         fmt.append(f"{b - a}s")
