@@ -209,6 +209,17 @@ class Document:
         self._nodes[ref] = cur
         return cur
 
+    def child(self, ref: NodeRef, keyword: str, name: str, value) -> Pointer:
+        """The pointer of ``value``, the member ``name`` of the object of
+        subschemas at ``keyword`` (``properties``, ``patternProperties``) of the
+        node at ``ref``. The node is remembered as it is, so that :meth:`node`
+        does not walk to it again from the root (one walk per member of every
+        object otherwise)."""
+        ptr = f"{ref}/{keyword}/{name.replace('~', '~0').replace('/', '~1')}"
+        if not self._unasserted and type(ref) is str and isinstance(value, (dict, bool)):
+            self._nodes.setdefault(ptr, value)
+        return ptr
+
     def _index_ids(self) -> None:
         """The URI index, made on the first ``$ref``: every schema resource's
         absolute URI (``$id`` resolved against its parent's base URI, RFC 3986)

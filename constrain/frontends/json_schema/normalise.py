@@ -66,11 +66,11 @@ class Normaliser:
             SchemaError: a malformed combinator or a dangling ``$ref``.
             GrammarTooComplexError: too many conjunctions, or the time budget.
         """
-        self.budget.tick(ref)
         cache = self._cache[self._checking]
         hit = cache.get(ref)
         if hit is not None:
             return hit
+        self.budget.tick(ref)
         node = self.doc.node(ref)
         if node is True:
             return [()]
@@ -292,6 +292,9 @@ class Normaliser:
 
     def flatten_pieces(self, pieces) -> list[tuple]:
         """The conjunction of the schemas at ``pieces``, normalised."""
+        if len(pieces) == 1:
+            # (most values are one node: its form as it is, without a product)
+            return list(self.flatten(pieces[0]))
         dnf = [()]
         for p in pieces:
             dnf = self.product(dnf, self.flatten(p), p)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from constrain.frontends.json_schema.document import escape_token
 from constrain.automata.json_encoding import CANON_ANY, encodable, json_str, lit
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.keywords import len_bounds
@@ -94,20 +93,23 @@ def _evaluated_by(doc, others, name: str | None, matched=frozenset()) -> bool:
     return False
 
 
-def _member_pieces(doc, nodes, others: dict, name: str | None, matched=frozenset()) -> list:
+def _member_pieces(doc, entries, others: dict, name: str | None,
+                   matched=frozenset()) -> tuple | None:
     """The references of the schemas a member ``name`` (``None``: an additional
-    member whose key matches the patterns ``matched``) satisfies in each node:
-    its property and matching patterns, else the node's additional members
-    (``unevaluatedProperties`` only where none of ``others[p]``, the node's
-    evaluators, has evaluated it)."""
+    member whose key matches the patterns ``matched``) satisfies in each node
+    (``entries``: see :func:`_entries`): its property and matching patterns,
+    else the node's additional members (``unevaluatedProperties`` only where
+    none of ``others[p]``, the node's evaluators, has evaluated it). ``None``
+    when one of them is ``false`` (no such member)."""
     pcs = []
-    for p, n in nodes:
-        props = n.get("properties", {}) or {}
-        pats = n.get("patternProperties", {}) or {}
-        hits = [f"{p}/patternProperties/{escape_token(pat)}" for pat in pats
-                if (pat in matched if name is None else search(pat, name))]
+    for p, n, props, pats in entries:
+        if pats:
+            hits = [doc.child(p, "patternProperties", pat, v) for pat, v in pats.items()
+                    if (pat in matched if name is None else search(pat, name))]
+        else:
+            hits = ()
         if name is not None and name in props:
-            pcs.append(f"{p}/properties/{escape_token(name)}")
+            pcs.append(doc.child(p, "properties", name, props[name]))
             pcs.extend(hits)
         elif hits:
             pcs.extend(hits)
@@ -115,7 +117,16 @@ def _member_pieces(doc, nodes, others: dict, name: str | None, matched=frozenset
             pcs.append(f"{p}/additionalProperties")
         elif p in others and not _evaluated_by(doc, others[p], name, matched):
             pcs.append(f"{p}/unevaluatedProperties")
-    return pcs
+    for x in pcs:
+        if doc.node(x) is False:
+            return None
+    return tuple(pcs)
+
+
+def _entries(nodes) -> list:
+    """``(ref, node, properties, patternProperties)`` of each object node, the
+    two keywords' values read once (``{}`` where absent or null)."""
+    return [(p, n, n.get("properties") or {}, n.get("patternProperties") or {}) for p, n in nodes]
 
 
 def object_view(norm, conj, proof: bool = False) -> ObjectView | None:
@@ -130,18 +141,24 @@ def object_view(norm, conj, proof: bool = False) -> ObjectView | None:
     the other branch also matches."""
     doc = norm.doc
     view = ObjectView()
-    view.notall = [frozenset(p.names) for p in conj if type(p) is NotAll]
-    nodes = [(p, doc.node(p)) for p in conj if type(p) is not NotAll and isinstance(doc.node(p), dict)]
+    nodes = []
+    for p in conj:
+        if type(p) is NotAll:
+            view.notall.append(frozenset(p.names))
+            continue
+        n = doc.node(p)
+        if isinstance(n, dict):
+            nodes.append((p, n))
     # the evaluators of each unevaluatedProperties (but the node itself)
     others = {} if proof else {
         p: tuple(e for e in norm.evaluators(p, conj) if e != p)
         for p, n in nodes if "unevaluatedProperties" in n and "additionalProperties" not in n}
+    entries = _entries(nodes)
     names: dict[str, None] = {}
+    for e in entries:
+        names.update(dict.fromkeys(e[2]))
     for _, n in nodes:
-        for k in n.get("properties", {}) or {}:
-            names.setdefault(k, None)
-    for _, n in nodes:
-        req = n.get("required", [])
+        req = n.get("required")
         if isinstance(req, list):
             for k in req:
                 if isinstance(k, str):
@@ -161,34 +178,37 @@ def object_view(norm, conj, proof: bool = False) -> ObjectView | None:
                             if isinstance(x, str):
                                 names.setdefault(x, None)
     for name in names:
-        pcs = _member_pieces(doc, nodes, others, name)
-        if any(doc.node(x) is False for x in pcs):
+        pcs = _member_pieces(doc, entries, others, name)
+        if pcs is None:
             if name in view.required:
                 return None
             view.forbidden.append(name)
             continue
-        view.pieces[name] = tuple(pcs)
+        view.pieces[name] = pcs
     view.order = list(view.pieces)
-    _extra_members(doc, nodes, view, others)
+    _extra_members(doc, entries, view, others)
     return view
 
 
-def _extra_members(doc, nodes, view: ObjectView, others: dict) -> None:
+def _extra_members(doc, entries, view: ObjectView, others: dict) -> None:
     """What ``view``'s additional members may be: their patterns, and the
     schemas of a member by the patterns its key matches."""
     seen: dict[str, str] = {}
-    sources = list(nodes) + [(e, doc.node(e)) for p in others for e in others[p]]
-    for p, n in sources:
-        if isinstance(n, dict):
-            for pat in n.get("patternProperties") or {}:
-                seen.setdefault(pat, f"{p}/patternProperties/{escape_token(pat)}")
+    for p, _, _, pats in entries:
+        for pat, v in pats.items():
+            seen.setdefault(pat, doc.child(p, "patternProperties", pat, v))
+    for p in others:
+        for e in others[p]:
+            n = doc.node(e)
+            if isinstance(n, dict):
+                for pat, v in (n.get("patternProperties") or {}).items():
+                    seen.setdefault(pat, doc.child(e, "patternProperties", pat, v))
     view.patterns = list(seen.items())
     memo: dict[frozenset, tuple | None] = {}
 
     def region_pieces(matched: frozenset) -> tuple | None:
         if matched not in memo:
-            pcs = _member_pieces(doc, nodes, others, None, matched)
-            memo[matched] = None if any(doc.node(x) is False for x in pcs) else tuple(pcs)
+            memo[matched] = _member_pieces(doc, entries, others, None, matched)
         return memo[matched]
 
     view.region_pieces = region_pieces
@@ -431,9 +451,13 @@ class _Chain:
 
 def key_terminal(t: Translation, name: str) -> str:
     """The terminal for one member name with its colon."""
-    g = t.grammar
-    text = json_str(name)
-    return g.terminal(lit(text) + g.key_colon(), "KEY", None if g.ws else text + ":")
+    sym = t.key_terminals.get(name)
+    if sym is None:
+        g = t.grammar
+        text = json_str(name)
+        sym = t.key_terminals[name] = g.terminal(lit(text) + g.key_colon(), "KEY",
+                                                 None if g.ws else text + ":")
+    return sym
 
 
 def extra_member(t: Translation, view: ObjectView, declared) -> str | None:

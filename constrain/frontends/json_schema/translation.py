@@ -39,19 +39,23 @@ class Translation:
         self.grammar = GrammarBuilder(options.ws, exclusions)
         #: patternProperties' translations and automata (see key_regions)
         self.key_patterns: dict = {}
+        #: member name -> its key terminal (see objects.key_terminal)
+        self.key_terminals: dict[str, str] = {}
         self._memo: dict[tuple, str] = {}
 
     def value(self, pieces: tuple) -> str:
         """A rule for the values satisfying every schema in ``pieces`` (node
         references), memoised by them."""
-        self.budget.tick(pieces[0] if pieces else "")
-        pieces = tuple(dict.fromkeys(pieces))
+        if len(pieces) > 1:
+            pieces = tuple(dict.fromkeys(pieces))
         g = self.grammar
         if not pieces:
             return g.any_value()
         name = self._memo.get(pieces)
         if name is not None:
             return name
+        # (past the memo: a rule made before costs nothing to hand out again)
+        self.budget.tick(pieces[0])
         name = g.new_rule("value")
         self._memo[pieces] = name
         dnf = self.norm.flatten_pieces(pieces)
@@ -106,19 +110,20 @@ class Translation:
 
     def _check_keywords(self, conj, types) -> None:
         """Refuse validation keywords that no per-type emitter enforces."""
+        unnegated = self.norm.unnegated
         for p in conj:
             n = self.doc.node(p)
             if not isinstance(n, dict):
                 continue
-            for k in ("not", "if"):
-                e = self.norm.unnegated.get(f"{p}/{k}")
-                if e is not None:
-                    self.diag.unsupported(e.pointer, e.msg)
-            for k in n:
-                if k not in REFUSED:
-                    continue
-
-                self.diag.unsupported(f"{p}/{k}", f"the keyword {k!r} is not supported")
+            if unnegated and ("not" in n or "if" in n):
+                for k in ("not", "if"):
+                    e = unnegated.get(f"{p}/{k}")
+                    if e is not None:
+                        self.diag.unsupported(e.pointer, e.msg)
+            if not REFUSED.isdisjoint(n):
+                for k in n:
+                    if k in REFUSED:
+                        self.diag.unsupported(f"{p}/{k}", f"the keyword {k!r} is not supported")
 
     def _apply_not(self, conj, types) -> tuple[set, list]:
         """``not``, where it is exact: ``(types, excluded)`` after ``not: {}``/``true``
