@@ -75,13 +75,6 @@ def type_set(t) -> set:
     return out
 
 
-def node_types(node) -> set | None:
-    """The types a node's ``type`` allows, or ``None`` without one."""
-    if isinstance(node, dict) and "type" in node:
-        return type_set(node["type"])
-    return None
-
-
 def has_type(value, types, doc, ref) -> bool:
     """Whether ``value`` has one of the JSON ``types`` (a name or a list of
     them); an integral float, whose type depends on the draft, or an unusual
@@ -94,13 +87,18 @@ def has_type(value, types, doc, ref) -> bool:
     return name in names or (name == "integer" and "number" in names)
 
 
+#: ``type_set`` of each single type name (the usual ``type`` value)
+_ONE_TYPE = {t: frozenset(type_set(t)) for t in TYPES}
+
+
 def conj_types(doc, conj) -> set:
     """The JSON types every node of the conjunction allows."""
     types = set(TYPES)
     for p in conj:
-        t = node_types(doc.node(p))
-        if t is not None:
-            types &= t
+        n = doc.node(p)
+        if isinstance(n, dict) and "type" in n:
+            t = n["type"]
+            types &= _ONE_TYPE[t] if isinstance(t, str) and t in _ONE_TYPE else type_set(t)
     return types
 
 

@@ -59,7 +59,7 @@ class Translation:
         name = g.new_rule("value")
         self._memo[pieces] = name
         dnf = self.norm.flatten_pieces(pieces)
-        if any(all(self._unconstrained(p) for p in conj) for conj in dnf):
+        if any(self._unconstrained(conj) for conj in dnf):
             # one disjunct admits every value ({}, a description, a $ref to
             # one): the shared any-value rules, not a copy of them per type
             g.rules[name] = [Alt([("sym", g.any_value())])]
@@ -67,14 +67,18 @@ class Translation:
         g.rules[name] = [Alt([("sym", sym)]) for conj in dnf for sym in self.conjunction(conj)]
         return name
 
-    def _unconstrained(self, ref) -> bool:
-        """Whether the node at ``ref`` adds nothing to a conjunction it is in:
-        only annotations, and combinators and ``$ref`` (which flattening has
+    def _unconstrained(self, conj) -> bool:
+        """Whether every node of the conjunction adds nothing to it: only
+        annotations, and combinators and ``$ref`` (which flattening has
         already expanded into the conjunction)."""
-        if type(ref) is NotAll:
-            return False  # an object constraint, whatever its node says
-        node = self.doc.node(ref)
-        return node is True or (isinstance(node, dict) and UNCONSTRAINED_KEYS.issuperset(node))
+        node = self.doc.node
+        for ref in conj:
+            if type(ref) is NotAll:
+                return False  # an object constraint, whatever its node says
+            n = node(ref)
+            if not (n is True or (isinstance(n, dict) and UNCONSTRAINED_KEYS.issuperset(n))):
+                return False
+        return True
 
     def conjunction(self, conj) -> list[str]:
         """Symbols (one per JSON type allowed) for the values satisfying all nodes of
