@@ -119,8 +119,7 @@ class Compiler:
         not ``schemas``), through the disk cache when there is one (``spec``: a
         function of no arguments that gives the key's inputs)."""
         def owned():
-            with self.schema_caches.in_use():
-                return build()
+            return self.schema_caches.run(build)
 
         run = owned if schemas else build
         if self.disk_cache is None:
