@@ -118,10 +118,7 @@ class Compiler:
         """``build()`` with this compiler's :attr:`schema_caches` in use (unless
         not ``schemas``), through the disk cache when there is one (``spec``: a
         function of no arguments that gives the key's inputs)."""
-        def owned():
-            return self.schema_caches.run(build)
-
-        run = owned if schemas else build
+        run = (lambda: self.schema_caches.run(build)) if schemas else build
         if self.disk_cache is None:
             return run()
         return self.disk_cache.get_or_compile(kind, spec, self.vocab, self, run)

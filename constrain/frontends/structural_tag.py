@@ -502,8 +502,7 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
         raise VocabularyError("the compiler was made for another vocabulary")
     limits = compiler.limits.replace(**{k: options.pop(k) for k in list(options)
                                          if k in _LIMIT_FIELDS})
-    with compiler.schema_caches.in_use():
-        ir = structural_tag_ir(spec, time_budget=limits.time_budget,
-                               alphabet=compiler.trie.alphabet, **options)
+    ir = compiler.schema_caches.run(lambda: structural_tag_ir(
+        spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet, **options))
     return GrammarConstraint(ir, vocab, source="", compiler=compiler, **_grammar_budgets(limits))
 

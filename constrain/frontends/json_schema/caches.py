@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 from constrain.automata.json_encoding import RAW_OK, class_re, encoded_class, iv_complement, iv_intersect
@@ -56,21 +55,13 @@ class SchemaCaches:
         return self.exclusion_ids, self.tables
 
     def run(self, build):
-        """``build()`` with these caches in use (:meth:`in_use` without the
-        generator: a compile pays it once, on a cold cache ~30 us)."""
+        """``build()`` with these caches in use (in this thread or task): the
+        translations it makes use them. A ContextVar set and reset, not a
+        context manager: a compile pays this once, on a cold cache (~30 us
+        for the generator)."""
         token = _IN_USE.set(self)
         try:
             return build()
-        finally:
-            _IN_USE.reset(token)
-
-    @contextmanager
-    def in_use(self):
-        """Within this block (in this thread or task), translations use these
-        caches."""
-        token = _IN_USE.set(self)
-        try:
-            yield self
         finally:
             _IN_USE.reset(token)
 
