@@ -654,6 +654,39 @@ def test_errors_name_pointers():
         json_schema_to_lark(False)
 
 
+@pytest.mark.parametrize("schema,pointer", [
+    ({"not": {"properties": {"a": {"enum": [{"x": 1}]}}}}, "/not/properties/a/enum"),
+    ({"properties": {"b": {"not": {"properties": {"a": {"const": [1]}}}}}},
+     "/properties/b/not/properties/a/const"),
+    ({"not": {"anyOf": [{"properties": {"a": {"enum": [{"x": 1}]}}}, {"type": "string"}]}},
+     "/not/anyOf/0/properties/a/enum"),
+    ({"not": {"allOf": [{"properties": {"a": {"enum": [{"x": 1}]}}}, {"minLength": 2}]}},
+     "/not/allOf/0/properties/a/enum"),
+    ({"not": {"not": {"not": {"properties": {"a": {"enum": [{"x": 1}]}}}}}},
+     "/not/not/not/properties/a/enum"),
+    ({"not": {"items": {"enum": [{"x": 1}]}}}, "/not/items/enum"),
+    ({"not": {"dependentSchemas": {"a": {"properties": {"b": {"enum": [{"x": 1}]}}}}}},
+     "/not/dependentSchemas/a/properties/b/enum"),
+    ({"if": {"properties": {"a": {"enum": [[1]]}}}, "then": True, "else": {"type": "object"}},
+     "/if/properties/a/enum"),
+    ({"oneOf": [{"enum": [{"a": 1}, 2]}, {"type": "object"}]}, "/oneOf"),
+])
+def test_errors_inside_complements_name_the_users_pointer(schema, pointer):
+    """A keyword refused inside a schema the translator wrote (the complement
+    of a ``not`` or ``if``, the exclusions of overlapping ``oneOf`` branches) is
+    named by the pointer of the user's keyword it was made from, never by the
+    generated schema's own ``@n<k>/...``; so are the keywords ``strict=False``
+    ignores."""
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark(schema)
+    assert e.value.pointer == pointer
+    assert f"at {pointer} (JSON pointer)" in str(e.value)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        json_schema_to_lark(schema, strict=False)
+    assert [str(x.message).rsplit(" at: ", 1)[1] for x in w] == [pointer]
+
+
 def test_non_strict_warns_once_listing_pointers():
     schema = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True},
                                                "b": {"not": {"pattern": "x"}}}}

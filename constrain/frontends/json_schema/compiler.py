@@ -67,10 +67,13 @@ def translate(schema, options: Options, exclusions: dict | None = None) -> Trans
     try:
         top = t.value(("",))
     except (SchemaError, UnsupportedSchemaError) as e:
-        if e.pointer.startswith("@d"):
-            # a node reached in a dynamic scope: named where it is written
-            e.pointer = t.doc.real_pointer(e.pointer)
-            e.args = (f"{e.msg} at {e.pointer or '/'} (JSON pointer)",)
+        if e.pointer.startswith("@"):
+            # a node reached in a dynamic scope, or a part of a complement:
+            # named where the user wrote it
+            pointer = t.doc.user_pointer(e.pointer)
+            if pointer != e.pointer:
+                e.pointer = pointer
+                e.args = (f"{e.msg} at {e.pointer or '/'} (JSON pointer)",)
         raise
     t.grammar.rules.setdefault("start", [Alt([("sym", top)])])
     return t

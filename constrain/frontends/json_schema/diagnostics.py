@@ -8,16 +8,25 @@ import warnings
 from constrain.errors import UnsupportedSchemaError
 
 
+def _as_written(pointer: str) -> str:
+    return pointer
+
+
 class Diagnostics:
     """The keywords a translation could not enforce, by JSON pointer."""
 
     def __init__(self, strict: bool):
         self.strict = strict
         self.ignored: list[str] = []
+        #: the user's JSON pointer of a translation's pointer (the document's
+        #: ``user_pointer``, set once it exists: generated schemas such as
+        #: complements have pointers ``@n<k>/...`` of their own)
+        self.locate = _as_written
 
     def unsupported(self, pointer: str, message: str) -> None:
         """Refuse (strict: :class:`UnsupportedSchemaError`) or record an ignored
-        keyword."""
+        keyword, named by its pointer in the user's schema."""
+        pointer = self.locate(pointer)
         if self.strict:
             raise UnsupportedSchemaError(message, pointer)
         if pointer not in self.ignored:

@@ -67,8 +67,10 @@ def resolve_one_of(norm: Normaliser, flat, context):
                                 return None
     if overlaps:
         base = doc.base_uri(context[0]) if context and type(context[0]) is str else None
+        # the exclusions stand for the oneOf keyword of the node in context
+        origins = {"": doc.user_pointer(context[0]) + "/oneOf" if base is not None else ""}
         flat = [[conj + (doc.add_generated({"not": {"enum": _unique(overlaps[(i, x)])}},
-                                           base or doc.base_uri("")),)
+                                           base or doc.base_uri(""), origins),)
                  if (i, x) in overlaps else conj for x, conj in enumerate(branch)]
                 for i, branch in enumerate(flat)]
     if objects_overlap:

@@ -160,6 +160,9 @@ class Document:
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
         #: the pointers ``@n<k>``
         self.generated: list = []
+        #: per generated schema, where its parts come from in the user's
+        #: documents: path inside it -> JSON pointer (see :meth:`user_pointer`)
+        self._origins: list[dict[str, Pointer]] = []
         self._nodes: dict = {}
         self._ids: bool | None = None  # see _index_ids
         schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
@@ -286,15 +289,34 @@ class Document:
                                                      or '"unevaluatedItems"' in text)
         return hit
 
-    def add_generated(self, schema, base: str) -> Pointer:
+    def add_generated(self, schema, base: str, origins: dict[str, Pointer]) -> Pointer:
         """The pointer of a new generated document ``schema``, whose relative
-        ``$ref`` resolve against ``base``."""
+        ``$ref`` resolve against ``base``. ``origins`` maps paths inside it
+        (``""`` for its root, which it must hold; ``"/anyOf/1"``...) to the
+        pointers of the user's keywords those parts stand for."""
         if self._ids is None:
             self._index_ids()
         ptr = f"@n{len(self.generated)}"
         self.generated.append(schema)
+        self._origins.append(origins)
         self._bases[ptr] = base
         return ptr
+
+    def user_pointer(self, at: Pointer) -> Pointer:
+        """The JSON pointer of the user's schema that the pointer ``at`` of a
+        translation stands for: a dynamic view's node where it is written (see
+        :meth:`real_pointer`), a generated schema's part (a complement's
+        ``@n<k>/anyOf/1/...``) at the keyword it was made from (its innermost
+        part whose origin is known). What errors and warnings name."""
+        at = self.real_pointer(at)
+        if not at.startswith("@n"):
+            return at
+        head, sep, rest = at.partition("/")
+        origins = self._origins[int(head[2:])]
+        path = sep + rest
+        while path not in origins:
+            path = path[:path.rfind("/")]
+        return origins[path]
 
     def uri_of(self, at: Pointer) -> str:
         """A ``$ref`` value that resolves to the pointer ``at`` from any document
@@ -538,7 +560,8 @@ class Document:
         local = self._nodes.get(("local", ref))
         if local is None:
             local = self._nodes[("local", ref)] = self.add_generated(
-                {k: v for k, v in node.items() if k not in _EXPANDED}, self.base_uri(ref))
+                {k: v for k, v in node.items() if k not in _EXPANDED}, self.base_uri(ref),
+                {"": self.user_pointer(ref)})
         return self.valid(value, local)
 
     def accepts(self, value, ref: NodeRef) -> bool:

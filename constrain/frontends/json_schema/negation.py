@@ -36,6 +36,11 @@ _FLIP_LENGTH = {"minLength": ("string", "maxLength", -1), "maxLength": ("string"
                 "minItems": ("array", "maxItems", -1), "maxItems": ("array", "minItems", 1),
                 "minProperties": ("object", "maxProperties", -1),
                 "maxProperties": ("object", "minProperties", 1)}
+#: keywords whose values are JSON values, not schemas
+_VALUES = frozenset({"enum", "const"})
+#: keywords whose values are objects of subschemas by member name
+_NAMED = frozenset({"properties", "patternProperties", "dependentSchemas", "dependencies",
+                    "$defs", "definitions"})
 _ANNOTATIONS = IGNORABLE | {"contentSchema", "$vocabulary", "$dynamicAnchor", "then", "else",
                             "minContains", "maxContains"}
 
@@ -48,6 +53,9 @@ class Negator:
         self.doc = doc
         self.formats_asserted = formats_asserted
         self._memo: dict[str, str] = {}
+        #: while a complement is built: id of a part -> (the part, the
+        #: user's pointer of the keyword it was made from)
+        self._made_from: dict[int, tuple] = {}
 
     def negate(self, ref: str) -> str:
         """The pointer of a schema for exactly the values the schema at ``ref``
@@ -59,9 +67,39 @@ class Negator:
         """
         hit = self._memo.get(ref)
         if hit is None:
-            schema = self._complement(ref, 0, ())
-            hit = self._memo[ref] = self.doc.add_generated(schema, self.doc.base_uri(ref))
+            try:
+                schema = self._complement(ref, 0, ())
+                origins = self._origins(schema, self.doc.user_pointer(ref))
+            finally:
+                self._made_from.clear()
+            hit = self._memo[ref] = self.doc.add_generated(schema, self.doc.base_uri(ref), origins)
         return hit
+
+    def _made(self, part, at: str):
+        """``part``, noted as made from the keyword at ``at``."""
+        if isinstance(part, dict):
+            self._made_from[id(part)] = (part, self.doc.user_pointer(at))
+        return part
+
+    def _origins(self, schema, root: str) -> dict[str, str]:
+        """Path inside the complement ``schema`` -> the user's pointer of the
+        keyword each noted part was made from (``root`` for the whole)."""
+        origins = {"": root}
+        made_from = self._made_from
+        stack = [("", schema, False)]
+        while stack:  # complements nest up to _MAX_DEPTH deep: no recursion
+            path, part, names = stack.pop()
+            hit = made_from.get(id(part))  # (made_from keeps its parts alive: ids are theirs)
+            if hit is not None:
+                origins[path] = hit[1]
+            items = (part.items() if isinstance(part, dict)
+                     else enumerate(part) if isinstance(part, list) else ())
+            for k, v in items:
+                # enum and const values are JSON data, not schemas (unless
+                # they name the members of properties and the like)
+                if isinstance(v, (dict, list)) and (names or k not in _VALUES):
+                    stack.append((f"{path}/{escape_token(str(k))}", v, k in _NAMED))
+        return origins
 
     # -- the complement as JSON ------------------------------------------------
 
@@ -88,10 +126,11 @@ class Negator:
             if key in _ANNOTATIONS or (key not in OTHER_ASSERTIONS and key not in (
                     "type", "enum", "const", "format")):
                 continue  # annotations and unknown keywords reject nothing
-            out.extend(self._failures(ref, key, value, depth, stack))
+            at = f"{ref}/{key}"
+            out.extend(self._made(f, at) for f in self._failures(ref, key, value, depth, stack))
         if not out:
             return False
-        return out[0] if len(out) == 1 else {"anyOf": out}
+        return out[0] if len(out) == 1 else self._made({"anyOf": out}, ref)
 
     def _sub(self, ref: str, depth: int, stack: tuple):
         return self._complement(ref, depth + 1, stack)
