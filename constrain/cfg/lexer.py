@@ -557,7 +557,9 @@ class LexerTables:
         self._rows: OrderedDict = OrderedDict()
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
         self._scratch = np.empty((3, cap), dtype=np.int32)
-        self._trie_arrays = trie.kernel_arrays()
+        #: where lexer_walk_rows writes the boundary nodes and their states (the
+        #: grammar's lock serialises walks), grown to the trie's size when short
+        self._walk_out = np.empty((2, 1024), dtype=np.int32)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
@@ -670,6 +672,9 @@ class LexerTables:
             (self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.reads_utf8),
             (self.pairs, self.poff, self._hashes, self._htab, self._single, self._row_byte),
             (self.run, self.good, self.live, self._scratch))
+        # lexer_walk_rows's arguments before the state (see there)
+        self._walk_args = (self.trans, self.loops, self.walk_flags, self.reads_utf8, self.run,
+                           self.good, self.live, self._scratch, *self.trie.packed())
 
     # the per-state tables: (name, dtype, columns (None: one dimension;
     # "terminals": a bitset of them), fill past the states)
@@ -783,7 +788,9 @@ class LexerTables:
             self._rows[s] = (row, nodes[k:k + m], states[k:k + m])
             k += m
         self._scratch = np.empty((3, cap), dtype=np.int32)
-        self._trie_arrays = trie.kernel_arrays()
+        #: where lexer_walk_rows writes the boundary nodes and their states (the
+        #: grammar's lock serialises walks), grown to the trie's size when short
+        self._walk_out = np.empty((2, 1024), dtype=np.int32)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
@@ -839,10 +846,18 @@ class LexerTables:
                         else np.zeros(0, dtype=np.int32)
         if states is None:
             t = self.trie
-            lexer_states, _, memos = self.kernel_arrays
-            trie, summaries = self._trie_arrays
-            row, nodes, states = gk.lexer_walk_rows(lexer_states, memos, trie, summaries, s,
-                                                    t.row_words, self.words32)
+            row = np.zeros(t.row_words + 1, dtype=np.uint32)
+            out = self._walk_out
+            n = gk.lexer_walk_rows(*self._walk_args, s, row, out)
+            if n < 0:
+                out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
+                row[:] = 0
+                n = gk.lexer_walk_rows(*self._walk_args, s, row, out)
+            row = row[:self.words32]
+            if n:
+                nodes, states = out[0, :n].copy(), out[1, :n].copy()
+            else:
+                nodes = states = _NO_NODES
             if t.has_duplicates:
                 t.add_duplicates(row)
             if shared is not None:
@@ -869,6 +884,11 @@ class LexerTables:
                 raise AssertionError(f"lexer state {shared_key} is not in this grammar")
             self._local_ids[shared_key] = hit
         return hit
+
+
+#: the boundary nodes and states of a walk with none (read-only, shared)
+_NO_NODES = np.zeros(0, dtype=np.int32)
+_NO_NODES.flags.writeable = False
 
 
 class _StateNames:

@@ -189,3 +189,33 @@ def subtree_height(tdepth, tskip):
             j = tskip[j]
         height[i] = h
     return height
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _words(buf, offs, k):
+    """Part ``k`` of a packed trie buffer, as its uint64 words."""
+    return buf[offs[k]:offs[k + 1]]
+
+
+@njit(cache=True, nogil=True)
+def trie_views(buf, offs):
+    """The ``(trie, summaries)`` tuples of
+    :meth:`constrain.vocab.trie.TokenTrie.kernel_arrays` as views of the buffer
+    of :meth:`~constrain.vocab.trie.TokenTrie.packed` (no copies)."""
+    m = 13
+    size = offs[m + 1:]
+    tbyte = _words(buf, offs, 0).view(np.uint8)[:size[0]]
+    tdepth = _words(buf, offs, 1).view(np.int32)[:size[1]]
+    tskip = _words(buf, offs, 2).view(np.int32)[:size[2]]
+    tok_start = _words(buf, offs, 3).view(np.int32)[:size[3]]
+    tok_end = _words(buf, offs, 4).view(np.int32)[:size[4]]
+    order = _words(buf, offs, 5).view(np.int32)[:size[5]]
+    node_tok = _words(buf, offs, 6).view(np.int32)[:size[6]]
+    first = _words(buf, offs, 7).view(np.int32)[:size[7]]
+    below = _words(buf, offs, 8)[:size[8]].reshape(size[8] // 4, 4)
+    tok_before = _words(buf, offs, 9).view(np.int32)[:size[9]]
+    height = _words(buf, offs, 10).view(np.int32)[:size[10]]
+    utf8_below = _words(buf, offs, 11).view(np.bool_)[:size[11]]
+    full_row = _words(buf, offs, 12).view(np.uint32)[:size[12]]
+    return ((tbyte, tdepth, tskip, tok_start, tok_end, order, size[m]),
+            (node_tok, first, below, tok_before, height, utf8_below, full_row))

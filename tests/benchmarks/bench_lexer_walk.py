@@ -56,8 +56,8 @@ def main() -> None:
         row = t.walk_row()
         nodes = np.empty(t.num_nodes, np.int32)
         states = np.empty(t.num_nodes, np.int32)
-        lex_states, _, memos = lex.kernel_arrays
-        call = (lex_states, memos, *t.kernel_arrays(), s, row, nodes, states)
+        (trans, _, _, loops, flags, reads_utf8), _, memos = lex.kernel_arrays
+        call = (trans, loops, flags, reads_utf8, memos, *t.kernel_arrays(), s, row, nodes, states)
         gk.lexer_walk(*call)
         best = float("inf")
         for _ in range(3):
