@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from constrain.automata.deadline import Deadline, kernel_deadline, ready
-from constrain.automata.determinize_kernels import (OUT_OF_TIME, determinize,
+# KERNEL_MAX_WORDS: the kernels keep an epsilon-closure bitset per NFA state,
+# bounded to 32 MiB; past that the Python construction (sets of ints) takes over
+from constrain.automata.determinize_kernels import (KERNEL_MAX_WORDS, OUT_OF_TIME, determinize,
                                                     tiny_determinize_args)
 from constrain.automata.charset import CharSet, oracle_charset
 from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
@@ -274,7 +276,7 @@ def ascii_nfa_arrays(nfa: _NFA):
     if nfa.has_asserts:
         return None
     eps = nfa.eps
-    if len(eps) * (len(eps) // 64 + 1) > _KERNEL_MAX_WORDS:
+    if len(eps) * (len(eps) // 64 + 1) > KERNEL_MAX_WORDS:
         return None
     ivs = [cs.intervals for cs in nfa.charsets]
     for iv in ivs:
@@ -356,7 +358,7 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     eps = nfa.eps
     if not asserts:
         atom_lists = [[a for a in range(n_atoms) if m >> a & 1] for m in edge_masks]
-        if len(eps) * (len(eps) // 64 + 1) <= _KERNEL_MAX_WORDS:
+        if len(eps) * (len(eps) // 64 + 1) <= KERNEL_MAX_WORDS:
             return _determinize_kernel(atoms, atom_lists, nfa, start, final, max_states,
                                        pattern, deadline)
         plain_edges = [[(atom_lists[c], t) for c, t in lst] for lst in nfa.edges]
@@ -880,11 +882,6 @@ class _StateIndex:
         can take long: the clock costs far less)."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise out_of_time(self.pattern)
-
-
-# the numba subset construction keeps an epsilon-closure bitset per NFA state:
-# bounded to 32 MiB, past that the Python construction (sets of ints) takes over
-_KERNEL_MAX_WORDS = 4 * 1024 * 1024
 
 
 def _determinize_kernel(atoms, atom_lists, nfa: _NFA, start, final, max_states,

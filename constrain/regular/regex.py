@@ -12,6 +12,7 @@ The language is exactly what ``re.fullmatch(pattern, text)`` accepts, where
 from __future__ import annotations
 
 import operator
+import re
 
 import numpy as np
 
@@ -20,7 +21,8 @@ from constrain.runtime.bitmask import check_bitmask, write_row
 from constrain.automata.byte_dfa import (DEAD, START, ByteDFA, char_dfa_to_bytes, minimize_char_dfa,
                              trim_and_minimize)
 from constrain.automata.deadline import Deadline, kernel_deadline, ready
-from constrain.automata.determinize_kernels import OUT_OF_TIME, ascii_byte_dfa, tiny_ascii_args
+from constrain.automata.determinize_kernels import (NOT_SIMPLE, OUT_OF_TIME, ascii_byte_dfa,
+                                                    tiny_ascii_args)
 from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa,
                                          build_nfa, check_deadline, out_of_time, too_many_states)
 from constrain.errors import ConstraintError, InvalidStateError
@@ -397,6 +399,16 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     deadline = Deadline.of(deadline)
     # the kernels count states in int64; no automaton comes near this
     max_states = min(max_states, 1 << 62)
+    if not flags and pattern.__class__ is str and pattern.isascii() \
+            and max_repeat.__class__ is int and max_positions.__class__ is int \
+            and _kernel_syntax(pattern) is not None:
+        # the common syntax, all ASCII: the kernel parses the pattern too (the
+        # Python parser and NFA builder were most of a short pattern's cold
+        # compile); what it does not take goes the general way below
+        dfa = _ascii_dfa(pattern, pattern.encode(), _NO_PROG, -1, -1, min(max_repeat, 1 << 62),
+                         min(max_positions, 1 << 62), max_states, alphabet, deadline)
+        if dfa is not None:
+            return dfa
     node = parse_regex(pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions)
     nfa = build_nfa(node, deadline, pattern)
     prog = ascii_nfa_arrays(nfa)
@@ -405,17 +417,8 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
         # ASCII only, no assertions: characters are bytes, so one kernel goes from
         # the NFA to the minimal byte DFA (short patterns were dominated by the
         # fixed cost of the general pipeline's Python and numpy steps)
-        # the deadline's type only: its value is read once the kernel is ready
-        args = (prog, nfa.start, nfa.final, max_states, alphabet, 256, 0.0)
-        ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args)
-        table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
-        if status == OUT_OF_TIME:
-            raise out_of_time(pattern)
-        if status < 0:
-            raise too_many_states(pattern, max_states)
-        if status == 0:
-            raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
-        return ByteDFA(table, accepting)
+        return _ascii_dfa(pattern, b"", prog, nfa.start, nfa.final, 0, 0, max_states, alphabet,
+                          deadline)
     char_dfa = build_char_dfa(node, max_states=max_states, deadline=deadline, pattern=pattern,
                               nfa=nfa)
     if not char_dfa.accepting.any():
@@ -429,6 +432,39 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     dfa = trim_and_minimize(byte_dfa, alphabet=alphabet)
     check_deadline(deadline, pattern)
     return dfa
+
+
+#: whether a pattern can be in :func:`ascii_byte_dfa`'s own syntax: those with
+#: a construct it refuses (a letter escape, an anchor, any character, an
+#: extension, a negated class) go the general way at once, without a call
+_kernel_syntax = re.compile(r"""(?:
+    [^\\.^$(\[]                                # a literal, an operator
+  | \\[^0-9A-Za-z]                              # an escaped punctuation
+  | \((?!\?) | \(\?:                              # a group
+  | \[(?!\^)(?:[^\\\]]|\\[^0-9A-Za-z])*\]      # a class, not negated
+)*""", re.VERBOSE).fullmatch
+_NO_PROG = np.zeros(0, dtype=np.int64)
+
+
+def _ascii_dfa(pattern: str, source: bytes, prog: np.ndarray, start: int, final: int,
+               max_repeat: int, max_positions: int, max_states: int, alphabet: np.ndarray,
+               deadline: Deadline | None) -> ByteDFA | None:
+    """The byte DFA :func:`ascii_byte_dfa` makes of ``prog`` (or, with ``start
+    < 0``, of ``source``: ``None`` when that is not in its syntax); its
+    errors raised as :func:`regex_byte_dfa` raises them."""
+    # the deadline's type only: its value is read once the kernel is ready
+    args = (source, prog, start, final, max_repeat, max_positions, max_states, alphabet, 256, 0.0)
+    ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args)
+    table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
+    if status == NOT_SIMPLE:
+        return None
+    if status == OUT_OF_TIME:
+        raise out_of_time(pattern)
+    if status < 0:
+        raise too_many_states(pattern, max_states)
+    if status == 0:
+        raise EmptyLanguageError(f"the regex {pattern[:80]!r} matches no string")
+    return ByteDFA(table, accepting)
 
 
 # last: the compiler module builds on this one, whose names must all be
