@@ -113,9 +113,12 @@ def clear_caches() -> None:
     ``multipleOf`` tables) and the process-wide ones of
     :data:`constrain.cache.registry` (character classes, regex literals, bitmask
     row views, the JSON Schema front end's encodings, and the exclusion ids and
-    tables of translations outside any compile). Compiled constraints keep
-    working: they hold what they use. Benchmarks call it to time each compile
-    cold; a server may call it to release memory."""
+    tables of translations outside any compile), among them those other
+    packages register there (``search``'s loaded default models and
+    tokenizers: one still in use is not loaded again, ``load_default_model``
+    hands out the same object). Compiled constraints keep working: they hold
+    what they use. Benchmarks call it to time each compile cold; a server may
+    call it to release memory."""
     registry.clear()
 
 

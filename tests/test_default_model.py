@@ -134,3 +134,35 @@ def test_logprobs_reuse_the_kv_cache_and_match_a_full_forward(lm):
     assert lm.logprobs([]).shape == (0, 49152)
     with pytest.raises(ValueError):
         lm.logprobs([()])
+
+
+def test_clear_caches_lets_go_of_unused_models_but_never_loads_one_twice():
+    """``constrain.clear_caches()`` empties the loaded-model cache (registered
+    with constrain's registry; constrain imports no search): a model no one
+    holds is freed, one still held is handed out again rather than loaded a
+    second time beside it. Stand-in objects under keys of their own, so no
+    model is loaded here."""
+    import gc
+    import weakref
+
+    import constrain
+
+    class Model:
+        pass
+
+    built = []
+
+    def build():
+        built.append(Model())
+        return built[-1]
+
+    loaded = smollm2._loaded()
+    used = loaded.get_or_build(("test", "used"), build)
+    unused = weakref.ref(loaded.get_or_build(("test", "unused"), build))
+    assert loaded.get_or_build(("test", "used"), build) is used and len(built) == 2
+    built.clear()
+    constrain.clear_caches()
+    gc.collect()
+    assert unused() is None
+    assert loaded.get_or_build(("test", "used"), build) is used and built == []
+    assert loaded.get_or_build(("test", "unused"), build) is built[0]

