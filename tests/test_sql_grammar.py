@@ -663,3 +663,27 @@ def test_bad_schemas(tmp_path):
             sql_grammar(schema)
     assert issubclass(SqlSchemaError, ConstraintError)
     assert not (tmp_path / "missing.sqlite").exists()  # reading never creates a file
+
+
+def test_check_script_takes_zero_counts_and_refuses_negative_ones(capsys):
+    """``check_sql_grammar.py --samples 0`` (and the other counts at 0) runs
+    nothing instead of crashing on the mean of no lengths; a negative count is an
+    argparse error naming the option."""
+    import os
+    import sys
+
+    bench = os.path.join(os.path.dirname(__file__), "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        import check_sql_grammar as check
+    finally:
+        sys.path.remove(bench)
+    args = check.parse_args(["--samples", "0", "--mutants", "0", "--walks", "0",
+                             "--derivations", "0"])
+    assert (args.samples, args.mutants, args.walks, args.derivations) == (0, 0, 0, 0)
+    assert check.sampled(0, args.depth, args.seed) == {
+        "samples": 0, "sqlite_syntax_errors": 0, "errors": [], "chars_mean": 0}
+    assert check.sampled(2, args.depth, args.seed)["samples"] == 2
+    with pytest.raises(SystemExit):
+        check.parse_args(["--samples", "-1"])
+    assert "--samples: must be >= 0, got -1" in capsys.readouterr().err

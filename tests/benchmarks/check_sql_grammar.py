@@ -196,7 +196,12 @@ def derivations(dbs: Databases, n: int, depth: int, seed: int) -> dict:
             if verdict is not None:
                 refused.append((db, query, verdict))
     return {"derivations": n * len(dbs.schemas), "refused": len(refused),
-            "examples": refused[:20], "chars_mean": statistics.mean(chars) if chars else 0}
+            "examples": refused[:20], "chars_mean": _mean(chars)}
+
+
+def _mean(values) -> float:
+    """The mean of ``values``, 0 for none (a count of 0 runs nothing)."""
+    return statistics.mean(values) if values else 0
 
 
 def sampled(n: int, depth: int, seed: int) -> dict:
@@ -213,7 +218,7 @@ def sampled(n: int, depth: int, seed: int) -> dict:
         if is_syntax_error(verdict):
             errors.append((query, verdict))
     return {"samples": n, "sqlite_syntax_errors": len(errors), "errors": errors[:20],
-            "chars_mean": statistics.mean(lengths)}
+            "chars_mean": _mean(lengths)}
 
 
 def distinct_mutants(gold, n: int, seed: int) -> list:
@@ -297,22 +302,38 @@ def _tokenizer():
         return None
 
 
-def main() -> int:
-    """Run the checks, print a summary (and the full results as JSON); exit 1
-    when a schema grammar refuses a gold query or SQLite refuses a query one
-    accepts."""
+def count(text: str) -> int:
+    """An argparse type: a number of runs, 0 or more."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+count.__name__ = "int"  # argparse names the type in "invalid int value: 'x'"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (``argv``, default ``sys.argv[1:]``); counts must be >= 0."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=1000)
-    ap.add_argument("--mutants", type=int, default=3000)
+    ap.add_argument("--samples", type=count, default=1000)
+    ap.add_argument("--mutants", type=count, default=3000)
     ap.add_argument("--depth", type=int, default=6)
-    ap.add_argument("--walks", type=int, default=100, help="random walks per database")
-    ap.add_argument("--derivations", type=int, default=100, help="derivations per database")
+    ap.add_argument("--walks", type=count, default=100, help="random walks per database")
+    ap.add_argument("--derivations", type=count, default=100, help="derivations per database")
     ap.add_argument("--databases", type=Path,
                     help="Spider's databases/ folder or spider_databases.tar.gz")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ambiguity", action="store_true")
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> int:
+    """Run the checks, print a summary (and the full results as JSON); exit 1
+    when a schema grammar refuses a gold query or SQLite refuses a query one
+    accepts."""
+    args = parse_args()
 
     gold = load_gold()
     results = {"gold": gold_parse(gold)}
