@@ -675,6 +675,8 @@ class LexerTables:
         # lexer_walk_rows's arguments before the state (see there)
         self._walk_args = (self.trans, self.loops, self.walk_flags, self.reads_utf8, self.run,
                            self.good, self.live, self._scratch, *self.trie.packed())
+        #: the live tokens from which a walk is broad (shared across grammars)
+        self._share_min = max(1, self.trie.num_tokens // 8)
 
     # the per-state tables: (name, dtype, columns (None: one dimension;
     # "terminals": a bitset of them), fill past the states)
@@ -815,9 +817,11 @@ class LexerTables:
         """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
         inside the current terminals (uint32 words) and the trie nodes where a
         terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
-        Computed on first use and kept in an LRU; the walk itself is shared, in
-        the compiler's cache of walks, by every grammar of the compiler that has
-        this lexer state.
+        Computed on first use and kept in an LRU; a broad walk (the state's
+        first bytes lead to an eighth of the tokens or more: see
+        :func:`~constrain.cfg.lexer_kernels.lexer_walk_rows`) is shared, in the
+        compiler's cache of walks, by every grammar of the compiler that has
+        this lexer state; a narrow one costs less than sharing it.
 
         A shared walk is ``(row, nodes, states, origin)``: ``states`` in the
         ids of the grammar that walked it, whose :class:`_StateNames` is
@@ -830,29 +834,24 @@ class LexerTables:
             self._rows.move_to_end(s)
             return hit
         shared = self._shared
-        states = None
-        if shared is not None:
+        t = self.trie
+        row = np.zeros(t.row_words + 1, dtype=np.uint32)
+        out = self._walk_out
+        key = entry = None
+        n = gk.lexer_walk_rows(*self._walk_args, s, row, out,
+                               -1 if shared is None else self._share_min)
+        if n == gk.WALK_SHARED:
             key = self._names.key(s)
             entry = shared.get(key)
-            if entry is not None:
-                row, nodes, states, origin = entry
-                if origin is not self._names:
-                    if origin is not None:
-                        states = _named_states(states, origin)
-                        shared.put(key, (row, nodes, states, None))
-                    which, keys = states
-                    local = [self._local_id(k) for k in keys]
-                    states = np.array(local, dtype=np.int32)[which] if len(which) \
-                        else np.zeros(0, dtype=np.int32)
-        if states is None:
-            t = self.trie
-            row = np.zeros(t.row_words + 1, dtype=np.uint32)
-            out = self._walk_out
-            n = gk.lexer_walk_rows(*self._walk_args, s, row, out)
+            if entry is None:
+                n = gk.lexer_walk_rows(*self._walk_args, s, row, out, -1)
+        if entry is not None:
+            row, nodes, states = self._reuse(key, entry)
+        else:
             if n < 0:
                 out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
                 row[:] = 0
-                n = gk.lexer_walk_rows(*self._walk_args, s, row, out)
+                n = gk.lexer_walk_rows(*self._walk_args, s, row, out, -1)
             row = row[:self.words32]
             if n:
                 nodes, states = out[0, :n].copy(), out[1, :n].copy()
@@ -860,12 +859,26 @@ class LexerTables:
                 nodes = states = _NO_NODES
             if t.has_duplicates:
                 t.add_duplicates(row)
-            if shared is not None:
+            if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
         return hit
+
+    def _reuse(self, key: tuple, entry: tuple) -> tuple:
+        """``(row, nodes, states)`` of the shared walk ``entry`` (under ``key``),
+        its boundary states in this grammar's ids."""
+        row, nodes, states, origin = entry
+        if origin is not self._names:
+            if origin is not None:
+                states = _named_states(states, origin)
+                self._shared.put(key, (row, nodes, states, None))
+            which, keys = states
+            local = [self._local_id(k) for k in keys]
+            states = np.array(local, dtype=np.int32)[which] if len(which) \
+                else np.zeros(0, dtype=np.int32)
+        return row, nodes, states
 
     def __del__(self):
         names = getattr(self, "_names", None)

@@ -33,6 +33,9 @@ NEED_NEXT = 1
 NEED_START = 2
 OVERFLOW = 3
 
+#: lexer_walk_rows: a broad state, to be looked up in the shared walks first
+WALK_SHARED = -2
+
 
 @njit(cache=True, nogil=True)
 def _probe(htab, hashes, pairs, poff, buf, m, h):
@@ -576,9 +579,24 @@ def _set_tokens(row, order, lo, hi):
         row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _live_tokens(trans, state, first, tskip, tok_before):
+    """The tokens below the root children that lexer state ``state`` takes
+    (``trans`` flat: ``state * 256 + byte``). Root children are found through
+    ``first``, not by chasing ``tskip`` across the trie (256 scattered reads, a
+    third of a literal's walk)."""
+    base = state << 8
+    live = 0
+    for b in range(256):
+        i = first[b]
+        if i >= 0 and trans[base | b] != 0:
+            live += tok_before[tskip[i]] - tok_before[i]
+    return live
+
+
 @njit(cache=True, nogil=True)
 def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, row, out_node,
-               out_state):
+               out_state, live=-1):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
     Sets in ``row`` (uint32 words, one scratch word past the vocabulary for
@@ -616,7 +634,8 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     way round: ``row`` starts as ``full_row`` (every token of the trie) and the
     tokens of dead subtrees are cleared, so that a skipped subtree costs nothing
     instead of one bit per token (the floor of a string body's walk was setting
-    ~45k bits one by one).
+    ~45k bits one by one). ``live`` is :func:`_live_tokens` when known (-1: not
+    yet).
     """
     trans = trans2.reshape(-1)  # state * 256 + byte
     run, good, _, _ = memos
@@ -630,15 +649,9 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     n_nodes = tbyte.shape[0]
     cap = out_node.shape[0]
     n = 0
-    # tokens below the root children the state takes, against all tokens; root
-    # children are found through ``first``, not by chasing ``tskip`` across the
-    # trie (256 scattered reads, a third of a literal's walk)
     base = state << 8
-    live = 0
-    for b in range(256):
-        i = first[b]
-        if i >= 0 and trans[base | b] != 0:
-            live += tok_before[tskip[i]] - tok_before[i]
+    if live < 0:
+        live = _live_tokens(trans, state, first, tskip, tok_before)
     if 2 * live > tok_before[n_nodes]:
         row[:] = full_row
         for b in range(256):
@@ -730,7 +743,7 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 @njit(cache=True, nogil=True)
 def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, tbuf, toffs, state,
-                    row, out):
+                    row, out, share_min):
     """:func:`lexer_walk` as Python calls it: the lexer's tables loose (``states``
     and ``memos`` of :meth:`constrain.cfg.lexer.LexerTables._pack`, less what
     the walk does not read), the trie packed (:meth:`TokenTrie.packed
@@ -738,10 +751,22 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     states written to ``out[0]`` and ``out[1]``. Returns their number, or -1
     when ``out`` is too small (``row`` is then to be zeroed and the call made
     again with a larger ``out``). Few arguments and no outputs to allocate and
-    box: those took 3.3 of a 4.6 us call that walked for 1.3 us."""
+    box: those took 3.3 of a 4.6 us call that walked for 1.3 us.
+
+    With ``share_min >= 0``, a state whose first bytes lead to at least that
+    many tokens is not walked: the call returns :data:`WALK_SHARED`, for the
+    caller to look in the walks shared across grammars first. Such broad walks
+    (a string body, any key) cost 19-35 us on SmolLM2, and sharing pays; the
+    others (a literal, a number: 3.6-7.5 us) cost less than a look-up and a
+    store in the shared cache (~5 us)."""
     trie, summaries = trie_views(tbuf, toffs)
+    tskip = trie[2]
+    first, tok_before = summaries[1], summaries[3]
+    n_live = _live_tokens(trans.reshape(-1), state, first, tskip, tok_before)
+    if 0 <= share_min <= n_live:
+        return WALK_SHARED
     return lexer_walk(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
-                      summaries, state, row, out[0], out[1])
+                      summaries, state, row, out[0], out[1], n_live)
 
 
 @njit(cache=True, nogil=True)
