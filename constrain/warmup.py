@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -165,24 +164,18 @@ def _stamp_path() -> Path:
     return Path(clock._cache._cache_path) / "trellis-kernels.stamp"
 
 
-_KERNEL_DECORATOR = re.compile(rb"^@(numba\.)?njit", re.M)
-
-
 def _kernels_key() -> str:
     """What numba's cached kernels depend on: numba, Python, the CPU it
-    compiles for, and each kernel module's size and modification time (numba's
-    own test of a cache entry's freshness)."""
+    compiles for, and the sources of every kernel module (the stamp each
+    cache entry is checked against: :mod:`constrain.kernel_loading`)."""
     import llvmlite.binding as llvm
     import numba
 
-    h = hashlib.sha256(f"{numba.__version__}|{sys.version}|{llvm.get_host_cpu_name()}|"
-                       f"{os.environ.get('NUMBA_CPU_NAME', '')}".encode())
-    root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
-        if _KERNEL_DECORATOR.search(path.read_bytes()):
-            st = path.stat()
-            h.update(f"|{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return h.hexdigest()
+    from constrain.kernel_loading import kernel_sources_stamp
+
+    return hashlib.sha256(f"{numba.__version__}|{sys.version}|{llvm.get_host_cpu_name()}|"
+                          f"{os.environ.get('NUMBA_CPU_NAME', '')}|"
+                          f"{kernel_sources_stamp()}".encode()).hexdigest()
 
 
 def _write_stamp() -> None:
@@ -199,8 +192,8 @@ def kernels_compiled() -> bool:
     """Whether :func:`warm_up` has run since numba's cache of Trellis's kernels
     was last invalidated (first install, an upgrade of numba or of a kernel
     module); if not, the next warm-up or first compile compiles the kernels
-    (about :data:`COLD_SECONDS` s of CPU). A file read and a few dozen
-    ``stat`` calls: ~2 ms."""
+    (about :data:`COLD_SECONDS` s of CPU). A file read (the kernel modules'
+    stamps are taken once per process, on import)."""
     try:
         return _stamp_path().read_text() == _kernels_key()
     except OSError:
