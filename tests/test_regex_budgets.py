@@ -97,3 +97,24 @@ def test_kernel_compilation_does_not_count():
     assert deadline.at - before < spent * 1.1
     assert time.perf_counter() > Deadline(time.perf_counter() - 1)
     assert Deadline.of(None) is None and Deadline.of(deadline) is deadline
+
+
+def test_compile_regex_defaults_are_the_default_compilers_limits(vocab):
+    # compile_regex passes only the budgets it is given: its defaults must be
+    # what the default compiler's Limits() holds, and a budget given (even one
+    # equal to the default) still overrides, through Limits.replace
+    import inspect
+
+    from constrain import Limits
+    from constrain.errors import InvalidLimitError
+
+    limits = Limits()
+    for name, param in inspect.signature(compile_regex).parameters.items():
+        if hasattr(limits, name):
+            assert param.default == getattr(limits, name), name
+    with pytest.raises(InvalidLimitError, match="max_states"):
+        compile_regex("ab", vocab, max_states=0)
+    with pytest.raises(InvalidLimitError, match="time_budget"):
+        compile_regex("ab", vocab, time_budget=float("nan"))
+    with pytest.raises(GrammarTooComplexError):
+        compile_regex("[ab]{4}", vocab, max_states=3)

@@ -77,7 +77,7 @@ class DFAConstraint(Constraint):
         self.tokens = tokens
         self._n = dfa.num_states
         self._v = len(vocab)
-        self._trans = memoryview(np.ascontiguousarray(dfa.transitions)).cast("B").cast("i")
+        self._trans = _flat_int32(dfa.transitions)
         self._token_bytes = vocab.tokens
         self._grammar_token = vocab.grammar_token_list
         self._eos = vocab.eos_token_set
@@ -324,6 +324,16 @@ _OWN_ATTRIBUTES = frozenset({
     "_grammar_token", "_eos", "_live", "_words", "_writers", "_last_fill"})
 
 
+def _flat_int32(a: np.ndarray) -> memoryview:
+    """The int32 array ``a`` as one flat memoryview of ints (a copy only when
+    it is not contiguous: the kernels' tables are, and a numpy call cost ~5 us
+    of a cold compile)."""
+    try:
+        return memoryview(a).cast("B").cast("i")
+    except TypeError:  # not C-contiguous
+        return memoryview(np.ascontiguousarray(a)).cast("B").cast("i")
+
+
 def _as_bytes(data) -> bytes:
     """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
     byte string (a ``str`` would be read as characters)."""
@@ -334,12 +344,17 @@ def _as_bytes(data) -> bytes:
     raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
+#: compile_regex's default time budget, Limits' (constrain.limits imports this
+#: module's layer, so the value is written here; test_regex_budgets checks they agree)
+_TIME_BUDGET = 30.0
+
+
 def compile_regex(pattern: str, vocab: Vocabulary, *,
                   flags: int = 0,
                   max_repeat: int = MAX_REPEAT,
                   max_positions: int = MAX_POSITIONS,
                   max_states: int = DEFAULT_MAX_STATES,
-                  time_budget: float = 30.0,
+                  time_budget: float = _TIME_BUDGET,
                   max_mask_bytes: int = DEFAULT_MAX_MASK_BYTES) -> DFAConstraint:
     """Compile a regex (Python ``re`` syntax) into a token-level constraint.
 
@@ -379,9 +394,20 @@ def compile_regex(pattern: str, vocab: Vocabulary, *,
     :meth:`constrain.Compiler.compile_regex` is the same with a compiler of
     your own.
     """
-    return default_compiler(vocab).compile_regex(
-        pattern, flags=flags, max_repeat=max_repeat, max_positions=max_positions,
-        max_states=max_states, time_budget=time_budget, max_mask_bytes=max_mask_bytes)
+    # only the budgets given: the defaults are the default compiler's limits
+    # (Limits.replace over all five cost ~15-25 us of a cold compile)
+    overrides = {}
+    if max_repeat is not MAX_REPEAT:
+        overrides["max_repeat"] = max_repeat
+    if max_positions is not MAX_POSITIONS:
+        overrides["max_positions"] = max_positions
+    if max_states is not DEFAULT_MAX_STATES:
+        overrides["max_states"] = max_states
+    if time_budget is not _TIME_BUDGET:
+        overrides["time_budget"] = time_budget
+    if max_mask_bytes is not DEFAULT_MAX_MASK_BYTES:
+        overrides["max_mask_bytes"] = max_mask_bytes
+    return default_compiler(vocab).compile_regex(pattern, flags=flags, **overrides)
 
 
 def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,

@@ -41,6 +41,7 @@ from constrain.vocab.vocabulary import Vocabulary
 
 DEFAULT_MAX_MASK_BYTES = 256 * 1024 * 1024
 _NO_EOS = np.zeros(0, dtype=np.int64)
+_NO_ROWS = np.zeros(0, dtype=np.uint32)  # token_transitions allocates the rows
 # Walk every state at compile time when the trie nodes under the bytes the states
 # can take number at most this (~60 us of walking on this machine): one kernel
 # call for all then costs less than the ~6 us of Python and dispatch that each
@@ -249,10 +250,11 @@ class TokenAutomaton:
         parts = []
         total = 0
         rows = None
-        buf = _row_buffer(n, self.words) if keep else None
+        # one chunk: the kernel allocates the rows
+        buf = _row_buffer(n, self.words) if keep and n > _CHUNK else _NO_ROWS
         for lo in range(0, n, _CHUNK):
             hi = min(n, lo + _CHUNK)
-            if not keep:
+            if not keep and n > _CHUNK:
                 buf = _row_buffer(hi - lo, self.words)
             args = self._walk_args(lo, hi, buf, lo if keep else 0, eos, max_nodes if lo == 0 else -1)
             if lo == 0:
@@ -336,7 +338,7 @@ class TokenAutomaton:
         # different states walk at once (two visiting the same one both walk it,
         # and the first to publish wins: the rows are equal)
         rows, _, toks, nexts = token_transitions(
-            *self._walk_args(state, state + 1, _row_buffer(1, self.words), 0, self._eos, -1))
+            *self._walk_args(state, state + 1, _NO_ROWS, 0, self._eos, -1))
         # copies: the kernel's slices hold a buffer of one slot per token
         return self._publish(state, rows[0], toks.copy(), nexts.copy())
 

@@ -72,7 +72,9 @@ def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok
 
     ``buf`` holds the rows (:func:`aligned_rows`, zeroed): state ``s``'s is
     row ``row0 + s - lo``; it receives the bits of ``s``'s tokens, and those of
-    the ``eos`` ids when ``accepting[s]``. Returns ``(rows, indptr, tokens,
+    the ``eos`` ids when ``accepting[s]``. An empty ``buf``: the kernel
+    allocates one of ``row0 + hi - lo`` rows (a numpy allocation in Python
+    cost ~10-20 us of a cold compile, a path nothing else there takes). Returns ``(rows, indptr, tokens,
     nexts)``: ``rows`` the rows of ``buf``, the transitions of ``lo + j`` are
     ``tokens[indptr[j]:indptr[j+1]]`` → ``nexts[...]``, tokens ascending in
     byte order of the trie (not by id).
@@ -84,6 +86,9 @@ def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok
     ``indptr`` is empty. Deciding here spares the caller's numpy steps, which
     cost more than the walk of a small automaton on a cold CPU cache.
     """
+    if buf.shape[0] == 0:
+        buf = np.zeros((row0 + hi - lo) * (-(-words // ROW_SLACK) * ROW_SLACK) + ROW_SLACK,
+                       np.uint32)
     rows = aligned_rows(buf, words)
     if max_nodes >= 0:
         n_all = trans.shape[0]
