@@ -687,6 +687,23 @@ def test_errors_inside_complements_name_the_users_pointer(schema, pointer):
     assert [str(x.message).rsplit(" at: ", 1)[1] for x in w] == [pointer]
 
 
+@pytest.mark.parametrize("schema,where", [
+    ({"properties": {"a": {"type": "string", "minLength": 5000}}},
+     "minLength 5000 .* at /properties/a/minLength"),
+    ({"allOf": [{"minItems": 3}, {"minItems": 2000}], "type": "array"},
+     "minItems 2000 .* at /allOf/1/minItems"),
+    # the complement's strings longer than 5000 characters
+    ({"not": {"properties": {"a": {"type": "string", "maxLength": 5000}}}},
+     "minLength 5001 .* at /not/properties/a/maxLength"),
+])
+def test_a_lower_bound_past_the_cap_names_its_keyword(schema, where):
+    """A minLength/minItems above max_string_length/max_array_length cannot be
+    lowered (that would admit shorter values): the refusal names the keyword's
+    pointer, the one the user wrote where the bound comes from a complement."""
+    with pytest.raises(GrammarTooComplexError, match=where + r" \(JSON pointer; pass max_"):
+        json_schema_to_lark(schema)
+
+
 def test_non_strict_warns_once_listing_pointers():
     schema = {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True},
                                                "b": {"not": {"pattern": "x"}}}}

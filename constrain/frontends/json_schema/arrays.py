@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 import math
 
 from constrain.errors import GrammarTooComplexError, SchemaError
-from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
+from constrain.frontends.json_schema.keywords import (conj_types, json_equal, len_bounds,
+                                                     lower_bound_pointer)
 from constrain.frontends.json_schema.literals import enum_values, literal_symbol
 from constrain.frontends.json_schema.nodes import FALSE
 from constrain.frontends.json_schema.rules import Alt
@@ -120,7 +121,9 @@ def array_symbol(t: Translation, conj) -> str | None:
         t.diag.unsupported(unique, "uniqueItems: true over items that are not from a finite "
                                    f"set of at most {_MAX_UNIQUE_DOMAIN} values")
     if lo > cap:
-        raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {cap}")
+        where = lower_bound_pointer(doc, conj, "minItems", lo)
+        raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {cap} at {where or '/'} "
+                                     f"(JSON pointer; pass max_array_length= to raise it)")
 
     def elem(i):
         return t.value(pieces_at(layout, i))

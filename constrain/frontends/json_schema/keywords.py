@@ -119,6 +119,18 @@ def len_bounds(doc, conj, kmin: str, kmax: str) -> tuple[int, int | None]:
     return lo, hi
 
 
+def lower_bound_pointer(doc, conj, key: str, value: int) -> str:
+    """The user's JSON pointer (:meth:`Document.user_pointer`) of the ``key``
+    keyword (``minLength``, ``minItems``...) of the conjunction that sets the
+    lower bound ``value`` of :func:`len_bounds`; ``""`` if none does."""
+    for p in conj:
+        n = doc.node(p)
+        v = n.get(key) if type(p) is str and isinstance(n, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.ceil(v) == value:
+            return doc.user_pointer(f"{p}/{key}")
+    return ""
+
+
 def not_required_sets(neg):
     """The name sets of ``not: {required: S}`` or ``not: {anyOf: [{required: S},
     ...]}``, else ``None``."""

@@ -14,7 +14,7 @@ from constrain.errors import GrammarTooComplexError
 from constrain.automata.json_encoding import JSON_CHAR_ANY, JSON_CODEPOINT
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.formats import FORMATS
-from constrain.frontends.json_schema.keywords import len_bounds
+from constrain.frontends.json_schema.keywords import len_bounds, lower_bound_pointer
 from constrain.frontends.json_schema.patterns import PatternUnsupported, translate_pattern
 
 if TYPE_CHECKING:
@@ -71,7 +71,9 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
     if hi is not None and hi > cap:
         hi = max(cap, lo)
     if lo > cap:
-        raise GrammarTooComplexError(f"minLength {lo} exceeds the supported {cap}")
+        where = lower_bound_pointer(doc, conj, "minLength", lo)
+        raise GrammarTooComplexError(f"minLength {lo} exceeds the supported {cap} at {where or '/'} "
+                                     f"(JSON pointer; pass max_string_length= to raise it)")
     if hi is not None and lo > hi:
         return None
     patterns, formats = [], []
