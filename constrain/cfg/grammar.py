@@ -794,8 +794,11 @@ class GrammarConstraint(Constraint):
             for e in self._eos:
                 row[e >> 5] |= np.uint32(1 << (int(e) & 31))
         # rows are shared between the caches (a state's row is often its one
-        # configuration's): copying each cost ~1 us per first visit
-        row.flags.writeable = False
+        # configuration's): copying each cost ~1 us per first visit. A row of
+        # _config_mask is read-only already (setflags: 0.13 us, half of
+        # flags.writeable = False)
+        if len(configs) > 1 or accepting:
+            row.setflags(write=False)
         self._masks[state] = row
         if len(self._masks) > self._max_masks:
             self._masks.popitem(last=False)
@@ -849,7 +852,8 @@ class GrammarConstraint(Constraint):
             if row is cont:
                 row = cont.copy()
             self._boundaries(c, nodes, states, row)
-        row.flags.writeable = False
+        if row is not cont:  # a walk's row is read-only (LexerTables.walk)
+            row.setflags(write=False)
         self._config_masks[key] = row
         if len(self._config_masks) > self._max_masks:
             self._config_masks.popitem(last=False)
@@ -864,12 +868,12 @@ class GrammarConstraint(Constraint):
                 c2 = self._next(c, term)
                 if c2 >= 0:
                     self._start(c2)
-        trie = self.trie.kernel_arrays()[0]
+        tbuf, toffs = self.trie.packed()
         j = 0
         while True:
             status, a, b, j = gk.boundary_walk(
                 lex.trans, lex.acc, self._ctx_next, self._ctx_start, self._ignore_bits,
-                nodes, states, c, j, *trie, self.max_width, row)
+                nodes, states, c, j, tbuf, toffs, self.max_width, row)
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_NEXT:

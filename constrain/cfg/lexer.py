@@ -776,6 +776,7 @@ class LexerTables:
         self._rows = OrderedDict()
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
+        walk_rows.setflags(write=False)  # as a walk's row (see walk)
         lengths = payload.get("walk_len", np.int64).tolist()
         nodes = payload.get("walk_nodes", np.int32)
         states = payload.get("walk_states", np.int32)
@@ -815,7 +816,7 @@ class LexerTables:
 
     def walk(self, s: int):
         """``(row, nodes, states)`` of lexer state ``s``: the tokens that stay
-        inside the current terminals (uint32 words) and the trie nodes where a
+        inside the current terminals (uint32 words, read-only) and the trie nodes where a
         terminal may end inside a token (see :func:`grammar_kernels.lexer_walk`).
         Computed on first use and kept in an LRU; a broad walk (the state's
         first bytes lead to an eighth of the tokens or more: see
@@ -859,6 +860,8 @@ class LexerTables:
                 nodes = states = _NO_NODES
             if t.has_duplicates:
                 t.add_duplicates(row)
+            # shared by every cache above (the grammar's masks): read-only once
+            row.setflags(write=False)
             if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
         hit = self._rows[s] = (row, nodes, states)

@@ -818,7 +818,7 @@ def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc
 
 @njit(cache=True, nogil=True)
 def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0,
-                  tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth, width, row):
+                  tbuf, toffs, width, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
     For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
@@ -835,15 +835,16 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
     after the missing entry is filled in may resume (bits only ever get set, so
     walking node ``j`` again is harmless).
 
-    ``tbyte`` to ``max_depth`` are the fields of the token ``trie`` tuple, in
-    order (the caller passes ``*trie``).
+    ``tbuf`` and ``toffs`` are the token trie, packed
+    (:meth:`~constrain.vocab.trie.TokenTrie.packed`).
     """
     # loose arrays, not the lexer's, the parser's and the trie's tuples: numba's
     # dispatcher types a tuple argument through its generic fingerprint path
     # (~33 ns per array inside) where a bare array takes a cached fast path, and
     # this kernel runs for every configuration with boundary nodes: the tuples
     # cost 1.2 us, +21% of its 5.7 us (in-process A/B over the 765 calls of 20
-    # MaskBench first walks)
+    # MaskBench first walks); the trie packed, as each array still costs ~50 ns
+    tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth = trie_views(tbuf, toffs)[0]
     # not zeroed (2 x 50 KB on SmolLM2, paid on every call): depth d's pairs are
     # written before they are read, as the walk goes down the trie
     ls = np.empty((max_depth + 2, width), np.int32)
