@@ -25,6 +25,7 @@ from constrain.frontends.json_schema.patterns import translate_pattern
 from constrain.frontends.json_schema.number_ranges import decimal_range_regex, int_range_regex, nat_multiple_regex
 
 from automata_testing import same_language
+from byte_vocab import byte_vocabulary
 from json_schema_oracle import accepts, lark_parser
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "maskbench", "subset.jsonl.gz")
@@ -702,6 +703,23 @@ def test_a_lower_bound_past_the_cap_names_its_keyword(schema, where):
     pointer, the one the user wrote where the bound comes from a complement."""
     with pytest.raises(GrammarTooComplexError, match=where + r" \(JSON pointer; pass max_"):
         json_schema_to_lark(schema)
+
+
+def test_integers_past_the_float_range_are_refused_or_compiled_not_a_crash():
+    """json reads 10**400 exactly: as a bound it was an OverflowError in the
+    well-formedness check, as an excluded value (not/const) in the number
+    ranges. Now a far bound is refused at its keyword like 1e300, a far
+    maximum is lowered to the cap as ever, and the complement of a 400-digit
+    integer is written out (its integer range then refused as too complex by
+    the compile, a typed error)."""
+    with pytest.raises(UnsupportedSchemaError) as e:
+        json_schema_to_lark({"minimum": 10**400})
+    assert e.value.pointer == "/minimum" and "1.00e+400" in str(e.value)
+    check({"type": "integer", "maximum": 10**400}, good=["5", "-3"], bad=["2.5"])
+    assert "NUMBER" in json_schema_to_lark({"not": {"const": 10**400}})
+    assert "NUMBER" in json_schema_to_lark({"type": "number", "not": {"enum": [-10**400, 1]}})
+    with pytest.raises(GrammarTooComplexError):
+        compile_json_schema({"not": {"const": 10**400}}, byte_vocabulary())
 
 
 def test_non_strict_warns_once_listing_pointers():

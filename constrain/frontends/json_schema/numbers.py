@@ -7,6 +7,7 @@ the strict side, where exactness would be costly."""
 from __future__ import annotations
 
 import math
+import sys
 from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -114,6 +115,7 @@ def _multiple_ofs(doc, conj):
 
 #: numbers are written below this magnitude (see number_symbol)
 _MAX_BOUND = 1e30
+_FLOAT_MAX = sys.float_info.max
 _MAX_INT = 10 ** 30 - 1
 
 
@@ -144,7 +146,7 @@ def number_symbol(t: Translation, conj, integer: bool, excluded=()) -> str | Non
     for v in (lo, hi):
         if v is not None and abs(v) > _MAX_BOUND:
             t.diag.unsupported(_bound_pointer(doc, conj, v),
-                               f"a bound of magnitude {v:g} (beyond {_MAX_BOUND:g})")
+                               f"a bound of magnitude {Decimal(v):.3g} (beyond {_MAX_BOUND:g})")
     bounds = lo, lo_x, hi, hi_x
     if excluded:
         return _number_excluding(t, conj, integer, excluded, bounds)
@@ -255,6 +257,13 @@ def _decimal_bound(v, exclusive: bool, direction: int):
     ``direction`` is +1 for a lower bound, -1 for an upper one."""
     if v is None:
         return None, False
+    if isinstance(v, int) and abs(v) > _FLOAT_MAX:
+        # an integer past the floats (json reads any integer exactly): no float
+        # equals it, and a text past 2^1024 reads as inf
+        sign = 1 if v > 0 else -1
+        if sign == -direction:  # the allowed side holds every finite float
+            return Decimal(repr(sign * _FLOAT_MAX)), False
+        return Decimal(sign * 2 ** 1024), False  # only texts read as inf
     if not exclusive:
         if isinstance(v, int):
             return Decimal(v), False

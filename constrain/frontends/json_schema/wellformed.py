@@ -18,11 +18,13 @@ _SCHEMA = "a schema (an object or a boolean)"
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    # an int is finite however large (math.isfinite would convert it to a float)
+    return ((isinstance(v, int) and not isinstance(v, bool))
+            or (isinstance(v, float) and math.isfinite(v)))
 
 
 def _is_count(v) -> bool:
-    return _is_number(v) and v >= 0 and float(v).is_integer()
+    return _is_number(v) and v >= 0 and (isinstance(v, int) or v.is_integer())
 
 
 def _is_schema(v) -> bool:
