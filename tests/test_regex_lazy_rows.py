@@ -205,3 +205,21 @@ def test_eight_threads_fill_one_lazy_constraint_with_a_budget_of_three_rows(smol
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
     assert len(g.tokens._entries) <= 4
+
+
+@pytest.mark.parametrize("pattern", [r"[0-9]{5}", r"(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}"])
+def test_writers_made_at_compile_fill_each_states_row(smollm2_vocab, pattern):
+    # a small eager automaton over SmolLM2 (rows of 6 KB, one contiguous pool)
+    # has every state's writer from the compile on: each fills its state's row
+    g = compile_regex(pattern, smollm2_vocab)
+    assert g.tokens.eager
+    n = g.num_states
+    assert all(w is not None for w in g.tokens.writers[:n])
+    lazy = TokenAutomaton(g.dfa, smollm2_vocab, eager=False)
+    bitmask = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+    for s in list(range(1, n)) + [-1]:
+        bitmask[:] = -1
+        g.fill_bitmask(s, bitmask, 1)
+        want = np.zeros(g.tokens.words, np.uint32) if s == -1 else lazy.row(s)
+        assert np.array_equal(bitmask[1].view(np.uint32), want), s
+        assert (bitmask[0] == -1).all()
