@@ -106,6 +106,8 @@ class Compiler:
         self.schema_caches = SchemaCaches(max(1, int(cache_bytes * _EXCLUSION_IDS)),
                                           max(1, int(cache_bytes * _TABLES)))
         self._next_id = itertools.count().__next__
+        # (limits, the grammar budgets of those limits): made once, not per compile
+        self._budgets = (limits, _grammar_budgets(limits))
         #: the on-disk cache of ``cache_dir``, or ``None``
         self.disk_cache = None if cache_dir is None else DiskCache(cache_dir)
         registry.add_compiler(self)
@@ -132,10 +134,11 @@ class Compiler:
         """The id of the terminal automaton ``key``
         (:func:`constrain.cfg.lexer.terminal_key`): the same while the key is
         cached, and never one given to another key."""
-        uid = self.terminal_ids.get(key)
-        if uid is None:  # get_or_build, without its second call on a hit
-            uid = self.terminal_ids.setdefault(key, self._next_id())
-        return uid
+        return self.terminal_ids.get_or_make_each((key,), self._next_id)[0]
+
+    def terminal_ids_of(self, keys) -> list[int]:
+        """:meth:`terminal_id` of each of ``keys`` (one pass over the cache)."""
+        return self.terminal_ids.get_or_make_each(keys, self._next_id)
 
     def _limits(self, overrides: dict) -> Limits:
         return self.limits.replace(**overrides) if overrides else self.limits
@@ -184,12 +187,23 @@ class Compiler:
         """:func:`constrain.compile_json_schema` over this compiler's vocabulary;
         ``options``: the schema options (``whitespace``, ``strict``, ...) and
         fields of :class:`~constrain.Limits`."""
-        overrides = {k: options.pop(k) for k in list(options) if k in _LIMIT_FIELDS}
-        limits = self._limits(overrides)
+        overrides = {k: options.pop(k) for k in list(options) if k in _LIMIT_FIELDS} \
+            if options else None
+        limits = self.limits.replace(**overrides) if overrides else self.limits
+        budgets = self._budgets
+        if budgets[0] is not limits:
+            budgets = (limits, _grammar_budgets(limits))
+            if not overrides:
+                self._budgets = budgets
+        if self.disk_cache is None:
+            # no closures on this path: each new function object and frame
+            # was ~1 us of a small schema's cold compile
+            return self.schema_caches.run(_json_schema_front_end, schema, self.vocab,
+                                          compiler=self, **budgets[1], **options)
 
         def build():
-            return _json_schema_front_end(schema, self.vocab, compiler=self,
-                                          **_grammar_budgets(limits), **options)
+            return _json_schema_front_end(schema, self.vocab, compiler=self, **budgets[1],
+                                          **options)
 
         return self._cached("json_schema", lambda: schema_spec(schema, options, limits), build)
 

@@ -289,7 +289,7 @@ def _lru_caches_of_constrain():
 #: zero-argument memos: constants of the process (the source digest that
 #: saved files carry is one: it does not change while the process runs)
 _CONSTANTS = {"constrain.automata.charset._all_scalars", "constrain.automata.regex_syntax._cased",
-              "constrain.persist.trellis_version"}
+              "constrain.persist.trellis_version", "constrain.kernel_loading.kernel_sources_stamp"}
 
 
 def test_clear_and_clear_caches_empty_every_cache(vocab):

@@ -452,9 +452,9 @@ class TerminalAutomata:
             self.walks = None
         else:
             exclusions = ir.exclusions
-            self.uids = [compiler.terminal_id(terminal_key(
-                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None))
-                for term in ir.terminals]
+            self.uids = compiler.terminal_ids_of([terminal_key(
+                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None)
+                for term in ir.terminals])
             self.walks = compiler.lexer_walks
 
     def snapshot(self, payload) -> None:

@@ -54,6 +54,7 @@ __all__ = ["json_schema_to_lark", "compile_json_schema", "order_instance",
 
 _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
                    "max_array_length", "formats", "resources")
+_DEFAULT_OPTIONS = Options()
 
 
 def translate(schema, options: Options, exclusions: dict | None = None) -> Translation:
@@ -157,8 +158,10 @@ def compile_json_schema(schema, vocab, **options):
     "any key but the declared ones" is an automaton (``GrammarIR.exclusions``).
     """
     budget = options.pop("time_budget", 30.0)
-    opts = Options(**{k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options},
-                   time_budget=budget)
+    chosen = {k: options.pop(k) for k in _SCHEMA_OPTIONS if k in options}
+    # the defaults' Options (frozen) is shared: building one is ~10 us cold
+    opts = _DEFAULT_OPTIONS if not chosen and budget == _DEFAULT_OPTIONS.time_budget \
+        and budget.__class__ is float else Options(**chosen, time_budget=budget)
     deadline = Deadline.after(budget)  # what the translation leaves goes on
     t = translate(schema, opts, exclusions={})
     ir = to_ir(t.grammar, "start", t.diag)
