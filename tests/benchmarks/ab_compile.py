@@ -1,6 +1,6 @@
 """Paired before/after timing of Trellis's cold JSON Schema compile, interleaved.
 
-    python tests/benchmarks/ab_compile.py TREE_A TREE_B [--limit 10] [--rounds 3]
+    python tests/benchmarks/ab_compile.py TREE_A TREE_B [--limit 10] [--rounds 3] [--no-gc-flush]
         [--data DIR] [--peer-json mb.json]
 
 ``TREE_A`` and ``TREE_B`` are two checkouts of this repository (e.g. ``git worktree
@@ -33,10 +33,14 @@ from pathlib import Path  # noqa: E402
 WORKER = r"""
 import gc, json, sys
 OUT, sys.stdout = sys.stdout, sys.stderr
-root, data, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+root, data, limit, flush = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 sys.path[:0] = [root, root + "/tests/benchmarks"]
 from pathlib import Path
 import bench_maskbench as B, maskbench_peers as P
+# the flag lives in harness (older trees: in bench_regex)
+for name in ("harness", "bench_regex"):
+    if hasattr(sys.modules.get(name), "GC_FLUSH"):
+        sys.modules[name].GC_FLUSH = flush
 eng = P.TrellisJSON()
 eng.prepare(P.load_vocab("smollm2"))
 recs = []
@@ -53,7 +57,8 @@ for rid, r in by.items():  # untimed: one-time imports and format tables
         pass
 print(json.dumps(ok), file=OUT, flush=True)
 for line in sys.stdin:
-    gc.collect()
+    if flush:
+        gc.collect()
     gc.disable()
     try:
         out = eng.compile_timed(by[json.loads(line)]["schema"])[2]
@@ -72,6 +77,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3, help="compiles per schema and tree (fastest kept)")
     ap.add_argument("--data", default=str(harness.ROOT.parent / "shared" / "data" / "maskbench"))
     ap.add_argument("--peer-json", help="a bench_maskbench --json report: llguidance's schemas and p50")
+    ap.add_argument("--no-gc-flush", action="store_true",
+                    help="no gc.collect() before each compile: the heap walk evicts the CPU caches, "
+                         "so a flushed compile also times first touches of code and data a busy "
+                         "server may still have cached")
     args = ap.parse_args(argv)
     import numpy as np
 
@@ -91,7 +100,8 @@ def main(argv=None) -> int:
         os.sched_setaffinity(0, set(cores[:-1]))
     procs = []
     for root in trees:
-        p = subprocess.Popen([sys.executable, "-c", WORKER, root, args.data, str(args.limit)],
+        p = subprocess.Popen([sys.executable, "-c", WORKER, root, args.data, str(args.limit),
+                              "0" if args.no_gc_flush else "1"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              preexec_fn=(lambda: os.sched_setaffinity(0, pin)) if pin else None)
         p.stdin.write(json.dumps(None if peer is None else sorted(peer)) + "\n")
@@ -117,8 +127,9 @@ def main(argv=None) -> int:
         return 1
     ref = f", llguidance p50 {np.median([peer[i] for i in ids]):.4f} ms in {args.peer_json}" \
         if peer else ""
+    flushed = "no gc.collect() before each" if args.no_gc_flush else "gc.collect() before each"
     print(f"{len(ids)} schemas compiled by both trees{ref}; fastest of {args.rounds} "
-          f"cold compiles per schema, process CPU time")
+          f"cold compiles per schema ({flushed}), process CPU time")
     for w, name in ((0, "A"), (1, "B")):
         v = np.array([best[w][i] for i in ids]) / 1e6
         print(f"  {name} {trees[w]}: compile p50 {np.median(v):.4f} ms, mean {v.mean():.4f} ms")
