@@ -223,3 +223,55 @@ def test_writers_made_at_compile_fill_each_states_row(smollm2_vocab, pattern):
         want = np.zeros(g.tokens.words, np.uint32) if s == -1 else lazy.row(s)
         assert np.array_equal(bitmask[1].view(np.uint32), want), s
         assert (bitmask[0] == -1).all()
+
+
+def test_kernel_spans_give_row_writers_writer():
+    # rows of 14 KB or more are written with pack_into over their non-zero
+    # spans: the walk kernel's spans (token_kernels.row_spans) must give the
+    # writer bitmask.row_writer's own scan gives, on every kind of row
+    from constrain.regular.token_automaton import _writer
+    from constrain.regular.token_kernels import row_spans
+    from constrain.runtime.bitmask import _MAX_SPANS, _SPAN_GAP, row_writer
+
+    rng = np.random.default_rng(5)
+    words = 6251  # o200k's
+    rows = [np.zeros(words, np.uint32)]
+    for spans in [1, 3, 8, 9, 40, 3000]:
+        for _ in range(4):
+            row = np.zeros(words, np.uint32)
+            for start in rng.integers(0, words, spans):
+                part = row[start:start + int(rng.integers(1, 30))]
+                part |= rng.integers(0, 1 << 32, len(part), dtype=np.uint32)
+            rows.append(row)
+    edge = np.zeros(words, np.uint32)
+    edge[0], edge[-1] = 1, 1 << 31  # first and last byte; gaps of exactly 64 and 65 bytes
+    edge[100], edge[116], edge[132] = 1, 1, 1 << 8  # bytes 400, 464 and 529
+    rows.append(edge)
+    for row in rows:
+        out = np.zeros(2 * _MAX_SPANS + 1, np.int64)
+        row_spans(row, _SPAN_GAP, _MAX_SPANS, out)
+        want = row_writer(memoryview(row).cast("B"))
+        got = _writer(row, out)
+        if want.__class__ is tuple:
+            assert got.__class__ is tuple
+            assert got[0].__self__.format == want[0].__self__.format
+            assert got[1] == want[1]
+        else:
+            assert got.__class__ is memoryview and got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_o200k_fills_with_kernel_spans_equal_the_rows(o200k_vocab, eager):
+    # o200k's 25 KB rows: each state's writer comes from the kernel's spans
+    g = compile_regex(r"[0-9]{5}", o200k_vocab)
+    auto = TokenAutomaton(g.dfa, o200k_vocab, eager=eager)
+    assert auto.eager == eager and auto._max_spans > 0
+    bitmask = allocate_bitmask(1, len(o200k_vocab), backend="numpy")
+    for s in range(1, g.num_states):
+        w = auto.writer(s)
+        bitmask[:] = -1
+        if w.__class__ is tuple:
+            w[0](memoryview(bitmask[0]).cast("B"), 0, *w[1])
+        else:
+            memoryview(bitmask[0]).cast("B")[:] = w
+        assert np.array_equal(bitmask[0].view(np.uint32), auto.row(s)), s

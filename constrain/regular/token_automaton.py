@@ -23,6 +23,7 @@ into token-dead states are removed.
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -34,8 +35,10 @@ from constrain.errors import GrammarTooComplexError, InvalidStateError
 from constrain.automata.deadline import Deadline, ready
 from constrain.regular.token_kernels import (ROW_ALIGN, ROW_SLACK, aligned_rows,
                                              coreachable_states, token_transitions)
-# rows shorter than _PACK_MIN_BYTES are written as plain copies (row_writer)
-from constrain.runtime.bitmask import _PACK_MIN_BYTES, row_writer
+# row_writer's rules: rows shorter than _PACK_MIN_BYTES are plain copies, the
+# others' non-zero spans are split at gaps over _SPAN_GAP bytes, at most _MAX_SPANS
+from constrain.runtime.bitmask import (_MAX_SPANS, _PACK_MIN_BYTES, _SPAN_GAP, row_writer,
+                                       span_writer)
 from constrain.automata.byte_dfa import ByteDFA
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -124,9 +127,11 @@ class TokenAutomaton:
                                     exact_liveness, max_nodes)
         self.eager = walked is not None
         if self.eager:
-            self._pool, indptr, toks, nexts = walked
+            self._pool, indptr, toks, nexts, spans = walked
+            self._spans = spans if len(spans) else None
             self.live = None  # a trimmed byte DFA: every state but 0 is live
             if exact_liveness:
+                self._spans = None  # the rows change
                 indptr, toks, nexts = self._token_liveness(indptr, toks, nexts)
                 for s in np.flatnonzero(dfa.accepting & self.live):
                     self._set_eos(self._pool[s])
@@ -163,6 +168,13 @@ class TokenAutomaton:
         #: per state, how ``fill_bitmask`` writes its row (``bitmask.row_writer``),
         #: ``None`` until made; ``writers[num_states]`` is the all-zero row's
         self.writers: list = [None] * (self.num_states + 1)
+        # rows the bitmask writes with pack_into (row_writer): the walk kernel
+        # finds their spans as it writes them (a numpy scan per first fill was
+        # ~35 us of a cold o200k first walk's each state); byte order as
+        # row_writer reads the words
+        self._max_spans = _MAX_SPANS if (4 * self.words >= _PACK_MIN_BYTES
+                                         and sys.byteorder == "little") else 0
+        self._spans = None
 
     def _lazy_rows(self) -> None:
         """Rows on first visit, in a budget of ``max_mask_bytes``."""
@@ -257,8 +269,9 @@ class TokenAutomaton:
                   max_nodes: int = -1):
         """Every state's row and the CSR of their transitions, walked in chunks
         of states between which the ``deadline`` is checked: ``(rows, indptr,
-        tokens, nexts)`` (``keep`` false: the rows are not kept, ``rows`` is
-        ``None``). ``None`` once the transitions pass ``max_bytes`` (unless
+        tokens, nexts, spans)`` (``keep`` false: the rows are not kept, ``rows``
+        is ``None``; ``spans``: ``token_kernels.row_spans`` per state, or no
+        rows). ``None`` once the transitions pass ``max_bytes`` (unless
         ``required``: then ``GrammarTooComplexError``), or when ``max_nodes >=
         0`` and the walk is estimated to visit more trie nodes per state
         (``token_kernels.token_transitions``)."""
@@ -299,13 +312,13 @@ class TokenAutomaton:
         indptr = np.zeros(n + 1, dtype=np.int64)
         k = 0
         offset = 0
-        for part_ptr, toks, _ in parts:
+        for part_ptr, toks, _, _ in parts:
             m = len(part_ptr) - 1
             indptr[k + 1:k + m + 1] = part_ptr[1:] + offset
             k += m
             offset += len(toks)
         return (rows, indptr, np.concatenate([p[1] for p in parts]),
-                np.concatenate([p[2] for p in parts]))
+                np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts]))
 
     def _walk_args(self, lo: int, hi: int, buf: np.ndarray, row0: int, eos: np.ndarray,
                    max_nodes: int) -> tuple:
@@ -315,7 +328,7 @@ class TokenAutomaton:
         below = self.vocab.derived("first_byte_nodes", lambda: _first_byte_nodes(t))
         return (self.dfa.transitions, lo, hi, t.first, t.byte, t.depth, t.skip, t.tok_start,
                 t.tok_end, t.order, t.max_depth, buf, row0, self.words, self.dfa.accepting, eos,
-                below, max_nodes)
+                below, max_nodes, _SPAN_GAP, self._max_spans)
 
     def _set_eos(self, row: np.ndarray) -> None:
         for e in self._eos:
@@ -353,15 +366,17 @@ class TokenAutomaton:
         # outside the lock: the kernel releases the GIL, so threads visiting
         # different states walk at once (two visiting the same one both walk it,
         # and the first to publish wins: the rows are equal)
-        rows, _, toks, nexts = token_transitions(
+        rows, _, toks, nexts, spans = token_transitions(
             *self._walk_args(state, state + 1, _NO_ROWS, 0, self._eos, -1))
         # copies: the kernel's slices hold a buffer of one slot per token
-        return self._publish(state, rows[0], toks.copy(), nexts.copy())
+        return self._publish(state, rows[0], toks.copy(), nexts.copy(),
+                             spans[0] if len(spans) else None)
 
-    def _publish(self, state: int, row: np.ndarray, toks: np.ndarray, nexts: np.ndarray):
+    def _publish(self, state: int, row: np.ndarray, toks: np.ndarray, nexts: np.ndarray,
+                 spans: np.ndarray | None = None):
         for a in (row, toks, nexts):
             a.flags.writeable = False
-        writer = row_writer(memoryview(row).cast("B"))
+        writer = _writer(row, spans)
         size = self._row_bytes + toks.nbytes + nexts.nbytes
         if writer.__class__ is tuple:
             size += sum(map(len, writer[1]))
@@ -410,7 +425,8 @@ class TokenAutomaton:
         state = self._check(state)
         if not self.eager:
             return self._entry(state)[3]
-        w = self.writers[state] = row_writer(memoryview(self._pool[state]).cast("B"))
+        w = self.writers[state] = _writer(self._pool[state],
+                                          None if self._spans is None else self._spans[state])
         return w
 
     def is_computed(self, state: int) -> bool:
@@ -437,7 +453,7 @@ class TokenAutomaton:
         :class:`~constrain.errors.GrammarTooComplexError`."""
         if self.eager:
             return self._indptr, self._toks, self._nexts
-        return self._walk_all(False, self._eos, None, self.max_mask_bytes, True)[1:]
+        return self._walk_all(False, self._eos, None, self.max_mask_bytes, True)[1:4]
 
     def is_live(self, state: int) -> bool:
         """Whether some token sequence from ``state`` completes a string."""
@@ -445,6 +461,18 @@ class TokenAutomaton:
         if self.live is not None:
             return bool(self.live[state])
         return state != 0
+
+
+def _writer(row: np.ndarray, spans: np.ndarray | None):
+    """``bitmask.row_writer`` of ``row``, from the spans the walk kernel found
+    (``token_kernels.row_spans``) when given."""
+    mv = memoryview(row).cast("B")
+    if spans is None:
+        return row_writer(mv)
+    count, *ends = spans.tolist()
+    if count < 0:
+        return mv
+    return span_writer(mv, ends[0:2 * count:2], ends[1:2 * count:2])
 
 
 def _first_byte_nodes(trie: TokenTrie) -> np.ndarray:

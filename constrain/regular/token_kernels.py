@@ -65,8 +65,53 @@ def aligned_rows(buf, words):
 
 
 @njit(cache=True, nogil=True)
+def row_spans(row, gap, max_spans, out):
+    """Into ``out`` (``2 * max_spans + 1`` ints), the spans of the non-zero
+    bytes of ``row`` (uint32 words, read as little-endian bytes) as
+    ``constrain.runtime.bitmask.row_writer`` finds them: ``out[0]`` their
+    count (0: an all-zero row; -1: dense, written as a plain copy), then
+    ``(start, end)`` byte offsets. Spans are split where more than ``gap``
+    zero bytes lie between two non-zero ones, unless that makes more than
+    ``max_spans``: then one span from the first non-zero byte to the last."""
+    first = -1
+    prev = -1
+    n = 0
+    over = False
+    for w in range(row.shape[0]):
+        x = row[w]
+        if x == 0:
+            continue
+        for k in range(4):
+            if (x >> np.uint32(8 * k)) & np.uint32(0xFF):
+                p = 4 * w + k
+                if first < 0:
+                    first = p
+                    out[1] = p
+                    n = 1
+                elif p - prev > gap:
+                    if n < max_spans:
+                        out[2 * n] = prev + 1
+                        out[2 * n + 1] = p
+                        n += 1
+                    else:
+                        over = True
+                prev = p
+    if first < 0:
+        out[0] = 0
+        return
+    if over:
+        n = 1
+    out[2 * n] = prev + 1
+    total = 0
+    for i in range(n):
+        total += out[2 * i + 2] - out[2 * i + 1]
+    out[0] = -1 if 2 * total > 4 * row.shape[0] else n
+
+
+@njit(cache=True, nogil=True)
 def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok_end, order,
-                      max_depth, buf, row0, words, accepting, eos, below, max_nodes):
+                      max_depth, buf, row0, words, accepting, eos, below, max_nodes, gap,
+                      max_spans):
     """Allowed-token rows and the sparse token → next-state map of the states
     ``lo <= s < hi``.
 
@@ -74,10 +119,12 @@ def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok
     row ``row0 + s - lo``; it receives the bits of ``s``'s tokens, and those of
     the ``eos`` ids when ``accepting[s]``. An empty ``buf``: the kernel
     allocates one of ``row0 + hi - lo`` rows (a numpy allocation in Python
-    cost ~10-20 us of a cold compile, a path nothing else there takes). Returns ``(rows, indptr, tokens,
-    nexts)``: ``rows`` the rows of ``buf``, the transitions of ``lo + j`` are
-    ``tokens[indptr[j]:indptr[j+1]]`` → ``nexts[...]``, tokens ascending in
-    byte order of the trie (not by id).
+    cost ~10-20 us of a cold compile, a path nothing else there takes). Returns
+    ``(rows, indptr, tokens, nexts, spans)``: ``rows`` the rows of ``buf``,
+    the transitions of ``lo + j`` are ``tokens[indptr[j]:indptr[j+1]]`` →
+    ``nexts[...]``, tokens ascending in byte order of the trie (not by id);
+    ``spans[j]``: :func:`row_spans` of ``lo + j``'s row when ``max_spans > 0``
+    (else ``spans`` has no rows).
 
     ``max_nodes >= 0``: walk only if the trie nodes under the bytes of the
     first (up to) 8 states, ``below[b]`` under byte ``b``, extrapolated to all
@@ -100,7 +147,8 @@ def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok
                     nodes += below[b]
         if nodes * (n_all - 1) > max_nodes * m:
             e = np.zeros(0, np.int32)
-            return rows, np.zeros(0, np.int64), e, e
+            return rows, np.zeros(0, np.int64), e, e, np.zeros((0, 1), np.int64)
+    spans = np.zeros((hi - lo if max_spans > 0 else 0, 2 * max_spans + 1), np.int64)
     n_tokens = order.shape[0]
     out_tok = np.empty(n_tokens, np.int32)
     out_next = np.empty(n_tokens, np.int32)
@@ -123,7 +171,9 @@ def token_transitions(trans, lo, hi, first, tbyte, tdepth, tskip, tok_start, tok
         if accepting[lo + j]:
             for e in eos:
                 row[e >> 5] |= np.uint32(1) << np.uint32(e & 31)
-    return rows, indptr, out_tok[:n], out_next[:n]
+        if max_spans > 0:
+            row_spans(row, gap, max_spans, spans[j])
+    return rows, indptr, out_tok[:n], out_next[:n], spans
 
 
 @njit(cache=True, nogil=True)

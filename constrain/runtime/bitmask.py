@@ -288,7 +288,7 @@ def row_writer(row: memoryview):
     # than on uint8 (a 25 KB o200k row: 37 -> 6 us)
     nz = np.flatnonzero(np.frombuffer(row, dtype=np.uint8) != 0)
     if len(nz) == 0:
-        return struct.Struct(f"{len(row)}x").pack_into, ()
+        return span_writer(row, [], [])
     first, last = int(nz[0]), int(nz[-1]) + 1
     breaks = np.flatnonzero(np.diff(nz) > _SPAN_GAP)
     if len(breaks) >= _MAX_SPANS:  # one span from the first non-zero byte to the last
@@ -299,6 +299,14 @@ def row_writer(row: memoryview):
         ends = [int(nz[i]) + 1 for i in breaks] + [last]
     if (sum(ends) - sum(starts)) * 2 > len(row):
         return row
+    return span_writer(row, starts, ends)
+
+
+def span_writer(row: memoryview, starts: list, ends: list):
+    """:func:`row_writer`'s ``(pack_into, spans)`` for the byte row ``row``
+    whose non-zero bytes lie in the spans ``[starts[i], ends[i])`` (ascending,
+    at least 65 zero bytes apart; none: an all-zero row). For callers that
+    know the spans (the regex walk kernel finds them as it writes the row)."""
     fmt, spans, at = [], [], 0
     for a, b in zip(starts, ends):
         if a > at:
