@@ -113,6 +113,19 @@ def _escape(src, j):
 
 
 @njit(cache=True, nogil=True)
+def _class_char(src, j):
+    """The code of the class member at ``src[j]`` (a literal or a punctuation
+    escape) and the index after it; -1 for anything else (``[``, a letter
+    escape, non-ASCII: the general path's)."""
+    ch = src[j]
+    if ch == 92:
+        return _escape(src, j), j + 2
+    if ch >= 128 or ch == 91:
+        return -1, j + 1
+    return ch, j + 1
+
+
+@njit(cache=True, nogil=True)
 def _number(src, i, n):
     """The decimal number at ``src[i:]`` (capped past :data:`_BIG`) and the
     index after it (``i`` when there is no digit)."""
@@ -184,32 +197,17 @@ def simple_ascii_nfa(src, max_repeat, max_positions):
                 ch = src[j]
                 if ch == 93:  # ]
                     break
-                if ch >= 128 or ch == 91 or ((ch == 45 or ch == 38 or ch == 126 or ch == 124)
-                                             and j + 1 < n and src[j + 1] == ch):
+                if (ch == 45 or ch == 38 or ch == 126 or ch == 124) and j + 1 < n \
+                        and src[j + 1] == ch:
                     return none, -1, -1
-                if ch == 92:
-                    lo = _escape(src, j)
-                    if lo < 0:
-                        return none, -1, -1
-                    j += 2
-                else:
-                    lo = ch
-                    j += 1
+                lo, j = _class_char(src, j)
                 hi = lo
                 if j + 1 < n and src[j] == 45 and src[j + 1] != 93:  # a range
-                    ch = src[j + 1]
-                    if ch >= 128 or ch == 91 or ch == 45:
+                    if src[j + 1] == 45:
                         return none, -1, -1
-                    if ch == 92:
-                        hi = _escape(src, j + 1)
-                        if hi < 0:
-                            return none, -1, -1
-                        j += 3
-                    else:
-                        hi = ch
-                        j += 2
-                    if hi < lo:
-                        return none, -1, -1
+                    hi, j = _class_char(src, j + 1)
+                if lo < 0 or hi < lo:
+                    return none, -1, -1
                 iv[niv, 0] = lo
                 iv[niv, 1] = hi
                 niv += 1

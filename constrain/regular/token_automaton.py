@@ -163,7 +163,6 @@ class TokenAutomaton:
         # a row's memory: its words padded to the 64-byte alignment
         self._row_bytes = -(-self.words * 4 // ROW_ALIGN) * ROW_ALIGN
         self._eos = vocab.eos_token_array
-        self._lock = threading.Lock()
         self.live = None
         #: per state, how ``fill_bitmask`` writes its row (``bitmask.row_writer``),
         #: ``None`` until made; ``writers[num_states]`` is the all-zero row's
@@ -179,6 +178,9 @@ class TokenAutomaton:
     def _lazy_rows(self) -> None:
         """Rows on first visit, in a budget of ``max_mask_bytes``."""
         self.eager = False
+        # guards the entries (eager rows never change: no lock, ~10 us of a
+        # cold compile)
+        self._lock = threading.Lock()
         self._pool = self._indptr = self._toks = self._nexts = None
         # state -> (row, toks, nexts, writer, bytes), oldest first
         self._entries: OrderedDict = OrderedDict()
