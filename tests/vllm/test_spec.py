@@ -127,3 +127,36 @@ def test_version_check():
     for version in ["0.31.2", "0.33.0", "1.0.0", "dev"]:
         with pytest.raises(compat.UnsupportedVLLMError, match=re.escape(compat.SUPPORTED)):
             compat.check_version(version)
+
+
+def test_backend_stop_tokens_follow_acceptance():
+    """TrellisGrammar.fill_bitmask: a stop token that is not EOS is allowed
+    exactly when the output is complete, whatever the constraint's own mask
+    says of it (here ``b`` is also text the regex takes before the output is
+    complete, and ids 40 and 63 share a word of the row); the other bits are
+    the constraint's."""
+    from constrain.engines.vllm.backend import TrellisGrammar
+
+    tokens = [bytes([b]) for b in range(256)] + [b"<eos>"]
+    vocab = constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[256])
+    g = constrain.compile_regex("ab*c", vocab)
+    stops = {ord("b"), 40, 63}
+    grammar = TrellisGrammar(g, stop_token_ids=stops | {256})
+    bitmask = constrain.allocate_bitmask(2, len(vocab), backend="torch")
+    for text in ("", "a", "ab", "abbc"):
+        grammar.reset()
+        assert grammar.accept_tokens("r", list(text.encode()))
+        grammar.fill_bitmask(bitmask, 1)
+        row = bitmask[1].numpy().view("uint32")
+        allowed = {t for t in range(len(vocab)) if row[t >> 5] >> (t & 31) & 1}
+        state = g.initial_state()
+        for t in text.encode():
+            state = g.advance(state, t)
+        expected = set(g.allowed_token_ids(state).tolist()) - stops
+        if g.is_accepting(state):
+            expected |= stops
+        assert allowed == expected, text
+    # a tensor the grammar has not seen (vLLM keeps one; a new one is viewed anew)
+    other = constrain.allocate_bitmask(2, len(vocab), backend="torch")
+    grammar.fill_bitmask(other, 0)
+    assert {t for t in stops if other[0].numpy().view("uint32")[t >> 5] >> (t & 31) & 1} == stops
