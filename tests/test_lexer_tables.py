@@ -122,3 +122,45 @@ def test_alternation_of_literals_is_its_trie(smollm2_vocab):
         text = f"{a},{b}"
         assert g.matches(text) == bool(word.fullmatch(a) and word.fullmatch(b)), text
         assert g.matches(a) == bool(word.fullmatch(a)), a
+
+
+def test_packed_trie_is_the_kernel_arrays(smollm2_vocab):
+    """The trie packed in one buffer (what the walk kernels take) reads back, in
+    a kernel, as the arrays of kernel_arrays: same dtypes, shapes and values."""
+    from constrain.vocab.trie import TokenTrie
+    from constrain.vocab.trie_kernels import trie_views
+
+    trie = TokenTrie.of(smollm2_vocab)
+    want = trie.kernel_arrays()
+    got = trie_views(*trie.packed())
+    for w, g in zip(want[0] + want[1], got[0] + got[1]):
+        if isinstance(w, int):
+            assert g == w
+        else:
+            assert g.dtype == w.dtype and g.shape == w.shape and np.array_equal(g, w)
+
+
+def test_only_broad_walks_are_shared(smollm2_vocab):
+    """A walk goes to the compiler's shared cache when the tokens under the
+    root bytes its state takes are an eighth of the trie or more (string bodies,
+    open keys); narrower ones (literals, numbers) stay with the grammar. Masks
+    still equal advance's (test_grammar_masks); here, which walks were shared."""
+    from constrain import Compiler
+
+    compiler = Compiler(smollm2_vocab)
+    g = compiler.compile_json_schema(SCHEMA)
+    state = g.initial_state()
+    for b in b'{"name":"Ada","nickname":"x y","age":36,"n":true,"zz":1}':
+        g.mask_row(state)
+        state = g.advance_bytes(state, bytes([b]))
+    lex, trie = g.lexer, g.trie
+    first, tok_before = trie.first, trie.subtree_bytes()[1]
+    shared = lex._shared
+    kinds = set()
+    for s in lex._rows:
+        live = sum(int(tok_before[trie.skip[first[b]]] - tok_before[first[b]])
+                   for b in range(256) if first[b] >= 0 and lex.trans[s, b])
+        broad = live >= trie.num_tokens // 8
+        kinds.add(broad)
+        assert (shared.get(lex._names.key(s)) is not None) == broad, (s, live)
+    assert kinds == {True, False}
