@@ -70,6 +70,15 @@ def test_protocol(smollm2_vocab, smollm2_tokenizer):
     eos = smollm2_vocab.eos_token_ids[0]
     end = g.advance(s, eos)
     assert end == TERMINATED and g.is_terminated(end) and not g.is_accepting(end)
+    # filled states answer from their row writers (TERMINATED's included: still
+    # terminated), and a state never filled is checked as before
+    bitmask = allocate_bitmask(1, len(smollm2_vocab), backend="numpy")
+    for state in (s0, s, end):
+        g.fill_bitmask(state, bitmask, 0)
+    assert not g.is_terminated(s0) and not g.is_terminated(s) and g.is_terminated(end)
+    assert g.is_terminated(TERMINATED)
+    with pytest.raises(InvalidStateError):
+        g.is_terminated((False, ((10 ** 6, 10 ** 6),)))
     assert g.advance(end, ids[0]) is None
     assert len(g.allowed_token_ids(end)) == 0
     assert eos in g.allowed_token_ids(s) and eos not in g.allowed_token_ids(s0)
