@@ -286,10 +286,12 @@ def _lru_caches_of_constrain():
 
 #: lazily made tables of this Python's Unicode database, the same for every input:
 #: constants, not caches, which clear_caches() keeps
-#: zero-argument memos: constants of the process (the source digest that
-#: saved files carry is one: it does not change while the process runs)
+#: memos of constants of the process (the source digest that saved files carry
+#: is one, the installed version of a dependency another: they do not change
+#: while the process runs)
 _CONSTANTS = {"constrain.automata.charset._all_scalars", "constrain.automata.regex_syntax._cased",
-              "constrain.persist.trellis_version", "constrain.kernel_loading.kernel_sources_stamp"}
+              "constrain.persist.trellis_version", "constrain.kernel_loading.kernel_sources_stamp",
+              "constrain.persist.dependency_version"}
 
 
 def test_clear_and_clear_caches_empty_every_cache(vocab):
