@@ -156,3 +156,30 @@ def test_fill_cached_bitmask_fills_only_what_is_cached(cases, smollm2_vocab):
         assert g.has_cached_mask(state)
         assert g.fill_cached_bitmask(state, bm, 0) and (bm[0] == bm[1]).all()
     assert first_visits == 3
+
+
+def test_fill_cached_bitmask_checks_as_fill_bitmask(cases, smollm2_vocab):
+    """The cached fast path refuses what fill_bitmask refuses (a row outside
+    the bitmask, a foreign state), fills TERMINATED (all zeros), and leaves a
+    first visit alone whether or not advance returned that state last."""
+    from constrain.errors import BitmaskError, InvalidStateError
+    from constrain.cfg.grammar import TERMINATED
+
+    g = cases[0][0]()
+    ids = cases[0][1]
+    bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+    g.fill_bitmask(g.initial_state(), bm, 0)  # cached, and bm is the last bitmask
+    with pytest.raises(BitmaskError):
+        g.fill_cached_bitmask(g.initial_state(), bm, 2)
+    with pytest.raises(InvalidStateError):
+        g.fill_cached_bitmask((False, ((10 ** 6, 1),)), bm, 0)
+    with pytest.raises(InvalidStateError):
+        g.fill_cached_bitmask([1, 2], bm, 0)
+    assert g.fill_cached_bitmask(TERMINATED, bm, 1) and (bm[1] == 0).all()
+    older = g.advance(g.initial_state(), ids[0])
+    newer = g.advance(older, ids[1])  # advance's last state: no check_state
+    for state in (older, newer):
+        bm[1] = -1
+        assert not g.fill_cached_bitmask(state, bm, 1) and (bm[1] == -1).all()
+        g.fill_bitmask(state, bm, 0)
+        assert g.fill_cached_bitmask(state, bm, 1) and (bm[1] == bm[0]).all()

@@ -88,14 +88,18 @@ class BatchMatcher:
 
         An exception raised while filling a row (a grammar's limit) is raised
         here, once every other row is done."""
-        matchers = list(matchers)
-        rows = range(len(matchers)) if indices is None else [int(i) for i in indices]
+        if matchers.__class__ is not list:
+            matchers = list(matchers)
+        # rows as given: fill_bitmask takes any index (int() of each was ~0.2 us
+        # a row of a batch step) and refuses what is none
+        rows = range(len(matchers)) if indices is None else \
+            indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
         if len(rows) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(rows)} indices")
         groups: dict[int, list] = {}
         for m, row in zip(matchers, rows):
             try:
-                g, state = m.grammar, m.state
+                g, state = m.grammar, m._history[-1]
             except AttributeError:
                 raise ConstraintError(
                     f"BatchMatcher fills Matcher objects, not {type(m).__name__}") from None
