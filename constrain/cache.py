@@ -198,22 +198,35 @@ class BoundedCache:
         stored. One hold of the lock for all of them (``make`` runs under it:
         it must be cheap and must not use this cache): a grammar's terminal
         ids, each a get and a setdefault before, were ~1 us a terminal of a
-        small schema's compile."""
+        small schema's compile. Misses are stored in the loop and the bounds
+        enforced once after it (a new entry may then be evicted at once; its
+        value is still returned)."""
         items = self._items
         sizeof = self._sizeof
+        limit = self.max_bytes
         out = []
         with self._lock:
+            added = misses = 0
             for key in keys:
                 entry = items.get(key)
                 if entry is None:
-                    self._misses += 1
+                    misses += 1
                     value = make()
-                    self._store(key, value, sizeof(key, value) + ENTRY_OVERHEAD)
+                    size = sizeof(key, value) + ENTRY_OVERHEAD
+                    if size <= limit:
+                        items[key] = (value, size)
+                        added += size
+                    else:
+                        self._evictions += 1
                 else:
                     items.move_to_end(key)
-                    self._hits += 1
                     value = entry[0]
                 out.append(value)
+            self._misses += misses
+            self._hits += len(out) - misses
+            if added:
+                self._bytes += added
+                self._evict()
         return out
 
     def _store(self, key, value, size: int) -> None:
@@ -221,9 +234,14 @@ class BoundedCache:
         if size > self.max_bytes:
             self._evictions += 1
             return
-        items = self._items
-        items[key] = (value, size)
+        self._items[key] = (value, size)
         self._bytes += size
+        self._evict()
+
+    def _evict(self) -> None:
+        # the lock is held: the least recently used entries go until both
+        # bounds hold
+        items = self._items
         while self._bytes > self.max_bytes or len(items) > self.max_entries:
             _, (_, freed) = items.popitem(last=False)
             self._bytes -= freed

@@ -229,6 +229,22 @@ def test_bounded_cache_first_writer_wins_and_builds_outside_the_lock():
     assert len(c) == 0 and c.stats().bytes == 0
 
 
+def test_bounded_cache_get_or_make_each_stores_misses_within_the_bounds():
+    # the terminal ids of a grammar: one call for all of its terminals
+    made = iter(range(100, 200))
+    c = _unit_cache(1000, max_entries=4)
+    c.put("a", 300)
+    assert c.get_or_make_each(["a", "b", "a", "c"], lambda: next(made) + 200) == [300, 300, 300, 301]
+    s = c.stats()
+    assert (s.entries, s.bytes, s.hits, s.misses) == (3, 901, 2, 2)
+    # past the bounds within one call: every value is still returned, the
+    # least recently used entries go once the call is done
+    assert c.get_or_make_each(["d", "e", "b"], lambda: next(made) + 200) == [302, 303, 300]
+    assert list(c._items) == ["d", "e", "b"] and c.stats().bytes == 905
+    assert c.get_or_make_each(["x"], lambda: 5000) == [5000]  # over the budget: not kept
+    assert "x" not in c._items and c.stats().evictions == 3 and c.stats().bytes == 905
+
+
 def test_registry_refuses_unbounded_memos():
     with pytest.raises(ValueError, match="unbounded"):
         registry.register(functools.lru_cache(maxsize=None)(lambda x: x))

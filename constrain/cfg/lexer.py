@@ -94,6 +94,8 @@ def automaton_bytes(key, dfa) -> int:
 
 
 _NONE_BYTES = sys.getsizeof(None)
+# the key tuple (5 items), its flags and the id (two small ints)
+_ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
 
 
 def terminal_id_bytes(key, uid) -> int:
@@ -104,10 +106,9 @@ def terminal_id_bytes(key, uid) -> int:
     if len(key) != 5:  # not a terminal_key: sized the generic way
         return nbytes(key) + nbytes(uid)
     pattern, _, literal, alphabet_key, exclusion = key
-    # the key tuple (5 items), its pattern and alphabet strings, its flags and the id (ints)
-    size = 96 + len(pattern) + len(alphabet_key) + 80 + sys.getsizeof(key[1]) + sys.getsizeof(uid)
-    size += _NONE_BYTES if literal is None else len(literal) + 40
-    return size + (_NONE_BYTES if exclusion is None else nbytes(exclusion))
+    return (_ID_FIXED + len(pattern) + len(alphabet_key)
+            + (_NONE_BYTES if literal is None else len(literal) + 40)
+            + (_NONE_BYTES if exclusion is None else nbytes(exclusion)))
 
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,

@@ -382,8 +382,14 @@ class TrellisEngine:
         ``constrain.*`` that takes arguments (memoized compile work, e.g. parsed
         character classes). Kept: zero-argument ``lru_cache`` functions, which are
         constants (static Unicode tables, the peers have theirs in their binary).
+
+        The memos are looked for again only when a module was imported since:
+        the search (every ``constrain`` module's names, ``inspect.signature``)
+        evicted the CPU caches that the timed compile then refilled, ~40-65 us
+        of a small schema's compile, more as the package has more modules.
         """
-        self._find_memo()
+        if len(sys.modules) != self._memo_modules:
+            self._find_memo()
         cache = getattr(self.vocab, "_cache", None)
         if isinstance(cache, dict):
             for k in list(cache):
@@ -396,6 +402,7 @@ class TrellisEngine:
         import inspect
 
         self._memo, self.memo_names, self.kept_names = [], [], []
+        self._memo_modules = len(sys.modules)
         for mname, mod in list(sys.modules.items()):
             if mod is None or not (mname == "constrain" or mname.startswith("constrain.")):
                 continue
