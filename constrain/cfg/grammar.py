@@ -99,10 +99,17 @@ class GrammarConstraint(Constraint):
         # from the defaults). time_budget apart: a front end passes what its
         # translation left, which may be nothing (the first deadline check
         # then fails), so 0 is allowed, not a negative number or NaN
-        _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
-                         max_width=max_width, mask_cache_bytes=mask_cache_bytes,
-                         max_items=max_items)
-        if isinstance(time_budget, bool) or not isinstance(time_budget, Real) \
+        # (the defaults' own objects, as a compiler with default limits passes
+        # them, need no check: Limits.replace and the ABC test were ~5 us of a
+        # small schema's cold compile)
+        if not (max_states is _DEFAULT.max_states and max_contexts is _DEFAULT.max_contexts
+                and max_width is _DEFAULT.max_width and max_items is _DEFAULT.max_items
+                and mask_cache_bytes is _DEFAULT.mask_cache_bytes):
+            _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
+                             max_width=max_width, mask_cache_bytes=mask_cache_bytes,
+                             max_items=max_items)
+        if time_budget.__class__ is not float and (
+                isinstance(time_budget, bool) or not isinstance(time_budget, Real)) \
                 or not time_budget >= 0:
             raise InvalidLimitError(f"time_budget must be a number of seconds >= 0, "
                                     f"not {time_budget!r}", "time_budget")
