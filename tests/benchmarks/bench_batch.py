@@ -17,6 +17,14 @@ Then the same walks again on the same compiled schemas (*warm*: every mask
 cached). Rounds are interleaved (loop, batch/1, batch/2, loop, ...) and the
 median per configuration is reported: total fill time per walk, per step
 (one batch) and per row, and the speed-up of each against ``batch/1``.
+
+Each round also times every row of one more first walk on its own (a loop of
+fills) and reports the *bound* of N threads: the walk's time if each step's
+rows were spread over N threads (longest first, each to the least loaded)
+and nothing else held them back (no GIL, no hand-offs). A step's rows are
+filled before any request advances, so a step with one first visit is one
+thread's work whatever N is: the bound says how much speed-up the walks'
+shape leaves for threads to find.
 """
 
 from __future__ import annotations
@@ -112,6 +120,31 @@ def loop_fill(matchers, bitmask, rows) -> None:
         m.fill_next_token_bitmask(bitmask, r)
 
 
+def row_timer(record: list):
+    """A loop of fills that appends each step's per-row fill times (ns) to
+    ``record``."""
+    def fill(matchers, bitmask, rows) -> None:
+        times = []
+        for m, r in zip(matchers, rows):
+            t0 = time.perf_counter_ns()
+            m.fill_next_token_bitmask(bitmask, r)
+            times.append(time.perf_counter_ns() - t0)
+        record.append(times)
+    return fill
+
+
+def spread_bound(steps: list, threads: int) -> int:
+    """The walk's time (ns) if each step's rows (``steps``: per-row times) ran
+    on ``threads`` threads, longest first, each to the least loaded one."""
+    total = 0
+    for times in steps:
+        loads = [0] * threads
+        for t in sorted(times, reverse=True):
+            loads[loads.index(min(loads))] += t
+        total += max(loads)
+    return total
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -141,14 +174,28 @@ def main() -> None:
     warm = [constrain.Compiler(vocab).compile_json_schema(s) for s, _ in cases]
     for fill in configs.values():
         walk(warm, cases, fill, bitmask)
-    results: dict = {name: {"first": [], "warm": []} for name in configs}
+    env = harness.environment({})
+    results: dict = {name: {"first": [], "warm": [], "first_cpu": []} for name in configs}
+    bounds: dict = {n: [] for n in threads}
+    largest: list = []  # per round, the costliest single row: (ns, its share of the walk)
     steps_n = rows_n = 0
     digests = set()
     for r in range(args.rounds):
+        compiler = constrain.Compiler(vocab)
+        record: list = []
+        walk([compiler.compile_json_schema(s) for s, _ in cases], cases, row_timer(record),
+             bitmask)
+        alone = spread_bound(record, 1)
+        for n in threads:
+            bounds[n].append(alone / spread_bound(record, n))
+        top = max(max(times) for times in record)
+        largest.append((top, top / alone))
         for name, fill in configs.items():
             compiler = constrain.Compiler(vocab)
             constraints = [compiler.compile_json_schema(s) for s, _ in cases]
+            c0 = time.process_time_ns()
             first, rows_n, d1 = walk(constraints, cases, fill, bitmask)
+            results[name]["first_cpu"].append(time.process_time_ns() - c0)
             warm_steps, _, d2 = walk(constraints, cases, fill, bitmask)
             digests.update((d1, d2))
             steps_n = len(first)
@@ -178,7 +225,20 @@ def main() -> None:
         print(f"{name:10} | {s['first_ms']:13.1f} | {s['first_step_us']:11.1f} | "
               f"{s['first_row_us']:10.2f} | {s['speedup_first']:7.2f}x | {s['warm_ms']:8.2f} | "
               f"{s['warm_row_us']:11.3f} | {s['speedup_warm']:7.2f}x")
-    env = harness.environment({})
+    print("\nfirst walk, process CPU per row (all threads; advances included): " + ", ".join(
+        f"{k} {statistics.median(v['first_cpu']) / rows_n / 1e3:.2f} us"
+        for k, v in results.items()))
+    print("bound of the walks' shape, rows spread over N threads with no GIL: " + ", ".join(
+        f"{n} threads {statistics.median(b):.2f}x" for n, b in bounds.items()))
+    top_ns, top_share = sorted(largest)[len(largest) // 2]
+    print(f"costliest single row (median round): {top_ns / 1e6:.1f} ms, "
+          f"{100 * top_share:.0f}% of its walk")
+    for name in summary:
+        summary[name]["first_cpu_row_us"] = \
+            statistics.median(results[name]["first_cpu"]) / rows_n / 1e3
+    summary["bound"] = {str(n): statistics.median(b) for n, b in bounds.items()}
+    summary["largest_row"] = {"ms": top_ns / 1e6, "share": top_share}
+    env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     env["threads"] = "the BatchMatcher's (numba kernels on one thread each)"
     print(f"\nenvironment: {json.dumps(env)}")
     if args.json:
