@@ -122,6 +122,11 @@ def clear_caches() -> None:
     registry.clear()
 
 
+# the kernels a first compile loads, read from numba's cache while the caller
+# reads its tokenizer (constrain.kernel_loading; last, once every module is in)
+kernel_loading.PRELOADER.start()
+
+
 def __getattr__(name):
     # constrain.engines.hf needs torch and transformers: imported on first use only
     if name == "hf":

@@ -23,15 +23,32 @@ kernels (about 40 s of CPU, as on a first run).
 
 Both are installed when ``constrain`` is imported, on numba versions that have
 what they rely on (else numba's own path is kept).
+
+Loading a cached kernel still costs ~2-25 ms of CPU (unpickling, parsing the
+bitcode kept for linking, LLVM loading the object code; the first load ~100 ms
+more: NRT, and the numba modules the kernels' environments import), ~300 ms
+for the kernels of a first JSON Schema compile and mask. ``import constrain``
+therefore starts :data:`PRELOADER`: a daemon thread that loads
+:data:`PRELOAD` from the disk cache while the process goes on to read its
+tokenizer. It never compiles (nothing is loaded unless ``trellis warm-up`` has
+compiled the kernels: :func:`constrain.warmup.kernels_compiled`), stops at
+exit and lets a fork wait for the kernel it is loading (so no child inherits
+numba's compiler lock or LLVM half-way), and a thread that wants a kernel
+meanwhile takes it from numba as usual (numba's lock serialises the two).
+``TRELLIS_PRELOAD=0`` turns it off.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
+import importlib
 import os
+import threading
 
-from numba.core import caching
+from numba.core import caching, config
+from numba.core.compiler_lock import global_compiler_lock
 
 try:
     from numba.core.runtime.nrt import rtsys
@@ -146,3 +163,131 @@ def install() -> bool:
     return loader and locator
 
 install()
+
+
+#: the kernels that reading a vocabulary, compiling a first JSON Schema,
+#: filling and advancing its masks and compiling a first regex load, in the
+#: order they are needed (modules in the package, dispatcher names)
+PRELOAD = (
+    ("vocab.trie_kernels", "build_trie"),
+    ("automata.determinize_kernels", "ascii_byte_dfa"),
+    ("cfg.terminal_kernels", "write_terminal_table"),
+    ("cfg.earley_kernels", "earley_tables"),
+    ("vocab.trie_kernels", "subtree_bytes"),
+    ("vocab.trie_kernels", "subtree_height"),
+    ("vocab.trie_kernels", "utf8_below"),
+    ("cfg.lexer_kernels", "expand_start"),
+    ("cfg.lexer_kernels", "lexer_walk_rows"),
+    ("cfg.earley_kernels", "earley_next"),
+    ("cfg.lexer_kernels", "boundary_walk"),
+    ("automata.hash_table", "table_rehash"),
+    ("regular.token_kernels", "token_transitions"),
+)
+
+
+def load_cached(kernel) -> int:
+    """Load every overload of the numba dispatcher ``kernel`` that numba's disk
+    cache holds (fresh: its own and the kernel modules' sources unchanged, this
+    CPU) and the process does not have yet; never compiles. Returns how many
+    it loaded. What ``Dispatcher.compile`` does on a cache hit, one overload
+    per hold of numba's compiler lock."""
+    cache = kernel._cache
+    cache_file = getattr(cache, "_cache_file", None)
+    if cache_file is None:  # numba's NullCache: a kernel without cache=True
+        return 0
+    loaded = 0
+    for sig in dict.fromkeys(key[0] for key in cache_file._load_index()):
+        with global_compiler_lock:
+            if tuple(sig) in kernel.overloads:
+                continue
+            cres = cache.load_overload(sig, kernel.targetctx)
+            if cres is None:  # stale, or compiled for another CPU
+                continue
+            kernel._cache_hits[sig] += 1
+            if not cres.objectmode:
+                kernel.targetctx.insert_user_function(cres.entry_point, cres.fndesc,
+                                                      [cres.library])
+            kernel.add_overload(cres)
+            loaded += 1
+    return loaded
+
+
+class Preloader:
+    """The background load of :data:`PRELOAD` (see the module docstring):
+    one thread per process at most, stopped by :meth:`stop`."""
+
+    #: seconds after the start that the loading begins
+    DELAY = 0.05
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._held = False  # the compiler lock, taken for a fork
+        self.loaded = 0  # overloads loaded so far
+
+    def start(self) -> bool:
+        """Start the thread unless it ran already, numba's JIT is off or
+        ``TRELLIS_PRELOAD=0``; whether it started."""
+        if config.DISABLE_JIT or os.environ.get("TRELLIS_PRELOAD", "1") == "0":
+            return False
+        with self._lock:
+            if self._thread is not None:
+                return False
+            self._thread = threading.Thread(target=self._run, name="trellis-preload",
+                                            daemon=True)
+            self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        from constrain.warmup import kernels_compiled
+
+        # a process that exits right after importing (a CLI's --help, a probe of
+        # what is installed) loads nothing, and waits for nothing at exit
+        if self._stopping.wait(self.DELAY):
+            return
+        try:
+            if not kernels_compiled():  # they would compile: warm-up's job, not ours
+                return
+            for module, name in PRELOAD:
+                if self._stopping.is_set():
+                    return
+                kernel = getattr(importlib.import_module(f"constrain.{module}"), name)
+                self.loaded += load_cached(kernel)
+        except Exception:  # noqa: BLE001  (another numba's internals: kernels load on use)
+            return
+
+    def running(self) -> bool:
+        """Whether the thread is still loading."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to finish (at once if it never started)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def stop(self) -> None:
+        """Stop after the kernel being loaded, and wait for it (at exit: a
+        daemon thread inside LLVM while the interpreter finalises may crash it)."""
+        self._stopping.set()
+        self.join()
+
+    def _before_fork(self) -> None:
+        if self.running():
+            global_compiler_lock.acquire()
+            self._held = True
+
+    def _after_fork(self) -> None:
+        if self._held:
+            self._held = False
+            global_compiler_lock.release()
+
+
+#: this process's :class:`Preloader`, started by ``import constrain``
+PRELOADER = Preloader()
+atexit.register(PRELOADER.stop)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=PRELOADER._before_fork, after_in_parent=PRELOADER._after_fork,
+                        after_in_child=PRELOADER._after_fork)

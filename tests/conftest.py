@@ -22,6 +22,11 @@ from pathlib import Path
 import pytest
 
 from constrain import Vocabulary
+from constrain.kernel_loading import PRELOADER
+
+# import constrain loads kernels in the background, inside numba's compiler
+# lock: tests that time that lock (Deadline, compile_seconds) start after it
+PRELOADER.join()
 
 SMOLLM2_VOCAB_SIZE = 49152
 GPT2_EOS = 50256

@@ -1,0 +1,120 @@
+"""The background load of the first compile's kernels (constrain.kernel_loading.PRELOADER).
+
+Each check runs in a fresh process: what it tests is what a new process does
+between ``import constrain`` and its first compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# records every kernel numba loads from its cache on this thread from now on
+_RECORD = textwrap.dedent('''
+    import json, sys, threading, time
+    import constrain
+    from constrain.kernel_loading import PRELOAD, PRELOADER
+    from numba.core import caching
+    main = threading.get_ident()
+    loads = []
+    _load = caching.Cache.load_overload
+    def load_overload(self, sig, ctx):
+        if threading.get_ident() == main:
+            loads.append(self._py_func.__name__)
+        return _load(self, sig, ctx)
+    caching.Cache.load_overload = load_overload
+''')
+
+# compiles the person schema and a regex over a small vocabulary, walks both
+_WORK = textwrap.dedent('''
+    tokens = [bytes([b]) for b in range(256)] + [b'{"', b'":', b'",', b"<eos>"]
+    vocab = constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+    schema = json.load(open("examples/person.schema.json"))
+    bm = constrain.allocate_bitmask(1, len(vocab), backend="numpy")
+    def walk(c, text):
+        s = c.initial_state()
+        for b in text:
+            c.fill_bitmask(s, bm, 0)
+            s = c.advance(s, b)
+        c.fill_bitmask(s, bm, 0)
+        return c.is_accepting(s)
+    ok = walk(constrain.compile_json_schema(schema, vocab),
+              b'{"name":"Ada","age":36,"languages":["en"]}')
+    ok = ok and walk(constrain.compile_regex(r"[a-z]+@[a-z]+\\.org", vocab), b"ada@b.org")
+''')
+
+
+def _run(script: str, env: dict | None = None, timeout: float = 600) -> dict:
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels():
+    """The preloader loads nothing before ``trellis warm-up`` has compiled the
+    kernels (a cold cache): warm them up first where that is still to come."""
+    _run("import json, constrain\n"
+         "from constrain.warmup import kernels_compiled\n"
+         "kernels_compiled() or constrain.warm_up()\n"
+         "print(json.dumps(kernels_compiled()))")
+
+
+def test_the_first_compile_finds_its_kernels_loaded():
+    res = _run(_RECORD + "PRELOADER.join()\n" + _WORK + textwrap.dedent('''
+        listed = {name for _, name in PRELOAD}
+        print(json.dumps({"ok": ok, "loaded": PRELOADER.loaded, "loads": loads,
+                          "listed_loads": sorted(listed & set(loads))}))
+    '''))
+    assert res["ok"]
+    assert res["loaded"] >= 13  # every kernel of PRELOAD
+    # none of them on the caller's thread: the first compile's are all listed
+    assert res["listed_loads"] == [] and res["loads"] == [], res["loads"]
+
+
+def test_turned_off_it_loads_nothing():
+    res = _run(_RECORD + "time.sleep(0.5)\n" + _WORK +
+               "print(json.dumps({'ok': ok, 'loaded': PRELOADER.loaded, 'loads': loads}))",
+               env={"TRELLIS_PRELOAD": "0"})
+    assert res["ok"] and res["loaded"] == 0
+    # without it, the caller's thread loads what the preloader would have
+    assert {"build_trie", "lexer_walk_rows", "earley_next", "token_transitions"} <= \
+        set(res["loads"])
+
+
+@pytest.mark.parametrize("delay", [0.06, 0.12, 0.2])
+def test_fork_while_it_loads(delay):
+    # a fork mid-preload waits for the kernel being loaded: the child can
+    # compile (no compiler lock or LLVM state left held) and so can the parent
+    res = _run(_RECORD + f"time.sleep({delay})\n" + textwrap.dedent('''
+        import os
+        pid = os.fork()
+        if pid == 0:
+            import signal
+            signal.alarm(120)  # a child that deadlocks dies rather than outlive the test
+            ok = False
+            try:
+    ''') + textwrap.indent(_WORK, "        ") + textwrap.dedent('''
+            finally:
+                os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+    ''') + _WORK + "print(json.dumps({'ok': ok, 'child': os.waitstatus_to_exitcode(status)}))",
+        timeout=300)
+    assert res == {"ok": True, "child": 0}
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.07, 0.15])
+def test_exit_while_it_loads(delay):
+    # the interpreter exits cleanly at any point of the preload (it stops after
+    # the kernel in hand)
+    res = _run(f"import json, time, constrain\ntime.sleep({delay})\n"
+               "print(json.dumps(constrain.kernel_loading.PRELOADER.running() or 'done'))")
+    assert res in (True, "done")
