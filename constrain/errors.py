@@ -52,6 +52,20 @@ class GrammarTooComplexError(ConstraintError):
     raise it."""
 
 
+class SchemaTooComplexError(GrammarTooComplexError):
+    """Translating a JSON Schema would exceed a budget at one of its parts: the
+    time budget, ``max_string_length`` / ``max_array_length`` below a
+    ``minLength`` / ``minItems``, the cap on alternatives after distributing
+    ``anyOf``/``oneOf`` over ``allOf``, or on the key sets of
+    ``patternProperties``. ``pointer`` is the JSON pointer of that part in the
+    user's schema (``""``: the root, or a part with no place of its own)."""
+
+    def __init__(self, message: str, pointer: str = ""):
+        self.pointer = pointer
+        self.msg = message
+        super().__init__(f"{message} at {pointer or '/'} (JSON pointer)")
+
+
 class RegexTooLargeError(GrammarTooComplexError, RegexError):
     """A regex exceeds a documented size limit (repetition bound, automaton size)."""
 

@@ -18,7 +18,8 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from constrain.errors import (GrammarTooComplexError, SchemaError, SchemaTooComplexError,
+                              UnsupportedSchemaError)
 from constrain.frontends.json_schema import compile_json_schema, json_schema_to_lark, order_instance
 from constrain.frontends.json_schema.formats import FORMATS
 from constrain.frontends.json_schema.patterns import translate_pattern
@@ -688,21 +689,38 @@ def test_errors_inside_complements_name_the_users_pointer(schema, pointer):
     assert [str(x.message).rsplit(" at: ", 1)[1] for x in w] == [pointer]
 
 
-@pytest.mark.parametrize("schema,where", [
+@pytest.mark.parametrize("schema,pointer,what", [
     ({"properties": {"a": {"type": "string", "minLength": 5000}}},
-     "minLength 5000 .* at /properties/a/minLength"),
+     "/properties/a/minLength", "minLength 5000 .*max_string_length"),
     ({"allOf": [{"minItems": 3}, {"minItems": 2000}], "type": "array"},
-     "minItems 2000 .* at /allOf/1/minItems"),
+     "/allOf/1/minItems", "minItems 2000 .*max_array_length"),
     # the complement's strings longer than 5000 characters
     ({"not": {"properties": {"a": {"type": "string", "maxLength": 5000}}}},
-     "minLength 5001 .* at /not/properties/a/maxLength"),
+     "/not/properties/a/maxLength", "minLength 5001 .*max_string_length"),
+    ({"$defs": {"s": {"type": "string", "minLength": 5000}},
+      "properties": {"a": {"$ref": "#/$defs/s"}}}, "/$defs/s/minLength", "minLength 5000"),
 ])
-def test_a_lower_bound_past_the_cap_names_its_keyword(schema, where):
+def test_a_lower_bound_past_the_cap_names_its_keyword(schema, pointer, what):
     """A minLength/minItems above max_string_length/max_array_length cannot be
     lowered (that would admit shorter values): the refusal names the keyword's
     pointer, the one the user wrote where the bound comes from a complement."""
-    with pytest.raises(GrammarTooComplexError, match=where + r" \(JSON pointer; pass max_"):
+    with pytest.raises(SchemaTooComplexError, match=f"{what}.* at {re.escape(pointer)} "
+                                                    r"\(JSON pointer\)") as e:
         json_schema_to_lark(schema)
+    assert e.value.pointer == pointer and isinstance(e.value, GrammarTooComplexError)
+
+
+def test_translation_budgets_are_refused_at_a_pointer():
+    """The translation's own budgets (time, alternatives after distributing
+    anyOf over allOf) raise SchemaTooComplexError, a GrammarTooComplexError
+    with the pointer of the part being translated."""
+    with pytest.raises(SchemaTooComplexError, match=r"time budget.* at / \(JSON pointer\)") as e:
+        json_schema_to_lark({"properties": {"a": {"type": "string"}}}, time_budget=0)
+    assert e.value.pointer == ""
+    wide = {"anyOf": [{"type": "integer", "minimum": i} for i in range(40)]}
+    with pytest.raises(SchemaTooComplexError, match="more than 256 alternatives") as e:
+        json_schema_to_lark({"properties": {"x": {"allOf": [wide, wide, wide]}}})
+    assert e.value.pointer.startswith("/properties/x"), e.value.pointer
 
 
 def test_integers_past_the_float_range_are_refused_or_compiled_not_a_crash():

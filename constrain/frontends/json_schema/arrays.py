@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import math
 
-from constrain.errors import GrammarTooComplexError, SchemaError
+from constrain.errors import SchemaError, SchemaTooComplexError
 from constrain.frontends.json_schema.keywords import (conj_types, json_equal, len_bounds,
                                                      lower_bound_pointer)
 from constrain.frontends.json_schema.literals import enum_values, literal_symbol
@@ -122,8 +122,8 @@ def array_symbol(t: Translation, conj) -> str | None:
                                    f"set of at most {_MAX_UNIQUE_DOMAIN} values")
     if lo > cap:
         where = lower_bound_pointer(doc, conj, "minItems", lo)
-        raise GrammarTooComplexError(f"minItems {lo} exceeds the supported {cap} at {where or '/'} "
-                                     f"(JSON pointer; pass max_array_length= to raise it)")
+        raise SchemaTooComplexError(f"minItems {lo} exceeds the supported {cap} "
+                                    f"(pass max_array_length= to raise it)", where)
 
     def elem(i):
         return t.value(pieces_at(layout, i))

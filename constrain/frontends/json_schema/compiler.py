@@ -35,7 +35,7 @@ Design (one module per pass):
 from __future__ import annotations
 
 from constrain.automata.deadline import Deadline
-from constrain.errors import EmptySchemaError, SchemaError, UnsupportedSchemaError
+from constrain.errors import EmptySchemaError, SchemaError, SchemaTooComplexError, UnsupportedSchemaError
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
@@ -67,7 +67,7 @@ def translate(schema, options: Options, exclusions: dict | None = None) -> Trans
         raise EmptySchemaError("the schema admits no JSON value", "")
     try:
         top = t.value(("",))
-    except (SchemaError, UnsupportedSchemaError) as e:
+    except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         if e.pointer.startswith("@"):
             # a node reached in a dynamic scope, or a part of a complement:
             # named where the user wrote it

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from constrain.automata.char_dfa import CharDFA
 from constrain.automata.json_encoding import CANON_ANY, encodable, json_str, lit
-from constrain.errors import GrammarTooComplexError, RegexError
+from constrain.errors import GrammarTooComplexError, RegexError, SchemaTooComplexError
 from constrain.frontends.json_schema.exclusions import exclusion_terminal, minus_names
 from constrain.frontends.json_schema.regex_product import product, regex_dfa, to_regex
 from constrain.frontends.json_schema.patterns import (PatternUnsupported, matches_everything,
@@ -190,9 +190,9 @@ class KeyRegions:
             regions = nxt
             self.t.budget.tick(self.where[i])
             if len(regions) > MAX_REGIONS:
-                raise GrammarTooComplexError(
+                raise SchemaTooComplexError(
                     f"patternProperties split keys into more than {MAX_REGIONS} sets of "
-                    f"patterns matched together at {self.where[i]}")
+                    f"patterns matched together", self.where[i])
         return [s for s in regions if allowed(s) and not self._empty(s)]
 
     def key(self, matched: frozenset, declared) -> str | None:

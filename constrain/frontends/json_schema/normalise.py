@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 
-from constrain.errors import GrammarTooComplexError, SchemaError, UnsupportedSchemaError
+from constrain.errors import (GrammarTooComplexError, SchemaError, SchemaTooComplexError,
+                              UnsupportedSchemaError)
 from constrain.frontends.json_schema.disjointness import resolve_one_of
 from constrain.frontends.json_schema.document import Document, escape_token
 from constrain.frontends.json_schema.keywords import IGNORABLE, not_required_sets
@@ -246,7 +247,7 @@ class Normaliser:
         disjunctions), each without repeated references.
 
         Raises:
-            GrammarTooComplexError: more than :data:`MAX_CONJUNCTIONS`.
+            SchemaTooComplexError: more than :data:`MAX_CONJUNCTIONS`.
         """
         out = []
         for x in a:
@@ -254,9 +255,9 @@ class Normaliser:
                 # x empty (the first factor of flatten_pieces): y as it is
                 out.append(x + tuple(p for p in y if p not in x) if x else tuple(y))
                 if len(out) > MAX_CONJUNCTIONS:
-                    raise GrammarTooComplexError(
+                    raise SchemaTooComplexError(
                         f"more than {MAX_CONJUNCTIONS} alternatives after distributing "
-                        f"anyOf/oneOf over allOf at {where or '/'}")
+                        f"anyOf/oneOf over allOf", where if isinstance(where, str) else "")
         return out
 
     def evaluators(self, ref: NodeRef, conj) -> tuple:

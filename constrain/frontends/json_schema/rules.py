@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from constrain.errors import GrammarTooComplexError
+from constrain.errors import GrammarTooComplexError, SchemaTooComplexError
 from constrain.automata.json_encoding import JSON_NUMBER, JSON_STRING, encodable
 from constrain.frontends.json_schema.options import MAX_RULES
 
@@ -27,12 +27,12 @@ class Budget:
         self.deadline = deadline
 
     def tick(self, where) -> None:
-        """Raise :class:`GrammarTooComplexError` past the deadline (``where``: the
-        node being translated, for the message)."""
+        """Raise :class:`~constrain.errors.SchemaTooComplexError` past the
+        deadline (``where``: the node being translated, its pointer)."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            raise GrammarTooComplexError(
-                f"translating the schema exceeded its time budget at {where or '/'} "
-                f"(pass time_budget= to raise it)")
+            raise SchemaTooComplexError(
+                "translating the schema exceeded its time budget (pass time_budget= to raise it)",
+                where if isinstance(where, str) else "")
 
 
 class GrammarBuilder:

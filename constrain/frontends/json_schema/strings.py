@@ -10,7 +10,7 @@ import json
 import re
 from typing import TYPE_CHECKING
 
-from constrain.errors import GrammarTooComplexError
+from constrain.errors import SchemaTooComplexError
 from constrain.automata.json_encoding import JSON_CHAR_ANY, JSON_CODEPOINT
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
 from constrain.frontends.json_schema.formats import FORMATS
@@ -72,8 +72,8 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
         hi = max(cap, lo)
     if lo > cap:
         where = lower_bound_pointer(doc, conj, "minLength", lo)
-        raise GrammarTooComplexError(f"minLength {lo} exceeds the supported {cap} at {where or '/'} "
-                                     f"(JSON pointer; pass max_string_length= to raise it)")
+        raise SchemaTooComplexError(f"minLength {lo} exceeds the supported {cap} "
+                                    f"(pass max_string_length= to raise it)", where)
     if hi is not None and lo > hi:
         return None
     patterns, formats = [], []
