@@ -170,9 +170,15 @@ def git_rev() -> str:
         return "?"
 
 
+#: the load average when the benchmark script started (it imports this module
+#: first): scripts that call :func:`environment` at the end reported the load at
+#: the end as the start's
+_LOAD_AT_START = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
 def environment(engines: dict) -> dict:
-    """The machine and library versions of a run (CPU, cores, load average at the
-    start, each engine's ``version``), kept in every report."""
+    """The machine and library versions of a run (CPU, cores, the load average
+    when the script started, each engine's ``version``), kept in every report."""
     cpu = "?"
     try:
         for line in open("/proc/cpuinfo"):
@@ -192,7 +198,7 @@ def environment(engines: dict) -> dict:
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_start": _LOAD_AT_START,
         "platform": platform.platform(),
         "versions": versions,
         "threads": "1 (RAYON/NUMBA/OMP/MKL=1, torch.set_num_threads(1), xgrammar max_threads=1)",
