@@ -47,7 +47,7 @@ import importlib
 import os
 import threading
 
-from numba.core import caching, config
+from numba.core import caching, config, sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
 try:
@@ -198,7 +198,7 @@ def load_cached(kernel) -> int:
     loaded = 0
     for sig in dict.fromkeys(key[0] for key in cache_file._load_index()):
         with global_compiler_lock:
-            if tuple(sig) in kernel.overloads:
+            if tuple(sigutils.normalize_signature(sig)[0]) in kernel.overloads:
                 continue
             cres = cache.load_overload(sig, kernel.targetctx)
             if cres is None:  # stale, or compiled for another CPU
