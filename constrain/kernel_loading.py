@@ -45,9 +45,11 @@ import functools
 import hashlib
 import importlib
 import os
+import struct
 import threading
 
-from numba.core import caching, config, sigutils
+import llvmlite.binding as ll
+from numba.core import caching, codegen, config, sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
 try:
@@ -58,14 +60,85 @@ except ImportError:  # another numba layout: keep numba's loader
 _numba_load_overload = caching.Cache.load_overload
 
 
+class _Loading:
+    """Whether the thread in numba's compiler lock is loading one of
+    constrain's kernels (set and read under that lock only: every cache load
+    runs in it)."""
+
+    kernel = False
+
+
 def _load_overload(self, sig, target_context):
-    """``Cache.load_overload`` for constrain's kernels: NRT only, no refresh."""
+    """``Cache.load_overload`` for constrain's kernels: NRT only, no refresh,
+    the linking bitcode left unparsed (:func:`_unserialize_library`)."""
     module = getattr(getattr(self, "_py_func", None), "__module__", None) or ""
     if not module.startswith("constrain."):
         return _numba_load_overload(self, sig, target_context)
     rtsys.initialize(target_context)
-    with self._guard_against_spurious_io_errors():
-        return self._load_overload(sig, target_context)
+    _Loading.kernel = True
+    try:
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+    finally:
+        _Loading.kernel = False
+
+
+def elf_defined_symbols(obj: bytes) -> set[str] | None:
+    """The names an ELF64 little-endian object file defines (functions and
+    data, any binding), or ``None`` for another format."""
+    if obj[:4] != b"\x7fELF" or obj[4:6] != b"\x02\x01":
+        return None
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", obj, 0x3A)
+    names = set()
+    for k in range(shnum):
+        header = shoff + k * shentsize
+        if struct.unpack_from("<I", obj, header + 4)[0] != 2:  # SHT_SYMTAB
+            continue
+        offset, size, link, _, _, entsize = struct.unpack_from("<QQIIQQ", obj, header + 0x18)
+        strtab, = struct.unpack_from("<Q", obj, shoff + link * shentsize + 0x18)
+        for i in range(size // entsize):
+            name, info, _, section = struct.unpack_from("<IBBH", obj, offset + i * entsize)
+            # undefined, nameless, and section or file symbols (STT_SECTION, STT_FILE)
+            if section == 0 or name == 0 or info & 0xF in (3, 4):
+                continue
+            start = strtab + name
+            names.add(obj[start:obj.index(b"\0", start)].decode())
+    return names
+
+
+_numba_unserialize_library = codegen.JITCPUCodegen.unserialize_library
+
+
+def _unserialize_library(self, serialized):
+    """``unserialize_library`` for constrain's kernels.
+
+    A cached kernel is its object code and the bitcode of its module, kept for
+    linking into a later compile that calls it. numba parses that bitcode on
+    every load, only to list the symbols the library defines (its engine must
+    not look up a name nobody defines): ~4 ms a kernel, 1.4 MB for the first
+    compile's. Here the names come from the object code's symbol table (the
+    same names but private constants no one looks up: checked for the first
+    compile's 14 libraries), and the bitcode is parsed when a compile first
+    links against the library."""
+    name, kind, data = serialized
+    names = elf_defined_symbols(data[0]) if _Loading.kernel and kind == "object" else None
+    if names is None:
+        return _numba_unserialize_library(self, serialized)
+    library = self.create_library(name)
+    library.enable_object_caching()
+    library._set_compiled_object(data[0])
+    library._finalize_final_module()
+    self._engine._defined_symbols |= names
+    bitcode = data[1]
+
+    def module_for_linking():
+        if library._shared_module is None:
+            library._shared_module = ll.parse_bitcode(bitcode)
+        return library._shared_module
+
+    library._get_module_for_linking = module_for_linking
+    return library
 
 
 #: every module of constrain that defines numba kernels (paths in the package;
@@ -157,6 +230,11 @@ def install() -> bool:
                                        ("_guard_against_spurious_io_errors", "_load_overload"))
     if loader:
         caching.Cache.load_overload = _load_overload
+    lazy = loader and all(hasattr(codegen.CPUCodeLibrary, n) for n in (
+        "_get_module_for_linking", "_set_compiled_object", "_finalize_final_module",
+        "enable_object_caching")) and hasattr(codegen, "JitEngine")
+    if lazy:
+        codegen.JITCPUCodegen.unserialize_library = _unserialize_library
     locator = None not in (_IMPL, _LOCATOR, _FILE_MIXIN)
     if locator and _KernelLocator not in _IMPL._locator_classes:
         _IMPL._locator_classes.insert(0, _KernelLocator)

@@ -118,3 +118,39 @@ def test_exit_while_it_loads(delay):
     res = _run(f"import json, time, constrain\ntime.sleep({delay})\n"
                "print(json.dumps(constrain.kernel_loading.PRELOADER.running() or 'done'))")
     assert res in (True, "done")
+
+
+def test_a_compile_links_against_a_loaded_kernel():
+    # constrain's kernels load without parsing the bitcode numba keeps for
+    # linking (their symbols come from the object code's symbol table): a
+    # later compile that calls one parses it then, and runs
+    res = _run(textwrap.dedent('''
+        import json
+        import numpy as np
+        from numba import njit
+        from constrain.automata.bits import bits_to_ids
+        from constrain.kernel_loading import elf_defined_symbols
+
+        ids = bits_to_ids(np.array([5, 1 << 31], dtype=np.uint32), 64).tolist()
+        library = bits_to_ids.overloads[bits_to_ids.signatures[0]].library
+        unparsed = library._shared_module is None
+        cache = bits_to_ids._cache
+        key = cache._index_key(bits_to_ids.signatures[0], bits_to_ids.targetctx.codegen())
+        names = elf_defined_symbols(cache._cache_file.load(key)[0][2][0])
+
+        @njit(cache=False)
+        def count(row, n):
+            return bits_to_ids(row, n).shape[0] * 10
+
+        linked = count(np.array([5, 1 << 31], dtype=np.uint32), 64)
+        module = library._shared_module
+        defined = {f.name for f in module.functions if not f.is_declaration}
+        print(json.dumps({"ids": ids, "hits": sum(bits_to_ids.stats.cache_hits.values()),
+                          "unparsed": unparsed, "linked": int(linked),
+                          "parsed": module is not None,
+                          "missing": sorted(defined - names), "extra": sorted(names - defined
+                              - {g.name for g in module.global_variables})}))
+    '''), env={"TRELLIS_PRELOAD": "0"})
+    assert res["ids"] == [0, 2, 63] and res["hits"] == 1  # loaded from the cache
+    assert res["unparsed"] and res["parsed"] and res["linked"] == 30
+    assert res["missing"] == [] and res["extra"] == []
