@@ -24,10 +24,13 @@ kernels (about 40 s of CPU, as on a first run).
 Both are installed when ``constrain`` is imported, on numba versions that have
 what they rely on (else numba's own path is kept).
 
-Loading a cached kernel still costs ~2-25 ms of CPU (unpickling, parsing the
-bitcode kept for linking, LLVM loading the object code; the first load ~100 ms
-more: NRT, and the numba modules the kernels' environments import), ~300 ms
-for the kernels of a first JSON Schema compile and mask. ``import constrain``
+The bitcode numba keeps beside a cached kernel's object code, for linking it
+into a later compile, is parsed only when one does (:func:`_unserialize_library`;
+numba parsed it on every load). Loading still costs ~1-3 ms of CPU a kernel
+(unpickling, LLVM loading the object code; the first load ~35 ms more: NRT,
+and the numba modules the kernels' environments import), ~55 ms for the
+kernels of a first JSON Schema compile and mask, and in a process that holds
+many objects (a tokenizer's) it sets off a full garbage collection. ``import constrain``
 therefore starts :data:`PRELOADER`: a daemon thread that loads
 :data:`PRELOAD` from the disk cache while the process goes on to read its
 tokenizer. It never compiles (nothing is loaded unless ``trellis warm-up`` has
