@@ -136,6 +136,16 @@ def _number(src, i, n):
     return v, i
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _fork(eps_src, eps_dst, ne, s, a, b):
+    # state s's two epsilon edges: into a body (a) and past it (b); the next free edge
+    eps_src[ne] = s
+    eps_dst[ne] = a
+    eps_src[ne + 1] = s
+    eps_dst[ne + 1] = b
+    return ne + 2
+
+
 @njit(cache=True, nogil=True)
 def simple_ascii_nfa(src, max_repeat, max_positions):
     """The NFA of the pattern ``src`` (bytes, no flags) in :func:`ascii_byte_dfa`'s
@@ -429,11 +439,7 @@ def _build_nfa(nodes, kids, root, n_states, n_eps, n_edges, iv, set_first, set_l
                     phase = 2
             elif phase == 1:
                 s = fr[f, 5]
-                eps_src[ne] = s
-                eps_dst[ne] = ret
-                eps_src[ne + 1] = s
-                eps_dst[ne + 1] = nxt
-                ne += 2
+                ne = _fork(eps_src, eps_dst, ne, s, ret, nxt)
                 if lo:
                     fr[f, 4] = ret
                     fr[f, 3] = lo - 1
@@ -443,11 +449,7 @@ def _build_nfa(nodes, kids, root, n_states, n_eps, n_edges, iv, set_first, set_l
                 phase = 4
             elif phase == 3:  # an optional copy's body is built
                 s = fr[f, 5]
-                eps_src[ne] = s
-                eps_dst[ne] = ret
-                eps_src[ne + 1] = s
-                eps_dst[ne + 1] = nxt
-                ne += 2
+                ne = _fork(eps_src, eps_dst, ne, s, ret, nxt)
                 fr[f, 4] = s
                 fr[f, 3] -= 1
                 phase = 2
