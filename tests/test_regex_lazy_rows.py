@@ -225,11 +225,17 @@ def test_writers_made_at_compile_fill_each_states_row(smollm2_vocab, pattern):
         assert (bitmask[0] == -1).all()
 
 
+def _read_only(row):
+    row = row.copy()
+    row.setflags(write=False)
+    return row
+
+
 def test_kernel_spans_give_row_writers_writer():
     # rows of 14 KB or more are written with pack_into over their non-zero
     # spans: the walk kernel's spans (token_kernels.row_spans) must give the
     # writer bitmask.row_writer's own scan gives, on every kind of row
-    from constrain.regular.token_automaton import _writer
+    from constrain.regular.token_automaton import mask_writer
     from constrain.regular.token_kernels import row_spans
     from constrain.runtime.bitmask import _MAX_SPANS, _SPAN_GAP, row_writer
 
@@ -251,13 +257,14 @@ def test_kernel_spans_give_row_writers_writer():
         out = np.zeros(2 * _MAX_SPANS + 1, np.int64)
         row_spans(row, _SPAN_GAP, _MAX_SPANS, out)
         want = row_writer(memoryview(row).cast("B"))
-        got = _writer(row, out)
-        if want.__class__ is tuple:
-            assert got.__class__ is tuple
-            assert got[0].__self__.format == want[0].__self__.format
-            assert got[1] == want[1]
-        else:
-            assert got.__class__ is memoryview and got.tobytes() == want.tobytes()
+        # the spans given, and found by mask_writer itself (a grammar's rows)
+        for got in (mask_writer(row, out), mask_writer(row), mask_writer(_read_only(row))):
+            if want.__class__ is tuple:
+                assert got.__class__ is tuple
+                assert got[0].__self__.format == want[0].__self__.format
+                assert got[1] == want[1]
+            else:
+                assert got.__class__ is memoryview and got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("eager", [True, False])

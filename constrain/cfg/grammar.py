@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
-from constrain.runtime.bitmask import check_bitmask, row_writer, write_row
+from constrain.runtime.bitmask import check_bitmask, write_row
 from constrain.automata.deadline import Deadline
 from constrain.cache import check_budget
 from constrain.cfg.budgets import TokenBudgets
@@ -53,6 +53,7 @@ from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLi
                               InvalidStateError)
 from constrain.cfg.ir import GrammarIR, Terminal, TokenRef
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
+from constrain.regular.token_automaton import mask_writer
 from constrain.limits import Limits
 from constrain.protocol import Constraint, check_token_id
 from constrain.vocab.trie import TokenTrie
@@ -165,7 +166,7 @@ class GrammarConstraint(Constraint):
         self._v = len(vocab)
         self._grammar_token = vocab.grammar_token_list
         self._token_bytes = vocab.tokens
-        # per state, how fill_bitmask writes its row (bitmask.row_writer); as many
+        # per state, how fill_bitmask writes its row (token_automaton.mask_writer); as many
         # as the mask cache holds, dropped together when full
         self._writers: dict = {}
         #: ``(state, token id) -> advance's result`` (``None`` kept as
@@ -949,7 +950,7 @@ class GrammarConstraint(Constraint):
     def _writer(self, state):
         if len(self._writers) >= self._max_masks:
             self._writers.clear()
-        w = self._writers[state] = row_writer(memoryview(self.mask_row(state)).cast("B"))
+        w = self._writers[state] = mask_writer(self.mask_row(state))
         return w
 
     def _fill_other(self, state, bitmask, row) -> None:
