@@ -131,6 +131,8 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     from constrain.cfg.grammar import compile_grammar
     from constrain.compiler import compile_json_schema
     from constrain.regular.regex import compile_regex
+    from constrain.regular.token_automaton import mask_writer
+    from constrain.runtime.bitmask import _PACK_MIN_BYTES
 
     t0 = time.perf_counter()
     vocab = _default_vocab() if vocab is None else vocab
@@ -146,6 +148,14 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     regex = compile_regex(_REGEX, vocab, time_budget=math.inf)
     _walk(regex, vocab, b"12.5", bitmask)
     apply_bitmask(np.zeros((1, len(vocab)), dtype=np.float32), bitmask)
+    # the spans kernel of the row writers of a wide vocabulary's rows (14 KB
+    # or more: o200k's), which a small vocabulary's never call; grammar rows
+    # are read-only, a regex's eager ones not
+    wide = np.zeros(_PACK_MIN_BYTES // 4, dtype=np.uint32)
+    wide[-1] = 1
+    mask_writer(wide)
+    wide.setflags(write=False)
+    mask_writer(wide)
     _write_stamp()
     return time.perf_counter() - t0
 
