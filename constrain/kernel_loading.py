@@ -263,6 +263,8 @@ PRELOAD = (
     ("cfg.lexer_kernels", "boundary_walk"),
     ("automata.hash_table", "table_rehash"),
     ("regular.token_kernels", "token_transitions"),
+    # a wide vocabulary's grammar rows (o200k's 25 KB) and every regex state's
+    ("regular.token_kernels", "row_spans"),
 )
 
 
