@@ -53,7 +53,9 @@ def test_walks_respect_the_budget_and_end_in_valid_answers(budget):
     v = byte_vocabulary(EXTRA)
     inner = constrain.compile_regex(ANSWER, v)
     c = constrain.with_reasoning(inner, max_tokens=budget)
-    rng = random.Random(budget)
+    # a fixed seed: Random(None) drew a fresh one each run, and "40 of 60 walks
+    # end within 400 tokens" failed for about one seed in ten (39 finished)
+    rng = random.Random(0 if budget is None else budget)
     finished = 0
     for _ in range(60):
         ids, section = _walk(c, rng)
