@@ -203,21 +203,16 @@ class BoundedCache:
         value is still returned)."""
         items = self._items
         sizeof = self._sizeof
-        limit = self.max_bytes
         out = []
         with self._lock:
-            added = misses = 0
+            added = False
+            misses = 0
             for key in keys:
                 entry = items.get(key)
                 if entry is None:
                     misses += 1
                     value = make()
-                    size = sizeof(key, value) + ENTRY_OVERHEAD
-                    if size <= limit:
-                        items[key] = (value, size)
-                        added += size
-                    else:
-                        self._evictions += 1
+                    added |= self._insert(key, value, sizeof(key, value) + ENTRY_OVERHEAD)
                 else:
                     items.move_to_end(key)
                     value = entry[0]
@@ -225,18 +220,23 @@ class BoundedCache:
             self._misses += misses
             self._hits += len(out) - misses
             if added:
-                self._bytes += added
                 self._evict()
         return out
 
     def _store(self, key, value, size: int) -> None:
         # the lock is held
+        if self._insert(key, value, size):
+            self._evict()
+
+    def _insert(self, key, value, size: int) -> bool:
+        # the lock is held: the entry, unless it is larger than the whole
+        # budget; the bounds are the caller's to enforce (_evict)
         if size > self.max_bytes:
             self._evictions += 1
-            return
+            return False
         self._items[key] = (value, size)
         self._bytes += size
-        self._evict()
+        return True
 
     def _evict(self) -> None:
         # the lock is held: the least recently used entries go until both
