@@ -55,7 +55,7 @@ from constrain.errors import CacheFileError, ConstraintError
 
 MAGIC = b"TRELLISC"
 #: the layout of the file and of its payload; raised whenever either changes
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _PREFIX = struct.Struct("<8sII")
 _DIGEST = 32
 _ALIGN = 64

@@ -123,7 +123,8 @@ class GrammarConstraint(Constraint):
         parser = EarleyRecognizer(ir, terms.usable, max_contexts=max_contexts,
                                   max_items=max_items)
         lexer = LexerTables(terms, ir.n_terminals, trie, words32=words,
-                            max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2)
+                            max_states=8 * max_states, max_rows_bytes=mask_cache_bytes // 2,
+                            complete=bool(ir.budgets))
         self._setup(ir, vocab, source, compiler, terms, parser, lexer, max_width,
                     max(2, mask_cache_bytes // 2 // (4 * words)))
         # np.empty and fill, not np.full (a Python-level wrapper): this runs
@@ -369,13 +370,17 @@ class GrammarConstraint(Constraint):
             # most steps: one configuration, no terminal ending inside the
             # token, so one lexer state per byte and no sets
             c, s = configs[0]
-            trans, has_acc = lex.trans, lex.has_acc
+            trans, has_acc, flags = lex.trans, lex.has_acc, lex.walk_flags
             for b in data:
                 if has_acc.item(s):
                     break  # a terminal may end here: the general loop below
                 s = trans.item(s, b)
                 if not s:
                     return ()
+                if not flags.item(s):
+                    # not expanded yet (a long length bound's far positions)
+                    lex.ensure(s)
+                    trans, has_acc, flags = lex.trans, lex.has_acc, lex.walk_flags
             else:
                 return ((c, s),)
         for b in data:
@@ -384,6 +389,9 @@ class GrammarConstraint(Constraint):
             for (c, s) in configs:
                 s2 = int(trans[s, b])
                 if s2:
+                    if not lex.walk_flags[s2]:
+                        lex.ensure(s2)
+                        trans = lex.trans
                     new.add((c, s2))
                 if lex.has_acc[s]:
                     for t in lex.accepting_terminals(s):
@@ -394,6 +402,9 @@ class GrammarConstraint(Constraint):
                         trans = lex.trans  # a new lexer automaton may have been appended
                         s3 = int(trans[l0, b])
                         if s3:
+                            if not lex.walk_flags[s3]:
+                                lex.ensure(s3)
+                                trans = lex.trans
                             new.add((c2, s3))
             if not new:
                 return ()
@@ -538,6 +549,11 @@ class GrammarConstraint(Constraint):
                         if c.__class__ is not int or s.__class__ is not int:
                             break  # perhaps equal to ints: see below
                         if 0 <= s < n_lex:
+                            if s and not self.lexer.walk_flags[s]:
+                                # made, not expanded: no step returns such a
+                                # state, but a stored or forged one may name it
+                                with self._lock:
+                                    self.lexer.ensure(s)
                             if 0 <= c < n_ctx:
                                 continue
                             # contexts only grow: count them again before refusing
@@ -907,10 +923,13 @@ class GrammarConstraint(Constraint):
         j = 0
         while True:
             status, a, b, j = gk.boundary_walk(
-                lex.trans, lex.acc, self._ctx_next, self._ctx_start, self._ignore_bits,
-                nodes, states, c, j, tbuf, toffs, self.max_width, row)
+                lex.trans, lex.walk_flags, lex.acc, self._ctx_next, self._ctx_start,
+                self._ignore_bits, nodes, states, c, j, tbuf, toffs, self.max_width, row)
             if status == gk.NEED_NONE:
                 return
+            if status == gk.NEED_EXPAND:
+                lex.ensure(int(a))
+                continue
             if status == gk.NEED_NEXT:
                 # the walk would ask for the new context's start state next
                 c2 = self._next(int(a), int(b))

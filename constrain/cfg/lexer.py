@@ -94,6 +94,11 @@ def automaton_bytes(key, dfa) -> int:
 
 
 _NONE_BYTES = sys.getsizeof(None)
+
+#: lexer states expanded per call (``LexerTables.chunk``): every state a JSON
+#: Schema's usual terminals reach together, and of a ``maxLength`` string
+#: (~14 states per character) the first ~150 characters
+EXPAND_CHUNK = 2048
 # the key tuple (5 items), its flags and the id (two small ints)
 _ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
 
@@ -501,7 +506,7 @@ class LexerTables:
     """
 
     def __init__(self, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
-                 words32: int, max_states: int, max_rows_bytes: int):
+                 words32: int, max_states: int, max_rows_bytes: int, complete: bool = False):
         self.terms = terms
         self.n_terminals = n_terminals
         self.trie = trie
@@ -517,8 +522,9 @@ class LexerTables:
         self.has_acc = np.zeros(cap, dtype=np.bool_)
         #: ``[n, 4]`` uint64: the bytes on which each state stays itself (256 bits)
         self.loops = np.zeros((cap, 4), dtype=np.uint64)
-        #: per state, for lexer_walk: 1 some terminal may end, 2 else some byte loops,
-        #: else 0, which the walk turns into 3 (a counted run) or 4 (plain)
+        #: per state, for lexer_walk (``lexer_kernels.F_*``): 0 not expanded yet,
+        #: 1 some terminal may end, 2 else some byte loops, else 5, which the
+        #: walk turns into 3 (a counted run) or 4 (plain)
         self.walk_flags = np.zeros(cap, dtype=np.uint8)
         # per state, for lexer_walk's counted skip (grammar_kernels.count_run):
         # the run length (-1: not yet known), its bytes, the ASCII bytes taken
@@ -533,8 +539,13 @@ class LexerTables:
         self.good = np.zeros((cap, 2), dtype=np.uint64)
         self.live = np.zeros((cap, 3), dtype=np.uint64)
         self.n = 1
-        #: states below ``_expanded`` have their transitions (see expand_states)
-        self._expanded = 1
+        #: states expanded per call (expand_states' ``limit``); all of them when
+        #: ``complete`` (the token budgets' walks read rows without asking)
+        self.chunk = max_states if complete else EXPAND_CHUNK
+        #: expand_states' breadth-first queue (as long as the tables) and its
+        #: head, tail and count, kept across a call that grows the tables
+        self._queue = np.empty(cap, dtype=np.int32)
+        self._qs = np.zeros(3, dtype=np.int64)
         self._starts: dict[frozenset, int] = {}
         #: per lexer state ``g``, its alive (terminal, local state) pairs, flattened
         #: and sorted by terminal, are ``pairs[poff[g]:poff[g + 1]]``
@@ -557,7 +568,7 @@ class LexerTables:
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
-        self._scratch = np.empty((3, cap), dtype=np.int32)
+        self._scratch = np.empty((4, cap), dtype=np.int32)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
@@ -583,37 +594,55 @@ class LexerTables:
         (uint64 words, bit ``t & 63`` of word ``t >> 6`` for terminal ``t``: a
         parser's expected set and the ``%ignore`` terminals), not cached (the
         caller keys it)."""
-        n0 = self.n
         return self._expand(lambda terms, states, index: gk.expand_start(
-            terms, states, index, self._below, expected, extra, n0, self.n, self._expanded,
-            self.max_states))
+            terms, states, index, self._below, expected, extra, self.n, self.max_states,
+            self._queue, self._qs, self.chunk))
 
     def state_of_pairs(self, flat: np.ndarray) -> int:
         """The lexer state whose alive pairs are ``flat`` (int32 ``(terminal,
         local state)`` pairs, flattened and sorted by terminal, not empty),
-        added with every state it reaches when new."""
-        n0 = self.n
+        added and expanded (with what it reaches, up to ``chunk`` states) when
+        new."""
 
         def expand(terms, states, index):
-            out = gk.expand_states(terms, states, index, flat, self.n, self._expanded,
-                                   self.max_states)
+            out = gk.expand_states(terms, states, index, flat, self.n, self.max_states,
+                                   self._queue, self._qs, self.chunk)
             if out[0] == gk.EXPAND_DONE:
-                gk.settle_reads_utf8(states, self._below, n0, out[1])
+                gk.settle_reads_utf8(states, self._below, self._queue[:self._qs[0]])
             return out
 
         return self._expand(expand)
+
+    def ensure(self, s: int) -> None:
+        """Expand lexer state ``s`` if it is not yet (with what it reaches, up to
+        ``chunk`` states): a state's row, acceptance and flags are read only
+        once it is. Walks report such states, steps check them; the caller
+        holds the grammar's lock."""
+        if s and not self.walk_flags[s]:
+            self.state_of_pairs(self.pairs[self.poff[s]:self.poff[s + 1]].copy())
+            # loop states met before their UTF-8 successors were expanded
+            pending = np.flatnonzero((self.walk_flags[:self.n] == gk.F_LOOP)
+                                     & (self.reads_utf8[:self.n] < 0)).astype(np.int32)
+            if len(pending):
+                gk.settle_reads_utf8(self.kernel_arrays[0], self._below, pending)
 
     def _expand(self, call) -> int:
         """Run the expanding kernel ``call(terms, states, index)`` until it has
         room, growing the tables; the state it returns."""
         terms = self.terms.kernel_arrays
+        qs = self._qs
+        qs[:] = 0
         while True:
             states, index, _ = self.kernel_arrays
-            status, self.n, self._expanded, g = call(terms, states, index)
+            status, self.n, g = call(terms, states, index)
             if status == gk.EXPAND_DONE:
+                qs[:] = 0
                 self._names.n = self.n
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
+                # the queued states are not expanded: made again when reached
+                self.walk_flags[self._queue[qs[0]:qs[1]]] = gk.F_PENDING
+                qs[:] = 0
                 raise GrammarTooComplexError(
                     f"the lexer automata need more than {self.max_states} states "
                     f"(pass max_states= to raise the limit)")
@@ -647,7 +676,10 @@ class LexerTables:
         poff[:self.poff.shape[0]] = self.poff
         self.poff = self._names.poff = poff
         self._htab = table_rehash(self._hashes, self.n, 2 * cap)
-        self._scratch = np.empty((3, cap), dtype=np.int32)
+        self._scratch = np.empty((4, cap), dtype=np.int32)
+        queue = np.empty(cap, dtype=np.int32)
+        queue[:self._queue.shape[0]] = self._queue
+        self._queue = queue
 
     def _pack(self) -> None:
         """Group the tables into ``kernel_arrays``, the tuples the lexer kernels
@@ -668,7 +700,7 @@ class LexerTables:
         (:func:`~constrain.cfg.lexer_kernels.count_run`): ``(run, good, live,
         scratch)`` -- the run length (-1 not yet known), its bytes and the ASCII
         bytes the state takes (128 bits each; ``live[s, 2]`` is 1 once known),
-        and the ``[3, n]`` int32 stacks of the search."""
+        and the ``[4, n]`` int32 stacks of the search."""
         self.kernel_arrays = (
             (self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.reads_utf8),
             (self.pairs, self.poff, self._hashes, self._htab, self._single, self._row_byte),
@@ -695,16 +727,18 @@ class LexerTables:
         payload.set("n", n)
         payload.set("max_states", self.max_states)
         payload.set("max_rows", self._max_rows)
+        pending = self.walk_flags[:n] == gk.F_PENDING
         for name, *_ in self._PER_STATE:
             a = getattr(self, name)
-            if name == "trans" and self._expanded < n:
-                # rows of states not yet expanded hold nothing yet (np.empty)
-                a = a[:n].copy()
-                a[self._expanded:] = 0
+            if name == "trans" and pending.any():
+                # rows of states not yet expanded hold nothing yet (np.empty);
+                # the copy keeps the capacity, which the file records
+                a = a.copy()
+                a[:n][pending] = 0
             payload.put(name, a, n, runs=name == "trans")
         payload.put("poff", self.poff, n + 1)
         payload.put("pairs", self.pairs, int(self.poff[n]))
-        payload.set("expanded", self._expanded)
+        payload.set("chunk", self.chunk)
         for name in ("_htab", "_single", "_row_byte"):
             payload.put(name, getattr(self, name))
         starts = list(self._starts.items())
@@ -734,7 +768,7 @@ class LexerTables:
         self.words64 = max(1, (n_terminals + 63) // 64)
         self.max_states = check_budget("max_states", payload.value("max_states"))
         self.n = n = payload.value("n")
-        self._expanded = payload.value("expanded")
+        self.chunk = check_budget("chunk", payload.value("chunk"))
         for name, dtype, width, fill in self._PER_STATE:
             if width == "terminals":
                 width = self.words64
@@ -747,7 +781,7 @@ class LexerTables:
         self._single = payload.get("_single", np.int32)
         self._row_byte = payload.get("_row_byte", np.int16)
         rows = terms.table.shape[0]
-        if not (0 < n <= cap and 0 < self._expanded <= n and self.poff.shape[0] == cap + 1
+        if not (0 < n <= cap and self.poff.shape[0] == cap + 1
                 and all(getattr(self, name).shape[0] == cap for name, *_ in self._PER_STATE)
                 and self._htab.shape[0] == 2 * cap and self._single.shape[0] == rows
                 and self._row_byte.shape[0] == rows):
@@ -756,7 +790,8 @@ class LexerTables:
         if poff[0] != 0 or (np.diff(poff) < 0).any() or poff[n] > self.pairs.shape[0] \
                 or self.trans[:n].min() < 0 or self.trans[:n].max() >= n \
                 or self._htab.min() < -1 or self._htab.max() >= n \
-                or self._single.min() < -1 or self._single.max() >= n:
+                or self._single.min() < -1 or self._single.max() >= n \
+                or self.walk_flags[:n].max() > gk.F_NEW:
             raise ValueError("the lexer tables point outside themselves")
         starts = payload.get("start_state", np.int64).tolist()
         lengths = payload.get("start_len", np.int64).tolist()
@@ -791,7 +826,9 @@ class LexerTables:
         for s, row, m in zip(walk_states, walk_rows, lengths):
             self._rows[s] = (row, nodes[k:k + m], states[k:k + m])
             k += m
-        self._scratch = np.empty((3, cap), dtype=np.int32)
+        self._scratch = np.empty((4, cap), dtype=np.int32)
+        self._queue = np.empty(cap, dtype=np.int32)
+        self._qs = np.zeros(3, dtype=np.int64)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
@@ -842,18 +879,20 @@ class LexerTables:
         key = entry = None
         n = gk.lexer_walk_rows(*self._walk_args, s, row, out,
                                -1 if shared is None else self._share_min)
+        if n <= gk.PENDING_BASE:
+            n = self._walk_expanding(s, row, out, n, -1 if shared is None else self._share_min)
         if n == gk.WALK_SHARED:
             key = self._names.key(s)
             entry = shared.get(key)
             if entry is None:
-                n = gk.lexer_walk_rows(*self._walk_args, s, row, out, -1)
+                n = self._walk_expanding(s, row, out, None, -1)
         if entry is not None:
             row, nodes, states = self._reuse(key, entry)
         else:
             if n < 0:
                 out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
                 row[:] = 0
-                n = gk.lexer_walk_rows(*self._walk_args, s, row, out, -1)
+                n = self._walk_expanding(s, row, out, None, -1)
             row = row[:self.words32]
             if n:
                 nodes, states = out[0, :n].copy(), out[1, :n].copy()
@@ -869,6 +908,18 @@ class LexerTables:
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
         return hit
+
+    def _walk_expanding(self, s: int, row, out, n, share_min: int) -> int:
+        """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
+        state a first call met), expanding each state it reports until it
+        runs to the end."""
+        while True:
+            if n is not None:
+                if n > gk.PENDING_BASE:
+                    return n
+                self.ensure(gk.PENDING_BASE - n)
+                row[:] = 0
+            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min)
 
     def _reuse(self, key: tuple, entry: tuple) -> tuple:
         """``(row, nodes, states)`` of the shared walk ``entry`` (under ``key``),

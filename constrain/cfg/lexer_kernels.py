@@ -35,6 +35,29 @@ OVERFLOW = 3
 
 #: lexer_walk_rows: a broad state, to be looked up in the shared walks first
 WALK_SHARED = -2
+#: a walk that met a lexer state not expanded yet returns ``PENDING_BASE - state``
+#: (:func:`pending_of`); boundary_walk reports it as ``NEED_EXPAND``
+PENDING_BASE = -3
+NEED_EXPAND = 4
+
+# ``walk_flags`` per lexer state. States are made when a row first points at
+# them and expanded (their row, acceptance and flag written) later, a bounded
+# number per call (expand_states' ``limit``): a length-bounded string's tens of
+# thousands of states are expanded as walks reach them. Zero, what grown tables
+# hold, is "not expanded": no kernel reads such a state's row, it reports it
+F_PENDING = 0
+F_ENDS = 1  # some terminal may end here
+F_LOOP = 2  # none may, some byte loops
+F_RUN = 3  # neither, and a counted run of at least MIN_RUN bytes (count_run)
+F_PLAIN = 4  # neither, a short run
+F_NEW = 5  # neither, not yet classified (lexer_walk turns it into F_RUN or F_PLAIN)
+F_QUEUED = 6  # in expand_states' queue
+
+
+@njit(cache=True, nogil=True, inline="always")
+def pending_of(code):
+    """The lexer state a walk's ``PENDING_BASE - state`` return names."""
+    return PENDING_BASE - code
 
 
 @njit(cache=True, nogil=True)
@@ -127,19 +150,41 @@ def _rename_row(terms, states, index, t, s, skip, d, n, max_states, buf):
     return EXPAND_DONE, n, looped
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _enqueue(trans, flags, queue, qs, d):
+    """Row ``d`` is written: queue the states it points at that are not
+    expanded (nor queued), and count ``d`` as expanded."""
+    for b in range(256):
+        g = trans[d, b]
+        if g != 0 and flags[g] == F_PENDING and qs[1] < queue.shape[0]:
+            queue[qs[1]] = g
+            qs[1] += 1
+            flags[g] = F_QUEUED
+    qs[0] += 1
+    qs[2] += 1
+
+
 @njit(cache=True, nogil=True)
-def expand_states(terms, states, index, start, n, d, max_states):
+def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
-    sorted by terminal) and every state it reaches to the global tables, running
-    the terminals' DFAs (stacked in ``tab`` by ``offsets``) side by side.
+    sorted by terminal) to the global tables and expand it and the states it
+    reaches, breadth first, at most ``limit`` of them, running the terminals'
+    DFAs (stacked in ``tab`` by ``offsets``) side by side. The states the
+    expanded rows point at exist (pairs, hash); those past the limit stay
+    ``F_PENDING`` until a walk or a step reaches them (:data:`PENDING_BASE`).
+    The limit is what keeps a ``maxLength: 2048`` string from expanding its
+    ~28k states (64 MB of rows) on its first visit.
 
     A lexer state is the set of pairs alive, so states are shared by every
     expected set that reaches them: a known state is never expanded again (a
     JSON object's key positions differ in their expected sets, but past the
-    first bytes of a key they mostly meet states seen before). States below
-    ``d`` are expanded, ``d:n`` are pending. Returns ``(status, n, d, state)``:
-    ``EXPAND_GROW`` when the tables are full (grow them and call again; the work
-    done is kept), ``EXPAND_OVERFLOW`` past ``max_states``. ``single[offsets[t] +
+    first bytes of a key they mostly meet states seen before). ``queue`` (as
+    long as the tables) and ``qs`` (int64: head, tail, expanded) hold the
+    breadth-first queue; ``qs[1] == 0`` starts a new call. Returns ``(status,
+    n, state)``: ``EXPAND_GROW`` when the tables are full (grow them, queue
+    included, and call again with the same ``qs``: the work done is kept),
+    ``EXPAND_OVERFLOW`` past ``max_states``. Once done, the states expanded are
+    ``queue[:qs[0]]``. ``single[offsets[t] +
     s]`` memoises the state where only terminal ``t`` is alive, in local state
     ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
     string's thousands of states, every successor is one, and the array lookup
@@ -154,16 +199,25 @@ def expand_states(terms, states, index, start, n, d, max_states):
     slot, g0 = _probe(htab, hashes, pairs, poff, start, m0, h0)
     if g0 < 0:
         if n >= max_states:
-            return EXPAND_OVERFLOW, n, d, -1
+            return EXPAND_OVERFLOW, n, -1
         if n >= cap or poff[n] + m0 > pairs.shape[0]:
-            return EXPAND_GROW, n, d, -1
+            return EXPAND_GROW, n, -1
         g0 = n
         n = _add_state(start, m0, h0, slot, n, pairs, poff, hashes, htab, single, offsets)
+    if qs[1] == 0:
+        if flags[g0] != F_PENDING:
+            return EXPAND_DONE, n, g0
+        queue[0] = g0
+        qs[0] = 0
+        qs[1] = 1
+        qs[2] = 0
+        flags[g0] = F_QUEUED
     width = 2 * (m0 if m0 > 64 else 64)
     buf = np.empty(width, np.int32)
     prev = np.empty(width, np.int32)
     live = np.zeros(256, np.bool_)
-    while d < n:
+    while qs[0] < qs[1] and qs[2] < limit:
+        d = queue[qs[0]]
         base = poff[d]
         m = poff[d + 1] - base
         if m > width:
@@ -201,9 +255,9 @@ def expand_states(terms, states, index, start, n, d, max_states):
                         slot, g = _probe(htab, hashes, pairs, poff, buf, 2, h)
                         if g < 0:
                             if n >= max_states:
-                                return EXPAND_OVERFLOW, n, d, g0
+                                return EXPAND_OVERFLOW, n, g0
                             if n >= cap or poff[n] + 2 > pairs.shape[0]:
-                                return EXPAND_GROW, n, d, g0
+                                return EXPAND_GROW, n, g0
                             g = n
                             n = _add_state(buf, 2, h, slot, n, pairs, poff, hashes, htab, single,
                                            offsets)
@@ -212,8 +266,8 @@ def expand_states(terms, states, index, start, n, d, max_states):
                 if g == d:
                     loops[d, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
                     looped = True
-            flags[d] = 1 if ends else (2 if looped else 0)
-            d += 1
+            flags[d] = F_ENDS if ends else (F_LOOP if looped else F_NEW)
+            _enqueue(trans, flags, queue, qs, d)
             continue
         ends = False
         for j in range(0, m, 2):
@@ -261,7 +315,7 @@ def expand_states(terms, states, index, start, n, d, max_states):
                                                 pairs[base + wide + 1], live, d, n, max_states,
                                                 buf)
                 if status != EXPAND_DONE:
-                    return status, n, d, g0
+                    return status, n, g0
             else:
                 trans[d, :] = 0
         else:
@@ -305,9 +359,9 @@ def expand_states(terms, states, index, start, n, d, max_states):
                 slot, g = _probe(htab, hashes, pairs, poff, buf, k, h)
             if g < 0:
                 if n >= max_states:
-                    return EXPAND_OVERFLOW, n, d, g0
+                    return EXPAND_OVERFLOW, n, g0
                 if n >= cap or poff[n] + k > pairs.shape[0]:
-                    return EXPAND_GROW, n, d, g0
+                    return EXPAND_GROW, n, g0
                 g = n
                 n = _add_state(buf, k, h, slot, n, pairs, poff, hashes, htab, single, offsets)
             trans[d, b] = g
@@ -317,13 +371,21 @@ def expand_states(terms, states, index, start, n, d, max_states):
             prev[:k] = buf[:k]
             prev_m = k
             prev_g = g
-        flags[d] = 1 if ends else (2 if looped else 0)
-        d += 1
-    return EXPAND_DONE, n, d, g0
+        flags[d] = F_ENDS if ends else (F_LOOP if looped else F_NEW)
+        _enqueue(trans, flags, queue, qs, d)
+    # what the limit left in the queue is made again when reached
+    for k in range(qs[0], qs[1]):
+        flags[queue[k]] = F_PENDING
+    qs[1] = qs[0]
+    return EXPAND_DONE, n, g0
 
 
 RUN_UNKNOWN = -1
 _RUN_OPEN = -2
+#: the most children one count_run search looks at (a run search runs down a
+#: chain of positions, one child each; one that branches and meets again is
+#: cut short)
+MAX_RUN_STEPS = 1 << 16
 
 
 @njit(cache=True, nogil=True)
@@ -349,7 +411,8 @@ def _set_good(trans, flags, s, live, good):
     """``good[s]``: the ASCII bytes on which ``s`` goes to a state where no
     terminal ends that takes the same ASCII bytes as ``s`` (a counter's next
     position); none when ``s`` takes fewer than 16 ASCII bytes (literals, digits:
-    walks that are cheap anyway)."""
+    walks that are cheap anyway). Returns 0, or a successor not expanded yet
+    (then nothing is written)."""
     _ascii_live(trans, s, live)
     lo = np.uint64(0)
     hi = np.uint64(0)
@@ -361,8 +424,10 @@ def _set_good(trans, flags, s, live, good):
         base = s << 8
         for b in range(128):
             x = trans[base + b]
-            if x == 0 or flags[x] == 1:
+            if x == 0 or flags[x] == F_ENDS:
                 continue
+            if flags[x] == F_PENDING:
+                return x
             _ascii_live(trans, x, live)
             if live[x, 0] == live[s, 0] and live[x, 1] == live[s, 1]:
                 if b < 64:
@@ -371,6 +436,8 @@ def _set_good(trans, flags, s, live, good):
                     hi |= np.uint64(1) << np.uint64(b - 64)
     good[s, 0] = lo
     good[s, 1] = hi
+    live[s, 2] = np.uint64(3)
+    return 0
 
 
 @njit(cache=True, nogil=True)
@@ -389,46 +456,92 @@ def count_run(trans, flags, memos, s0, cap):
 
     ``r(s) = min(cap, 1 + min over good bytes b of r'(t))``, ``t`` the successor,
     where ``r'(t) = r(t)`` when ``good[t]`` covers ``good[s]``, else 0. Computed
-    by an iterative depth-first search, memoised in ``run`` (states of a cycle
-    met again count 0: a lower bound, hence still sound); ``memos`` holds
-    ``run``, ``good``, the per-state ASCII bytes taken and the scratch of the
-    search. ``flags`` as for :func:`lexer_walk` (1: some terminal ends)."""
+    by an iterative depth-first search no deeper than ``cap`` (a state ``k``
+    levels down needs its run only up to ``cap - k``: the search stays within
+    the states a token can reach, expanded or not beyond), memoised in ``run``
+    where exact -- ``s0``'s, and a deeper state's shorter than what its level
+    asked (states of a cycle met again count 0: a lower bound, hence still
+    sound); ``memos`` holds ``run``, ``good``, the per-state ASCII bytes taken
+    (``live[s, 2]`` is 1 once they are known, 3 once ``good[s]`` is too) and the
+    scratch of the search. ``flags`` as for :func:`lexer_walk`.
+
+    A state not expanded yet within reach stops the search: ``PENDING_BASE -
+    state`` is returned and nothing memoised that depended on it (the states
+    on the search's stack are unknown again)."""
     run, good, live, scratch = memos
     if run[s0] >= 0:
         return run[s0]
-    _set_good(trans, flags, s0, live, good)
-    stk, pos, best = scratch[0], scratch[1], scratch[2]
+    if live[s0, 2] != np.uint64(3):
+        x = _set_good(trans, flags, s0, live, good)
+        if x:
+            return PENDING_BASE - x
+    stk, pos, best, last = scratch[0], scratch[1], scratch[2], scratch[3]
     top = 0
     stk[0] = s0
     pos[0] = 0
     best[0] = cap
+    last[0] = 0
     run[s0] = _RUN_OPEN
+    steps = 0
     while top >= 0:
         s = stk[top]
         b = pos[top]
         pushed = False
+        # what a child may add at this level: its run counts up to cap - top - 1
+        room = cap - top - 1
         while b < 128:
             if (good[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+                if room <= 0:
+                    # one byte left: every child gives 1, none need be looked at
+                    if best[top] > 1:
+                        best[top] = 1
+                    b += 1
+                    continue
                 x = trans[(s << 8) + b]
+                if x == last[top]:
+                    # the child of the byte before (a class's bytes share one)
+                    b += 1
+                    continue
+                last[top] = x
+                steps += 1
+                if steps > MAX_RUN_STEPS:
+                    # a search that branches: give up on a run (0, a lower bound)
+                    for k in range(1, top + 1):
+                        run[stk[k]] = RUN_UNKNOWN
+                    run[s0] = 0
+                    return 0
                 rx = run[x]
                 if rx == RUN_UNKNOWN:
-                    _set_good(trans, flags, x, live, good)
+                    if flags[x] == F_PENDING:
+                        y = x
+                    elif live[x, 2] != np.uint64(3):
+                        y = _set_good(trans, flags, x, live, good)
+                    else:
+                        y = 0
+                    if y:
+                        for k in range(top + 1):
+                            run[stk[k]] = RUN_UNKNOWN
+                        return PENDING_BASE - y
                     run[x] = _RUN_OPEN
                     pos[top] = b + 1
                     top += 1
                     stk[top] = x
                     pos[top] = 0
-                    best[top] = cap
+                    best[top] = cap - top
+                    last[top] = 0
                     pushed = True
                     break
                 r2 = rx if (rx >= 0 and _covers(good, x, s)) else 0
+                if r2 > room:
+                    r2 = room
                 if r2 + 1 < best[top]:
                     best[top] = r2 + 1
             b += 1
         if pushed:
             continue
         r = best[top] if (good[s, 0] | good[s, 1]) != np.uint64(0) else 0
-        run[s] = r
+        # at the level's limit the true run may be longer: exact only at the top
+        run[s] = r if (r < cap - top or top == 0) else RUN_UNKNOWN
         top -= 1
         if top >= 0:
             p = stk[top]
@@ -446,10 +559,14 @@ MIN_RUN = 8
 
 @njit(cache=True, nogil=True)
 def _classify(trans, flags, memos, s, cap):
-    """Turn ``flags[s]`` from 0 (neither ends nor loops) into 3 (a counted run of
-    at least ``MIN_RUN`` bytes, see :func:`count_run`) or 4 (plain); returns it."""
+    """Turn ``flags[s]`` from ``F_NEW`` (neither ends nor loops) into ``F_RUN`` (a
+    counted run of at least ``MIN_RUN`` bytes, see :func:`count_run`) or
+    ``F_PLAIN``; returns it, or ``PENDING_BASE - state`` for a state in reach
+    not expanded yet (``flags[s]`` unchanged)."""
     r = count_run(trans, flags, memos, s, cap)
-    f = 3 if r >= MIN_RUN else 4
+    if r < 0:
+        return r
+    f = F_RUN if r >= MIN_RUN else F_PLAIN
     flags[s] = f
     return f
 
@@ -461,7 +578,9 @@ def _reads_utf8(trans, flags, s, below):
     body, and a regex body over ``.`` or a broad class. With its ASCII bytes
     looping too, ``s`` keeps every valid UTF-8 text alive and boundary-free.
     Bytes no token has (not under the trie's root, ``below[0]``) are not asked
-    about: lexer tables are restricted to the vocabulary's alphabet."""
+    about: lexer tables are restricted to the vocabulary's alphabet. Returns 1
+    or 0, or -1 when a state on the way is not expanded yet (unknown: taken as
+    0 by the walk, settled again later)."""
     # (decoder state, lexer state) pairs, breadth first from (boundary, s)
     cap = 64
     us = np.empty(cap, np.int32)
@@ -479,14 +598,16 @@ def _reads_utf8(trans, flags, s, below):
             q2 = trans[(q << 8) | b]
             if q2 == 0:
                 if (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-                    return False
+                    return 0
                 continue
             if v == 0:
                 if q2 != s:
-                    return False
+                    return 0
                 continue
-            if flags[q2] == 1:
-                return False
+            if flags[q2] == F_ENDS:
+                return 0
+            if flags[q2] == F_PENDING:
+                return -1
             new = True
             for m in range(n):
                 if us[m] == v and qs[m] == q2:
@@ -494,32 +615,38 @@ def _reads_utf8(trans, flags, s, below):
                     break
             if new:
                 if n == cap:
-                    return False
+                    return 0
                 us[n], qs[n] = v, q2
                 n += 1
-    return True
+    return 1
 
 
 @njit(cache=True, nogil=True)
-def settle_reads_utf8(states, below, lo, hi):
-    """:func:`_reads_utf8` for the loop states ``lo:hi`` (``flags`` 2) not yet
-    settled: run after each build (flag 2 is only set there), so that
-    :func:`lexer_walk` only reads the memo."""
+def settle_reads_utf8(states, below, which):
+    """:func:`_reads_utf8` for the loop states (``F_LOOP``) among ``which`` not
+    yet settled: run after each build (the flag is only set there), so that
+    :func:`lexer_walk` only reads the memo. Returns how many stay unknown (a
+    state on the way not expanded yet)."""
     trans2, _, _, _, flags, reads_utf8 = states
     trans = trans2.reshape(-1)
-    for s in range(lo, hi):
-        if flags[s] == 2 and reads_utf8[s] < 0:
-            reads_utf8[s] = 1 if _reads_utf8(trans, flags, s, below) else 0
+    unknown = 0
+    for k in range(which.shape[0]):
+        s = which[k]
+        if flags[s] == F_LOOP and reads_utf8[s] < 0:
+            reads_utf8[s] = _reads_utf8(trans, flags, s, below)
+            if reads_utf8[s] < 0:
+                unknown += 1
+    return unknown
 
 
 @njit(cache=True, nogil=True)
-def expand_start(terms, states, index, below, expected, extra, settle_from, n, d, max_states):
+def expand_start(terms, states, index, below, expected, extra, n, max_states, queue, qs, limit):
     """The lexer state that starts the usable terminals of the bitset ``expected
     | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
-    added by :func:`expand_states` with every state it reaches; when that is
-    done, the loop states from ``settle_from`` on are settled
-    (:func:`settle_reads_utf8`). Returns :func:`expand_states`' ``(status, n, d,
-    state)``, state 0 when no terminal is usable. One call where building the
+    added and expanded by :func:`expand_states` (``queue``, ``qs`` and
+    ``limit`` as there); when that is done, the loop states it expanded are
+    settled (:func:`settle_reads_utf8`). Returns :func:`expand_states`'
+    ``(status, n, state)``, state 0 when no terminal is usable. One call where building the
     start pairs in Python and calling the two kernels cost ~4 us per new
     expected set, one of the steps of a new parser state's first mask. (The
     settling is here so that a walk meeting a new loop state mid-way, a key's
@@ -538,11 +665,11 @@ def expand_start(terms, states, index, below, expected, extra, settle_from, n, d
                 start[k + 1] = 1
                 k += 2
     if k == 0:
-        return EXPAND_DONE, n, d, 0
-    status, n, d, g = expand_states(terms, states, index, start[:k], n, d, max_states)
+        return EXPAND_DONE, n, 0
+    status, n, g = expand_states(terms, states, index, start[:k], n, max_states, queue, qs, limit)
     if status == EXPAND_DONE:
-        settle_reads_utf8(states, below, settle_from, n)
-    return status, n, d, g
+        settle_reads_utf8(states, below, queue[:qs[0]])
+    return status, n, g
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -606,10 +733,13 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     where a token may cross into the next terminal. Returns their number, or -1
     when the output arrays are too small (call again with larger ones; the
     buffers are preallocated because growing them inside the loop makes it three
-    times slower).
+    times slower), or ``PENDING_BASE - s`` when it reached a state ``s`` not
+    expanded yet (expand it, clear ``row`` and call again). ``state`` itself is
+    expanded.
 
-    ``flags[s]`` is 1 when some terminal may end in ``s``, 2 when none may and
-    some byte loops on ``s``, else 0, 3 or 4 (below). ``loops[s]`` are the bytes
+    ``flags[s]`` is ``F_ENDS`` when some terminal may end in ``s``, ``F_LOOP``
+    when none may and some byte loops on ``s``, else ``F_NEW``, ``F_RUN`` or
+    ``F_PLAIN`` (below). ``loops[s]`` are the bytes
     on which ``s`` stays ``s`` and ``below[i]`` the bytes under node ``i`` (256 bits each): when
     every byte under a node loops in a state where no terminal ends (a JSON
     string's body), the whole subtree is allowed and stays there, and its tokens
@@ -622,10 +752,10 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     a string body's walk visit most of its 420k nodes (1.2-2.0 ms; now 0.1-0.2
     ms, and SmolLM2's 12 -> 9 us).
 
-    A state with neither (``flags[s] == 0``) may be a position of a
+    A state with neither (``F_NEW``) may be a position of a
     length-bounded string: on first sight :func:`count_run` finds how many more
-    bytes of which kind it takes without changing kind (``flags[s]`` becomes 3, or
-    4 when that run is short), and a subtree no deeper than that (``height``)
+    bytes of which kind it takes without changing kind (``flags[s]`` becomes
+    ``F_RUN``, or ``F_PLAIN`` when that run is short), and a subtree no deeper than that (``height``)
     over those bytes is allowed whole the same way (a ``maxLength``
     position's walk visited most of the trie: ~400 us on SmolLM2), with the
     per-state memos and scratch of ``memos``.
@@ -671,21 +801,25 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
                     continue
                 stack[d] = s
                 f = flags[s]
-                if f == 1:
+                if f == F_PENDING:
+                    return PENDING_BASE - s
+                if f == F_ENDS:
                     if nxt > i + 1:
                         if n < cap:
                             out_node[n] = i
                             out_state[n] = s
                         n += 1
-                elif f == 2:
+                elif f == F_LOOP:
                     if nxt > i + 1 and _stays_below(
                             below, loops, utf8_below, reads_utf8, i, s):
                         i = nxt
                         continue
-                elif f != 4 and nxt > i + 1:
-                    if f == 0:
+                elif f != F_PLAIN and nxt > i + 1:
+                    if f == F_NEW:
                         f = _classify(trans, flags, memos, s, max_depth)
-                    if f == 3 and _run_covers(below, good, height, run, i, s):
+                        if f < 0:
+                            return f
+                    if f == F_RUN and _run_covers(below, good, height, run, i, s):
                         i = nxt
                         continue
                 i += 1
@@ -708,15 +842,19 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
             # of nodes, where "has children" is a coin flip the CPU mispredicts (in
             # the other order a counting state's walk took 620 instead of 350 us)
             f = flags[s]
-            if f == 4:
+            if f == F_PLAIN:
                 i += 1
                 continue
-            if f == 0:
+            if f == F_PENDING:
+                return PENDING_BASE - s
+            if f == F_NEW:
                 f = _classify(trans, flags, memos, s, max_depth)
-                if f == 4:
+                if f < 0:
+                    return f
+                if f == F_PLAIN:
                     i += 1
                     continue
-            if f == 3:
+            if f == F_RUN:
                 nxt = tskip[i]
                 if nxt > i + 1 and _run_covers(below, good, height, run, i, s):
                     _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
@@ -724,7 +862,7 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
                     continue
                 i += 1
                 continue
-            if f == 1:
+            if f == F_ENDS:
                 if tskip[i] > i + 1:
                     if n < cap:
                         out_node[n] = i
@@ -750,7 +888,8 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     <constrain.vocab.trie.TokenTrie.packed>`), the boundary nodes and their
     states written to ``out[0]`` and ``out[1]``. Returns their number, or -1
     when ``out`` is too small (``row`` is then to be zeroed and the call made
-    again with a larger ``out``). Few arguments and no outputs to allocate and
+    again with a larger ``out``), or :func:`lexer_walk`'s ``PENDING_BASE -
+    state``. Few arguments and no outputs to allocate and
     box: those took 3.3 of a 4.6 us call that walked for 1.3 us.
 
     With ``share_min >= 0``, a state whose first bytes lead to at least that
@@ -784,7 +923,8 @@ def _push(ls, lc, d, m, width, s, c):
 
 
 @njit(cache=True, nogil=True)
-def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m, width):
+def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m,
+                   width):
     """End each terminal accepting in lexer state ``s`` (context ``c``), start the
     next one and, when ``b >= 0``, read byte ``b`` with it; add the pairs at depth
     ``d``. Returns ``(status, m, a, t)`` as :func:`boundary_walk` reports a
@@ -810,6 +950,8 @@ def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc
             s3 = l0 if b < 0 else trans[l0, b]
             if s3 == 0:
                 continue
+            if flags[s3] == F_PENDING:
+                return NEED_EXPAND, m, s3, 0
             m = _push(ls, lc, d, m, width, s3, c2)
             if m < 0:
                 return OVERFLOW, m, 0, 0
@@ -817,8 +959,8 @@ def _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc
 
 
 @njit(cache=True, nogil=True)
-def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0,
-                  tbuf, toffs, width, row):
+def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
+                  ctx, j0, tbuf, toffs, width, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
     For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
@@ -830,7 +972,8 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
 
     Returns ``(status, a, b, j)``: ``status`` 0 when done (bits set in ``row``),
     ``NEED_NEXT`` with ``(a, b) = (context, terminal)`` or ``NEED_START`` with
-    ``a`` the context whose start state is missing, ``OVERFLOW`` when a node had
+    ``a`` the context whose start state is missing, ``NEED_EXPAND`` with ``a``
+    a lexer state not expanded yet (``flags``), ``OVERFLOW`` when a node had
     more than ``width`` pairs; ``j`` is the start node being walked, where a call
     after the missing entry is filled in may resume (bits only ever get set, so
     walking node ``j`` again is harmless).
@@ -854,7 +997,7 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
         root = starts_node[j]
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
-        status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
+        status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits,
                                          starts_state[j], ctx, -1, ls, lc, d0, 0, width)
         if status != NEED_NONE:
             return status, a, t, j
@@ -873,12 +1016,14 @@ def boundary_walk(trans, acc, ctx_next, ctx_start, ignore_bits, starts_node, sta
                 # the terminal goes on
                 s2 = trans[s, b]
                 if s2 != 0:
+                    if flags[s2] == F_PENDING:
+                        return NEED_EXPAND, s2, 0, j
                     m = _push(ls, lc, d, m, width, s2, c)
                     if m < 0:
                         return OVERFLOW, 0, 0, j
                 # or it ends before this byte and the next one begins with it
-                status, m, a, t = _end_terminals(trans, acc, ctx_next, ctx_start, ignore_bits,
-                                                 s, c, b, ls, lc, d, m, width)
+                status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start,
+                                                 ignore_bits, s, c, b, ls, lc, d, m, width)
                 if status != NEED_NONE:
                     return status, a, t, j
             if m == 0:
