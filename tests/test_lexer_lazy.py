@@ -134,3 +134,20 @@ def test_persisted_lexer_keeps_pending_states(smollm2_vocab, smollm2_tokenizer, 
                 break
         else:
             assert g.is_accepting(a) and h.is_accepting(b)
+
+
+def test_token_budgets_expand_completely(smollm2_vocab, monkeypatch):
+    """A grammar with token budgets reads lexer rows in its budget walks without
+    asking for them: its lexer expands everything it reaches, whatever the
+    chunk, even past table growths."""
+    monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", 1)
+    g = Compiler(smollm2_vocab).compile_grammar(
+        'start: "<" r ">" N\nr[max_tokens=40]: /[a-z ]{1,900}/\nN: /[0-9]{1,900}/\n')
+    assert g.lexer.chunk > 1
+    state = g.initial_state()
+    g.mask_row(state)
+    for t in g.allowed_token_ids(state).tolist()[:1]:
+        state = g.advance(state, t)
+        g.mask_row(state)
+    lex = g.lexer
+    assert lex.n > 1024 and (lex.walk_flags[1:lex.n] != 0).all()

@@ -370,17 +370,22 @@ class GrammarConstraint(Constraint):
             # most steps: one configuration, no terminal ending inside the
             # token, so one lexer state per byte and no sets
             c, s = configs[0]
-            trans, has_acc, flags = lex.trans, lex.has_acc, lex.walk_flags
+            # the walk flag says both "a terminal may end" (F_ENDS, as has_acc)
+            # and "not expanded yet" (0): one look-up per byte
+            trans, flags = lex.trans, lex.walk_flags
+            f = flags.item(s)
             for b in data:
-                if has_acc.item(s):
+                if f == 1:
                     break  # a terminal may end here: the general loop below
                 s = trans.item(s, b)
                 if not s:
                     return ()
-                if not flags.item(s):
+                f = flags.item(s)
+                if not f:
                     # not expanded yet (a long length bound's far positions)
                     lex.ensure(s)
-                    trans, has_acc, flags = lex.trans, lex.has_acc, lex.walk_flags
+                    trans, flags = lex.trans, lex.walk_flags
+                    f = flags.item(s)
             else:
                 return ((c, s),)
         for b in data:

@@ -543,9 +543,10 @@ class LexerTables:
         #: ``complete`` (the token budgets' walks read rows without asking)
         self.chunk = max_states if complete else EXPAND_CHUNK
         #: expand_states' breadth-first queue (as long as the tables) and its
-        #: head, tail and count, kept across a call that grows the tables
+        #: head, tail, count, "some state was left unexpanded" and the first
+        #: state the current row made, kept across a call that grows the tables
         self._queue = np.empty(cap, dtype=np.int32)
-        self._qs = np.zeros(3, dtype=np.int64)
+        self._qs = np.zeros(5, dtype=np.int64)
         self._starts: dict[frozenset, int] = {}
         #: per lexer state ``g``, its alive (terminal, local state) pairs, flattened
         #: and sorted by terminal, are ``pairs[poff[g]:poff[g + 1]]``
@@ -630,19 +631,19 @@ class LexerTables:
         """Run the expanding kernel ``call(terms, states, index)`` until it has
         room, growing the tables; the state it returns."""
         terms = self.terms.kernel_arrays
-        qs = self._qs
-        qs[:] = 0
         while True:
             states, index, _ = self.kernel_arrays
+            # the kernel leaves qs[1] (the queue's tail) 0 when done
             status, self.n, g = call(terms, states, index)
             if status == gk.EXPAND_DONE:
-                qs[:] = 0
                 self._names.n = self.n
                 return int(g)
             if status == gk.EXPAND_OVERFLOW:
-                # the queued states are not expanded: made again when reached
+                # the queued states are not expanded: expanded when reached
+                qs = self._qs
                 self.walk_flags[self._queue[qs[0]:qs[1]]] = gk.F_PENDING
-                qs[:] = 0
+                qs[1] = 0
+                qs[3] = 1
                 raise GrammarTooComplexError(
                     f"the lexer automata need more than {self.max_states} states "
                     f"(pass max_states= to raise the limit)")
@@ -828,7 +829,8 @@ class LexerTables:
             k += m
         self._scratch = np.empty((4, cap), dtype=np.int32)
         self._queue = np.empty(cap, dtype=np.int32)
-        self._qs = np.zeros(3, dtype=np.int64)
+        self._qs = np.zeros(5, dtype=np.int64)
+        self._qs[3] = (self.walk_flags[1:n] == gk.F_PENDING).any()
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
