@@ -33,6 +33,7 @@ GRAMMARS = {
 
 def _compile(kind, source, vocab, chunk, monkeypatch):
     monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", chunk)
+    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
     c = Compiler(vocab)
     return c.compile_json_schema(source) if kind == "schema" else c.compile_grammar(source)
 
@@ -108,7 +109,7 @@ def test_bounded_string_expands_only_what_walks_reach(smollm2_vocab, smollm2_tok
         assert state is not None
     lex = g.lexer
     expanded = int((lex.walk_flags[1:lex.n] != 0).sum())
-    assert expanded <= 2 * lexer_module.EXPAND_CHUNK and lex.n < 6_000, (expanded, lex.n)
+    assert expanded <= 2 * g.lexer.chunk and lex.n < 6_000, (expanded, lex.n)
     assert g.mask_row(state).any()
 
 
@@ -141,6 +142,7 @@ def test_token_budgets_expand_completely(smollm2_vocab, monkeypatch):
     asking for them: its lexer expands everything it reaches, whatever the
     chunk, even past table growths."""
     monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", 1)
+    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
     g = Compiler(smollm2_vocab).compile_grammar(
         'start: "<" r ">" N\nr[max_tokens=40]: /[a-z ]{1,900}/\nN: /[0-9]{1,900}/\n')
     assert g.lexer.chunk > 1

@@ -370,46 +370,52 @@ class GrammarConstraint(Constraint):
             # most steps: one configuration, no terminal ending inside the
             # token, so one lexer state per byte and no sets
             c, s = configs[0]
-            # the walk flag says both "a terminal may end" (F_ENDS, as has_acc)
-            # and "not expanded yet" (0): one look-up per byte
+            # the walk flag is 1 (F_ENDS) where has_acc is. A state not expanded
+            # yet (flag 0: a long length bound's far positions) has a dead row
+            # and no ending terminal, so this loop need not look for one: it
+            # ends refused, and is checked again below
             trans, flags = lex.trans, lex.walk_flags
-            f = flags.item(s)
             for b in data:
-                if f == 1:
+                if flags.item(s) == 1:
                     break  # a terminal may end here: the general loop below
                 s = trans.item(s, b)
                 if not s:
+                    if lex.left_pending:
+                        return self._step_expanding(c, configs, data)
                     return ()
-                f = flags.item(s)
-                if not f:
-                    # not expanded yet (a long length bound's far positions)
-                    lex.ensure(s)
-                    trans, flags = lex.trans, lex.walk_flags
-                    f = flags.item(s)
             else:
+                if not flags.item(s):
+                    lex.ensure(s)
                 return ((c, s),)
+        return self._step_general(configs, data)
+
+    def _step_general(self, configs, data: bytes):
+        """:meth:`_step` where terminals may end inside the token, or from
+        several configurations."""
+        lex = self.lexer
         for b in data:
-            trans = lex.trans
+            trans, flags = lex.trans, lex.walk_flags
             new = set()
             for (c, s) in configs:
-                s2 = int(trans[s, b])
+                s2 = trans.item(s, b)
                 if s2:
-                    if not lex.walk_flags[s2]:
+                    if not flags.item(s2):
                         lex.ensure(s2)
-                        trans = lex.trans
+                        trans, flags = lex.trans, lex.walk_flags
                     new.add((c, s2))
-                if lex.has_acc[s]:
+                if flags.item(s) == 1:  # F_ENDS: a terminal may end here
                     for t in lex.accepting_terminals(s):
                         c2 = self._next(c, t)
                         if c2 < 0:
                             continue
                         l0 = self._start(c2)
-                        trans = lex.trans  # a new lexer automaton may have been appended
-                        s3 = int(trans[l0, b])
+                        # a new lexer automaton may have been appended
+                        trans, flags = lex.trans, lex.walk_flags
+                        s3 = trans.item(l0, b)
                         if s3:
-                            if not lex.walk_flags[s3]:
+                            if not flags.item(s3):
                                 lex.ensure(s3)
-                                trans = lex.trans
+                                trans, flags = lex.trans, lex.walk_flags
                             new.add((c2, s3))
             if not new:
                 return ()
@@ -417,6 +423,21 @@ class GrammarConstraint(Constraint):
                 new = self._merged(new)
             configs = new
         return tuple(sorted(configs))
+
+    def _step_expanding(self, c: int, configs, data: bytes):
+        """:meth:`_step` of one configuration, expanding each lexer state not
+        expanded yet as the bytes reach it."""
+        lex = self.lexer
+        s = configs[0][1]
+        for b in data:
+            if lex.walk_flags.item(s) == 1:
+                return self._step_general(configs, data)
+            s = lex.trans.item(s, b)
+            if not s:
+                return ()
+            if not lex.walk_flags.item(s):
+                lex.ensure(s)
+        return ((c, s),)
 
     def _merged(self, configs: set) -> set:
         """``configs`` with the configurations that share a lexer state made one,

@@ -95,10 +95,15 @@ def automaton_bytes(key, dfa) -> int:
 
 _NONE_BYTES = sys.getsizeof(None)
 
-#: lexer states expanded per call (``LexerTables.chunk``): every state a JSON
-#: Schema's usual terminals reach together, and of a ``maxLength`` string
-#: (~14 states per character) the first ~150 characters
+#: lexer states expanded per call at least (``LexerTables.chunk``): every state
+#: a JSON Schema's usual terminals reach together, and of a ``maxLength`` string
+#: (~14 states per character) the first ~150 characters. Or so many per byte of the
+#: longest token (``EXPAND_PER_BYTE``), whichever is more: a walk reads a
+#: token's depth ahead, and a counted run (count_run) twice as far; a walk that
+#: meets an unexpanded state starts over (o200k's 128-byte tokens: a bounded
+#: string's walk costs ~2 ms)
 EXPAND_CHUNK = 2048
+EXPAND_PER_BYTE = 48
 # the key tuple (5 items), its flags and the id (two small ints)
 _ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
 
@@ -541,7 +546,7 @@ class LexerTables:
         self.n = 1
         #: states expanded per call (expand_states' ``limit``); all of them when
         #: ``complete`` (the token budgets' walks read rows without asking)
-        self.chunk = max_states if complete else EXPAND_CHUNK
+        self.chunk = max_states if complete else max(EXPAND_CHUNK, EXPAND_PER_BYTE * trie.max_depth)
         #: expand_states' breadth-first queue (as long as the tables) and its
         #: head, tail, count, "some state was left unexpanded" and the first
         #: state the current row made, kept across a call that grows the tables
@@ -614,6 +619,13 @@ class LexerTables:
 
         return self._expand(expand)
 
+    @property
+    def left_pending(self) -> bool:
+        """Whether some lexer state was made and not expanded. Such a state's
+        row is all zeros (every byte dead) until it is: a step that runs
+        through one ends refused, and must then be checked again."""
+        return bool(self._qs[3])
+
     def ensure(self, s: int) -> None:
         """Expand lexer state ``s`` if it is not yet (with what it reaches, up to
         ``chunk`` states): a state's row, acceptance and flags are read only
@@ -641,7 +653,9 @@ class LexerTables:
             if status == gk.EXPAND_OVERFLOW:
                 # the queued states are not expanded: expanded when reached
                 qs = self._qs
-                self.walk_flags[self._queue[qs[0]:qs[1]]] = gk.F_PENDING
+                left = self._queue[qs[0]:qs[1]]
+                self.walk_flags[left] = gk.F_PENDING
+                self.trans[left] = 0  # a row not expanded reads as dead
                 qs[1] = 0
                 qs[3] = 1
                 raise GrammarTooComplexError(

@@ -393,6 +393,8 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
         qs[3] = 1
         for k in range(qs[0], qs[1]):
             flags[queue[k]] = F_PENDING
+            # a row not expanded reads as dead (see LexerTables.left_pending)
+            trans[queue[k], :] = 0
     qs[1] = 0
     return EXPAND_DONE, n, g0
 
@@ -473,12 +475,14 @@ def count_run(trans, flags, memos, s0, cap):
 
     ``r(s) = min(cap, 1 + min over good bytes b of r'(t))``, ``t`` the successor,
     where ``r'(t) = r(t)`` when ``good[t]`` covers ``good[s]``, else 0. Computed
-    by an iterative depth-first search no deeper than ``cap`` (a state ``k``
-    levels down needs its run only up to ``cap - k``: the search stays within
-    the states a token can reach, expanded or not beyond), memoised in ``run``
-    where exact -- ``s0``'s, and a deeper state's shorter than what its level
-    asked (states of a cycle met again count 0: a lower bound, hence still
-    sound); ``memos`` holds ``run``, ``good``, the per-state ASCII bytes taken
+    by an iterative depth-first search no deeper than ``2 * cap`` (a state
+    ``k`` levels down needs its run only up to ``2 * cap - k``: the search stays
+    within two tokens' reach, expanded or not beyond), memoised in ``run``
+    where exact -- a state's within ``cap`` levels of ``s0`` (its run, capped
+    at ``cap``, is then known), and a deeper state's shorter than what its
+    level asked; so the states of a bounded string's positions are memoised
+    ``cap`` at a time (states of a cycle met again count 0: a lower bound, hence
+    still sound); ``memos`` holds ``run``, ``good``, the per-state ASCII bytes taken
     (``live[s, 2]`` is 1 once they are known, 3 once ``good[s]`` is too) and the
     scratch of the search. ``flags`` as for :func:`lexer_walk`.
 
@@ -493,10 +497,11 @@ def count_run(trans, flags, memos, s0, cap):
         if x:
             return PENDING_BASE - x
     stk, pos, best, last = scratch[0], scratch[1], scratch[2], scratch[3]
+    lim = 2 * cap
     top = 0
     stk[0] = s0
     pos[0] = 0
-    best[0] = cap
+    best[0] = lim
     last[0] = 0
     run[s0] = _RUN_OPEN
     steps = 0
@@ -504,8 +509,8 @@ def count_run(trans, flags, memos, s0, cap):
         s = stk[top]
         b = pos[top]
         pushed = False
-        # what a child may add at this level: its run counts up to cap - top - 1
-        room = cap - top - 1
+        # what a child may add at this level: its run counts up to lim - top - 1
+        room = lim - top - 1
         while b < 128:
             if (good[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
                 if room <= 0:
@@ -544,7 +549,7 @@ def count_run(trans, flags, memos, s0, cap):
                     top += 1
                     stk[top] = x
                     pos[top] = 0
-                    best[top] = cap - top
+                    best[top] = lim - top
                     last[top] = 0
                     pushed = True
                     break
@@ -557,8 +562,14 @@ def count_run(trans, flags, memos, s0, cap):
         if pushed:
             continue
         r = best[top] if (good[s, 0] | good[s, 1]) != np.uint64(0) else 0
-        # at the level's limit the true run may be longer: exact only at the top
-        run[s] = r if (r < cap - top or top == 0) else RUN_UNKNOWN
+        # r is at most the true run: exact when below the level's limit, and
+        # enough when cap or more (runs are capped at cap)
+        if r >= cap:
+            run[s] = cap
+        elif r < lim - top:
+            run[s] = r
+        else:
+            run[s] = RUN_UNKNOWN
         top -= 1
         if top >= 0:
             p = stk[top]
