@@ -258,6 +258,9 @@ PRELOAD = (
     ("vocab.trie_kernels", "subtree_height"),
     ("vocab.trie_kernels", "utf8_below"),
     ("cfg.lexer_kernels", "expand_start"),
+    # a state met unexpanded (a long length bound) or named by a shared walk
+    ("cfg.lexer_kernels", "expand_states"),
+    ("cfg.lexer_kernels", "settle_reads_utf8"),
     ("cfg.lexer_kernels", "lexer_walk_rows"),
     ("cfg.earley_kernels", "earley_next"),
     ("cfg.lexer_kernels", "boundary_walk"),

@@ -49,7 +49,8 @@ _SCHEMA = {
         "a": {"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
               "maxItems": 3},
         "o": {"type": "object", "additionalProperties": {"type": "string"}},
-        # a lexer of more than its initial 1024 states, and a float multipleOf
+        # a lexer of more than its initial 1024 states, expanded as the walk
+        # reaches them (past the first chunk), and a float multipleOf
         "l": {"type": "string", "maxLength": 300},
         "m": {"type": "number", "multipleOf": 0.25},
         # enum values checked against a length bound: imports jsonschema (~1 s)
@@ -58,7 +59,7 @@ _SCHEMA = {
     "required": ["s"],
 }
 _INSTANCE = {"s": "héllo", "n": -1.5e3, "i": 7, "e": "green", "p": "abc",
-             "d": "2024-01-02T03:04:05Z", "a": [None, True], "o": {"k": "v"}, "l": "x",
+             "d": "2024-01-02T03:04:05Z", "a": [None, True], "o": {"k": "v"}, "l": "x" * 200,
              "m": 2.75, "k": "off", "q": "é!"}
 _GRAMMAR = r"""
 start: expr
