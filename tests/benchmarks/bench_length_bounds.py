@@ -16,7 +16,8 @@ peak resident memory grew over the compile and walk (first time a size is met).
     python tests/benchmarks/bench_length_bounds.py [--vocab smollm2|o200k]
         [--engines trellis,xgrammar,llguidance] [--rounds 3] [--lengths 32,255,512,2048,5000]
 
-Process CPU time, one process, engines warmed up as in bench_maskbench
+Process CPU time, one process, the garbage collector off while timing,
+engines warmed up as in bench_maskbench
 (``TrellisJSON`` empties its caches before each compile, as there); medians over
 the rounds.
 """
@@ -24,6 +25,7 @@ the rounds.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -79,10 +81,16 @@ def main() -> None:
             ids = [int(t) for t in spec.encode(instance_of(n))]
             for name, eng in engines.items():
                 rss0 = peak_rss()
-                g, _, cpu = eng.compile_timed(schema_of(n))
-                mask = eng.new_mask()
-                ns, cpus = [], []
-                res = eng.walk(g, ids, mask, ns, cpus)
+                # as bench_maskbench: no collection pauses inside the timings
+                gc.collect()
+                gc.disable()
+                try:
+                    g, _, cpu = eng.compile_timed(schema_of(n))
+                    mask = eng.new_mask()
+                    ns, cpus = [], []
+                    res = eng.walk(g, ids, mask, ns, cpus)
+                finally:
+                    gc.enable()
                 row = rows[(n, name)]
                 row["rss"] = max(row["rss"], peak_rss() - rss0)
                 del g
