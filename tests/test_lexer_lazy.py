@@ -153,3 +153,23 @@ def test_token_budgets_expand_completely(smollm2_vocab, monkeypatch):
         g.mask_row(state)
     lex = g.lexer
     assert lex.n > 1024 and (lex.walk_flags[1:lex.n] != 0).all()
+
+
+PERIODIC = {"type": "object",
+            "properties": {"a": {"type": "string", "minLength": 3, "maxLength": 120},
+                           "b": {"type": "array", "items": {"type": "string", "maxLength": 90}},
+                           "c": {"type": "string", "maxLength": 400}},
+            "required": ["a", "b", "c"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_periodic_walks_give_the_same_masks(seed, smollm2_vocab):
+    """A bounded string's positions far from both bounds share one walk and one
+    mask per context (``LexerTables._periodic``): masks along random walks --
+    through the first characters (below ``minLength``), the middle and up to
+    the bound -- equal those of the same grammar walking every position."""
+    shared = Compiler(smollm2_vocab).compile_json_schema(PERIODIC)
+    alone = Compiler(smollm2_vocab).compile_json_schema(PERIODIC)
+    alone.lexer._periodic = lambda s: None
+    _walk_both(shared, alone, smollm2_vocab, seed, 400)
+    assert shared.lexer._periodic_walks

@@ -244,7 +244,10 @@ class GrammarConstraint(Constraint):
             # a counted grammar's states and near-budget masks are triples: not
             # kept (they are made again on first use)
             masks = list(self._masks.items()) if self._budgets is None else []
-            config_masks = [(k, r) for k, r in self._config_masks.items() if len(k) == 2]
+            # (context, lexer state) pairs; not (context, (terminal, layer
+            # state)), a bounded string's shared positions (_config_mask)
+            config_masks = [(k, r) for k, r in self._config_masks.items()
+                            if len(k) == 2 and k[1].__class__ is int]
         # rows are shared between the two caches: each is written once
         slot: dict = {}
         rows = []
@@ -906,6 +909,28 @@ class GrammarConstraint(Constraint):
         row = self._config_masks.get(key)
         if row is not None:
             return row
+        if lex.terms.bounded:
+            # a bounded string's positions far from both bounds walk alike
+            # (LexerTables._periodic): their masks in one context are one
+            period = lex._periodic(s)
+            if period is not None:
+                pkey = (c, period)
+                row = self._config_masks.get(pkey)
+                if row is None:
+                    row = self._config_masks[pkey] = self._config_row(c, s)
+                self._config_masks[key] = row
+                while len(self._config_masks) > self._max_masks:
+                    self._config_masks.popitem(last=False)
+                return row
+        row = self._config_row(c, s)
+        self._config_masks[key] = row
+        if len(self._config_masks) > self._max_masks:
+            self._config_masks.popitem(last=False)
+        return row
+
+    def _config_row(self, c: int, s: int) -> np.ndarray:
+        """The mask of configuration ``(c, s)`` (not cached here)."""
+        lex = self.lexer
         cont, nodes, states = lex.walk(s)
         row = cont
         if self._tokens is not None:
@@ -931,9 +956,6 @@ class GrammarConstraint(Constraint):
             self._boundaries(c, nodes, states, row)
         if row is not cont:  # a walk's row is read-only (LexerTables.walk)
             row.setflags(write=False)
-        self._config_masks[key] = row
-        if len(self._config_masks) > self._max_masks:
-            self._config_masks.popitem(last=False)
         return row
 
     def _boundaries(self, c: int, nodes, states, row) -> None:

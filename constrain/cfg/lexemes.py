@@ -136,6 +136,8 @@ def _number_table(integer: bool) -> _Table:
 # layer's B. Through the regex pipeline, maxLength 2048 took 1.5 s.
 _B, _BS, _U, _D, _H1, _H2, _H3, _C1, _C2, _C3, _E0, _ED, _F0, _F4 = range(14)
 _LAYER = 14
+#: the states of one character counted in a length-bounded string (its layer)
+LAYER = _LAYER
 _NEXT = _LAYER
 
 

@@ -34,7 +34,7 @@ from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
 from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
-from constrain.cfg.lexemes import (LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
+from constrain.cfg.lexemes import (LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              builtin_template)
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
@@ -334,6 +334,10 @@ class TerminalAutomata:
         deadline = Deadline.of(deadline)
         n_t = ir.n_terminals
         self.usable = usable = np.zeros(n_t, dtype=np.bool_)
+        #: terminal -> ``(lo, hi)`` of the length-bounded strings written by
+        #: ``lexemes.write_bounded_string`` (layers of ``lexemes.LAYER`` states
+        #: per character counted), for LexerTables' periodic walks
+        self.bounded: dict[int, tuple[int, int]] = {}
         alphabet_key = alphabet.tobytes()
         self._share(ir, alphabet_key, compiler)
         automata = None if compiler is None else compiler.terminal_automata
@@ -416,6 +420,8 @@ class TerminalAutomata:
                           int(lex.string), 0, 0, 0)
                 else:
                     part = lex
+                    if lex.bounded[1] is not None:
+                        self.bounded[t] = lex.bounded
             if op is None and part is None:
                 try:
                     part = terminal_dfa(term, alphabet, max_states=max_states,
@@ -496,6 +502,9 @@ class TerminalAutomata:
         if self.table.min() < 0 or (self.table.max(axis=1) >= local).any():
             raise ValueError("a terminal automaton has transitions outside it")
         self.kernel_arrays = (self.table, self.offsets, self.accepting, self.usable)
+        # not stored: a file cannot be trusted to say which rows repeat (walks
+        # of a loaded grammar's bounded strings are not shared, only slower)
+        self.bounded = {}
         self._share(ir, alphabet.tobytes(), compiler)
         return self
 
@@ -573,6 +582,9 @@ class LexerTables:
         self._names = _StateNames(self.pairs, self.poff, terms.uids)
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
+        #: walks of bounded strings' positions far from both bounds, by
+        #: (terminal, state in the layer): see _periodic
+        self._periodic_walks: dict = {}
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
         self._scratch = np.empty((4, cap), dtype=np.int32)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
@@ -825,6 +837,7 @@ class LexerTables:
         self._names.n = n
         self._local_ids = {}
         self._rows = OrderedDict()
+        self._periodic_walks = {}
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
         walk_rows.setflags(write=False)  # as a walk's row (see walk)
@@ -888,6 +901,14 @@ class LexerTables:
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
+        period = self._periodic(s) if self.terms.bounded else None
+        if period is not None:
+            hit = self._periodic_walks.get(period)
+            if hit is not None:
+                self._rows[s] = hit
+                if len(self._rows) > self._max_rows:
+                    self._rows.popitem(last=False)
+                return hit
         shared = self._shared
         t = self.trie
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
@@ -923,7 +944,38 @@ class LexerTables:
         hit = self._rows[s] = (row, nodes, states)
         if len(self._rows) > self._max_rows:
             self._rows.popitem(last=False)
+        if period is not None:
+            if len(self._periodic_walks) >= 8 * LAYER:
+                self._periodic_walks.clear()  # eight bounded strings' positions
+            self._periodic_walks[period] = hit
         return hit
+
+    def _periodic(self, s: int):
+        """``(terminal, state in its layer)`` when lexer state ``s`` is one
+        bounded string's position alone, at least its ``lo`` characters in and
+        more than a token's bytes before its ``hi`` (each character counted is
+        a layer of :data:`~constrain.cfg.lexemes.LAYER` states: row ``2 + LAYER *
+        k + r`` after ``k`` characters, the closing quote from layer ``lo`` on
+        to one shared state). From every such position the walk is the same:
+        the same tokens stay in the string or close it, at the same trie nodes,
+        into the same states (a token's bytes complete fewer characters than
+        are left, and past the quote the states do not count). Else ``None``."""
+        poff = self.poff
+        base = poff[s]
+        if poff[s + 1] - base != 2:
+            return None
+        t = int(self.pairs[base])
+        bound = self.terms.bounded.get(t)
+        if bound is None:
+            return None
+        q = int(self.pairs[base + 1]) - 2
+        if q < 0:
+            return None
+        k, r = divmod(q, LAYER)
+        lo, hi = bound
+        if k < lo or hi - k <= self.trie.max_depth + 1:
+            return None
+        return (t, r)
 
     def _walk_expanding(self, s: int, row, out, n, share_min: int) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
