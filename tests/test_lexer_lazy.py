@@ -173,3 +173,30 @@ def test_periodic_walks_give_the_same_masks(seed, smollm2_vocab):
     alone.lexer._periodic = lambda s: None
     _walk_both(shared, alone, smollm2_vocab, seed, 400)
     assert shared.lexer._periodic_walks
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 1), (0, 7), (3, 3), (2, 40), (0, 300)])
+def test_bounded_string_rows_written_in_the_kernel(lo, hi, smollm2_vocab):
+    """``terminal_kernels.write_bounded`` (the stacked table's pass) writes a
+    length-bounded string's rows as ``lexemes.write_bounded_string`` does,
+    restricted to the vocabulary's alphabet, tail included."""
+    from constrain.cfg.lexemes import bounded_string_table
+
+    g = Compiler(smollm2_vocab).compile_json_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi}},
+         "required": ["s"], "additionalProperties": False})
+    terms = g.terms
+    assert len(terms.bounded) == 1
+    (t, bound), = terms.bounded.items()
+    assert bound == (lo, hi)
+    o, end = int(terms.offsets[t]), int(terms.offsets[t + 1])
+    alphabet = g.trie.alphabet
+    for tail in (b"", b",", b"}", b"}}", b"]"):
+        want, acc = bounded_string_table(lo, hi, tail)
+        if want.shape[0] == end - o:
+            want[:, ~alphabet] = 0
+            assert np.array_equal(terms.table[o:end], want), tail
+            assert np.array_equal(terms.accepting[o:end], acc), tail
+            break
+    else:
+        raise AssertionError("no tail gave the terminal's size")

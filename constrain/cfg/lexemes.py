@@ -178,6 +178,8 @@ def _codepoint_layer() -> np.ndarray:
 
 
 _CP_LAYER = _codepoint_layer()
+#: one character's layer, as ``terminal_kernels.write_bounded`` takes it
+CP_LAYER = _CP_LAYER
 
 
 _CP_LIVE = np.nonzero(_CP_LAYER >= 0)  # (state, byte) of the live entries
@@ -338,7 +340,7 @@ class LexemeTable:
         write_terminal_table(t, acc, np.ones(1, dtype=np.bool_), op,
                                      np.frombuffer(self.tail, dtype=np.uint8),
                                      np.zeros(0, dtype=np.int64), LEXEME_ROWS, LEXEME_ACCEPTING,
-                                     _EVERY_BYTE)
+                                     _EVERY_BYTE, CP_LAYER)
 
 
 def _with_tail(tb: _Table, tail: bytes) -> LexemeTable:

@@ -29,12 +29,12 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import table_rehash
-from constrain.cfg.terminal_kernels import TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
+from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
 from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
-from constrain.cfg.lexemes import (LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
+from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              builtin_template)
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
@@ -410,18 +410,24 @@ class TerminalAutomata:
             elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet_key,
                                                                _regex_literal,
                                                                max_states)) is not None:
-                # a JSON string, key or number; a length-bounded string is
-                # written after the kernel
+                # a JSON string, key or number, or a length-bounded string
+                # (one with no upper bound is written after the kernel)
                 if lex.bounded is None:
                     size = lex.rows
                     ta = len(data)
                     data += lex.tail
                     op = (TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
                           int(lex.string), 0, 0, 0)
+                elif lex.bounded[1] is not None:
+                    # written in the kernel's pass too (write_bounded)
+                    size = lex.rows
+                    ta = len(data)
+                    data += lex.tail
+                    op = (TERMINAL_BOUNDED, total, size, lex.bounded[0], lex.bounded[1], ta,
+                          len(data), 0, 0, 0, 0)
+                    self.bounded[t] = lex.bounded
                 else:
                     part = lex
-                    if lex.bounded[1] is not None:
-                        self.bounded[t] = lex.bounded
             if op is None and part is None:
                 try:
                     part = terminal_dfa(term, alphabet, max_states=max_states,
@@ -450,7 +456,7 @@ class TerminalAutomata:
         write_terminal_table(
             table, acc, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
             np.frombuffer(bytes(data), dtype=np.uint8), np.array(starts, dtype=np.int64),
-            LEXEME_ROWS, LEXEME_ACCEPTING, alphabet)
+            LEXEME_ROWS, LEXEME_ACCEPTING, alphabet, CP_LAYER)
         for t, part in later:
             o, size = offsets[t], offsets[t + 1] - offsets[t]
             if isinstance(part, ByteDFA):
