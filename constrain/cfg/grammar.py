@@ -383,9 +383,8 @@ class GrammarConstraint(Constraint):
                     break  # a terminal may end here: the general loop below
                 s = trans.item(s, b)
                 if not s:
-                    if lex.left_pending:
-                        return self._step_expanding(c, configs, data)
-                    return ()
+                    # through a state not expanded yet: again, expanding
+                    return self._step_general(configs, data) if lex.left_pending else ()
             else:
                 if not flags.item(s):
                     lex.ensure(s)
@@ -394,7 +393,7 @@ class GrammarConstraint(Constraint):
 
     def _step_general(self, configs, data: bytes):
         """:meth:`_step` where terminals may end inside the token, or from
-        several configurations."""
+        several configurations, expanding the lexer states it reaches."""
         lex = self.lexer
         for b in data:
             trans, flags = lex.trans, lex.walk_flags
@@ -426,21 +425,6 @@ class GrammarConstraint(Constraint):
                 new = self._merged(new)
             configs = new
         return tuple(sorted(configs))
-
-    def _step_expanding(self, c: int, configs, data: bytes):
-        """:meth:`_step` of one configuration, expanding each lexer state not
-        expanded yet as the bytes reach it."""
-        lex = self.lexer
-        s = configs[0][1]
-        for b in data:
-            if lex.walk_flags.item(s) == 1:
-                return self._step_general(configs, data)
-            s = lex.trans.item(s, b)
-            if not s:
-                return ()
-            if not lex.walk_flags.item(s):
-                lex.ensure(s)
-        return ((c, s),)
 
     def _merged(self, configs: set) -> set:
         """``configs`` with the configurations that share a lexer state made one,
@@ -578,7 +562,7 @@ class GrammarConstraint(Constraint):
                         if c.__class__ is not int or s.__class__ is not int:
                             break  # perhaps equal to ints: see below
                         if 0 <= s < n_lex:
-                            if s and not self.lexer.walk_flags[s]:
+                            if s and not self.lexer.walk_flags.item(s):
                                 # made, not expanded: no step returns such a
                                 # state, but a stored or forged one may name it
                                 with self._lock:
@@ -909,22 +893,18 @@ class GrammarConstraint(Constraint):
         row = self._config_masks.get(key)
         if row is not None:
             return row
-        if lex.terms.bounded:
+        period = lex._periodic(s) if lex.terms.bounded else None
+        if period is not None:
             # a bounded string's positions far from both bounds walk alike
             # (LexerTables._periodic): their masks in one context are one
-            period = lex._periodic(s)
-            if period is not None:
-                pkey = (c, period)
-                row = self._config_masks.get(pkey)
-                if row is None:
-                    row = self._config_masks[pkey] = self._config_row(c, s)
-                self._config_masks[key] = row
-                while len(self._config_masks) > self._max_masks:
-                    self._config_masks.popitem(last=False)
-                return row
-        row = self._config_row(c, s)
+            pkey = (c, period)
+            row = self._config_masks.get(pkey)
+            if row is None:
+                row = self._config_masks[pkey] = self._config_row(c, s)
+        else:
+            row = self._config_row(c, s)
         self._config_masks[key] = row
-        if len(self._config_masks) > self._max_masks:
+        while len(self._config_masks) > self._max_masks:
             self._config_masks.popitem(last=False)
         return row
 

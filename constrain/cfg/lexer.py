@@ -911,10 +911,7 @@ class LexerTables:
         if period is not None:
             hit = self._periodic_walks.get(period)
             if hit is not None:
-                self._rows[s] = hit
-                if len(self._rows) > self._max_rows:
-                    self._rows.popitem(last=False)
-                return hit
+                return self._keep(s, hit)
         shared = self._shared
         t = self.trie
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
@@ -947,13 +944,18 @@ class LexerTables:
             row.setflags(write=False)
             if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
-        hit = self._rows[s] = (row, nodes, states)
-        if len(self._rows) > self._max_rows:
-            self._rows.popitem(last=False)
+        hit = self._keep(s, (row, nodes, states))
         if period is not None:
             if len(self._periodic_walks) >= 8 * LAYER:
                 self._periodic_walks.clear()  # eight bounded strings' positions
             self._periodic_walks[period] = hit
+        return hit
+
+    def _keep(self, s: int, hit: tuple) -> tuple:
+        """``hit``, the walk of ``s``, kept in the LRU of walks."""
+        self._rows[s] = hit
+        if len(self._rows) > self._max_rows:
+            self._rows.popitem(last=False)
         return hit
 
     def _periodic(self, s: int):
