@@ -918,7 +918,7 @@ class LexerTables:
         out = self._walk_out
         key = entry = None
         n = gk.lexer_walk_rows(*self._walk_args, s, row, out,
-                               -1 if shared is None else self._share_min)
+                               -1 if shared is None else self._share_min, self.trie.multilingual)
         if n <= gk.PENDING_BASE:
             n = self._walk_expanding(s, row, out, n, -1 if shared is None else self._share_min)
         if n == gk.WALK_SHARED:
@@ -995,7 +995,7 @@ class LexerTables:
                     return n
                 self.ensure(gk.PENDING_BASE - n)
                 row[:] = 0
-            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min)
+            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min, self.trie.multilingual)
 
     def _reuse(self, key: tuple, entry: tuple) -> tuple:
         """``(row, nodes, states)`` of the shared walk ``entry`` (under ``key``),

@@ -406,6 +406,11 @@ _RUN_OPEN = -2
 #: cut short)
 MAX_RUN_STEPS = 1 << 16
 
+#: bit of ``live[s, 2]``: state ``s`` reads every valid UTF-8 character as one
+#: of its good bytes (see :func:`_set_good`); bits 0 and 1 say that its live
+#: ASCII bytes and its good bytes are known
+UTF8_RUN = np.uint64(4)
+
 
 @njit(cache=True, nogil=True)
 def _ascii_live(trans, s, live):
@@ -426,12 +431,20 @@ def _ascii_live(trans, s, live):
 
 
 @njit(cache=True, nogil=True)
-def _set_good(trans, flags, s, live, good):
+def _set_good(trans, flags, s, live, good, below, utf8):
     """``good[s]``: the ASCII bytes on which ``s`` goes to a state where no
     terminal ends that takes the same ASCII bytes as ``s`` (a counter's next
     position); none when ``s`` takes fewer than 16 ASCII bytes (literals, digits:
-    walks that are cheap anyway). Returns 0, or a successor not expanded yet
-    (then nothing is written)."""
+    walks that are cheap anyway). Bit 2 of ``live[s, 2]`` (:data:`UTF8_RUN`)
+    says whether ``s`` also reads every valid UTF-8 character of the
+    vocabulary's alphabet (``below[0]``), without ending a terminal on the way,
+    into the state its lowest good byte leads to: then a character counts as
+    one good byte (a ``maxLength`` string's position; see
+    :func:`_run_covers_utf8`). Asked only when ``utf8`` (a multilingual
+    vocabulary, :attr:`TokenTrie.multilingual
+    <constrain.vocab.trie.TokenTrie.multilingual>`): the check costs ~0.6 us a
+    state (a first counted walk over SmolLM2 checks ~160 of them: +0.1 ms),
+    and SmolLM2's tokens past ASCII are 1 % of its trie. Returns 0, or a successor not expanded yet (then nothing is written)."""
     _ascii_live(trans, s, live)
     lo = np.uint64(0)
     hi = np.uint64(0)
@@ -453,19 +466,29 @@ def _set_good(trans, flags, s, live, good):
                     lo |= np.uint64(1) << np.uint64(b)
                 else:
                     hi |= np.uint64(1) << np.uint64(b - 64)
+    mark = np.uint64(3)
+    if utf8 and lo | hi:
+        b0 = bit_index(lo & (~lo + np.uint64(1))) if lo else 64 + bit_index(hi & (~hi + np.uint64(1)))
+        r = _utf8_reads_to(trans, flags, s, below, trans[(s << 8) + b0])
+        if r < 0:
+            return -r
+        if r == 1:
+            mark |= UTF8_RUN
     good[s, 0] = lo
     good[s, 1] = hi
-    live[s, 2] = np.uint64(3)
+    live[s, 2] = mark
     return 0
 
 
 @njit(cache=True, nogil=True)
-def _covers(good, x, s):
-    return (good[s, 0] & ~good[x, 0]) == np.uint64(0) and (good[s, 1] & ~good[x, 1]) == np.uint64(0)
+def _covers(good, live, x, s):
+    """Whether ``x`` takes every good byte of ``s`` (and UTF-8 text, when ``s`` does)."""
+    return ((good[s, 0] & ~good[x, 0]) == np.uint64(0) and (good[s, 1] & ~good[x, 1]) == np.uint64(0)
+            and (live[s, 2] & ~live[x, 2] & UTF8_RUN) == np.uint64(0))
 
 
 @njit(cache=True, nogil=True)
-def count_run(trans, flags, memos, s0, cap):
+def count_run(trans, flags, memos, s0, cap, below, utf8):
     """``run[s0]``: a length ``r <= cap`` such that every string of at most ``r``
     bytes from ``good[s0]`` leads from ``s0`` through states where no terminal
     ends, that take the same ASCII bytes as ``s0`` -- so a token subtree no
@@ -482,9 +505,12 @@ def count_run(trans, flags, memos, s0, cap):
     at ``cap``, is then known), and a deeper state's shorter than what its
     level asked; so the states of a bounded string's positions are memoised
     ``cap`` at a time (states of a cycle met again count 0: a lower bound, hence
-    still sound); ``memos`` holds ``run``, ``good``, the per-state ASCII bytes taken
-    (``live[s, 2]`` is 1 once they are known, 3 once ``good[s]`` is too) and the
-    scratch of the search. ``flags`` as for :func:`lexer_walk`.
+    still sound); a state that reads UTF-8 characters as good bytes
+    (:data:`UTF8_RUN`) counts only successors that do too (:func:`_covers`).
+    ``memos`` holds ``run``, ``good``, the per-state ASCII bytes taken (bits
+    of ``live[s, 2]``: 1 once they are known, 2 once ``good[s]`` is too,
+    :data:`UTF8_RUN`) and the scratch of the search; ``below`` and ``utf8`` as
+    for :func:`_set_good`. ``flags`` as for :func:`lexer_walk`.
 
     A state not expanded yet within reach stops the search: ``PENDING_BASE -
     state`` is returned and nothing memoised that depended on it (the states
@@ -492,8 +518,8 @@ def count_run(trans, flags, memos, s0, cap):
     run, good, live, scratch = memos
     if run[s0] >= 0:
         return run[s0]
-    if live[s0, 2] != np.uint64(3):
-        x = _set_good(trans, flags, s0, live, good)
+    if (live[s0, 2] & np.uint64(2)) == np.uint64(0):
+        x = _set_good(trans, flags, s0, live, good, below, utf8)
         if x:
             return PENDING_BASE - x
     stk, pos, best, last = scratch[0], scratch[1], scratch[2], scratch[3]
@@ -536,8 +562,8 @@ def count_run(trans, flags, memos, s0, cap):
                 if rx == RUN_UNKNOWN:
                     if flags[x] == F_PENDING:
                         y = x
-                    elif live[x, 2] != np.uint64(3):
-                        y = _set_good(trans, flags, x, live, good)
+                    elif (live[x, 2] & np.uint64(2)) == np.uint64(0):
+                        y = _set_good(trans, flags, x, live, good, below, utf8)
                     else:
                         y = 0
                     if y:
@@ -553,7 +579,7 @@ def count_run(trans, flags, memos, s0, cap):
                     last[top] = 0
                     pushed = True
                     break
-                r2 = rx if (rx >= 0 and _covers(good, x, s)) else 0
+                r2 = rx if (rx >= 0 and _covers(good, live, x, s)) else 0
                 if r2 > room:
                     r2 = room
                 if r2 + 1 < best[top]:
@@ -573,7 +599,7 @@ def count_run(trans, flags, memos, s0, cap):
         top -= 1
         if top >= 0:
             p = stk[top]
-            r2 = r if _covers(good, s, p) else 0
+            r2 = r if _covers(good, live, s, p) else 0
             if r2 + 1 < best[top]:
                 best[top] = r2 + 1
     return run[s0]
@@ -586,12 +612,12 @@ MIN_RUN = 8
 
 
 @njit(cache=True, nogil=True)
-def _classify(trans, flags, memos, s, cap):
+def _classify(trans, flags, memos, s, cap, below, utf8):
     """Turn ``flags[s]`` from ``F_NEW`` (neither ends nor loops) into ``F_RUN`` (a
     counted run of at least ``MIN_RUN`` bytes, see :func:`count_run`) or
     ``F_PLAIN``; returns it, or ``PENDING_BASE - state`` for a state in reach
     not expanded yet (``flags[s]`` unchanged)."""
-    r = count_run(trans, flags, memos, s, cap)
+    r = count_run(trans, flags, memos, s, cap, below, utf8)
     if r < 0:
         return r
     f = F_RUN if r >= MIN_RUN else F_PLAIN
@@ -600,15 +626,12 @@ def _classify(trans, flags, memos, s, cap):
 
 
 @njit(cache=True, nogil=True)
-def _reads_utf8(trans, flags, s, below):
+def _utf8_reads_to(trans, flags, s, below, target):
     """Whether state ``s`` reads any valid UTF-8 character (one of two to four
-    bytes) back to itself without ending a terminal on the way: a JSON string's
-    body, and a regex body over ``.`` or a broad class. With its ASCII bytes
-    looping too, ``s`` keeps every valid UTF-8 text alive and boundary-free.
-    Bytes no token has (not under the trie's root, ``below[0]``) are not asked
+    bytes) into state ``target`` without ending a terminal on the way. Bytes
+    no token has (not under the trie's root, ``below[0]``) are not asked
     about: lexer tables are restricted to the vocabulary's alphabet. Returns 1
-    or 0, or -1 when a state on the way is not expanded yet (unknown: taken as
-    0 by the walk, settled again later)."""
+    or 0, or ``-q`` when state ``q`` on the way is not expanded yet."""
     # (decoder state, lexer state) pairs, breadth first from (boundary, s)
     cap = 64
     us = np.empty(cap, np.int32)
@@ -619,23 +642,30 @@ def _reads_utf8(trans, flags, s, below):
         u, q = us[k], qs[k]
         k += 1
         lo, hi = (0xC2, 0xF5) if u == 0 else (0x80, 0xC0)
+        last_v = -1
+        last_q = -1
         for b in range(lo, hi):
             v = utf8_next(u, b)
             if v < 0:
                 continue
             q2 = trans[(q << 8) | b]
+            if v == last_v and q2 == last_q and q2 != 0:
+                # a byte class's bytes lead alike: checked with the first
+                continue
+            last_v = v
+            last_q = q2
             if q2 == 0:
                 if (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
                     return 0
                 continue
             if v == 0:
-                if q2 != s:
+                if q2 != target:
                     return 0
                 continue
             if flags[q2] == F_ENDS:
                 return 0
             if flags[q2] == F_PENDING:
-                return -1
+                return -q2
             new = True
             for m in range(n):
                 if us[m] == v and qs[m] == q2:
@@ -647,6 +677,18 @@ def _reads_utf8(trans, flags, s, below):
                 us[n], qs[n] = v, q2
                 n += 1
     return 1
+
+
+@njit(cache=True, nogil=True)
+def _reads_utf8(trans, flags, s, below):
+    """Whether state ``s`` reads any valid UTF-8 character back to itself
+    (:func:`_utf8_reads_to`): a JSON string's body, and a regex body over ``.``
+    or a broad class. With its ASCII bytes looping too, ``s`` keeps every valid
+    UTF-8 text alive and boundary-free. Returns 1 or 0, or -1 when a state on
+    the way is not expanded yet (unknown: taken as 0 by the walk, settled again
+    later)."""
+    r = _utf8_reads_to(trans, flags, s, below, s)
+    return -1 if r < 0 else r
 
 
 @njit(cache=True, nogil=True)
@@ -725,6 +767,20 @@ def _run_covers(below, good, height, run, i, s):
         | below[i, 2] | below[i, 3]) == np.uint64(0)
 
 
+@njit(cache=True, nogil=True)
+def _run_covers_utf8(below, good, live, utf8_below, height, run, i, s):
+    """:func:`_run_covers` where the subtree also has bytes past ASCII: valid
+    UTF-8 from a character boundary that ``s`` reads as good bytes
+    (:func:`_set_good`; every state of the run does, :func:`_covers`); the run
+    counts bytes, and a character is at least one. Without it o200k's
+    multilingual subtrees were walked node by node at each position of a
+    ``maxLength`` string: 1.5-2.6 ms a fill. Not inlined: in the walk's loop
+    the longer test made every walk slower (a string body's 9 -> 14 us, with
+    no counted state in it)."""
+    return ((live[s, 2] & UTF8_RUN) != np.uint64(0) and utf8_below[i] and height[i] <= run[s]
+            and ((below[i, 0] & ~good[s, 0]) | (below[i, 1] & ~good[s, 1])) == np.uint64(0))
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _set_tokens(row, order, lo, hi):
     """Set the bits of tokens ``order[lo:hi]`` (a skipped subtree's, or one
@@ -751,7 +807,7 @@ def _live_tokens(trans, state, first, tskip, tok_before):
 
 @njit(cache=True, nogil=True)
 def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, row, out_node,
-               out_state, live=-1):
+               out_state, live=-1, utf8=False):
     """Walk the token trie from lexer state ``state`` without ending a terminal.
 
     Sets in ``row`` (uint32 words, one scratch word past the vocabulary for
@@ -786,7 +842,10 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     ``F_RUN``, or ``F_PLAIN`` when that run is short), and a subtree no deeper than that (``height``)
     over those bytes is allowed whole the same way (a ``maxLength``
     position's walk visited most of the trie: ~400 us on SmolLM2), with the
-    per-state memos and scratch of ``memos``.
+    per-state memos and scratch of ``memos``. With ``utf8``, a counted state
+    also learns whether it reads any UTF-8 character as one of its bytes, and
+    a subtree with such characters is then allowed whole too (see
+    :func:`_run_covers_utf8`).
 
     When most tokens start with a byte the state takes, the walk runs the other
     way round: ``row`` starts as ``full_row`` (every token of the trie) and the
@@ -796,7 +855,7 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
     yet).
     """
     trans = trans2.reshape(-1)  # state * 256 + byte
-    run, good, _, _ = memos
+    run, good, lv, _ = memos
     tbyte, tdepth, tskip, _, _, order, max_depth = trie
     node_tok, first, below, tok_before, height, utf8_below, full_row = summaries
     # reads_utf8 is settled when loop states are built (settle_reads_utf8), not
@@ -844,10 +903,11 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
                         continue
                 elif f != F_PLAIN and nxt > i + 1:
                     if f == F_NEW:
-                        f = _classify(trans, flags, memos, s, max_depth)
+                        f = _classify(trans, flags, memos, s, max_depth, below, utf8)
                         if f < 0:
                             return f
-                    if f == F_RUN and _run_covers(below, good, height, run, i, s):
+                    if f == F_RUN and (_run_covers(below, good, height, run, i, s) or (
+                            utf8 and _run_covers_utf8(below, good, lv, utf8_below, height, run, i, s))):
                         i = nxt
                         continue
                 i += 1
@@ -876,7 +936,7 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
             if f == F_PENDING:
                 return PENDING_BASE - s
             if f == F_NEW:
-                f = _classify(trans, flags, memos, s, max_depth)
+                f = _classify(trans, flags, memos, s, max_depth, below, utf8)
                 if f < 0:
                     return f
                 if f == F_PLAIN:
@@ -884,7 +944,8 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
                     continue
             if f == F_RUN:
                 nxt = tskip[i]
-                if nxt > i + 1 and _run_covers(below, good, height, run, i, s):
+                if nxt > i + 1 and (_run_covers(below, good, height, run, i, s) or (
+                        utf8 and _run_covers_utf8(below, good, lv, utf8_below, height, run, i, s))):
                     _set_tokens(row, order, tok_before[i + 1], tok_before[nxt])
                     i = nxt
                     continue
@@ -909,7 +970,7 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 @njit(cache=True, nogil=True)
 def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, tbuf, toffs, state,
-                    row, out, share_min):
+                    row, out, share_min, utf8):
     """:func:`lexer_walk` as Python calls it: the lexer's tables loose (``states``
     and ``memos`` of :meth:`constrain.cfg.lexer.LexerTables._pack`, less what
     the walk does not read), the trie packed (:meth:`TokenTrie.packed
@@ -933,7 +994,7 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     if 0 <= share_min <= n_live:
         return WALK_SHARED
     return lexer_walk(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
-                      summaries, state, row, out[0], out[1], n_live)
+                      summaries, state, row, out[0], out[1], n_live, utf8)
 
 
 @njit(cache=True, nogil=True)

@@ -88,6 +88,11 @@ class TokenTrie:
         self.alphabet = np.zeros(256, dtype=np.bool_)
         self.alphabet[np.unique(data[_positions(offsets, order, lengths)])] = True
         self._spells = bool(np.all(self.single_bytes[self.alphabet]))
+        #: whether a twentieth or more of the nodes are bytes past ASCII (o200k:
+        #: 40 %, SmolLM2: 1 %): the walks of length-bounded strings then take
+        #: subtrees of multi-byte characters whole (lexer_kernels._set_good)
+        self.multilingual = bool(20 * np.count_nonzero(self.byte[:self.num_nodes] >= 128)
+                                 >= self.num_nodes)
 
     def _node_tokens(self, vocab_size: int) -> None:
         # Walk kernels set one bit per reached node: node_tok[i] is the token ending
