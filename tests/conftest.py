@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from constrain import Vocabulary
@@ -136,3 +137,26 @@ def default_lm():
 def lm(default_lm):
     """Short name for :func:`default_lm`."""
     return default_lm
+
+
+@pytest.fixture(scope="session")
+def multilingual_vocab():
+    """Tokens over ASCII text, two-, three- and four-byte characters, characters
+    cut short, escapes, quotes and raw control bytes (a small o200k: its
+    multilingual subtrees are what the counted walk takes whole)."""
+    rng = np.random.default_rng(7)
+    pieces = ["a", "b", "z", " ", "the", "é", "ñ", "中", "文", "€", "😀", "\\n", "\\u00e9", "\\\"",
+              '"', '",', '"}', "\n", "\t", ".", "0"]
+    encoded = [p.encode() for p in pieces]
+    tokens = {bytes([b]) for b in range(256)}  # as byte-level BPE vocabularies
+    tokens |= {"中".encode()[:2], "😀".encode()[:3], "é".encode()[:1]}
+    weights = np.array([8, 4, 4, 8, 6, 4, 2, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=float)
+    while len(tokens) < 2500:
+        n = int(rng.integers(2, 12))
+        data = b"".join(encoded[i] for i in rng.choice(len(pieces), n, p=weights / weights.sum()))
+        if rng.random() < 0.15:
+            data = data[:-1]  # ends inside a character (or after a quote's first byte)
+        if data:
+            tokens.add(data[:40])
+    ordered = sorted(tokens) + [b"</s>"]
+    return Vocabulary.from_tokens(ordered, eos_token_ids=[len(ordered) - 1])

@@ -383,46 +383,24 @@ def test_first_fill_into_the_last_bitmask_checks_the_state(smollm2_vocab):
     assert (bits == _brute_mask(g, nxt)).all()
 
 
-def _multilingual_vocab():
-    """Tokens over ASCII text, two-, three- and four-byte characters, characters
-    cut short, escapes, quotes and raw control bytes (a small o200k: its
-    multilingual subtrees are what the counted walk takes whole)."""
-    from constrain import Vocabulary
-
-    rng = np.random.default_rng(7)
-    pieces = ["a", "b", "z", " ", "the", "é", "ñ", "中", "文", "€", "😀", "\\n", "\\u00e9", "\\\"",
-              '"', '",', '"}', "\n", "\t", ".", "0"]
-    encoded = [p.encode() for p in pieces]
-    tokens = {bytes([b]) for b in range(32, 127)} | {bytes([b]) for b in b"\n\t"}
-    tokens |= {bytes([b]) for p in encoded for b in p}
-    tokens |= {"中".encode()[:2], "😀".encode()[:3], "é".encode()[:1]}
-    weights = np.array([8, 4, 4, 8, 6, 4, 2, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], dtype=float)
-    while len(tokens) < 2500:
-        n = int(rng.integers(2, 12))
-        data = b"".join(encoded[i] for i in rng.choice(len(pieces), n, p=weights / weights.sum()))
-        if rng.random() < 0.15:
-            data = data[:-1]  # ends inside a character (or after a quote's first byte)
-        if data:
-            tokens.add(data[:40])
-    ordered = sorted(tokens) + [b"</s>"]
-    return Vocabulary.from_tokens(ordered, eos_token_ids=[len(ordered) - 1])
-
-
 # counted positions whose subtrees hold multi-byte characters: taken whole where
-# the string reads any character (maxLength), walked where it reads only some
-# (a pattern's class: the walk must not take a subtree with a character it refuses)
+# the string reads any character (below minLength, or a pattern's ``.``; from
+# minLength on a maxLength string's walks are LexerTables._near_walk's), walked
+# where it reads only some (a pattern's class: the walk must not take a subtree
+# with a character it refuses)
 MULTILINGUAL = {
     "maxlength": ({"type": "string", "minLength": 2, "maxLength": 60}, 60),
-    "short": ({"type": "string", "maxLength": 12}, 12),
+    "dot": ({"type": "string", "pattern": "^.{2,60}$"}, 60),
+    "long_min": ({"type": "string", "minLength": 40, "maxLength": 50}, 50),
     "pattern": ({"type": "string", "pattern": "^[a-zé ]{3,50}$"}, 50),
 }
 
 
 @pytest.mark.parametrize("name", list(MULTILINGUAL))
-def test_bounded_string_masks_with_multibyte_subtrees(name):
+def test_bounded_string_masks_with_multibyte_subtrees(name, multilingual_vocab):
     from constrain import compile_json_schema
 
-    vocab = _multilingual_vocab()
+    vocab = multilingual_vocab
     schema, hi = MULTILINGUAL[name]
     g = compile_json_schema(schema, vocab)
     assert g.lexer.trie.multilingual  # the vocabulary for which walks check UTF-8

@@ -40,6 +40,9 @@ from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
+if gk.BOUNDED_LAYER != LAYER:  # the kernels divide by a constant
+    raise ImportError("lexer_kernels.BOUNDED_LAYER differs from lexemes.LAYER")
+
 if TYPE_CHECKING:
     from constrain.compiler import Compiler
 
@@ -591,6 +594,10 @@ class LexerTables:
         #: walks of bounded strings' positions far from both bounds, by
         #: (terminal, state in the layer): see _periodic
         self._periodic_walks: dict = {}
+        #: per (terminal, state in the layer): what _near_walk filters
+        self._near_refs: dict = {}
+        #: per root byte, the tokens under it (_near_shared's broad or not)
+        self._root_tokens = None
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
         self._scratch = np.empty((4, cap), dtype=np.int32)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
@@ -844,6 +851,8 @@ class LexerTables:
         self._local_ids = {}
         self._rows = OrderedDict()
         self._periodic_walks = {}
+        self._near_refs = {}
+        self._root_tokens = None
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
         walk_rows.setflags(write=False)  # as a walk's row (see walk)
@@ -912,6 +921,11 @@ class LexerTables:
             hit = self._periodic_walks.get(period)
             if hit is not None:
                 return self._keep(s, hit)
+        elif self.terms.bounded:
+            near = self._near_bound(s)
+            if near is not None and (near[2] < NEAR_LEFT or self.trie.multilingual
+                                     or near[:2] in self._near_refs):
+                return self._keep(s, self._near_shared(s, near))
         shared = self._shared
         t = self.trie
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
@@ -985,6 +999,85 @@ class LexerTables:
             return None
         return (t, r)
 
+    def _near_bound(self, s: int):
+        """``(terminal, state in its layer, characters left)`` when lexer state
+        ``s`` is one bounded string's position alone, at least its ``lo``
+        characters in (the rest: :meth:`_periodic`'s); else ``None``."""
+        poff = self.poff
+        base = poff[s]
+        if poff[s + 1] - base != 2:
+            return None
+        t = int(self.pairs[base])
+        bound = self.terms.bounded.get(t)
+        if bound is None:
+            return None
+        k, r = divmod(int(self.pairs[base + 1]) - 2, LAYER)
+        lo, hi = bound
+        if k < lo or k > hi or (k == hi and r):  # before the string, or closed
+            return None
+        return t, r, hi - k
+
+    def _near_shared(self, s: int, near: tuple) -> tuple:
+        """:meth:`_near_walk`, shared across grammars as a trie walk is when
+        broad (see :meth:`walk`)."""
+        shared = self._shared
+        if shared is None:
+            return self._near_walk(*near)
+        if self._root_tokens is None:
+            trie = self.trie
+            first = trie.first
+            tok_before = trie.subtree_bytes()[1]
+            has = first >= 0
+            self._root_tokens = np.zeros(256, dtype=np.int64)
+            self._root_tokens[has] = tok_before[trie.skip[first[has]]] - tok_before[first[has]]
+        if int(self._root_tokens[self.trans[s] != 0].sum()) < self._share_min:
+            return self._near_walk(*near)
+        key = self._names.key(s)
+        entry = shared.get(key)
+        if entry is not None:
+            return self._reuse(key, entry)
+        row, nodes, states = self._near_walk(*near)
+        shared.setdefault(key, (row, nodes, states, self._names))
+        return row, nodes, states
+
+    def _near_walk(self, t: int, r: int, left: int) -> tuple:
+        """The walk of a bounded string's position with ``left`` characters
+        left (:meth:`_near_bound`): the walk of its first position that may
+        close the string (``lo`` characters in, the same place ``r`` in the
+        layer) less the tokens and boundary nodes that need more characters
+        (:func:`~constrain.cfg.lexer_kernels.bounded_needs`). Near the bound a
+        trie walk cannot skip subtrees (they are deeper than the characters
+        left) and visited most of the trie at every position: 1-2 ms a fill on
+        o200k; this is one kernel walk per string and a few numpy steps a
+        position."""
+        ref = self._near_refs.get((t, r))
+        if ref is None:
+            if len(self._near_refs) >= 8:
+                self._near_refs.clear()  # 0.4 MB each on o200k
+            ref = self._near_refs[(t, r)] = self._near_ref(t, r)
+        need, nodes, node_needs, states = ref
+        row = np.packbits(need <= left, bitorder="little").view(np.uint32)
+        row.setflags(write=False)
+        keep = node_needs <= left
+        if not keep.any():
+            return row, _NO_NODES, _NO_NODES
+        return row, nodes[keep], states[keep]
+
+    def _near_ref(self, t: int, r: int) -> tuple:
+        """:meth:`_near_walk`'s need per token id (:data:`_NO_NEED` for a token
+        that leaves the terminal) from terminal ``t``'s position ``lo``, and the
+        boundary nodes with their need and lexer state."""
+        lo, hi = self.terms.bounded[t]
+        tab, offsets, accepting, _ = self.terms.kernel_arrays
+        need = np.full(32 * self.words32, _NO_NEED, dtype=np.int16)
+        nodes, node_needs, local = gk.bounded_needs(
+            tab, accepting, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
+            *self.trie.packed(), need)
+        ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))
+               for q in set(local.tolist())}
+        states = np.array([ids[q] for q in local.tolist()], dtype=np.int32)
+        return need, nodes, node_needs, states
+
     def _walk_expanding(self, s: int, row, out, n, share_min: int) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
         state a first call met), expanding each state it reports until it
@@ -1030,9 +1123,22 @@ class LexerTables:
         return hit
 
 
+#: a bounded string's positions with fewer characters left take
+#: LexerTables._near_walk (and, once one has, every later position of the
+#: string), the others the trie walk, whose counted runs skip most subtrees
+#: while the bound is far. _near_walk's first call walks the whole trie (0.8 ms
+#: on SmolLM2, 3.3 on o200k), a counted walk with 20-80 characters left costs
+#: ~40-50 us on SmolLM2 (0.4-0.7 ms on o200k, where _near_walk is taken from
+#: minLength on). bench_length_bounds on SmolLM2, first walks against the trie
+#: walk alone: with 16, maxLength 16 and 64 were 0.1-0.3 ms slower; taking it
+#: from minLength on, maxLength 255 was 0.75 ms slower; with 48, none is
+NEAR_LEFT = 48
+
 #: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
+#: bounded_needs' mark of a token that leaves the string's terminal
+_NO_NEED = np.iinfo(np.int16).max
 
 
 class _StateNames:

@@ -1,0 +1,92 @@
+"""The walks of a length-bounded string's positions near its bound
+(``LexerTables._near_walk``): the walk of its first position that may close the
+string, less the tokens and boundary nodes that need more characters than are
+left. Oracle: the trie walk itself (``lexer_walk``) from the same lexer state,
+at every position from ``minLength`` to ``maxLength`` -- characters of one to
+four bytes, escapes, and positions inside a character or an escape -- and
+brute-force masks (every token advanced) at some of them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from constrain import allocate_bitmask, compile_json_schema
+
+SCHEMAS = {
+    "short": {"type": "string", "maxLength": 12},
+    "min": {"type": "string", "minLength": 3, "maxLength": 40},
+    "member": {"type": "object", "properties": {"k": {"type": "string", "minLength": 1, "maxLength": 9}},
+               "required": ["k"], "additionalProperties": False},
+    "fixed": {"type": "string", "minLength": 6, "maxLength": 6},
+}
+# what the string holds, repeated: ASCII, two- to four-byte characters, escapes
+TEXTS = ["a", "é", "中", "😀", "\\n", "\\u00e9", "a中\\t"]
+
+
+def _trie_walk(lex, s):
+    """``(row, nodes, states)`` of ``lexer_walk`` from lexer state ``s``."""
+    t = lex.trie
+    row = np.zeros(t.row_words + 1, dtype=np.uint32)
+    out = np.empty((2, t.num_nodes), dtype=np.int32)
+    n = lex._walk_expanding(s, row, out, None, -1)
+    row = row[:lex.words32]
+    if t.has_duplicates:
+        t.add_duplicates(row)
+    return row, out[0, :n], out[1, :n]
+
+
+def _positions(g, vocab, name):
+    """The states at every prefix of each text, byte by byte (so also inside a
+    character or an escape)."""
+    byte_id = {d[0]: t for t, d in enumerate(vocab.tokens) if d is not None and len(d) == 1}
+    head = '{"k":"' if name == "member" else '"'
+    for text in TEXTS:
+        data = (head + text * 40).encode()
+        state = g.initial_state()
+        for j, b in enumerate(data):
+            state = g.advance(state, byte_id[b])
+            if state is None:
+                break
+            if j >= len(head) - 1:
+                yield data[:j + 1], state
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
+@pytest.mark.parametrize("name", list(SCHEMAS))
+def test_near_walks_equal_trie_walks(name, vocab_name, request):
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    g = compile_json_schema(SCHEMAS[name], vocab)
+    lex = g.lexer
+    near_positions = 0
+    for prefix, state in _positions(g, vocab, name):
+        for _, s in state[1]:
+            near = lex._near_bound(s)
+            if near is None:
+                continue
+            near_positions += 1
+            got = lex._near_walk(*near)
+            want = _trie_walk(lex, s)
+            assert np.array_equal(got[0], want[0]), (prefix, near, np.flatnonzero(got[0] != want[0])[:5])
+            assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2]), (prefix, near)
+    assert near_positions >= (5 if name == "fixed" else 20)
+
+
+def _mask(g, state):
+    bm = allocate_bitmask(1, len(g.vocab), backend="numpy")
+    g.fill_bitmask(state, bm, 0)
+    return np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)].astype(bool)
+
+
+@pytest.mark.parametrize("name", ["min", "member"])
+def test_near_bound_masks_equal_brute_force(name, multilingual_vocab):
+    vocab = multilingual_vocab
+    g = compile_json_schema(SCHEMAS[name], vocab)
+    checked = 0
+    for prefix, state in _positions(g, vocab, name):
+        if not any(g.lexer._near_bound(s) for _, s in state[1]) or len(prefix) % 3:
+            continue
+        want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+        assert np.array_equal(_mask(g, state), want), prefix
+        checked += 1
+    assert checked >= 10
