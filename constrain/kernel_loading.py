@@ -264,6 +264,8 @@ PRELOAD = (
     ("cfg.lexer_kernels", "lexer_walk_rows"),
     ("cfg.earley_kernels", "earley_next"),
     ("cfg.lexer_kernels", "boundary_walk"),
+    # a maxLength string's positions from minLength on (LexerTables._near_walk)
+    ("cfg.lexer_kernels", "bounded_needs"),
     ("automata.hash_table", "table_rehash"),
     ("regular.token_kernels", "token_transitions"),
     # a wide vocabulary's grammar rows (o200k's 25 KB) and every regex state's

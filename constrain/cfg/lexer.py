@@ -923,8 +923,7 @@ class LexerTables:
                 return self._keep(s, hit)
         elif self.terms.bounded:
             near = self._near_bound(s)
-            if near is not None and (near[2] < NEAR_LEFT or self.trie.multilingual
-                                     or near[:2] in self._near_refs):
+            if near is not None:
                 return self._keep(s, self._near_shared(s, near))
         shared = self._shared
         t = self.trie
@@ -1048,8 +1047,11 @@ class LexerTables:
         (:func:`~constrain.cfg.lexer_kernels.bounded_needs`). Near the bound a
         trie walk cannot skip subtrees (they are deeper than the characters
         left) and visited most of the trie at every position: 1-2 ms a fill on
-        o200k; this is one kernel walk per string and a few numpy steps a
-        position."""
+        o200k, 0.2-0.6 ms on SmolLM2; this is one kernel walk per string (0.95
+        and 0.18 ms) and ``need <= left`` packed into a row per position (5-75
+        us). Taken from ``minLength`` on: with the trie walk kept for positions
+        more than 48 characters from the bound, SmolLM2's first walks at
+        ``maxLength`` 64 / 128 were 0.2-0.5 ms slower (bench_length_bounds)."""
         ref = self._near_refs.get((t, r))
         if ref is None:
             if len(self._near_refs) >= 8:
@@ -1069,10 +1071,12 @@ class LexerTables:
         boundary nodes with their need and lexer state."""
         lo, hi = self.terms.bounded[t]
         tab, offsets, accepting, _ = self.terms.kernel_arrays
-        need = np.full(32 * self.words32, _NO_NEED, dtype=np.int16)
+        trie = self.trie
+        need = np.full(trie.no_token + 1, _NO_NEED, dtype=np.int16)
         nodes, node_needs, local = gk.bounded_needs(
             tab, accepting, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
-            *self.trie.packed(), need)
+            *trie.packed(), need)
+        need = trie.copy_to_duplicates(need[:32 * self.words32])
         ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))
                for q in set(local.tolist())}
         states = np.array([ids[q] for q in local.tolist()], dtype=np.int32)
@@ -1122,17 +1126,6 @@ class LexerTables:
             self._local_ids[shared_key] = hit
         return hit
 
-
-#: a bounded string's positions with fewer characters left take
-#: LexerTables._near_walk (and, once one has, every later position of the
-#: string), the others the trie walk, whose counted runs skip most subtrees
-#: while the bound is far. _near_walk's first call walks the whole trie (0.8 ms
-#: on SmolLM2, 3.3 on o200k), a counted walk with 20-80 characters left costs
-#: ~40-50 us on SmolLM2 (0.4-0.7 ms on o200k, where _near_walk is taken from
-#: minLength on). bench_length_bounds on SmolLM2, first walks against the trie
-#: walk alone: with 16, maxLength 16 and 64 were 0.1-0.3 ms slower; taking it
-#: from minLength on, maxLength 255 was 0.75 ms slower; with 48, none is
-NEAR_LEFT = 48
 
 #: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)

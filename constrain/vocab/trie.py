@@ -225,6 +225,14 @@ class TokenTrie:
             np.bitwise_or.at(row, d >> 5, np.left_shift(np.uint32(1), (d & 31).astype(np.uint32)))
         return row
 
+    def copy_to_duplicates(self, values: np.ndarray) -> np.ndarray:
+        """Give each token that shares its bytes with an earlier one that
+        token's entry of ``values`` (per token id; the kernels write one token
+        per node); returns ``values``."""
+        if len(self._dup_src):
+            values[self._dup_dst] = values[self._dup_src]
+        return values
+
     @classmethod
     def of(cls, vocab: Vocabulary) -> "TokenTrie":
         """The trie of ``vocab``, built on first use and kept by it."""
