@@ -1066,13 +1066,16 @@ class LexerTables:
         return row, nodes[keep], states[keep]
 
     def _near_ref(self, t: int, r: int) -> tuple:
-        """:meth:`_near_walk`'s need per token id (:data:`_NO_NEED` for a token
-        that leaves the terminal) from terminal ``t``'s position ``lo``, and the
-        boundary nodes with their need and lexer state."""
+        """:meth:`_near_walk`'s need per token id (its dtype's largest value for
+        a token that leaves the terminal) from terminal ``t``'s position ``lo``,
+        and the boundary nodes with their need and lexer state."""
         lo, hi = self.terms.bounded[t]
         tab, offsets, accepting, _ = self.terms.kernel_arrays
         trie = self.trie
-        need = np.full(trie.no_token + 1, _NO_NEED, dtype=np.int16)
+        # a need is at most a token's bytes (a position within a token of the
+        # bound; the others are periodic): int16 unless a token is longer
+        dtype = np.int16 if trie.max_depth < 16_000 else np.int32
+        need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
         nodes, node_needs, local = gk.bounded_needs(
             tab, accepting, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
             *trie.packed(), need)
@@ -1130,8 +1133,6 @@ class LexerTables:
 #: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
-#: bounded_needs' mark of a token that leaves the string's terminal
-_NO_NEED = np.iinfo(np.int16).max
 
 
 class _StateNames:
