@@ -981,6 +981,18 @@ class LexerTables:
         the same tokens stay in the string or close it, at the same trie nodes,
         into the same states (a token's bytes complete fewer characters than
         are left, and past the quote the states do not count). Else ``None``."""
+        at = self._bounded_position(s)
+        if at is None:
+            return None
+        t, k, r, lo, hi = at
+        if k < lo or hi - k <= self.trie.max_depth + 1:
+            return None
+        return (t, r)
+
+    def _bounded_position(self, s: int):
+        """``(terminal, characters in, state in the layer, lo, hi)`` when lexer
+        state ``s`` is one bounded string's, alone, past its opening quote; else
+        ``None``."""
         poff = self.poff
         base = poff[s]
         if poff[s + 1] - base != 2:
@@ -992,27 +1004,17 @@ class LexerTables:
         q = int(self.pairs[base + 1]) - 2
         if q < 0:
             return None
-        k, r = divmod(q, LAYER)
-        lo, hi = bound
-        if k < lo or hi - k <= self.trie.max_depth + 1:
-            return None
-        return (t, r)
+        return (t, *divmod(q, LAYER), *bound)
 
     def _near_bound(self, s: int):
         """``(terminal, state in its layer, characters left)`` when lexer state
         ``s`` is one bounded string's position alone, at least its ``lo``
         characters in (the rest: :meth:`_periodic`'s); else ``None``."""
-        poff = self.poff
-        base = poff[s]
-        if poff[s + 1] - base != 2:
+        at = self._bounded_position(s)
+        if at is None:
             return None
-        t = int(self.pairs[base])
-        bound = self.terms.bounded.get(t)
-        if bound is None:
-            return None
-        k, r = divmod(int(self.pairs[base + 1]) - 2, LAYER)
-        lo, hi = bound
-        if k < lo or k > hi or (k == hi and r):  # before the string, or closed
+        t, k, r, lo, hi = at
+        if k < lo or k > hi or (k == hi and r):  # below minLength, or closed
             return None
         return t, r, hi - k
 

@@ -415,6 +415,10 @@ UTF8_RUN = np.uint64(4)
 #: (:data:`constrain.cfg.lexemes.LAYER`, which the lexer checks at import)
 BOUNDED_LAYER = 14
 
+# _utf8_reads_to's empty flags (a terminal's own rows) and accepting (a lexer's table)
+_NO_FLAGS = np.zeros(0, np.uint8)
+_NO_BOOLS = np.zeros(0, np.bool_)
+
 
 @njit(cache=True, nogil=True)
 def _ascii_live(trans, s, live):
@@ -473,7 +477,8 @@ def _set_good(trans, flags, s, live, good, below, utf8):
     mark = np.uint64(3)
     if utf8 and lo | hi:
         b0 = bit_index(lo & (~lo + np.uint64(1))) if lo else 64 + bit_index(hi & (~hi + np.uint64(1)))
-        r = _utf8_reads_to(trans, flags, s, below, trans[(s << 8) + b0])
+        r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, s, below,
+                           trans[(s << 8) + b0])
         if r < 0:
             return -r
         if r == 1:
@@ -630,12 +635,17 @@ def _classify(trans, flags, memos, s, cap, below, utf8):
 
 
 @njit(cache=True, nogil=True)
-def _utf8_reads_to(trans, flags, s, below, target):
+def _utf8_reads_to(rows, base, flags, accepting, s, below, target):
     """Whether state ``s`` reads any valid UTF-8 character (one of two to four
-    bytes) into state ``target`` without ending a terminal on the way. Bytes
-    no token has (not under the trie's root, ``below[0]``) are not asked
-    about: lexer tables are restricted to the vocabulary's alphabet. Returns 1
-    or 0, or ``-q`` when state ``q`` on the way is not expanded yet."""
+    bytes) into state ``target`` without ending a terminal on the way.
+    ``rows[base + q, b]`` is state ``q``'s successor on byte ``b`` (0: dead):
+    a lexer's table (``base`` 0; ``flags`` its walk flags: a state where a
+    terminal ends stops the character, one not expanded yet leaves the answer
+    unknown) or one terminal's own rows (``flags`` empty; ``accepting[base +
+    q]`` stops it). Bytes no token has (not under the trie's root,
+    ``below[0]``) are not asked about: the tables are restricted to the
+    vocabulary's alphabet. Returns 1 or 0, or ``-q`` when state ``q`` on the
+    way is not expanded yet."""
     # (decoder state, lexer state) pairs, breadth first from (boundary, s)
     cap = 64
     us = np.empty(cap, np.int32)
@@ -652,7 +662,7 @@ def _utf8_reads_to(trans, flags, s, below, target):
             v = utf8_next(u, b)
             if v < 0:
                 continue
-            q2 = trans[(q << 8) | b]
+            q2 = rows[base + q, b]
             if v == last_v and q2 == last_q and q2 != 0:
                 # a byte class's bytes lead alike: checked with the first
                 continue
@@ -666,10 +676,13 @@ def _utf8_reads_to(trans, flags, s, below, target):
                 if q2 != target:
                     return 0
                 continue
-            if flags[q2] == F_ENDS:
+            if flags.shape[0]:
+                if flags[q2] == F_ENDS:
+                    return 0
+                if flags[q2] == F_PENDING:
+                    return -q2
+            elif accepting[base + q2]:
                 return 0
-            if flags[q2] == F_PENDING:
-                return -q2
             new = True
             for m in range(n):
                 if us[m] == v and qs[m] == q2:
@@ -691,7 +704,7 @@ def _reads_utf8(trans, flags, s, below):
     UTF-8 text alive and boundary-free. Returns 1 or 0, or -1 when a state on
     the way is not expanded yet (unknown: taken as 0 by the walk, settled again
     later)."""
-    r = _utf8_reads_to(trans, flags, s, below, s)
+    r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, s, below, s)
     return -1 if r < 0 else r
 
 
@@ -973,49 +986,6 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 
 @njit(cache=True, nogil=True)
-def _layer_reads_utf8(tab, accepting, base, qb, below):
-    """Whether boundary state ``qb`` of a bounded string's table (rows
-    ``tab[base + q]``) reads every valid UTF-8 character of the alphabet
-    (``below[0]``) into the next layer's boundary, accepting nowhere on the
-    way: :func:`_utf8_reads_to` over one terminal's own rows."""
-    cap = 64
-    us = np.empty(cap, np.int32)
-    qs = np.empty(cap, np.int32)
-    us[0], qs[0] = 0, qb
-    n, k = 1, 0
-    while k < n:
-        u, q = us[k], qs[k]
-        k += 1
-        lo, hi = (0xC2, 0xF5) if u == 0 else (0x80, 0xC0)
-        for b in range(lo, hi):
-            v = utf8_next(u, b)
-            if v < 0:
-                continue
-            q2 = tab[base + q, b]
-            if q2 == 0:
-                if (below[0, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-                    return False
-                continue
-            if v == 0:
-                if q2 != qb + BOUNDED_LAYER:
-                    return False
-                continue
-            if accepting[base + q2]:
-                return False
-            new = True
-            for m in range(n):
-                if us[m] == v and qs[m] == q2:
-                    new = False
-                    break
-            if new:
-                if n == cap:
-                    return False
-                us[n], qs[n] = v, q2
-                n += 1
-    return True
-
-
-@njit(cache=True, nogil=True)
 def bounded_needs(tab, accepting, base, q0, k0, last, tbuf, toffs, need):
     """How many more characters a length-bounded string must have room for,
     per token, walking the trie from local state ``q0`` of its table (rows
@@ -1060,7 +1030,7 @@ def bounded_needs(tab, accepting, base, q0, k0, last, tbuf, toffs, need):
                     p0 |= np.uint64(1) << np.uint64(b)
                 else:
                     p1 |= np.uint64(1) << np.uint64(b - 64)
-        utf8 = _layer_reads_utf8(tab, accepting, base, qb, below)
+        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, qb, below, qb + L) == 1
     # as long as the trie (pages untouched cost nothing): arrays grown inside
     # the loop made numba count references on every node, 24 instead of 3.7 ms
     # over o200k
