@@ -596,8 +596,6 @@ class LexerTables:
         self._periodic_walks: dict = {}
         #: per (terminal, state in the layer): what _near_walk filters
         self._near_refs: dict = {}
-        #: per root byte, the tokens under it (_near_shared's broad or not)
-        self._root_tokens = None
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
         self._scratch = np.empty((4, cap), dtype=np.int32)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
@@ -852,7 +850,6 @@ class LexerTables:
         self._rows = OrderedDict()
         self._periodic_walks = {}
         self._near_refs = {}
-        self._root_tokens = None
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
         walk_rows.setflags(write=False)  # as a walk's row (see walk)
@@ -1024,14 +1021,7 @@ class LexerTables:
         shared = self._shared
         if shared is None:
             return self._near_walk(*near)
-        if self._root_tokens is None:
-            trie = self.trie
-            first = trie.first
-            tok_before = trie.subtree_bytes()[1]
-            has = first >= 0
-            self._root_tokens = np.zeros(256, dtype=np.int64)
-            self._root_tokens[has] = tok_before[trie.skip[first[has]]] - tok_before[first[has]]
-        if int(self._root_tokens[self.trans[s] != 0].sum()) < self._share_min:
+        if int(self.trie.root_tokens()[self.trans[s] != 0].sum()) < self._share_min:
             return self._near_walk(*near)
         key = self._names.key(s)
         entry = shared.get(key)

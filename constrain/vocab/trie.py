@@ -73,6 +73,7 @@ class TokenTrie:
         self._height = None
         self._utf8 = None
         self._kernel_arrays = None
+        self._root_tokens = None
         #: the node of each byte at depth 1 (-1: no token starts with it)
         self.first = np.full(256, -1, dtype=np.int32)
         d1 = np.flatnonzero(self.depth[:self.num_nodes] == 1)
@@ -224,6 +225,17 @@ class TokenTrie:
             d = self._dup_dst[on.astype(bool)]
             np.bitwise_or.at(row, d >> 5, np.left_shift(np.uint32(1), (d & 31).astype(np.uint32)))
         return row
+
+    def root_tokens(self) -> np.ndarray:
+        """Per first byte, how many tokens start with it (int64[256]; computed
+        on first use and kept)."""
+        if self._root_tokens is None:
+            tok_before = self.subtree_bytes()[1]
+            has = self.first >= 0
+            counts = np.zeros(256, dtype=np.int64)
+            counts[has] = tok_before[self.skip[self.first[has]]] - tok_before[self.first[has]]
+            self._root_tokens = counts
+        return self._root_tokens
 
     def copy_to_duplicates(self, values: np.ndarray) -> np.ndarray:
         """Give each token that shares its bytes with an earlier one that
