@@ -913,15 +913,15 @@ class LexerTables:
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        period = self._periodic(s) if self.terms.bounded else None
-        if period is not None:
+        period = None
+        near = self._near_bound(s) if self.terms.bounded else None
+        if near is not None:
+            if near[2] <= self.trie.max_depth + 1:
+                return self._keep(s, self._near_shared(s, near))
+            period = near[:2]  # see _periodic
             hit = self._periodic_walks.get(period)
             if hit is not None:
                 return self._keep(s, hit)
-        elif self.terms.bounded:
-            near = self._near_bound(s)
-            if near is not None:
-                return self._keep(s, self._near_shared(s, near))
         shared = self._shared
         t = self.trie
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
@@ -978,18 +978,14 @@ class LexerTables:
         the same tokens stay in the string or close it, at the same trie nodes,
         into the same states (a token's bytes complete fewer characters than
         are left, and past the quote the states do not count). Else ``None``."""
-        at = self._bounded_position(s)
-        if at is None:
-            return None
-        t, k, r, lo, hi = at
-        if k < lo or hi - k <= self.trie.max_depth + 1:
-            return None
-        return (t, r)
+        near = self._near_bound(s)
+        return near[:2] if near is not None and near[2] > self.trie.max_depth + 1 else None
 
-    def _bounded_position(self, s: int):
-        """``(terminal, characters in, state in the layer, lo, hi)`` when lexer
-        state ``s`` is one bounded string's, alone, past its opening quote; else
-        ``None``."""
+    def _near_bound(self, s: int):
+        """``(terminal, state in its layer, characters left)`` when lexer state
+        ``s`` is one bounded string's position alone, at least its ``lo``
+        characters in (those more than a token's bytes from the bound are
+        :meth:`_periodic`'s); else ``None``."""
         poff = self.poff
         base = poff[s]
         if poff[s + 1] - base != 2:
@@ -998,20 +994,10 @@ class LexerTables:
         bound = self.terms.bounded.get(t)
         if bound is None:
             return None
-        q = int(self.pairs[base + 1]) - 2
-        if q < 0:
-            return None
-        return (t, *divmod(q, LAYER), *bound)
-
-    def _near_bound(self, s: int):
-        """``(terminal, state in its layer, characters left)`` when lexer state
-        ``s`` is one bounded string's position alone, at least its ``lo``
-        characters in (the rest: :meth:`_periodic`'s); else ``None``."""
-        at = self._bounded_position(s)
-        if at is None:
-            return None
-        t, k, r, lo, hi = at
-        if k < lo or k > hi or (k == hi and r):  # below minLength, or closed
+        k, r = divmod(int(self.pairs[base + 1]) - 2, LAYER)
+        lo, hi = bound
+        # below minLength (the opening quote's state too: k < 0), or closed
+        if k < lo or k > hi or (k == hi and r):
             return None
         return t, r, hi - k
 
