@@ -42,6 +42,10 @@ from collections import Counter  # noqa: E402
 import harness  # noqa: E402
 
 MAX_WALK = 2000
+# JSON integers have no length limit: a uniform walk writes thousands of digits
+# where the schema bounds nothing, and Python's json.loads refuses more than
+# 4,300 of them (ValueError) by default, which read as "not JSON"
+sys.set_int_max_str_digits(0)
 
 
 def check_job(eng, payload, send) -> None:
