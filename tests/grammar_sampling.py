@@ -58,7 +58,7 @@ class GrammarSampler:
 
     def terminal_string(self, t: int, max_len: int = 8) -> bytes:
         off = self.terms.offsets
-        table = self.terms.table[off[t]:off[t + 1]]
+        table = self.terms.rows_of(t)
         acc = self.terms.accepting[off[t]:off[t + 1]]
         if t not in self._dist:
             self._dist[t] = _distances(table, acc)

@@ -179,8 +179,10 @@ def test_periodic_walks_give_the_same_masks(seed, smollm2_vocab):
 def test_bounded_string_rows_written_in_the_kernel(lo, hi, smollm2_vocab):
     """``terminal_kernels.write_bounded`` (the stacked table's pass) writes a
     length-bounded string's rows as ``lexemes.write_bounded_string`` does,
-    restricted to the vocabulary's alphabet, tail included."""
+    restricted to the vocabulary's alphabet, tail included: read through the
+    virtual rows, from at most two template layers."""
     from constrain.cfg.lexemes import bounded_string_table
+    from constrain.cfg.terminal_kernels import bounded_template_rows
 
     g = Compiler(smollm2_vocab).compile_json_schema(
         {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi}},
@@ -195,8 +197,10 @@ def test_bounded_string_rows_written_in_the_kernel(lo, hi, smollm2_vocab):
         want, acc = bounded_string_table(lo, hi, tail)
         if want.shape[0] == end - o:
             want[:, ~alphabet] = 0
-            assert np.array_equal(terms.table[o:end], want), tail
+            assert np.array_equal(terms.rows_of(t), want), tail
             assert np.array_equal(terms.accepting[o:end], acc), tail
+            written = terms.vmap[o:end, 0]
+            assert written.max() - written.min() + 1 == bounded_template_rows(lo, hi, len(tail))
             break
     else:
         raise AssertionError("no tail gave the terminal's size")

@@ -37,7 +37,7 @@ def _pairs(lex, s):
 
 def _check_tables(g):
     lex, terms = g.lexer, g.terms
-    tab, off, acc_t = terms.table, terms.offsets, terms.accepting
+    tab, off, acc_t = terms.rows_of(), terms.offsets, terms.accepting
     expanded = [s for s in range(1, lex.n) if lex.walk_flags[s]]
     assert expanded
     for s in expanded:

@@ -60,7 +60,7 @@ class TokenBudgets:
         self.lexer = lexer
         n_t = ir.n_terminals
         self.budget = np.full(max(n_t, 1), -1, dtype=np.int32)
-        self.finish = np.zeros(terms.table.shape[0], dtype=np.int32)
+        self.finish = np.zeros(terms.vmap.shape[0], dtype=np.int32)
         self.most = np.zeros(max(n_t, 1), dtype=np.int64)
         self.tight = False
         tables = trie.kernel_arrays()[0]
@@ -76,8 +76,8 @@ class TokenBudgets:
                     + (f" (line {line}, column {column})" if line else ""))
                 e.line, e.column = line, column
                 raise e
-            finish = bk.finish_tokens(terms.table, terms.accepting, off, size, tbyte, tdepth,
-                                      tskip, tok_start, tok_end, max_depth)
+            finish = bk.finish_tokens(terms.rows_of(t), terms.accepting[off:off + size], 0, size,
+                                      tbyte, tdepth, tskip, tok_start, tok_end, max_depth)
             self.finish[off:off + size] = finish
             live = finish[1:][finish[1:] < bk.UNREACHABLE]
             first = int(finish[1]) if size > 1 else bk.UNREACHABLE

@@ -337,10 +337,11 @@ class LexemeTable:
         # the one operation of TerminalAutomata's kernel, over every byte
         op = np.array([[TERMINAL_LEXEME, 0, self.rows, self.row0, self.k, 0,
                         len(self.tail), int(self.string), 0, 0, 0]], dtype=np.int64)
-        write_terminal_table(t, acc, np.ones(1, dtype=np.bool_), op,
-                                     np.frombuffer(self.tail, dtype=np.uint8),
-                                     np.zeros(0, dtype=np.int64), LEXEME_ROWS, LEXEME_ACCEPTING,
-                                     _EVERY_BYTE, CP_LAYER)
+        write_terminal_table(t, acc, np.empty((self.rows, 3), dtype=np.int32),
+                             np.array([0, self.rows], dtype=np.int64), np.ones(1, dtype=np.bool_),
+                             op, np.frombuffer(self.tail, dtype=np.uint8),
+                             np.zeros(0, dtype=np.int64), LEXEME_ROWS, LEXEME_ACCEPTING,
+                             _EVERY_BYTE, CP_LAYER)
 
 
 def _with_tail(tb: _Table, tail: bytes) -> LexemeTable:

@@ -29,6 +29,7 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import table_rehash
+from constrain.cfg import terminal_kernels as tk
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
@@ -40,8 +41,9 @@ from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
-if gk.BOUNDED_LAYER != LAYER:  # the kernels divide by a constant
-    raise ImportError("lexer_kernels.BOUNDED_LAYER differs from lexemes.LAYER")
+if gk.BOUNDED_LAYER != LAYER or tk._LAYER_ROWS != LAYER:  # the kernels divide by a constant
+    raise ImportError("lexer_kernels.BOUNDED_LAYER or terminal_kernels._LAYER_ROWS differs "
+                      "from lexemes.LAYER")
 
 if TYPE_CHECKING:
     from constrain.compiler import Compiler
@@ -317,13 +319,19 @@ def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None 
 
 class TerminalAutomata:
     """The byte DFAs of a grammar's terminals, stacked into one table (terminal
-    ``t`` owns rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1 start).
-    ``usable[t]`` is false for a terminal the vocabulary cannot spell.
+    ``t`` owns virtual rows ``offsets[t]:offsets[t+1]``; local state 0 dead, 1
+    start). ``usable[t]`` is false for a terminal the vocabulary cannot spell.
 
     ``kernel_arrays`` is the table as the lexer kernels take it: ``(table,
-    offsets, accepting, usable)`` -- the stacked ``[rows, 256]`` int32
-    transitions (local states), the ``[n_terminals + 1]`` int64 row offsets,
-    per row whether it accepts, per terminal whether it is usable.
+    offsets, accepting, usable, vmap)`` -- the stacked ``[rows, 256]`` int32
+    transitions (local states), the ``[n_terminals + 1]`` int64 virtual row
+    offsets, per virtual row whether it accepts, per terminal whether it is
+    usable, and per virtual row ``v`` where it is written: row ``vmap[v, 0]``
+    of ``table``, whose targets up to ``vmap[v, 2]`` are ``vmap[v, 1]`` more
+    (see :func:`~constrain.cfg.terminal_kernels.write_bounded`: a
+    length-bounded string writes two layers for all of its counts; every
+    other terminal's rows are its own, unshifted). :meth:`rows_of` reads a
+    terminal's rows whole.
 
     With a ``compiler``, the automata come from its cache of them, ``uids``
     are its ids of the terminals, and ``walks`` is its cache of lexer walks,
@@ -354,7 +362,8 @@ class TerminalAutomata:
         starts: list[int] = []
         later: list = []
         offsets = [0]
-        total = 0
+        total = 0  # virtual rows
+        physical = 0  # rows of the table
         for t, term in enumerate(ir.terminals):
             op = part = None
             excl = ir.exclusions.get(term.name) if term.flags == 0 else None
@@ -365,7 +374,7 @@ class TerminalAutomata:
                 # a token reference: a start state no byte leaves, which marks
                 # the lexer states where a whole token may match it (see
                 # constrain.cfg.token_refs)
-                op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                op = (TERMINAL_OTHER, physical, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                 size = 2
             elif excl is not None:
                 base = builtin_template(excl[0], alphabet_key, _regex_literal, max_states)
@@ -380,7 +389,7 @@ class TerminalAutomata:
                     starts.append(len(data))
                     ta = len(data)
                     data += base.tail
-                    op = (TERMINAL_EXCLUSION, total, size, base.row0, base.k, ta, len(data),
+                    op = (TERMINAL_EXCLUSION, physical, size, base.row0, base.k, ta, len(data),
                           1, m, first, len(excl[1]))
             elif not text and term.flags == 0 and excl is None and term.literal is None and (
                     alts := _spelled_alternatives(term.pattern, alphabet_key)) is not None:
@@ -396,18 +405,18 @@ class TerminalAutomata:
                         nodes.update(raw[:i] for i in range(1, len(raw) + 1))
                     starts.append(len(data))
                     size = len(nodes) + 2
-                    op = (TERMINAL_TRIE, total, size, 0, 0, 0, 0, 0, 0, first, len(alts))
+                    op = (TERMINAL_TRIE, physical, size, 0, 0, 0, 0, 0, 0, first, len(alts))
                 else:  # no string the vocabulary spells
-                    op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    op = (TERMINAL_OTHER, physical, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
             elif text:
                 raw = text.encode("utf-8")
                 if 0 in raw.translate(alphabet_key):  # a byte no token spells
-                    op = (TERMINAL_OTHER, total, 2, 0, 0, 0, 0, 0, 0, 0, 0)
+                    op = (TERMINAL_OTHER, physical, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
                 else:
                     size = len(raw) + 2
-                    op = (TERMINAL_LITERAL, total, size, len(data), len(data) + len(raw),
+                    op = (TERMINAL_LITERAL, physical, size, len(data), len(data) + len(raw),
                           0, 0, 0, 0, 0, 0)
                     data += raw
             elif term.flags == 0 and (lex := builtin_template(term.pattern, alphabet_key,
@@ -419,15 +428,17 @@ class TerminalAutomata:
                     size = lex.rows
                     ta = len(data)
                     data += lex.tail
-                    op = (TERMINAL_LEXEME, total, size, lex.row0, lex.k, ta, len(data),
+                    op = (TERMINAL_LEXEME, physical, size, lex.row0, lex.k, ta, len(data),
                           int(lex.string), 0, 0, 0)
                 elif lex.bounded[1] is not None:
-                    # written in the kernel's pass too (write_bounded)
+                    # written in the kernel's pass too (write_bounded), as two
+                    # template layers for its virtual rows
                     size = lex.rows
                     ta = len(data)
                     data += lex.tail
-                    op = (TERMINAL_BOUNDED, total, size, lex.bounded[0], lex.bounded[1], ta,
-                          len(data), 0, 0, 0, 0)
+                    op = (TERMINAL_BOUNDED, physical,
+                          tk.bounded_template_rows(*lex.bounded, len(lex.tail)),
+                          lex.bounded[0], lex.bounded[1], ta, len(data), 0, 0, 0, 0)
                     self.bounded[t] = lex.bounded
                 else:
                     part = lex
@@ -442,26 +453,28 @@ class TerminalAutomata:
             if op is None:
                 size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
                     else part.transitions.shape[0]
-                op = (TERMINAL_OTHER, total, size, 0, 0, 0, 0, 0, 0, 0, 0)
+                op = (TERMINAL_OTHER, physical, size, 0, 0, 0, 0, 0, 0, 0, 0)
                 if part is not None:
                     later.append((t, part))
             usable[t] = op[0] != TERMINAL_OTHER or part is not None or t in ir.tokens
             ops.append(op)
             total += size
+            physical += op[2]
             offsets.append(total)
             if total > 4 * max_states:
                 raise GrammarTooComplexError(
                     f"the grammar's terminals need more than {4 * max_states} automaton states "
                     f"(pass max_states= to raise the limit)")
         self.offsets = np.array(offsets, dtype=np.int64)
-        self.table = table = np.empty((total, 256), dtype=np.int32)
-        self.accepting = acc = np.empty(total, dtype=np.bool_)
+        self.table = table = np.empty((physical, 256), dtype=np.int32)
+        acc = np.empty(physical, dtype=np.bool_)
+        self.vmap = vmap = np.empty((total, 3), dtype=np.int32)
         write_terminal_table(
-            table, acc, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
+            table, acc, vmap, self.offsets, usable, np.array(ops, dtype=np.int64).reshape(n_t, 11),
             np.frombuffer(bytes(data), dtype=np.uint8), np.array(starts, dtype=np.int64),
             LEXEME_ROWS, LEXEME_ACCEPTING, alphabet, CP_LAYER)
         for t, part in later:
-            o, size = offsets[t], offsets[t + 1] - offsets[t]
+            o, size = ops[t][1], ops[t][2]
             if isinstance(part, ByteDFA):
                 table[o:o + size] = part.transitions
                 acc[o:o + size] = part.accepting
@@ -469,7 +482,20 @@ class TerminalAutomata:
                 part.write(table[o:o + size], acc[o:o + size])
                 if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
                     table[o:o + size, ~alphabet] = 0
-        self.kernel_arrays = (table, self.offsets, acc, usable)
+        # per virtual row (a bounded string's template rows never accept)
+        self.accepting = acc if physical == total else acc[vmap[:, 0]]
+        self.kernel_arrays = (table, self.offsets, self.accepting, usable, vmap)
+
+    def rows_of(self, t: int | None = None) -> np.ndarray:
+        """Terminal ``t``'s transitions as ``[rows, 256]`` int32 local states,
+        every virtual row written out (a new array); ``None``: the whole
+        stacked table so (what a saved grammar stores)."""
+        lo, hi = (0, self.vmap.shape[0]) if t is None else (self.offsets[t], self.offsets[t + 1])
+        where = self.vmap[lo:hi]
+        rows = self.table[where[:, 0]]
+        if where[:, 1].any():
+            rows += np.where((rows != 0) & (rows <= where[:, 2:3]), where[:, 1:2], 0).astype(np.int32)
+        return rows
 
     def _share(self, ir: GrammarIR, alphabet_key: bytes, compiler: Compiler | None) -> None:
         """``uids`` and ``walks`` (see the class docstring)."""
@@ -485,8 +511,10 @@ class TerminalAutomata:
 
     def snapshot(self, payload) -> None:
         """Write the stacked table into ``payload`` (a
-        :class:`constrain.persist.Payload`)."""
-        payload.put("table", self.table, runs=True)
+        :class:`constrain.persist.Payload`), every virtual row written out (a
+        loaded grammar's rows are checked, not trusted to repeat)."""
+        payload.put("table", self.rows_of() if self.table.shape[0] != self.vmap.shape[0]
+                    else self.table, runs=True)
         payload.put("offsets", self.offsets)
         payload.put("accepting", self.accepting)
         payload.put("usable", self.usable)
@@ -510,7 +538,9 @@ class TerminalAutomata:
         local = np.repeat(np.diff(off), np.diff(off))
         if self.table.min() < 0 or (self.table.max(axis=1) >= local).any():
             raise ValueError("a terminal automaton has transitions outside it")
-        self.kernel_arrays = (self.table, self.offsets, self.accepting, self.usable)
+        self.vmap = np.zeros((rows, 3), dtype=np.int32)
+        self.vmap[:, 0] = np.arange(rows, dtype=np.int32)
+        self.kernel_arrays = (self.table, self.offsets, self.accepting, self.usable, self.vmap)
         # not stored: a file cannot be trusted to say which rows repeat (walks
         # of a loaded grammar's bounded strings are not shared, only slower)
         self.bounded = {}
@@ -578,9 +608,9 @@ class LexerTables:
         self._hashes = np.zeros(cap, dtype=np.uint64)
         self._htab = np.empty(2 * cap, dtype=np.int64)
         self._htab.fill(-1)
-        self._single = np.empty(terms.table.shape[0], dtype=np.int32)
+        self._single = np.empty(terms.vmap.shape[0], dtype=np.int32)
         self._single.fill(-1)
-        self._row_byte = np.empty(terms.table.shape[0], dtype=np.int16)
+        self._row_byte = np.empty(terms.vmap.shape[0], dtype=np.int16)
         self._row_byte.fill(-2)
         self._term_of_uid = {u: t for t, u in enumerate(terms.uids)}
         # two terminals with one pattern would make keys ambiguous: keep walks private
@@ -818,7 +848,7 @@ class LexerTables:
         self._htab = payload.get("_htab", np.int64)
         self._single = payload.get("_single", np.int32)
         self._row_byte = payload.get("_row_byte", np.int16)
-        rows = terms.table.shape[0]
+        rows = terms.vmap.shape[0]
         if not (0 < n <= cap and self.poff.shape[0] == cap + 1
                 and all(getattr(self, name).shape[0] == cap for name, *_ in self._PER_STATE)
                 and self._htab.shape[0] == 2 * cap and self._single.shape[0] == rows
@@ -1048,14 +1078,14 @@ class LexerTables:
         a token that leaves the terminal) from terminal ``t``'s position ``lo``,
         and the boundary nodes with their need and lexer state."""
         lo, hi = self.terms.bounded[t]
-        tab, offsets, accepting, _ = self.terms.kernel_arrays
+        tab, offsets, accepting, _, vmap = self.terms.kernel_arrays
         trie = self.trie
         # a need is at most a token's bytes (a position within a token of the
         # bound; the others are periodic): int16 unless a token is longer
         dtype = np.int16 if trie.max_depth < 16_000 else np.int32
         need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
         nodes, node_needs, local = gk.bounded_needs(
-            tab, accepting, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
+            tab, accepting, vmap, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
             *trie.packed(), need)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
         ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))

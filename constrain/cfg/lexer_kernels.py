@@ -60,6 +60,18 @@ def pending_of(code):
     return PENDING_BASE - code
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _term_step(tab, vmap, row, b):
+    """The target of virtual terminal row ``row`` on byte ``b`` (0: dead; see
+    :class:`constrain.cfg.lexer.TerminalAutomata`: the row is written at
+    ``vmap[row, 0]``, its targets up to ``vmap[row, 2]`` shifted by
+    ``vmap[row, 1]``)."""
+    s2 = tab[vmap[row, 0], b]
+    if s2 != 0 and s2 <= vmap[row, 2]:
+        s2 += vmap[row, 1]
+    return s2
+
+
 @njit(cache=True, nogil=True)
 def _probe(htab, hashes, pairs, poff, buf, m, h):
     """Open-addressing lookup of the pair list ``buf[:m]``: ``(slot, state)``,
@@ -115,19 +127,22 @@ def _rename_row(terms, states, index, t, s, skip, d, n, max_states, buf):
     when new; runs of bytes with one target are renamed once (~5x faster than
     combining pairs byte by byte). Sets ``loops[d]`` for those bytes. Returns
     ``(status, n, looped)``, ``status`` as :func:`expand_states` reports room."""
-    tab, offsets, _, _ = terms
+    tab, offsets, _, _, vmap = terms
     trans, _, _, loops, _, _ = states
     pairs, poff, hashes, htab, single, _ = index
     off = offsets[t]
     row = off + s
+    prow, shift, lim = vmap[row, 0], vmap[row, 1], vmap[row, 2]
     last_s2 = -1
     g = 0
     looped = False
     for b in range(256):
-        s2 = tab[row, b]
+        s2 = tab[prow, b]
         if s2 == 0 or skip[b]:
             trans[d, b] = 0
             continue
+        if s2 <= lim:
+            s2 += shift
         if s2 != last_s2:
             g = single[off + s2]
             if g < 0:
@@ -199,7 +214,7 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
     string's thousands of states, every successor is one, and the array lookup
     replaces the hash probe. ``row_byte`` (per terminal row, see below) is
     filled in as rows are met."""
-    tab, offsets, accepting, _ = terms
+    tab, offsets, accepting, _, vmap = terms
     trans, acc, has_acc, loops, flags, _ = states
     pairs, poff, hashes, htab, single, row_byte = index
     cap = trans.shape[0]
@@ -254,11 +269,14 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
             looped = False
             last_s2 = -1
             g = 0
+            prow, shift, lim = vmap[row, 0], vmap[row, 1], vmap[row, 2]
             for b in range(256):
-                s2 = tab[row, b]
+                s2 = tab[prow, b]
                 if s2 == 0:
                     trans[d, b] = 0
                     continue
+                if s2 <= lim:
+                    s2 += shift
                 if s2 != last_s2:
                     g = single[off + s2]
                     if g < 0:
@@ -306,8 +324,9 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
             rb = row_byte[row]
             if rb == -2:
                 rb = -3
+                prow = vmap[row, 0]
                 for b in range(256):
-                    if tab[row, b] != 0:
+                    if tab[prow, b] != 0:
                         rb = b if rb == -3 else -1
                         if rb == -1:
                             break
@@ -336,8 +355,9 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
             for j in range(0, m, 2):
                 row = offsets[pairs[base + j]] + pairs[base + j + 1]
                 if row_byte[row] == -1:
+                    prow = vmap[row, 0]
                     for b in range(256):
-                        if tab[row, b] != 0:
+                        if tab[prow, b] != 0:
                             live[b] = True
         for b in range(256):
             if not live[b]:
@@ -347,7 +367,7 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
             k = 0
             for j in range(0, m, 2):
                 t = pairs[base + j]
-                s2 = tab[offsets[t] + pairs[base + j + 1], b]
+                s2 = _term_step(tab, vmap, offsets[t] + pairs[base + j + 1], b)
                 if s2 != 0:
                     buf[k] = t
                     buf[k + 1] = s2
@@ -417,6 +437,8 @@ BOUNDED_LAYER = 14
 
 # _utf8_reads_to's empty flags (a terminal's own rows) and accepting (a lexer's table)
 _NO_FLAGS = np.zeros(0, np.uint8)
+# and its empty vmap (a lexer's table is written as it is read)
+_NO_VMAP = np.zeros((0, 3), np.int32)
 _NO_BOOLS = np.zeros(0, np.bool_)
 
 
@@ -477,7 +499,7 @@ def _set_good(trans, flags, s, live, good, below, utf8):
     mark = np.uint64(3)
     if utf8 and lo | hi:
         b0 = bit_index(lo & (~lo + np.uint64(1))) if lo else 64 + bit_index(hi & (~hi + np.uint64(1)))
-        r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, s, below,
+        r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, below,
                            trans[(s << 8) + b0])
         if r < 0:
             return -r
@@ -635,14 +657,15 @@ def _classify(trans, flags, memos, s, cap, below, utf8):
 
 
 @njit(cache=True, nogil=True)
-def _utf8_reads_to(rows, base, flags, accepting, s, below, target):
+def _utf8_reads_to(rows, base, flags, accepting, vmap, s, below, target):
     """Whether state ``s`` reads any valid UTF-8 character (one of two to four
     bytes) into state ``target`` without ending a terminal on the way.
     ``rows[base + q, b]`` is state ``q``'s successor on byte ``b`` (0: dead):
     a lexer's table (``base`` 0; ``flags`` its walk flags: a state where a
     terminal ends stops the character, one not expanded yet leaves the answer
-    unknown) or one terminal's own rows (``flags`` empty; ``accepting[base +
-    q]`` stops it). Bytes no token has (not under the trie's root,
+    unknown; ``vmap`` empty) or one terminal's own virtual rows (``flags``
+    empty; ``accepting[base + q]`` stops it; ``vmap`` says where each is
+    written, see :func:`_term_step`). Bytes no token has (not under the trie's root,
     ``below[0]``) are not asked about: the tables are restricted to the
     vocabulary's alphabet. Returns 1 or 0, or ``-q`` when state ``q`` on the
     way is not expanded yet."""
@@ -662,7 +685,7 @@ def _utf8_reads_to(rows, base, flags, accepting, s, below, target):
             v = utf8_next(u, b)
             if v < 0:
                 continue
-            q2 = rows[base + q, b]
+            q2 = _term_step(rows, vmap, base + q, b) if vmap.shape[0] else rows[base + q, b]
             if v == last_v and q2 == last_q and q2 != 0:
                 # a byte class's bytes lead alike: checked with the first
                 continue
@@ -704,7 +727,7 @@ def _reads_utf8(trans, flags, s, below):
     UTF-8 text alive and boundary-free. Returns 1 or 0, or -1 when a state on
     the way is not expanded yet (unknown: taken as 0 by the walk, settled again
     later)."""
-    r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, s, below, s)
+    r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, below, s)
     return -1 if r < 0 else r
 
 
@@ -986,10 +1009,10 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 
 @njit(cache=True, nogil=True)
-def bounded_needs(tab, accepting, base, q0, k0, last, tbuf, toffs, need):
+def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
     """How many more characters a length-bounded string must have room for,
-    per token, walking the trie from local state ``q0`` of its table (rows
-    ``tab[base + q]``, layers of :data:`BOUNDED_LAYER` states from row 2, ``last`` the
+    per token, walking the trie from local state ``q0`` of its table (virtual
+    rows ``base + q``, read through ``vmap``: :func:`_term_step`; layers of :data:`BOUNDED_LAYER` states from row 2, ``last`` the
     position at the bound; see :func:`constrain.cfg.lexemes.write_bounded_string`):
     a position ``k0`` characters in, at least the string's ``minLength``.
     Inside the string, the layer reached less ``k0``, plus one when the token
@@ -1025,12 +1048,12 @@ def bounded_needs(tab, accepting, base, q0, k0, last, tbuf, toffs, need):
     utf8 = False
     if qb < last:
         for b in range(128):
-            if tab[base + qb, b] == qb + L:
+            if _term_step(tab, vmap, base + qb, b) == qb + L:
                 if b < 64:
                     p0 |= np.uint64(1) << np.uint64(b)
                 else:
                     p1 |= np.uint64(1) << np.uint64(b - 64)
-        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, qb, below, qb + L) == 1
+        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, qb, below, qb + L) == 1
     # as long as the trie (pages untouched cost nothing): arrays grown inside
     # the loop made numba count references on every node, 24 instead of 3.7 ms
     # over o200k
@@ -1042,7 +1065,7 @@ def bounded_needs(tab, accepting, base, q0, k0, last, tbuf, toffs, need):
     while i < n:
         d = tdepth[i]
         q = qs[d - 1]
-        q2 = tab[base + q, tbyte[i]]
+        q2 = _term_step(tab, vmap, base + q, tbyte[i])
         if q2 == 0:
             i = tskip[i]
             continue
