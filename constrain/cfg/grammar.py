@@ -139,6 +139,9 @@ class GrammarConstraint(Constraint):
         self._ctx_cap = 256
         self._masks: OrderedDict = OrderedDict()
         self._config_masks: OrderedDict = OrderedDict()
+        #: (context, LexerTables.near_boundary_key) -> the tokens that close a
+        #: bounded string near its bound there (_config_row); at most 64
+        self._near_boundaries: dict = {}
         # the terminals' automata are what the time budget bounds (their
         # construction checks it); the rest is linear in the grammar's size
         self._begin()
@@ -315,6 +318,7 @@ class GrammarConstraint(Constraint):
             k += m
         self._config_masks = OrderedDict((tuple(key), rows[r])
                                          for key, r in zip(keys, config_which))
+        self._near_boundaries = {}
         self._begin()
         return self
 
@@ -931,9 +935,26 @@ class GrammarConstraint(Constraint):
                     else:
                         row |= other
         if len(nodes):
-            if row is cont:
-                row = cont.copy()
-            self._boundaries(c, nodes, states, row)
+            key = lex.near_boundary_key(s) if lex.terms.bounded else None
+            if key is None:
+                if row is cont:
+                    row = cont.copy()
+                self._boundaries(c, nodes, states, row)
+            else:
+                # a bounded string near its bound: one boundary walk per set of
+                # nodes kept, not per position
+                key = (c, *key)
+                other = self._near_boundaries.get(key)
+                if other is None:
+                    other = np.zeros_like(cont)
+                    self._boundaries(c, nodes, states, other)
+                    if len(self._near_boundaries) >= 64:
+                        self._near_boundaries.clear()
+                    self._near_boundaries[key] = other
+                if row is cont:
+                    row = cont | other
+                else:
+                    row |= other
         if row is not cont:  # a walk's row is read-only (LexerTables.walk)
             row.setflags(write=False)
         return row
@@ -1029,7 +1050,8 @@ _OWN_ATTRIBUTES = frozenset({
     "vocab", "ir", "source", "compiler", "trie", "words", "terms", "parser", "lexer",
     "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
     "_token_bytes", "_writers", "_advances", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
-    "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_initial", "_last_out", "_n_ctx",
+    "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_near_boundaries", "_initial",
+    "_last_out", "_n_ctx",
     "_budgets", "_tokens", "_start_extra"})
 
 

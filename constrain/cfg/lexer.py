@@ -1068,10 +1068,26 @@ class LexerTables:
         need, nodes, node_needs, states = ref
         row = np.packbits(need <= left, bitorder="little").view(np.uint32)
         row.setflags(write=False)
-        keep = node_needs <= left
-        if not keep.any():
+        # the nodes by need: those kept are a prefix (see near_boundary_key)
+        k = int(np.searchsorted(node_needs, left, side="right"))
+        if not k:
             return row, _NO_NODES, _NO_NODES
-        return row, nodes[keep], states[keep]
+        return row, nodes[:k], states[:k]
+
+    def near_boundary_key(self, s: int):
+        """``(terminal, state in its layer, nodes kept)`` when lexer state ``s``
+        was walked by :meth:`_near_walk` in this grammar: its boundary nodes
+        and their states are the first so many of its string's, so positions
+        with one key pass the same tokens over the closing quote in any one
+        parser context (their boundary walks are one: ~50-100 us each over
+        o200k, at every position near the bound). Else ``None``."""
+        near = self._near_bound(s)
+        if near is None or near[2] > self.trie.max_depth + 1:
+            return None
+        ref = self._near_refs.get(near[:2])
+        if ref is None:
+            return None
+        return near[0], near[1], int(np.searchsorted(ref[2], near[2], side="right"))
 
     def _near_ref(self, t: int, r: int) -> tuple:
         """:meth:`_near_walk`'s need per token id (its dtype's largest value for
@@ -1091,6 +1107,10 @@ class LexerTables:
         ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))
                for q in set(local.tolist())}
         states = np.array([ids[q] for q in local.tolist()], dtype=np.int32)
+        by_need = np.argsort(node_needs, kind="stable")
+        nodes, node_needs, states = nodes[by_need], node_needs[by_need], states[by_need]
+        for a in (need, nodes, node_needs, states):
+            a.setflags(write=False)  # walks return views of them
         return need, nodes, node_needs, states
 
     def _walk_expanding(self, s: int, row, out, n, share_min: int) -> int:
