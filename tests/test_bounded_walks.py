@@ -19,6 +19,8 @@ SCHEMAS = {
     "member": {"type": "object", "properties": {"k": {"type": "string", "minLength": 1, "maxLength": 9}},
                "required": ["k"], "additionalProperties": False},
     "fixed": {"type": "string", "minLength": 6, "maxLength": 6},
+    # positions more than a token's bytes from the bound (LexerTables._periodic)
+    "long": {"type": "string", "minLength": 2, "maxLength": 300},
 }
 # what the string holds, repeated: ASCII, two- to four-byte characters, escapes
 TEXTS = ["a", "é", "中", "😀", "\\n", "\\u00e9", "a中\\t"]
@@ -81,7 +83,7 @@ def _mask(g, state):
     return np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)].astype(bool)
 
 
-@pytest.mark.parametrize("name", ["min", "member"])
+@pytest.mark.parametrize("name", ["min", "member", "long"])
 def test_near_bound_masks_equal_brute_force(name, multilingual_vocab):
     vocab = multilingual_vocab
     g = compile_json_schema(SCHEMAS[name], vocab)

@@ -595,6 +595,10 @@ class LexerTables:
         #: states expanded per call (expand_states' ``limit``); all of them when
         #: ``complete`` (the token budgets' walks read rows without asking)
         self.chunk = max_states if complete else max(EXPAND_CHUNK, EXPAND_PER_BYTE * trie.max_depth)
+        #: of those, states of a length-bounded string's layers (expand_states):
+        #: the layers a token's bytes reach, and one more (of a maxLength-2048
+        #: string, 130 of o200k's instead of 441, 83 of SmolLM2's instead of 277)
+        self.layer_chunk = self.chunk if complete else LAYER * (trie.max_depth + 2)
         #: expand_states' breadth-first queue (as long as the tables) and its
         #: head, tail, count, "some state was left unexpanded" and the first
         #: state the current row made, kept across a call that grows the tables
@@ -621,9 +625,6 @@ class LexerTables:
         self._names = _StateNames(self.pairs, self.poff, terms.uids)
         self._local_ids: dict[tuple, int] = {}
         self._rows: OrderedDict = OrderedDict()
-        #: walks of bounded strings' positions far from both bounds, by
-        #: (terminal, state in the layer): see _periodic
-        self._periodic_walks: dict = {}
         #: per (terminal, state in the layer): what _near_walk filters
         self._near_refs: dict = {}
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
@@ -655,7 +656,7 @@ class LexerTables:
         caller keys it)."""
         return self._expand(lambda terms, states, index: gk.expand_start(
             terms, states, index, self._below, expected, extra, self.n, self.max_states,
-            self._queue, self._qs, self.chunk))
+            self._queue, self._qs, self.chunk, self.layer_chunk))
 
     def state_of_pairs(self, flat: np.ndarray) -> int:
         """The lexer state whose alive pairs are ``flat`` (int32 ``(terminal,
@@ -665,7 +666,7 @@ class LexerTables:
 
         def expand(terms, states, index):
             out = gk.expand_states(terms, states, index, flat, self.n, self.max_states,
-                                   self._queue, self._qs, self.chunk)
+                                   self._queue, self._qs, self.chunk, self.layer_chunk)
             if out[0] == gk.EXPAND_DONE:
                 gk.settle_reads_utf8(states, self._below, self._queue[:self._qs[0]])
             return out
@@ -837,6 +838,8 @@ class LexerTables:
         self.max_states = check_budget("max_states", payload.value("max_states"))
         self.n = n = payload.value("n")
         self.chunk = check_budget("chunk", payload.value("chunk"))
+        # a loaded grammar's terminal rows are written out (no layers to limit)
+        self.layer_chunk = self.chunk
         for name, dtype, width, fill in self._PER_STATE:
             if width == "terminals":
                 width = self.words64
@@ -878,7 +881,6 @@ class LexerTables:
         self._names.n = n
         self._local_ids = {}
         self._rows = OrderedDict()
-        self._periodic_walks = {}
         self._near_refs = {}
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
@@ -938,20 +940,15 @@ class LexerTables:
         ``origin``, or, once another grammar has used it, ``(which, keys)``
         with ``origin`` ``None`` (see :func:`_named_states`). An entry is
         never changed in place, only replaced, so a thread that read one
-        reads it whole."""
+        reads it whole. A length-bounded string's positions from its
+        ``minLength`` on are :meth:`_near_walk`'s instead."""
         hit = self._rows.get(s)
         if hit is not None:
             self._rows.move_to_end(s)
             return hit
-        period = None
         near = self._near_bound(s) if self.terms.bounded else None
         if near is not None:
-            if near[2] <= self.trie.max_depth + 1:
-                return self._keep(s, self._near_shared(s, near))
-            period = near[:2]  # see _periodic
-            hit = self._periodic_walks.get(period)
-            if hit is not None:
-                return self._keep(s, hit)
+            return self._keep(s, self._near_shared(s, near))
         shared = self._shared
         t = self.trie
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
@@ -984,12 +981,7 @@ class LexerTables:
             row.setflags(write=False)
             if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
-        hit = self._keep(s, (row, nodes, states))
-        if period is not None:
-            if len(self._periodic_walks) >= 8 * LAYER:
-                self._periodic_walks.clear()  # eight bounded strings' positions
-            self._periodic_walks[period] = hit
-        return hit
+        return self._keep(s, (row, nodes, states))
 
     def _keep(self, s: int, hit: tuple) -> tuple:
         """``hit``, the walk of ``s``, kept in the LRU of walks."""
@@ -1007,14 +999,15 @@ class LexerTables:
         to one shared state). From every such position the walk is the same:
         the same tokens stay in the string or close it, at the same trie nodes,
         into the same states (a token's bytes complete fewer characters than
-        are left, and past the quote the states do not count). Else ``None``."""
+        are left, and past the quote the states do not count), so a grammar
+        keeps one mask per parser context for them. Else ``None``."""
         near = self._near_bound(s)
         return near[:2] if near is not None and near[2] > self.trie.max_depth + 1 else None
 
     def _near_bound(self, s: int):
         """``(terminal, state in its layer, characters left)`` when lexer state
         ``s`` is one bounded string's position alone, at least its ``lo``
-        characters in (those more than a token's bytes from the bound are
+        characters in (those more than a token's bytes from the bound are also
         :meth:`_periodic`'s); else ``None``."""
         poff = self.poff
         base = poff[s]
@@ -1059,7 +1052,12 @@ class LexerTables:
         and 0.18 ms) and ``need <= left`` packed into a row per position (5-75
         us). Taken from ``minLength`` on: with the trie walk kept for positions
         more than 48 characters from the bound, SmolLM2's first walks at
-        ``maxLength`` 64 / 128 were 0.2-0.5 ms slower (bench_length_bounds)."""
+        ``maxLength`` 64 / 128 were 0.2-0.5 ms slower (bench_length_bounds).
+        The periodic positions too (:meth:`_periodic`, ``left`` past every
+        token's need): their trie walk read twice a token's depth of layers
+        ahead (``count_run``), and with nothing reading so deep the lexer
+        expands a string's layers as steps reach them
+        (:attr:`layer_chunk`)."""
         ref = self._near_refs.get((t, r))
         if ref is None:
             if len(self._near_refs) >= 8:
@@ -1082,7 +1080,7 @@ class LexerTables:
         parser context (their boundary walks are one: ~50-100 us each over
         o200k, at every position near the bound). Else ``None``."""
         near = self._near_bound(s)
-        if near is None or near[2] > self.trie.max_depth + 1:
+        if near is None:
             return None
         ref = self._near_refs.get(near[:2])
         if ref is None:

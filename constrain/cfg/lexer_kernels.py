@@ -187,7 +187,7 @@ def _enqueue(trans, flags, queue, qs, d, new_from, n):
 
 
 @njit(cache=True, nogil=True)
-def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
+def expand_states(terms, states, index, start, n, max_states, queue, qs, limit, layer_limit):
     """Add the lexer state ``start`` (flattened (terminal, local state) pairs,
     sorted by terminal) to the global tables and expand it and the states it
     reaches, breadth first, at most ``limit`` of them, running the terminals'
@@ -207,7 +207,11 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
     0`` starts a new call. Returns ``(status,
     n, state)``: ``EXPAND_GROW`` when the tables are full (grow them, queue
     included, and call again with the same ``qs``: the work done is kept),
-    ``EXPAND_OVERFLOW`` past ``max_states``. Once done, the states expanded are
+    ``EXPAND_OVERFLOW`` past ``max_states``. Of a length-bounded string's
+    layers (one terminal alive, in a counted row: ``vmap[row, 2] > 0``) at most
+    ``layer_limit`` states are expanded per call, the others are left pending:
+    walks read a token's depth of them ahead, and a string shorter than its
+    bound never reaches the rest. Once done, the states expanded are
     ``queue[:qs[0]]``. ``single[offsets[t] +
     s]`` memoises the state where only terminal ``t`` is alive, in local state
     ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
@@ -243,6 +247,7 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
     prev = np.empty(width, np.int32)
     live = np.zeros(256, np.bool_)
     new_from = qs[4]  # the row a full table cut short made some already
+    layers = 0
     while qs[0] < qs[1] and qs[2] < limit:
         qs[4] = new_from
         d = queue[qs[0]]
@@ -262,6 +267,14 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit):
             t = pairs[base]
             off = offsets[t]
             row = off + pairs[base + 1]
+            if vmap[row, 2] > 0:
+                layers += 1
+                if layers > layer_limit:
+                    flags[d] = F_PENDING
+                    trans[d, :] = 0  # a row not expanded reads as dead
+                    qs[3] = 1
+                    qs[0] += 1
+                    continue
             ends = accepting[row]
             if ends:
                 acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)
@@ -750,7 +763,8 @@ def settle_reads_utf8(states, below, which):
 
 
 @njit(cache=True, nogil=True)
-def expand_start(terms, states, index, below, expected, extra, n, max_states, queue, qs, limit):
+def expand_start(terms, states, index, below, expected, extra, n, max_states, queue, qs, limit,
+                 layer_limit):
     """The lexer state that starts the usable terminals of the bitset ``expected
     | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
     added and expanded by :func:`expand_states` (``queue``, ``qs`` and
@@ -776,7 +790,8 @@ def expand_start(terms, states, index, below, expected, extra, n, max_states, qu
                 k += 2
     if k == 0:
         return EXPAND_DONE, n, 0
-    status, n, g = expand_states(terms, states, index, start[:k], n, max_states, queue, qs, limit)
+    status, n, g = expand_states(terms, states, index, start[:k], n, max_states, queue, qs, limit,
+                                 layer_limit)
     if status == EXPAND_DONE:
         settle_reads_utf8(states, below, queue[:qs[0]])
     return status, n, g
