@@ -182,7 +182,7 @@ def test_bounded_string_rows_written_in_the_kernel(lo, hi, smollm2_vocab):
     restricted to the vocabulary's alphabet, tail included: read through the
     virtual rows, from at most two template layers."""
     from constrain.cfg.lexemes import bounded_string_table
-    from constrain.cfg.terminal_kernels import bounded_template_rows
+    from constrain.cfg.lexemes import bounded_template_size
 
     g = Compiler(smollm2_vocab).compile_json_schema(
         {"type": "object", "properties": {"s": {"type": "string", "minLength": lo, "maxLength": hi}},
@@ -200,7 +200,7 @@ def test_bounded_string_rows_written_in_the_kernel(lo, hi, smollm2_vocab):
             assert np.array_equal(terms.rows_of(t), want), tail
             assert np.array_equal(terms.accepting[o:end], acc), tail
             written = terms.vmap[o:end, 0]
-            assert written.max() - written.min() + 1 == bounded_template_rows(lo, hi, len(tail))
+            assert written.max() - written.min() + 1 == bounded_template_size(lo, hi, tail)
             break
     else:
         raise AssertionError("no tail gave the terminal's size")

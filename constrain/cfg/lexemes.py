@@ -192,6 +192,14 @@ def bounded_string_size(lo: int, hi: int | None, tail: bytes) -> int:
     return 2 + _LAYER * layers + (_LAYER if hi is None else 1) + 1 + len(tail)
 
 
+def bounded_template_size(lo: int, hi: int, tail: bytes) -> int:
+    """The rows ``terminal_kernels.write_bounded`` writes for the same string
+    (``hi`` not None): the dead and start rows, one layer for the characters
+    before ``lo`` (if any), one for those from ``lo`` on (if any), the
+    position at the bound, the closing quote and the tail."""
+    return 2 + _LAYER * ((1 if lo > 0 else 0) + (1 if hi > lo else 0)) + 2 + len(tail)
+
+
 def write_bounded_string(t: np.ndarray, acc: np.ndarray, lo: int, hi: int | None,
                          tail: bytes) -> None:
     """Write ``"`` + ``JSON_CODEPOINT{lo,hi}`` + ``"`` + ``tail`` (``hi`` None: no

@@ -29,21 +29,19 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import table_rehash
-from constrain.cfg import terminal_kernels as tk
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
 from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
-                             builtin_template)
+                             bounded_template_size, builtin_template)
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
-if gk.BOUNDED_LAYER != LAYER or tk._LAYER_ROWS != LAYER:  # the kernels divide by a constant
-    raise ImportError("lexer_kernels.BOUNDED_LAYER or terminal_kernels._LAYER_ROWS differs "
-                      "from lexemes.LAYER")
+if gk.BOUNDED_LAYER != LAYER:  # the kernels divide by a constant
+    raise ImportError("lexer_kernels.BOUNDED_LAYER differs from lexemes.LAYER")
 
 if TYPE_CHECKING:
     from constrain.compiler import Compiler
@@ -437,7 +435,7 @@ class TerminalAutomata:
                     ta = len(data)
                     data += lex.tail
                     op = (TERMINAL_BOUNDED, physical,
-                          tk.bounded_template_rows(*lex.bounded, len(lex.tail)),
+                          bounded_template_size(*lex.bounded, lex.tail),
                           lex.bounded[0], lex.bounded[1], ta, len(data), 0, 0, 0, 0)
                     self.bounded[t] = lex.bounded
                 else:
@@ -482,7 +480,8 @@ class TerminalAutomata:
                 part.write(table[o:o + size], acc[o:o + size])
                 if 0 in alphabet_key:  # not alphabet.all(): see EarleyRecognizer
                     table[o:o + size, ~alphabet] = 0
-        # per virtual row (a bounded string's template rows never accept)
+        # per virtual row (a bounded string's template rows never accept; as
+        # many rows as virtual ones: every terminal is its own rows)
         self.accepting = acc if physical == total else acc[vmap[:, 0]]
         self.kernel_arrays = (table, self.offsets, self.accepting, usable, vmap)
 
@@ -513,8 +512,7 @@ class TerminalAutomata:
         """Write the stacked table into ``payload`` (a
         :class:`constrain.persist.Payload`), every virtual row written out (a
         loaded grammar's rows are checked, not trusted to repeat)."""
-        payload.put("table", self.rows_of() if self.table.shape[0] != self.vmap.shape[0]
-                    else self.table, runs=True)
+        payload.put("table", self.rows_of(), runs=True)
         payload.put("offsets", self.offsets)
         payload.put("accepting", self.accepting)
         payload.put("usable", self.usable)

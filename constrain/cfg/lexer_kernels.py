@@ -207,11 +207,11 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit, 
     0`` starts a new call. Returns ``(status,
     n, state)``: ``EXPAND_GROW`` when the tables are full (grow them, queue
     included, and call again with the same ``qs``: the work done is kept),
-    ``EXPAND_OVERFLOW`` past ``max_states``. Of a length-bounded string's
-    layers (one terminal alive, in a counted row: ``vmap[row, 2] > 0``) at most
-    ``layer_limit`` states are expanded per call, the others are left pending:
-    walks read a token's depth of them ahead, and a string shorter than its
-    bound never reaches the rest. Once done, the states expanded are
+    ``EXPAND_OVERFLOW`` past ``max_states``. The call also stops at the
+    ``layer_limit``-th state of a length-bounded string's layers (one
+    terminal alive, in a counted row: ``vmap[row, 2] > 0``), which stays
+    pending with the rest of the queue: walks read a token's depth of layers
+    ahead, and a string shorter than its bound never reaches the others. Once done, the states expanded are
     ``queue[:qs[0]]``. ``single[offsets[t] +
     s]`` memoises the state where only terminal ``t`` is alive, in local state
     ``s`` (-1: not yet known): deep inside a terminal, as in a length-bounded
@@ -270,11 +270,9 @@ def expand_states(terms, states, index, start, n, max_states, queue, qs, limit, 
             if vmap[row, 2] > 0:
                 layers += 1
                 if layers > layer_limit:
-                    flags[d] = F_PENDING
-                    trans[d, :] = 0  # a row not expanded reads as dead
-                    qs[3] = 1
-                    qs[0] += 1
-                    continue
+                    # left in the queue, as past ``limit`` (below): popped and
+                    # marked pending here, a later row could queue it again
+                    break
             ends = accepting[row]
             if ends:
                 acc[d, t >> 6] |= np.uint64(1) << np.uint64(t & 63)

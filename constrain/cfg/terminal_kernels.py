@@ -90,19 +90,6 @@ def write_lexeme(table, acc, o, row0, k, string, data, ta, tb, lex_rows, lex_acc
         acc[o + k - 1 + tb - ta] = True
 
 
-def bounded_template_rows(lo: int, hi: int, tail: int) -> int:
-    """The rows :func:`write_bounded` writes for a string of ``lo`` to ``hi``
-    characters and a tail of ``tail`` bytes: the dead and start rows, one
-    layer for the characters before ``lo`` (if any), one for those from
-    ``lo`` on (if any), the position at the bound, the closing quote and the
-    tail."""
-    return 2 + _LAYER_ROWS * ((1 if lo > 0 else 0) + (1 if hi > lo else 0)) + 2 + tail
-
-
-# lexemes.LAYER, which the lexer checks this against at import
-_LAYER_ROWS = 14
-
-
 @njit(cache=True, nogil=True)
 def write_bounded(table, acc, vmap, o, vo, lo, hi, data, ta, tb, layer, alphabet):
     """A length-bounded JSON string (``lexemes.write_bounded_string``, ``hi``
