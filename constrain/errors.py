@@ -179,6 +179,17 @@ class CacheFileError(ConstraintError):
         super().__init__(message)
 
 
+class UnenforcedFormatWarning(UserWarning):
+    """A JSON Schema ``format`` that ``formats="assert"`` cannot enforce: not
+    one of the formats Trellis enforces (``uri-template``, ``regex``, ...), or
+    beside a ``pattern``, a length bound or another format on the same string.
+    It is left as an annotation, as JSON Schema validators treat formats by
+    default, so the generated strings need not satisfy it. The message names
+    each such format with its JSON pointer; one warning per compile. Validate
+    those strings after generation where they matter, or pass
+    ``formats="annotation"`` to say that no format is meant to assert."""
+
+
 class IncompleteParseWarning(UserWarning):
     """A grammar's parser kept only part of a chart column's items (the
     ``max_items`` cap: a very ambiguous grammar). Masks stay sound — every

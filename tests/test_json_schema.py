@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 from constrain.errors import (GrammarTooComplexError, SchemaError, SchemaTooComplexError,
+                              UnenforcedFormatWarning,
                               UnsupportedSchemaError)
 from constrain.frontends.json_schema import compile_json_schema, json_schema_to_lark, order_instance
 from constrain.frontends.json_schema.formats import FORMATS
@@ -335,7 +336,31 @@ def test_formats(fmt, good, bad):
 
 
 def test_unknown_format_is_an_annotation():
-    check({"type": "string", "format": "color"}, good=['"anything"'])
+    with pytest.warns(UnenforcedFormatWarning, match="'color' at /format "):
+        check({"type": "string", "format": "color"}, good=['"anything"'])
+
+
+def test_formats_not_enforced_are_named():
+    schema = {"type": "object", "properties": {
+        "a": {"type": "string", "format": "uri-template"},
+        "b": {"type": "string", "format": "date", "maxLength": 12},
+        "c": {"type": "string", "format": "date"}}}
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        g = json_schema_to_lark(schema)
+    assert [x.category for x in w] == [UnenforcedFormatWarning]
+    text = str(w[0].message)
+    assert "'uri-template' at /properties/a/format" in text
+    assert "'date' at /properties/b/format" in text
+    assert "/properties/c/" not in text  # enforced
+    p = lark_parser(g)
+    assert accepts(p, '{"a":"{x}","b":"not a date","c":"2024-01-31"}')
+    assert not accepts(p, '{"c":"not a date"}')
+    # formats as annotations: nothing is meant to assert, nothing to warn of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        json_schema_to_lark(schema, formats="annotation")
+        json_schema_to_lark({"type": "string", "format": "date-time"})
 
 
 # -- structure ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 
-from constrain.errors import UnsupportedSchemaError
+from constrain.errors import UnenforcedFormatWarning, UnsupportedSchemaError
 
 
 def _as_written(pointer: str) -> str:
@@ -18,6 +18,8 @@ class Diagnostics:
     def __init__(self, strict: bool):
         self.strict = strict
         self.ignored: list[str] = []
+        #: the ``format`` keywords left as annotations under ``formats="assert"``
+        self.formats: list[str] = []
         #: the user's JSON pointer of a translation's pointer (the document's
         #: ``user_pointer``, set once it exists: generated schemas such as
         #: complements have pointers ``@n<k>/...`` of their own)
@@ -32,13 +34,26 @@ class Diagnostics:
         if pointer not in self.ignored:
             self.ignored.append(pointer)
 
+    def format_not_enforced(self, pointer: str, name: str, why: str) -> None:
+        """Record a ``format`` that ``formats="assert"`` leaves as an
+        annotation (``why``: unknown, or beside a pattern or length bound)."""
+        entry = f"{name!r} at {self.locate(pointer)} ({why})"
+        if entry not in self.formats:
+            self.formats.append(entry)
+
     def where_ignored(self) -> str:
         """The ignored pointers, comma-separated (the root as ``/``)."""
         return ", ".join(p or "/" for p in self.ignored)
 
     def warn(self, caller: str) -> None:
         """One warning (blamed on ``caller``'s caller) listing the keywords a
-        ``strict=False`` translation ignored."""
+        ``strict=False`` translation ignored, and one
+        (:class:`~constrain.errors.UnenforcedFormatWarning`) listing the formats
+        left as annotations."""
         if self.ignored:
             warnings.warn(f"{caller} ignored keywords it cannot enforce at: " + self.where_ignored(),
                           stacklevel=3)
+        if self.formats:
+            warnings.warn(UnenforcedFormatWarning(
+                f"{caller} leaves these formats as annotations (strings are not checked "
+                f"against them): " + "; ".join(self.formats)), stacklevel=3)

@@ -84,7 +84,7 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
         if isinstance(n.get("pattern"), str) and n["pattern"] not in [x for x, _ in patterns]:
             patterns.append((n["pattern"], f"{p}/pattern"))
         if isinstance(n.get("format"), str) and t.options.formats == "assert":
-            formats.append(n["format"])
+            formats.append((n["format"], f"{p}/format"))
     content = None
     if patterns:
         for _, where in patterns[1:]:
@@ -92,8 +92,15 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
         ok, content = pattern_content(t, *patterns[0], lo, hi)
         if ok and content is None:
             return None
+    enforced = None
     if content is None and lo == 0 and hi is None:
-        content = next((FORMATS[f] for f in formats if f in FORMATS), None)
+        enforced = next((f for f, _ in formats if f in FORMATS), None)
+        content = FORMATS.get(enforced)
+    for f, where in formats:
+        if f != enforced:
+            t.diag.format_not_enforced(where, f, "not one of the enforced formats"
+                                       if f not in FORMATS else "beside a pattern, a length "
+                                       "bound or another format")
     if content is None:
         if lo == 0 and hi is None:
             content = JSON_CHAR_ANY + "*"
