@@ -253,6 +253,18 @@ def test_kernel_spans_give_row_writers_writer():
     edge[0], edge[-1] = 1, 1 << 31  # first and last byte; gaps of exactly 64 and 65 bytes
     edge[100], edge[116], edge[132] = 1, 1, 1 << 8  # bytes 400, 464 and 529
     rows.append(edge)
+    # the scan goes 64 and 8 words at a time: runs of non-zero words across and
+    # along those blocks, gaps at their edges, dense rows and half-dense ones
+    for start, length in [(0, words), (0, words // 2 - 1), (0, words // 2 + 1), (64, 64), (63, 66),
+                          (120, 8), (121, 8), (3000, 3251), (words - 70, 70)]:
+        row = np.zeros(words, np.uint32)
+        row[start:start + length] = 0x00FF0000
+        rows.append(row)
+        for extra in (start - 17, start - 16, start + length + 16, start + length + 17):
+            if 0 <= extra < words:
+                other = row.copy()
+                other[extra] = 0x80
+                rows.append(other)
     for row in rows:
         out = np.zeros(2 * _MAX_SPANS + 1, np.int64)
         row_spans(row, _SPAN_GAP, _MAX_SPANS, out)

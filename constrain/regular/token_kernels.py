@@ -84,29 +84,65 @@ def row_spans(row, gap, max_spans, out):
     n = 0
     done = 0  # bytes of the finished spans
     over = False
-    for w in range(words):
-        x = row[w]
-        if x == 0:
-            continue
-        if first < 0:
-            first = 4 * w + _low_byte(x)
-            out[1] = first
-            n = 1
-        elif w - pw >= 16:
-            low = 4 * w + _low_byte(x)
-            prev = 4 * pw + _high_byte(row[pw])
-            if low - prev > gap:
-                if n == max_spans:
-                    over = True
-                    break
-                out[2 * n] = prev + 1
-                out[2 * n + 1] = low
-                done += prev + 1 - out[2 * n - 1]
-                n += 1
-        pw = w
-        if 2 * (done + 4 * w + 1 - out[2 * n - 1]) > 4 * words:
-            out[0] = -1
-            return
+    w0 = 0
+    while w0 < words and not over:
+        # zero words 64 and then 8 at a time (a sparse o200k row took 3.7 us
+        # word by word, and a grammar's first visit of a state makes its
+        # writer); no word of a block without a zero word can open a span but
+        # the first (spans are more than 16 words apart), so a dense row's scan
+        # goes a block at a time too
+        step = 8
+        full = False
+        last = min(w0 + 8, words)
+        if w0 % 64 == 0 and w0 + 64 <= words:
+            acc = np.uint32(0)
+            nonzero = True
+            block = row[w0:w0 + 64]  # a fixed trip count: ~3x faster than range(w0, w0 + 64)
+            for k in range(64):
+                acc |= block[k]
+                nonzero &= block[k] != 0
+            if acc == 0:
+                w0 += 64
+                continue
+            if nonzero:
+                step = 64
+                full = True
+        if not full and last - w0 == 8:
+            if (row[w0] | row[w0 + 1] | row[w0 + 2] | row[w0 + 3] | row[w0 + 4]
+                    | row[w0 + 5] | row[w0 + 6] | row[w0 + 7]) == 0:
+                w0 += 8
+                continue
+            full = (row[w0] != 0) & (row[w0 + 1] != 0) & (row[w0 + 2] != 0) & (row[w0 + 3] != 0) \
+                & (row[w0 + 4] != 0) & (row[w0 + 5] != 0) & (row[w0 + 6] != 0) & (row[w0 + 7] != 0)
+        for w in range(w0, w0 + 1 if full else last):
+            x = row[w]
+            if x == 0:
+                continue
+            if first < 0:
+                first = 4 * w + _low_byte(x)
+                out[1] = first
+                n = 1
+            elif w - pw >= 16:
+                low = 4 * w + _low_byte(x)
+                prev = 4 * pw + _high_byte(row[pw])
+                if low - prev > gap:
+                    if n == max_spans:
+                        over = True
+                        break
+                    out[2 * n] = prev + 1
+                    out[2 * n + 1] = low
+                    done += prev + 1 - out[2 * n - 1]
+                    n += 1
+            pw = w
+            if 2 * (done + 4 * w + 1 - out[2 * n - 1]) > 4 * words:
+                out[0] = -1
+                return
+        if full and not over:
+            pw = w0 + step - 1
+            if 2 * (done + 4 * pw + 1 - out[2 * n - 1]) > 4 * words:
+                out[0] = -1
+                return
+        w0 += step
     if first < 0:
         out[0] = 0
         return
