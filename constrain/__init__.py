@@ -121,7 +121,9 @@ def clear_caches() -> None:
     packages register there (``search``'s loaded default models and
     tokenizers: one still in use is not loaded again, ``load_default_model``
     hands out the same object). Compiled constraints keep working: they hold
-    what they use. Benchmarks call it to time each compile cold; a server may
+    what they use. A vocabulary keeps its own tables (its token trie, with the
+    trie's summaries and loop exits: ``TokenTrie.loop_exits``, bounded), as
+    it keeps its tokens. Benchmarks call it to time each compile cold; a server may
     call it to release memory."""
     registry.clear()
 

@@ -262,6 +262,9 @@ PRELOAD = (
     ("cfg.lexer_kernels", "expand_states"),
     ("cfg.lexer_kernels", "settle_reads_utf8"),
     ("cfg.lexer_kernels", "lexer_walk_rows"),
+    # a string body's walk (TokenTrie.loop_exits)
+    ("vocab.trie_kernels", "loop_exits"),
+    ("cfg.lexer_kernels", "lexer_walk_exits"),
     ("cfg.earley_kernels", "earley_next"),
     ("cfg.lexer_kernels", "boundary_walk"),
     # a maxLength string's positions from minLength on (LexerTables._near_walk)

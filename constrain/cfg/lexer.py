@@ -37,6 +37,7 @@ from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
                              bounded_template_size, builtin_template)
 from constrain.cfg.ir import GrammarIR, Terminal
+from constrain.vocab.trie_kernels import EXIT_COLUMNS
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 
@@ -952,22 +953,25 @@ class LexerTables:
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
         out = self._walk_out
         key = entry = None
+        exits = self._exits(s)
         n = gk.lexer_walk_rows(*self._walk_args, s, row, out,
-                               -1 if shared is None else self._share_min, self.trie.multilingual)
+                               -1 if shared is None else self._share_min, self.trie.multilingual,
+                               exits)
         if n <= gk.PENDING_BASE:
-            n = self._walk_expanding(s, row, out, n, -1 if shared is None else self._share_min)
+            n = self._walk_expanding(s, row, out, n, -1 if shared is None else self._share_min,
+                                     exits)
         if n == gk.WALK_SHARED:
             key = self._names.key(s)
             entry = shared.get(key)
             if entry is None:
-                n = self._walk_expanding(s, row, out, None, -1)
+                n = self._walk_expanding(s, row, out, None, -1, exits)
         if entry is not None:
             row, nodes, states = self._reuse(key, entry)
         else:
             if n < 0:
                 out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
                 row[:] = 0
-                n = self._walk_expanding(s, row, out, None, -1)
+                n = self._walk_expanding(s, row, out, None, -1, exits)
             row = row[:self.words32]
             if n:
                 nodes, states = out[0, :n].copy(), out[1, :n].copy()
@@ -1109,7 +1113,7 @@ class LexerTables:
             a.setflags(write=False)  # walks return views of them
         return need, nodes, node_needs, states
 
-    def _walk_expanding(self, s: int, row, out, n, share_min: int) -> int:
+    def _walk_expanding(self, s: int, row, out, n, share_min: int, exits) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
         state a first call met), expanding each state it reports until it
         runs to the end."""
@@ -1119,7 +1123,19 @@ class LexerTables:
                     return n
                 self.ensure(gk.PENDING_BASE - n)
                 row[:] = 0
-            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min, self.trie.multilingual)
+            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min, self.trie.multilingual,
+                                   exits)
+
+    def _exits(self, s: int) -> np.ndarray:
+        """The trie nodes where lexer state ``s`` stops reading text
+        (:meth:`TokenTrie.loop_exits <constrain.vocab.trie.TokenTrie.loop_exits>`)
+        when it reads any ASCII byte of its loop set and any valid UTF-8
+        character back to itself (a JSON string's body); else none: the walk
+        finds them itself."""
+        if self.walk_flags[s] != gk.F_LOOP or self.reads_utf8[s] != 1:
+            return _NO_EXITS
+        exits = self.trie.loop_exits(self.loops[s])
+        return _NO_EXITS if exits is None else exits
 
     def _reuse(self, key: tuple, entry: tuple) -> tuple:
         """``(row, nodes, states)`` of the shared walk ``entry`` (under ``key``),
@@ -1157,6 +1173,9 @@ class LexerTables:
 #: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
+#: no loop exits: the walk finds its own way (read-only, shared)
+_NO_EXITS = np.zeros((0, EXIT_COLUMNS), dtype=np.int32)
+_NO_EXITS.flags.writeable = False
 
 
 class _StateNames:

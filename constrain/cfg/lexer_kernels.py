@@ -1022,6 +1022,76 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 
 @njit(cache=True, nogil=True)
+def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, row, out_node,
+                     out_state, exits, utf8=False):
+    """:func:`lexer_walk` from a state that reads text back to itself
+    (``F_LOOP`` with ``reads_utf8``), given the exits of its loop set
+    (:func:`constrain.vocab.trie_kernels.loop_exits`): ``row`` starts with
+    every token and only the subtrees under the exits are walked, each from
+    the state its partial character leads to. What lies outside them is text,
+    which such a state keeps alive with no boundary, so the walk is the same;
+    it no longer finds the exits itself (a string body over o200k: 15,000
+    nodes read one after another, 300-550 us from a cold cache, against 65
+    from 1,391 exits; over SmolLM2 8.3 -> 4.6 us hot). The same loop as
+    :func:`lexer_walk`'s over all tokens, kept apart: with a branch for the
+    exits in it, the other walks of ``bench_lexer_walk.py`` took 11-35 %
+    longer (numba's code for the loop, not the work)."""
+    trans = trans2.reshape(-1)  # state * 256 + byte
+    run, good, lv, _ = memos
+    tbyte, tdepth, tskip, _, _, order, max_depth = trie
+    node_tok, first, below, tok_before, height, utf8_below, full_row = summaries
+    stack = np.zeros(max_depth + 2, np.int32)
+    cap = out_node.shape[0]
+    n = 0
+    row[:] = full_row
+    for x in range(exits.shape[0]):
+        i = exits[x, 0]
+        p = state
+        for q in range(exits[x, 1]):
+            p = trans[(p << 8) | exits[x, 2 + q]]
+        if p != 0 and flags[p] == F_PENDING:
+            return PENDING_BASE - p
+        stack[tdepth[i] - 1] = p
+        end = tskip[i]
+        while i < end:
+            d = tdepth[i]
+            s = trans[(stack[d - 1] << 8) | tbyte[i]]
+            nxt = tskip[i]
+            if s == 0:
+                for k in range(tok_before[i], tok_before[nxt]):
+                    t = order[k]
+                    row[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+                i = nxt
+                continue
+            stack[d] = s
+            f = flags[s]
+            if f == F_PENDING:
+                return PENDING_BASE - s
+            if f == F_ENDS:
+                if nxt > i + 1:
+                    if n < cap:
+                        out_node[n] = i
+                        out_state[n] = s
+                    n += 1
+            elif f == F_LOOP:
+                if nxt > i + 1 and _stays_below(
+                        below, loops, utf8_below, reads_utf8, i, s):
+                    i = nxt
+                    continue
+            elif f != F_PLAIN and nxt > i + 1:
+                if f == F_NEW:
+                    f = _classify(trans, flags, memos, s, max_depth, below, utf8)
+                    if f < 0:
+                        return f
+                if f == F_RUN and (_run_covers(below, good, height, run, i, s) or (
+                        utf8 and _run_covers_utf8(below, good, lv, utf8_below, height, run, i, s))):
+                    i = nxt
+                    continue
+            i += 1
+    return n if n <= cap else -1
+
+
+@njit(cache=True, nogil=True)
 def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
     """How many more characters a length-bounded string must have room for,
     per token, walking the trie from local state ``q0`` of its table (virtual
@@ -1119,7 +1189,7 @@ def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
 
 @njit(cache=True, nogil=True)
 def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, tbuf, toffs, state,
-                    row, out, share_min, utf8):
+                    row, out, share_min, utf8, exits):
     """:func:`lexer_walk` as Python calls it: the lexer's tables loose (``states``
     and ``memos`` of :meth:`constrain.cfg.lexer.LexerTables._pack`, less what
     the walk does not read), the trie packed (:meth:`TokenTrie.packed
@@ -1135,13 +1205,17 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     caller to look in the walks shared across grammars first. Such broad walks
     (a string body, any key) cost 19-35 us on SmolLM2, and sharing pays; the
     others (a literal, a number: 3.6-7.5 us) cost less than a look-up and a
-    store in the shared cache (~5 us)."""
+    store in the shared cache (~5 us). With ``exits`` (not empty) the walk
+    is :func:`lexer_walk_exits`'."""
     trie, summaries = trie_views(tbuf, toffs)
     tskip = trie[2]
     first, tok_before = summaries[1], summaries[3]
     n_live = _live_tokens(trans.reshape(-1), state, first, tskip, tok_before)
     if 0 <= share_min <= n_live:
         return WALK_SHARED
+    if exits.shape[0]:
+        return lexer_walk_exits(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
+                                summaries, state, row, out[0], out[1], exits, utf8)
     return lexer_walk(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
                       summaries, state, row, out[0], out[1], n_live, utf8)
 

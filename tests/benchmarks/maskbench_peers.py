@@ -258,7 +258,7 @@ class TrellisJSON(TrellisEngine):
     default). Vocabulary built as in bench_regex (``Vocabulary.from_huggingface`` /
     ``from_tiktoken``, checked against the shared token table); before each timed
     compile the per-grammar caches are dropped as in bench_regex (vocabulary-level
-    tables such as the token trie are kept). Masks: ``grammar.fill_bitmask(state,
+    tables such as the token trie, its summaries and loop exits, are kept). Masks: ``grammar.fill_bitmask(state,
     bitmask, 0)`` into ``constrain.allocate_bitmask(1, V, backend=backend)``: a numpy
     int32 array by default, the kind the harness gives llguidance (``"torch"``: a
     torch tensor, constrain's own default)."""

@@ -1,0 +1,198 @@
+"""Walks from the exits of a loop set (``TokenTrie.loop_exits``): a lexer state
+that reads text back to itself (a JSON string's body, a pattern over ``.`` or a
+broad class) walks only the subtrees under the nodes where text stops, from
+the state its partial character leads to. Checked against the plain walk (the
+same kernel finding its own way) at every byte position of texts with one- to
+four-byte characters and escapes, against the definition of text token by
+token, and against brute-force masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from constrain import Vocabulary, allocate_bitmask, compile_grammar, compile_json_schema
+from constrain.cfg import lexer_kernels as gk
+from constrain.cfg.lexer import _NO_EXITS
+from constrain.vocab.trie_kernels import loop_exits, utf8_next
+
+GRAMMARS = {
+    "string": ("schema", {"type": "object", "properties": {"a": {"type": "string"}},
+                          "required": ["a"]}),
+    # any key but the declared ones: an exclusion automaton's body
+    "keys": ("schema", {"type": "object", "properties": {"name": {"type": "integer"}},
+                        "additionalProperties": {"type": "boolean"}}),
+    # a pattern's body that takes every character but a few ASCII ones
+    "pattern": ("schema", {"type": "string", "pattern": "^[^#~]*$"}),
+    # a Lark terminal whose body loops on printable ASCII and any UTF-8
+    "lark": ("lark", 'start: TAG ("," TAG)*\nTAG: /<[^<>\\x00-\\x1f]*>/\n'),
+}
+# what the bodies hold, byte by byte: ASCII, two- to four-byte characters,
+# escapes, and the bytes that end or break the body
+TEXTS = ["ab", "é", "中文", "😀", "\\n", "\\u00e9", 'a"', "x~#<", "a>,<b"]
+HEADS = {"string": '{"a":"', "keys": '{"', "pattern": '"', "lark": "<"}
+
+
+def _compile(name, vocab):
+    kind, spec = GRAMMARS[name]
+    if kind == "schema":
+        return compile_json_schema(spec, vocab)
+    return compile_grammar(spec, vocab)
+
+
+def _states(g, name):
+    """The lexer states at every byte of each text after the body's head."""
+    head = HEADS[name].encode()
+    for text in TEXTS:
+        data = head + text.encode()
+        state = g.initial_state()
+        for k in range(len(data)):
+            state = g.advance_bytes(state, data[k:k + 1])
+            if state is None:
+                break
+            if k + 1 >= len(head):
+                yield data[:k + 1], state
+
+
+def _walk(lex, s, exits):
+    t = lex.trie
+    row = np.zeros(t.row_words + 1, dtype=np.uint32)
+    out = np.empty((2, t.num_nodes), dtype=np.int32)
+    n = lex._walk_expanding(s, row, out, None, -1, exits)
+    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
+
+
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
+def test_exit_walks_equal_plain_walks(name, vocab_name, request):
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    g = _compile(name, vocab)
+    lex = g.lexer
+    checked = set()
+    for prefix, state in _states(g, name):
+        for _, s in state[1]:
+            if lex.walk_flags[s] != gk.F_LOOP or lex.reads_utf8[s] != 1 or s in checked:
+                continue
+            checked.add(s)
+            # every exit, past the share of the nodes above which
+            # TokenTrie.loop_exits keeps none (the small multilingual
+            # vocabulary is full of quotes and escapes)
+            exits, n = loop_exits(lex.loops[s], *lex.trie.packed(), lex.trie.num_nodes)
+            assert n == len(exits) > 0
+            got, want = _walk(lex, s, exits), _walk(lex, s, _NO_EXITS)
+            assert np.array_equal(got[0], want[0]), (prefix, np.flatnonzero(got[0] != want[0])[:5])
+            # the same boundary nodes, in trie order, into the same states
+            assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2]), prefix
+    assert checked, "no state read text back to itself"
+
+
+def _is_text(data: bytes, loops: np.ndarray) -> bool:
+    """Whether ``data`` is text for a state with loop set ``loops``: ASCII
+    bytes in the set at character boundaries, UTF-8 that is valid so far."""
+    u = 0
+    for b in data:
+        v = utf8_next(u, b)
+        if v < 0 or (u == 0 and b < 0x80 and not (int(loops[b >> 6]) >> (b & 63)) & 1):
+            return False
+        u = v
+    return True
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
+def test_exits_are_where_text_stops(vocab_name, request):
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    g = _compile("string", vocab)
+    lex, trie = g.lexer, g.trie
+    s = g.advance_bytes(g.initial_state(), b'{"a":"')[1][0][1]
+    loops = lex.loops[s]
+    exits, n = loop_exits(loops, *trie.packed(), trie.num_nodes)
+    assert n == len(exits) > 0
+    # the trie keeps them, or none past a 64th of its nodes
+    kept = trie.loop_exits(loops)
+    assert trie.loop_exits(loops) is kept
+    if vocab_name == "smollm2":
+        assert kept is not None and np.array_equal(kept, exits) and not kept.flags.writeable
+    elif kept is None:
+        assert len(exits) > trie.num_nodes // 64
+    # a token lies under an exit exactly when its bytes are not text
+    under = np.zeros(trie.num_nodes + 1, dtype=np.int64)
+    for e in exits[:, 0].tolist():
+        under[e] += 1
+        under[trie.skip[e]] -= 1
+    under = np.cumsum(under)[:trie.num_nodes] > 0
+    node_of = {}
+    for i in range(trie.num_nodes):
+        for k in range(trie.tok_start[i], trie.tok_end[i]):
+            node_of[int(trie.order[k])] = i
+    for tok, i in node_of.items():
+        data = vocab.tokens[tok]
+        assert bool(under[i]) == (not _is_text(data, loops)), data
+    # each exit's partial character is the bytes before it since a boundary
+    for row in exits.tolist():
+        node, k = row[0], row[1]
+        depth = int(trie.depth[node])
+        assert 0 <= k < depth
+
+
+def test_a_narrow_loop_set_walks_as_before(multilingual_vocab):
+    # a state that reads UTF-8 back but few ASCII bytes: most root children
+    # are exits, and the trie walk costs no more than finding them
+    g = compile_json_schema({"type": "string", "pattern": "^[a\u0080-\U0010ffff]*$"},
+                            multilingual_vocab)
+    lex = g.lexer
+    s = g.advance_bytes(g.initial_state(), b'"a')[1][0][1]
+    assert lex.walk_flags[s] == gk.F_LOOP and lex.reads_utf8[s] == 1
+    assert g.trie.loop_exits(lex.loops[s]) is None
+    assert len(lex._exits(s)) == 0
+
+
+def _mask(g, state):
+    bm = allocate_bitmask(1, len(g.vocab), backend="numpy")
+    g.fill_bitmask(state, bm, 0)
+    return np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)].astype(bool)
+
+
+@pytest.mark.parametrize("name", ["string", "lark"])
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
+def test_exit_walk_masks_equal_brute_force(name, vocab_name, request, monkeypatch):
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    g = _compile(name, vocab)
+    trie = g.trie
+    if vocab_name == "multilingual":
+        # every exit, past the share of nodes above which the trie keeps none
+        monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
+            loops, *trie.packed(), trie.num_nodes)[0])
+    checked = 0
+    for prefix, state in _states(g, name):
+        if not any(len(g.lexer._exits(s)) for _, s in state[1]) or len(prefix) % 2:
+            continue
+        want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+        assert np.array_equal(_mask(g, state), want), prefix
+        checked += 1
+    assert checked >= 5
+
+
+def test_exits_inside_a_character(monkeypatch):
+    # tokens that break off a character and go on (bytes a tokenizer may
+    # hold): their exit is the byte that breaks it, and the walk from there
+    # starts in the state the character's first bytes lead to
+    zhong, smile = "中".encode(), "😀".encode()
+    extra = [zhong[:2] + b"a", zhong[:2] + b'"', b"a" + zhong[:1] + b"bc", smile[:3] + b"x",
+             smile[:2] + zhong, b"ok" + zhong[:2] + b"\\n", zhong + zhong[:1] + b"\x80\x80",
+             b"ab" + zhong, zhong[:2] + zhong[2:] + b'",', b'"' + zhong[:1]]
+    tokens = sorted({bytes([b]) for b in range(256)} | set(extra)) + [b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+    g = _compile("string", vocab)
+    trie, lex = g.trie, g.lexer
+    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
+        loops, *trie.packed(), trie.num_nodes)[0])
+    s = g.advance_bytes(g.initial_state(), b'{"a":"')[1][0][1]
+    exits = lex._exits(s)
+    partial = {tuple(r[2:2 + r[1]]) for r in exits.tolist() if r[1]}
+    assert {tuple(zhong[:2]), tuple(smile[:3]), tuple(zhong[:1])} <= partial
+    got, want = _walk(lex, s, exits), _walk(lex, s, _NO_EXITS)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) \
+        and np.array_equal(got[2], want[2])
+    state = g.advance_bytes(g.initial_state(), b'{"a":"x')
+    want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+    assert np.array_equal(_mask(g, state), want)
