@@ -181,8 +181,9 @@ class CacheFileError(ConstraintError):
 
 class UnenforcedFormatWarning(UserWarning):
     """A JSON Schema ``format`` that ``formats="assert"`` cannot enforce: not
-    one of the formats Trellis enforces (``uri-template``, ``regex``, ...), or
-    beside a ``pattern``, a length bound or another format on the same string.
+    one of the formats Trellis enforces (``uri-template``, ``regex``, ...),
+    beside a ``pattern``, a length bound or another format on the same string,
+    or on a number (OpenAPI's ``int32``, ``double``...: none is enforced).
     It is left as an annotation, as JSON Schema validators treat formats by
     default, so the generated strings need not satisfy it. The message names
     each such format with its JSON pointer; one warning per compile. Validate

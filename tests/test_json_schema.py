@@ -344,7 +344,9 @@ def test_formats_not_enforced_are_named():
     schema = {"type": "object", "properties": {
         "a": {"type": "string", "format": "uri-template"},
         "b": {"type": "string", "format": "date", "maxLength": 12},
-        "c": {"type": "string", "format": "date"}}}
+        "c": {"type": "string", "format": "date"},
+        "n": {"type": "integer", "format": "int32"},  # OpenAPI's: not enforced on numbers
+        "d": {"type": ["string", "number"], "format": "date"}}}
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         g = json_schema_to_lark(schema)
@@ -352,7 +354,9 @@ def test_formats_not_enforced_are_named():
     text = str(w[0].message)
     assert "'uri-template' at /properties/a/format" in text
     assert "'date' at /properties/b/format" in text
-    assert "/properties/c/" not in text  # enforced
+    assert "'int32' at /properties/n/format" in text
+    assert "/properties/c/" not in text and "/properties/d/" not in text  # enforced (strings only)
+    assert text.count("/properties/") == 3  # once per pointer
     p = lark_parser(g)
     assert accepts(p, '{"a":"{x}","b":"not a date","c":"2024-01-31"}')
     assert not accepts(p, '{"c":"not a date"}')

@@ -36,10 +36,11 @@ class Diagnostics:
 
     def format_not_enforced(self, pointer: str, name: str, why: str) -> None:
         """Record a ``format`` that ``formats="assert"`` leaves as an
-        annotation (``why``: unknown, or beside a pattern or length bound)."""
-        entry = f"{name!r} at {self.locate(pointer)} ({why})"
-        if entry not in self.formats:
-            self.formats.append(entry)
+        annotation (``why``: unknown, beside a pattern or length bound, or on a
+        number), once per pointer."""
+        where = self.locate(pointer)
+        if not any(e.startswith(f"{name!r} at {where} (") for e in self.formats):
+            self.formats.append(f"{name!r} at {where} ({why})")
 
     def where_ignored(self) -> str:
         """The ignored pointers, comma-separated (the root as ``/``)."""
@@ -55,5 +56,5 @@ class Diagnostics:
                           stacklevel=3)
         if self.formats:
             warnings.warn(UnenforcedFormatWarning(
-                f"{caller} leaves these formats as annotations (strings are not checked "
+                f"{caller} leaves these formats as annotations (values are not checked "
                 f"against them): " + "; ".join(self.formats)), stacklevel=3)

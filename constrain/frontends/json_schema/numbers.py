@@ -17,6 +17,7 @@ from constrain.automata.char_dfa import CharDFA
 from constrain.automata.charset import CharSet
 from constrain.errors import GrammarTooComplexError, SchemaError
 from constrain.automata.json_encoding import JSON_INTEGER, JSON_NUMBER
+from constrain.frontends.json_schema.formats import FORMATS
 from constrain.frontends.json_schema.regex_product import intersect, product, regex_dfa, to_regex
 from constrain.frontends.json_schema.number_ranges import (
     _trie_alt,
@@ -130,10 +131,24 @@ def _bound_pointer(doc, conj, v) -> str:
     return ""
 
 
+def _formats_on_numbers(t: Translation, conj) -> None:
+    """Name the formats of the conjunction that would assert on numbers
+    (OpenAPI's ``int32``, ``int64``, ``float``, ``double``...): none is
+    enforced. String formats (``date``...) apply to strings only, so say
+    nothing about numbers."""
+    for p in conj:
+        n = t.doc.node(p)
+        f = n.get("format") if isinstance(n, dict) else None
+        if isinstance(f, str) and f not in FORMATS:
+            t.diag.format_not_enforced(f"{p}/format", f, "on a number, no format is enforced")
+
+
 def number_symbol(t: Translation, conj, integer: bool, excluded=()) -> str | None:
     """One terminal for the numbers (``integer``: integers) within the bounds
     and ``multipleOf`` of the conjunction, less the ``excluded`` values."""
     doc, g = t.doc, t.grammar
+    if t.options.formats == "assert":
+        _formats_on_numbers(t, conj)
     lo, lo_x, hi, hi_x = num_bounds(doc, conj)
     # a bound's digits become a chain of automaton states each (a bound of
     # hundreds of digits took seconds and a gigabyte): a far bound is lowered to
