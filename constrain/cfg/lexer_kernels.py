@@ -1039,7 +1039,7 @@ def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, s
     trans = trans2.reshape(-1)  # state * 256 + byte
     run, good, lv, _ = memos
     tbyte, tdepth, tskip, _, _, order, max_depth = trie
-    node_tok, first, below, tok_before, height, utf8_below, full_row = summaries
+    below, tok_before, height, utf8_below, full_row = summaries[2:]
     stack = np.zeros(max_depth + 2, np.int32)
     cap = out_node.shape[0]
     n = 0

@@ -18,8 +18,9 @@ class Diagnostics:
     def __init__(self, strict: bool):
         self.strict = strict
         self.ignored: list[str] = []
-        #: the ``format`` keywords left as annotations under ``formats="assert"``
-        self.formats: list[str] = []
+        #: the ``format`` keywords left as annotations under ``formats="assert"``:
+        #: the user's pointer -> what the warning says of it
+        self.formats: dict[str, str] = {}
         #: the user's JSON pointer of a translation's pointer (the document's
         #: ``user_pointer``, set once it exists: generated schemas such as
         #: complements have pointers ``@n<k>/...`` of their own)
@@ -39,8 +40,7 @@ class Diagnostics:
         annotation (``why``: unknown, beside a pattern or length bound, or on a
         number), once per pointer."""
         where = self.locate(pointer)
-        if not any(e.startswith(f"{name!r} at {where} (") for e in self.formats):
-            self.formats.append(f"{name!r} at {where} ({why})")
+        self.formats.setdefault(where, f"{name!r} at {where} ({why})")
 
     def where_ignored(self) -> str:
         """The ignored pointers, comma-separated (the root as ``/``)."""
@@ -57,4 +57,4 @@ class Diagnostics:
         if self.formats:
             warnings.warn(UnenforcedFormatWarning(
                 f"{caller} leaves these formats as annotations (values are not checked "
-                f"against them): " + "; ".join(self.formats)), stacklevel=3)
+                f"against them): " + "; ".join(self.formats.values())), stacklevel=3)
