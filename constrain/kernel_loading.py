@@ -262,7 +262,9 @@ PRELOAD = (
     ("cfg.lexer_kernels", "expand_states"),
     ("cfg.lexer_kernels", "settle_reads_utf8"),
     ("cfg.lexer_kernels", "lexer_walk_rows"),
-    # a string body's walk (TokenTrie.loop_exits)
+    # a walk into a string body's text (TokenTrie.loop_exits): the body's,
+    # and an object's keys'
+    ("cfg.lexer_kernels", "text_route"),
     ("vocab.trie_kernels", "loop_exits"),
     ("cfg.lexer_kernels", "lexer_walk_exits"),
     ("cfg.earley_kernels", "earley_next"),

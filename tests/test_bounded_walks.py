@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from constrain import allocate_bitmask, compile_json_schema
-from constrain.cfg.lexer import _NO_EXITS
+from constrain.cfg.lexer import _NO_ROUTE
 
 SCHEMAS = {
     "short": {"type": "string", "maxLength": 12},
@@ -32,7 +32,7 @@ def _trie_walk(lex, s):
     t = lex.trie
     row = np.zeros(t.row_words + 1, dtype=np.uint32)
     out = np.empty((2, t.num_nodes), dtype=np.int32)
-    n = lex._walk_expanding(s, row, out, None, -1, _NO_EXITS)  # no loop exits: the plain walk
+    n = lex._walk_expanding(s, row, out, None, -1, _NO_ROUTE)  # no loop exits: the plain walk
     row = row[:lex.words32]
     if t.has_duplicates:
         t.add_duplicates(row)

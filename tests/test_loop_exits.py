@@ -1,7 +1,9 @@
 """Walks from the exits of a loop set (``TokenTrie.loop_exits``): a lexer state
 that reads text back to itself (a JSON string's body, a pattern over ``.`` or a
-broad class) walks only the subtrees under the nodes where text stops, from
-the state its partial character leads to. Checked against the plain walk (the
+broad class), or whose first characters lead into such a state (an object's
+declared keys beside "any other key": ``text_route``), walks only the subtrees
+under the nodes where text stops, from the state its partial character leads
+to. Checked against the plain walk (the
 same kernel finding its own way) at every byte position of texts with one- to
 four-byte characters and escapes, against the definition of text token by
 token, and against brute-force masks."""
@@ -13,7 +15,7 @@ import pytest
 
 from constrain import Vocabulary, allocate_bitmask, compile_grammar, compile_json_schema
 from constrain.cfg import lexer_kernels as gk
-from constrain.cfg.lexer import _NO_EXITS
+from constrain.cfg.lexer import _NO_ROUTE
 from constrain.vocab.trie_kernels import loop_exits, utf8_next
 
 GRAMMARS = {
@@ -22,6 +24,11 @@ GRAMMARS = {
     # any key but the declared ones: an exclusion automaton's body
     "keys": ("schema", {"type": "object", "properties": {"name": {"type": "integer"}},
                         "additionalProperties": {"type": "boolean"}}),
+    # declared names that begin with multi-byte characters: their first bytes
+    # lead into a declared name, not into "any other key"'s text alone
+    "keys_utf8": ("schema", {"type": "object", "properties": {
+        "中文": {"type": "integer"}, "é": {"type": "integer"}, "😀x": {"type": "integer"},
+        "a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}}),
     # a pattern's body that takes every character but a few ASCII ones
     "pattern": ("schema", {"type": "string", "pattern": "^[^#~]*$"}),
     # a Lark terminal whose body loops on printable ASCII and any UTF-8
@@ -30,7 +37,7 @@ GRAMMARS = {
 # what the bodies hold, byte by byte: ASCII, two- to four-byte characters,
 # escapes, and the bytes that end or break the body
 TEXTS = ["ab", "é", "中文", "😀", "\\n", "\\u00e9", 'a"', "x~#<", "a>,<b"]
-HEADS = {"string": '{"a":"', "keys": '{"', "pattern": '"', "lark": "<"}
+HEADS = {"string": '{"a":"', "keys": '{"', "keys_utf8": '{"', "pattern": '"', "lark": "<"}
 
 
 def _compile(name, vocab):
@@ -54,36 +61,50 @@ def _states(g, name):
                 yield data[:k + 1], state
 
 
-def _walk(lex, s, exits):
+def _walk(lex, s, route):
     t = lex.trie
     row = np.zeros(t.row_words + 1, dtype=np.uint32)
     out = np.empty((2, t.num_nodes), dtype=np.int32)
-    n = lex._walk_expanding(s, row, out, None, -1, exits)
+    n = lex._walk_expanding(s, row, out, None, -1, route)
     return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
+
+
+def _keep_every_exit(monkeypatch, trie):
+    """Every loop set's exits, past the share of the nodes above which
+    ``TokenTrie.loop_exits`` keeps none (the small multilingual vocabulary is
+    full of quotes and escapes)."""
+    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
+        loops, *trie.packed(), trie.num_nodes)[0])
 
 
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 @pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
-def test_exit_walks_equal_plain_walks(name, vocab_name, request):
+def test_exit_walks_equal_plain_walks(name, vocab_name, request, monkeypatch):
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     g = _compile(name, vocab)
     lex = g.lexer
-    checked = set()
+    _keep_every_exit(monkeypatch, g.trie)
+    checked, into = set(), set()
     for prefix, state in _states(g, name):
         for _, s in state[1]:
-            if lex.walk_flags[s] != gk.F_LOOP or lex.reads_utf8[s] != 1 or s in checked:
+            if s in checked:
                 continue
             checked.add(s)
-            # every exit, past the share of the nodes above which
-            # TokenTrie.loop_exits keeps none (the small multilingual
-            # vocabulary is full of quotes and escapes)
-            exits, n = loop_exits(lex.loops[s], *lex.trie.packed(), lex.trie.num_nodes)
-            assert n == len(exits) > 0
-            got, want = _walk(lex, s, exits), _walk(lex, s, _NO_EXITS)
+            route = lex._text_route(s)
+            if not len(route[0]):
+                continue
+            target = route[2]
+            assert target != s or lex.walk_flags[s] == gk.F_LOOP and lex.reads_utf8[s] == 1
+            into.add(target != s)
+            got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
             assert np.array_equal(got[0], want[0]), (prefix, np.flatnonzero(got[0] != want[0])[:5])
             # the same boundary nodes, in trie order, into the same states
             assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2]), prefix
-    assert checked, "no state read text back to itself"
+    # the body walked from its exits; before the keys' bodies, the state
+    # after `{"` too
+    assert False in into, "no state read text back to itself"
+    if name.startswith("keys"):
+        assert True in into, "no state led into text"
 
 
 def _is_text(data: bytes, loops: np.ndarray) -> bool:
@@ -143,7 +164,7 @@ def test_a_narrow_loop_set_walks_as_before(multilingual_vocab):
     s = g.advance_bytes(g.initial_state(), b'"a')[1][0][1]
     assert lex.walk_flags[s] == gk.F_LOOP and lex.reads_utf8[s] == 1
     assert g.trie.loop_exits(lex.loops[s]) is None
-    assert len(lex._exits(s)) == 0
+    assert lex._text_route(s) is _NO_ROUTE
 
 
 def _mask(g, state):
@@ -152,19 +173,16 @@ def _mask(g, state):
     return np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)].astype(bool)
 
 
-@pytest.mark.parametrize("name", ["string", "lark"])
+@pytest.mark.parametrize("name", ["string", "lark", "keys_utf8"])
 @pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
 def test_exit_walk_masks_equal_brute_force(name, vocab_name, request, monkeypatch):
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     g = _compile(name, vocab)
-    trie = g.trie
     if vocab_name == "multilingual":
-        # every exit, past the share of nodes above which the trie keeps none
-        monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
-            loops, *trie.packed(), trie.num_nodes)[0])
+        _keep_every_exit(monkeypatch, g.trie)
     checked = 0
     for prefix, state in _states(g, name):
-        if not any(len(g.lexer._exits(s)) for _, s in state[1]) or len(prefix) % 2:
+        if not any(len(g.lexer._text_route(s)[0]) for _, s in state[1]) or len(prefix) % 2:
             continue
         want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
         assert np.array_equal(_mask(g, state), want), prefix
@@ -184,15 +202,50 @@ def test_exits_inside_a_character(monkeypatch):
     vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
     g = _compile("string", vocab)
     trie, lex = g.trie, g.lexer
-    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
-        loops, *trie.packed(), trie.num_nodes)[0])
+    _keep_every_exit(monkeypatch, trie)
     s = g.advance_bytes(g.initial_state(), b'{"a":"')[1][0][1]
-    exits = lex._exits(s)
-    partial = {tuple(r[2:2 + r[1]]) for r in exits.tolist() if r[1]}
+    route = lex._text_route(s)
+    partial = {tuple(r[2:2 + r[1]]) for r in route[0].tolist() if r[1]}
     assert {tuple(zhong[:2]), tuple(smile[:3]), tuple(zhong[:1])} <= partial
-    got, want = _walk(lex, s, exits), _walk(lex, s, _NO_EXITS)
+    got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) \
         and np.array_equal(got[2], want[2])
     state = g.advance_bytes(g.initial_state(), b'{"a":"x')
     want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
     assert np.array_equal(_mask(g, state), want)
+
+
+def test_declared_names_with_multibyte_first_characters(monkeypatch):
+    # after `{"`, "any other key"'s body is text, but a first character
+    # that begins a declared name leads into that name too: tokens spelling a
+    # whole name and what follows it must be walked from the name's state
+    # (routing them as text would read `中文":t` as an unknown key's boolean)
+    tokens = {bytes([b]) for b in range(256)}
+    for name in ("中文", "é", "😀x", "ab"):
+        n = name.encode()
+        tokens |= {n, n + b'"', n + b'":', n + b'":1', n + b'":t', n + b'x":t', n + b'x":1',
+                   n[:2], n[:2] + b'"', n + b"\\n"}
+    tokens |= {"中".encode() + b'":t', "日本".encode(), "日本".encode() + b'":t'}
+    tokens = sorted(tokens) + [b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+    g = compile_json_schema({"type": "object", "properties": {
+        n: {"type": "integer"} for n in ("中文", "é", "😀x", "ab")},
+        "additionalProperties": {"type": "boolean"}}, vocab)
+    lex = g.lexer
+    _keep_every_exit(monkeypatch, g.trie)
+    state = g.advance_bytes(g.initial_state(), b'{"')
+    (_, s), = state[1]
+    route = lex._text_route(s)
+    assert route[2] not in (0, s)
+    # the first bytes of the declared names are not read as text
+    for first in (0xE4, 0xC3, 0xF0, ord("a")):
+        assert route[1][first] == 0
+    assert route[1][0xE6] == 1 and route[1][ord("x")] == 1
+    got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+    mask = _mask(g, state)
+    assert np.array_equal(mask, want)
+    assert mask[vocab.tokens.index("中文".encode() + b'":1')]
+    assert not mask[vocab.tokens.index("中文".encode() + b'":t')]
+    assert mask[vocab.tokens.index("日本".encode() + b'":t')]

@@ -953,25 +953,29 @@ class LexerTables:
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
         out = self._walk_out
         key = entry = None
-        exits = self._exits(s)
-        n = gk.lexer_walk_rows(*self._walk_args, s, row, out,
-                               -1 if shared is None else self._share_min, self.trie.multilingual,
-                               exits)
+        route = self._text_route(s) if self.walk_flags[s] == gk.F_LOOP and self.reads_utf8[s] == 1 \
+            else _NO_ROUTE
+        n = gk.lexer_walk_rows(*self._walk_args, s, row, out, self._share_min,
+                               self.trie.multilingual, *route)
         if n <= gk.PENDING_BASE:
-            n = self._walk_expanding(s, row, out, n, -1 if shared is None else self._share_min,
-                                     exits)
+            n = self._walk_expanding(s, row, out, n, self._share_min, route)
         if n == gk.WALK_SHARED:
-            key = self._names.key(s)
-            entry = shared.get(key)
+            if shared is not None:
+                key = self._names.key(s)
+                entry = shared.get(key)
             if entry is None:
-                n = self._walk_expanding(s, row, out, None, -1, exits)
+                # broad, so its text part is worth a look (a few us); a
+                # narrow walk costs about as much as that look
+                if route is _NO_ROUTE:
+                    route = self._text_route(s)
+                n = self._walk_expanding(s, row, out, None, -1, route)
         if entry is not None:
             row, nodes, states = self._reuse(key, entry)
         else:
             if n < 0:
                 out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
                 row[:] = 0
-                n = self._walk_expanding(s, row, out, None, -1, exits)
+                n = self._walk_expanding(s, row, out, None, -1, route)
             row = row[:self.words32]
             if n:
                 nodes, states = out[0, :n].copy(), out[1, :n].copy()
@@ -1113,10 +1117,10 @@ class LexerTables:
             a.setflags(write=False)  # walks return views of them
         return need, nodes, node_needs, states
 
-    def _walk_expanding(self, s: int, row, out, n, share_min: int, exits) -> int:
+    def _walk_expanding(self, s: int, row, out, n, share_min: int, route: tuple) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
         state a first call met), expanding each state it reports until it
-        runs to the end."""
+        runs to the end; ``route`` is :meth:`_text_route`'s."""
         while True:
             if n is not None:
                 if n > gk.PENDING_BASE:
@@ -1124,18 +1128,30 @@ class LexerTables:
                 self.ensure(gk.PENDING_BASE - n)
                 row[:] = 0
             n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min, self.trie.multilingual,
-                                   exits)
+                                   *route)
 
-    def _exits(self, s: int) -> np.ndarray:
-        """The trie nodes where lexer state ``s`` stops reading text
-        (:meth:`TokenTrie.loop_exits <constrain.vocab.trie.TokenTrie.loop_exits>`)
-        when it reads any ASCII byte of its loop set and any valid UTF-8
-        character back to itself (a JSON string's body); else none: the walk
-        finds them itself."""
-        if self.walk_flags[s] != gk.F_LOOP or self.reads_utf8[s] != 1:
-            return _NO_EXITS
-        exits = self.trie.loop_exits(self.loops[s])
-        return _NO_EXITS if exits is None else exits
+    def _text_route(self, s: int) -> tuple:
+        """``(exits, route, target)``: the root children of the trie that
+        lexer state ``s`` reads, once their first character is read, into a
+        state ``target`` that reads any text back to itself (a JSON string's
+        body: ``s`` itself, or "any other key" after an object's ``{"``;
+        :func:`~constrain.cfg.lexer_kernels.text_route`), and the trie nodes
+        where ``target`` stops reading text (:meth:`TokenTrie.loop_exits
+        <constrain.vocab.trie.TokenTrie.loop_exits>`): the walk reads only
+        those nodes' subtrees under such children. :data:`_NO_ROUTE` when
+        there is no such state, or its loop set has too many exits: the walk
+        then reads every live node itself."""
+        route = np.empty(256, dtype=np.uint8)
+        while True:
+            target = int(gk.text_route(self.trans, self.walk_flags, self.reads_utf8, self._below,
+                                       s, route))
+            if target > gk.PENDING_BASE:
+                break
+            self.ensure(gk.PENDING_BASE - target)
+        if target == 0:
+            return _NO_ROUTE
+        exits = self.trie.loop_exits(self.loops[target])
+        return _NO_ROUTE if exits is None else (exits, route, target)
 
     def _reuse(self, key: tuple, entry: tuple) -> tuple:
         """``(row, nodes, states)`` of the shared walk ``entry`` (under ``key``),
@@ -1173,9 +1189,12 @@ class LexerTables:
 #: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
-#: no loop exits: the walk finds its own way (read-only, shared)
-_NO_EXITS = np.zeros((0, EXIT_COLUMNS), dtype=np.int32)
-_NO_EXITS.flags.writeable = False
+#: no text route (LexerTables._text_route): the walk finds its own way
+#: (read-only, shared)
+_NO_ROUTE = (np.zeros((0, EXIT_COLUMNS), dtype=np.int32), np.zeros(256, dtype=np.uint8), 0)
+for _a in _NO_ROUTE[:2]:
+    _a.flags.writeable = False
+del _a
 
 
 class _StateNames:

@@ -510,7 +510,7 @@ def _set_good(trans, flags, s, live, good, below, utf8):
     mark = np.uint64(3)
     if utf8 and lo | hi:
         b0 = bit_index(lo & (~lo + np.uint64(1))) if lo else 64 + bit_index(hi & (~hi + np.uint64(1)))
-        r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, below,
+        r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, 0, below,
                            trans[(s << 8) + b0])
         if r < 0:
             return -r
@@ -668,9 +668,11 @@ def _classify(trans, flags, memos, s, cap, below, utf8):
 
 
 @njit(cache=True, nogil=True)
-def _utf8_reads_to(rows, base, flags, accepting, vmap, s, below, target):
+def _utf8_reads_to(rows, base, flags, accepting, vmap, s, u0, below, target):
     """Whether state ``s`` reads any valid UTF-8 character (one of two to four
-    bytes) into state ``target`` without ending a terminal on the way.
+    bytes) into state ``target`` without ending a terminal on the way; with
+    ``u0`` (a decoder state of :func:`~constrain.vocab.trie_kernels.utf8_next`,
+    not 0), any valid rest of a character already begun.
     ``rows[base + q, b]`` is state ``q``'s successor on byte ``b`` (0: dead):
     a lexer's table (``base`` 0; ``flags`` its walk flags: a state where a
     terminal ends stops the character, one not expanded yet leaves the answer
@@ -684,7 +686,7 @@ def _utf8_reads_to(rows, base, flags, accepting, vmap, s, below, target):
     cap = 64
     us = np.empty(cap, np.int32)
     qs = np.empty(cap, np.int32)
-    us[0], qs[0] = 0, s
+    us[0], qs[0] = u0, s
     n, k = 1, 0
     while k < n:
         u, q = us[k], qs[k]
@@ -738,7 +740,7 @@ def _reads_utf8(trans, flags, s, below):
     UTF-8 text alive and boundary-free. Returns 1 or 0, or -1 when a state on
     the way is not expanded yet (unknown: taken as 0 by the walk, settled again
     later)."""
-    r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, below, s)
+    r = _utf8_reads_to(trans.reshape(-1, 256), 0, flags, _NO_BOOLS, _NO_VMAP, s, 0, below, s)
     return -1 if r < 0 else r
 
 
@@ -1022,36 +1024,158 @@ def lexer_walk(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, 
 
 
 @njit(cache=True, nogil=True)
+def text_route(trans2, flags, reads_utf8, below, state, route):
+    """Which root children of the token trie lexer state ``state`` reads as
+    text: sets ``route[b]`` (uint8, one per byte) where every token under the
+    root child ``b`` reaches, once its first character is read, one state
+    ``T`` that reads text back to itself (``F_LOOP`` with ``reads_utf8``: a
+    JSON string's body) -- ``b`` an ASCII byte ``state`` reads into ``T``, or
+    the first byte of a character any valid rest of which ``state`` reads into
+    ``T`` through states where no terminal ends. Returns ``T`` (then
+    :func:`lexer_walk_exits` walks those subtrees only from ``T``'s loop
+    exits), 0 when there is none, or ``PENDING_BASE - q`` when a state ``q``
+    on the way is not expanded yet.
+
+    ``T`` is ``state`` itself when it reads text; else the text state most
+    of its ASCII bytes lead to: after an object's ``{"`` the declared names
+    begin with a few letters and every other first character is "any other
+    key"'s body, so over o200k the walk went node by node under each
+    multi-byte first character (15,000 nodes, 100-200 us hot for three
+    names)."""
+    trans = trans2.reshape(-1)
+    base = state << 8
+    route[:] = 0
+    if flags[state] == F_LOOP and reads_utf8[state] == 1:
+        # every valid character comes back (reads_utf8): each live first byte
+        for b in range(256):
+            q = trans[base | b]
+            if q != 0 and (b >= 0xC2 and b <= 0xF4 or q == state):
+                route[b] = 1
+        return state
+    # the text state most ASCII bytes lead to
+    cands = np.zeros(128, np.int32)
+    counts = np.zeros(128, np.int32)
+    m = 0
+    target = 0
+    best = 0
+    for b in range(128):
+        q = trans[base | b]
+        if q == 0 or flags[q] != F_LOOP or reads_utf8[q] != 1:
+            continue
+        k = 0
+        while k < m and cands[k] != q:
+            k += 1
+        if k == m:
+            cands[m] = q
+            m += 1
+        counts[k] += 1
+        if counts[k] > best:
+            best = counts[k]
+            target = q
+    if target == 0:
+        return 0
+    for b in range(128):
+        if trans[base | b] == target:
+            route[b] = 1
+    # first bytes of longer characters, judged once per (state, decoder state)
+    seen_q = np.zeros(64, np.int32)
+    seen_u = np.zeros(64, np.int64)
+    seen_ok = np.zeros(64, np.uint8)
+    m = 0
+    rows = trans2.reshape(-1, 256)
+    for b in range(0xC2, 0xF5):
+        q = trans[base | b]
+        if q == 0:
+            continue
+        u = utf8_next(0, b)
+        k = 0
+        while k < m and (seen_q[k] != q or seen_u[k] != u):
+            k += 1
+        if k == m:
+            f = flags[q]
+            if f == F_PENDING:
+                return PENDING_BASE - q
+            ok = 0
+            if f != F_ENDS:
+                r = _utf8_reads_to(rows, 0, flags, _NO_BOOLS, _NO_VMAP, q, u, below, target)
+                if r < 0:
+                    return PENDING_BASE + r
+                ok = r
+            if m < 64:
+                seen_q[m], seen_u[m], seen_ok[m] = q, u, ok
+                m += 1
+            route[b] = ok
+        else:
+            route[b] = seen_ok[k]
+    return target
+
+
+@njit(cache=True, nogil=True)
 def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, state, row, out_node,
-                     out_state, exits, utf8=False):
-    """:func:`lexer_walk` from a state that reads text back to itself
-    (``F_LOOP`` with ``reads_utf8``), given the exits of its loop set
+                     out_state, exits, route, target, utf8=False):
+    """:func:`lexer_walk` where the root children ``route`` marks lead, once
+    their first character is read, into the text state ``target``
+    (:func:`text_route`), given the exits of its loop set
     (:func:`constrain.vocab.trie_kernels.loop_exits`): ``row`` starts with
-    every token and only the subtrees under the exits are walked, each from
-    the state its partial character leads to. What lies outside them is text,
-    which such a state keeps alive with no boundary, so the walk is the same;
-    it no longer finds the exits itself (a string body over o200k: 15,000
-    nodes read one after another, 300-550 us from a cold cache, against 65
-    from 1,391 exits; over SmolLM2 8.3 -> 4.6 us hot). The same loop as
+    every token; under such a root child only the exits' subtrees are
+    walked, each from the state its partial character leads to (from
+    ``state`` when that character is the first); the other root children are
+    walked whole, from ``state``. What lies outside the exits is text, which
+    ``target`` keeps alive with no boundary, so the walk is the same; it no
+    longer finds the exits itself (a string body over o200k: 15,000 nodes
+    read one after another, 300-550 us from a cold cache, against 65 from
+    1,391 exits; over SmolLM2 8.3 -> 4.6 us hot). The same loop as
     :func:`lexer_walk`'s over all tokens, kept apart: with a branch for the
     exits in it, the other walks of ``bench_lexer_walk.py`` took 11-35 %
     longer (numba's code for the loop, not the work)."""
     trans = trans2.reshape(-1)  # state * 256 + byte
     run, good, lv, _ = memos
     tbyte, tdepth, tskip, _, _, order, max_depth = trie
-    below, tok_before, height, utf8_below, full_row = summaries[2:]
+    first, below, tok_before, height, utf8_below, full_row = summaries[1:]
     stack = np.zeros(max_depth + 2, np.int32)
     cap = out_node.shape[0]
-    n = 0
+    # the subtrees to walk, and the state at the parent of each (root
+    # children in byte order, exits in preorder: one pass over both)
+    # (an exit whose own byte is dead, most of them, is cleared from its
+    # row alone: it does not touch the trie's arrays)
+    n_exits = exits.shape[0]
+    seg_node = np.empty(256 + n_exits, np.int32)
+    seg_state = np.empty(256 + n_exits, np.int32)
+    m = 0
+    x = 0
     row[:] = full_row
-    for x in range(exits.shape[0]):
-        i = exits[x, 0]
-        p = state
-        for q in range(exits[x, 1]):
-            p = trans[(p << 8) | exits[x, 2 + q]]
-        if p != 0 and flags[p] == F_PENDING:
-            return PENDING_BASE - p
-        stack[tdepth[i] - 1] = p
+    for b in range(256):
+        i = first[b]
+        if i < 0:
+            continue
+        if route[b] == 0:
+            seg_node[m] = i
+            seg_state[m] = state
+            m += 1
+            continue
+        end = tskip[i]
+        while x < n_exits and exits[x, 0] < i:
+            x += 1
+        while x < n_exits and exits[x, 0] < end:
+            k = exits[x, 1]
+            p = state if k == exits[x, 6] - 1 else target
+            for q in range(k):
+                p = trans[(p << 8) | exits[x, 2 + q]]
+            if p != 0 and flags[p] == F_PENDING:
+                return PENDING_BASE - p
+            if trans[(p << 8) | exits[x, 5]] == 0:
+                for k in range(exits[x, 7], exits[x, 8]):
+                    t = order[k]
+                    row[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+            else:
+                seg_node[m] = exits[x, 0]
+                seg_state[m] = p
+                m += 1
+            x += 1
+    n = 0
+    for g in range(m):
+        i = seg_node[g]
+        stack[tdepth[i] - 1] = seg_state[g]
         end = tskip[i]
         while i < end:
             d = tdepth[i]
@@ -1136,7 +1260,7 @@ def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
                     p0 |= np.uint64(1) << np.uint64(b)
                 else:
                     p1 |= np.uint64(1) << np.uint64(b - 64)
-        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, qb, below, qb + L) == 1
+        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, qb, 0, below, qb + L) == 1
     # as long as the trie (pages untouched cost nothing): arrays grown inside
     # the loop made numba count references on every node, 24 instead of 3.7 ms
     # over o200k
@@ -1189,7 +1313,7 @@ def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
 
 @njit(cache=True, nogil=True)
 def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, tbuf, toffs, state,
-                    row, out, share_min, utf8, exits):
+                    row, out, share_min, utf8, exits, route, target):
     """:func:`lexer_walk` as Python calls it: the lexer's tables loose (``states``
     and ``memos`` of :meth:`constrain.cfg.lexer.LexerTables._pack`, less what
     the walk does not read), the trie packed (:meth:`TokenTrie.packed
@@ -1206,7 +1330,8 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     (a string body, any key) cost 19-35 us on SmolLM2, and sharing pays; the
     others (a literal, a number: 3.6-7.5 us) cost less than a look-up and a
     store in the shared cache (~5 us). With ``exits`` (not empty) the walk
-    is :func:`lexer_walk_exits`'."""
+    is :func:`lexer_walk_exits`', with ``route`` and ``target`` from
+    :func:`text_route`."""
     trie, summaries = trie_views(tbuf, toffs)
     tskip = trie[2]
     first, tok_before = summaries[1], summaries[3]
@@ -1215,7 +1340,7 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
         return WALK_SHARED
     if exits.shape[0]:
         return lexer_walk_exits(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
-                                summaries, state, row, out[0], out[1], exits, utf8)
+                                summaries, state, row, out[0], out[1], exits, route, target, utf8)
     return lexer_walk(trans, loops, flags, reads_utf8, (run, good, live, scratch), trie,
                       summaries, state, row, out[0], out[1], n_live, utf8)
 

@@ -175,8 +175,9 @@ def utf8_below(tbyte, tdepth, tskip):
 
 
 #: columns of a :func:`loop_exits` row: the node, then the bytes of the
-#: partial character before it (their count, then up to three)
-EXIT_COLUMNS = 5
+#: partial character before it (their count, then up to three), then the
+#: node's byte and depth and its subtree's tokens (``order[lo:hi]``)
+EXIT_COLUMNS = 9
 
 
 @njit(cache=True, nogil=True)
@@ -188,12 +189,17 @@ def loop_exits(loops, buf, offs, max_exits):
     token whose bytes are such text -- the *text region* of the trie, read
     from the root -- stays alive with no boundary. The others pass through one
     of the returned nodes: a child of the region by a byte that is not text
-    there (a quote, a backslash, a control byte, invalid UTF-8). Each row:
-    the node, then the bytes of the partial character read before it (0-3:
-    the state at its parent is the state after them). A region node whose
-    whole subtree is text (its ASCII bytes in ``loops``, valid UTF-8 below:
-    ``utf8_below``) is not descended. In preorder; an empty array (shape
-    ``(0, 5)``) with ``-1`` when there are more than ``max_exits``.
+    there (a quote, a backslash, a control byte, invalid UTF-8). Each row
+    (:data:`EXIT_COLUMNS`): the node, then the bytes of the partial character
+    read before it (0-3: the state at its parent is the state after them),
+    then the node's byte, its depth, and the bounds of its subtree's tokens
+    in ``order``: what a walk needs of an exit its state does not take, read
+    in one row instead of from five arrays (after a cache flush, the walk of
+    an object's keys over o200k took 116 us, most of it those reads). A
+    region node whose whole subtree is text (its ASCII bytes in ``loops``,
+    valid UTF-8 below: ``utf8_below``) is not descended. In preorder; an
+    empty array (shape ``(0, EXIT_COLUMNS)``) with ``-1`` when there are more
+    than ``max_exits``.
 
     Computed once per vocabulary and loop set (:meth:`TokenTrie.loop_exits
     <constrain.vocab.trie.TokenTrie.loop_exits>`): a walk from such a state
@@ -204,7 +210,7 @@ def loop_exits(loops, buf, offs, max_exits):
     cache flush; from its 1,391 exits 20 / 65 us."""
     trie, summaries = trie_views(buf, offs)
     tbyte, tdepth, tskip = trie[0], trie[1], trie[2]
-    first, below, utf8 = summaries[1], summaries[2], summaries[5]
+    first, below, tok_before, utf8 = summaries[1], summaries[2], summaries[3], summaries[5]
     out = np.empty((max_exits + 1, EXIT_COLUMNS), np.int32)
     n = 0
     # decoder state after each depth of the path (utf8_next), and its bytes
@@ -232,6 +238,10 @@ def loop_exits(loops, buf, offs, max_exits):
                 out[n, 1] = k
                 for q in range(3):
                     out[n, 2 + q] = path[d - k + q] if q < k else 0
+                out[n, 5] = c
+                out[n, 6] = d
+                out[n, 7] = tok_before[i]
+                out[n, 8] = tok_before[nxt]
                 n += 1
                 i = nxt
                 continue

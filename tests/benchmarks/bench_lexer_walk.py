@@ -58,12 +58,12 @@ def main() -> None:
         states = np.empty(t.num_nodes, np.int32)
         (trans, _, _, loops, flags, reads_utf8), _, memos = lex.kernel_arrays
         call = (trans, loops, flags, reads_utf8, memos, *t.kernel_arrays(), s, row, nodes, states)
-        # from the exits of the state's loop set where it has them, as
-        # LexerTables.walk walks (lexer_walk_rows)
-        exits = lex._exits(s)
-        walk = gk.lexer_walk_exits if len(exits) else gk.lexer_walk
-        if len(exits):
-            call += (exits,)
+        # from the exits of the loop set of the text state it reads into,
+        # where it has one, as LexerTables.walk walks (lexer_walk_rows)
+        route = lex._text_route(s)
+        walk = gk.lexer_walk_exits if len(route[0]) else gk.lexer_walk
+        if len(route[0]):
+            call += route
         walk(*call)
         best = float("inf")
         for _ in range(3):
