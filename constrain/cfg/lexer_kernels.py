@@ -1144,16 +1144,25 @@ def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, s
     m = 0
     x = 0
     row[:] = full_row
-    for b in range(256):
-        i = first[b]
-        if i < 0:
-            continue
-        if route[b] == 0:
-            seg_node[m] = i
-            seg_state[m] = state
-            m += 1
-            continue
-        end = tskip[i]
+    # a text state's own exits cover every root child it does not route (its
+    # other bytes are exits at depth 1): one pass over them, not 256 children
+    # (a string body over SmolLM2 4.6 -> 5.3 us with them)
+    b = -1 if target == state else 0
+    while b < 256:
+        if b < 0:
+            i, end = 0, tskip.shape[0]
+            b = 256
+        else:
+            i = first[b]
+            b += 1
+            if i < 0:
+                continue
+            if route[b - 1] == 0:
+                seg_node[m] = i
+                seg_state[m] = state
+                m += 1
+                continue
+            end = tskip[i]
         while x < n_exits and exits[x, 0] < i:
             x += 1
         while x < n_exits and exits[x, 0] < end:
