@@ -18,8 +18,8 @@ from decimal import Decimal
 import jsonschema
 import pytest
 
-from constrain.errors import (GrammarTooComplexError, SchemaError, SchemaTooComplexError,
-                              UnenforcedFormatWarning,
+from constrain.errors import (EmptySchemaError, GrammarTooComplexError, SchemaError,
+                              SchemaTooComplexError, UnenforcedFormatWarning,
                               UnsupportedSchemaError)
 from constrain.frontends.json_schema import compile_json_schema, json_schema_to_lark, order_instance
 from constrain.frontends.json_schema.formats import FORMATS
@@ -365,6 +365,31 @@ def test_formats_not_enforced_are_named():
         warnings.simplefilter("error")
         json_schema_to_lark(schema, formats="annotation")
         json_schema_to_lark({"type": "string", "format": "date-time"})
+
+
+def test_formats_filter_enum_and_const_values():
+    # jsonschema's check of an enum value asserts no format: the values a
+    # format rejects are left out here, or the format is named as unenforced
+    schema = {"type": "object", "properties": {
+        "d": {"enum": ["2024-02-29", "2023-02-29", "soon", 7], "format": "date"},
+        "e": {"anyOf": [{"const": "a@b.example"}, {"const": "nobody"}], "format": "email"},
+        "t": {"enum": ["{x}", "y"], "format": "uri-template"},
+        "n": {"enum": [1, 2], "format": "uri-template"}}}  # no string for it to judge
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        p = lark_parser(json_schema_to_lark(schema))
+    assert [x.category for x in w] == [UnenforcedFormatWarning]
+    text = str(w[0].message)
+    assert "'uri-template' at /properties/t/format" in text and "/properties/n/" not in text
+    assert accepts(p, '{"d":"2024-02-29","e":"a@b.example","t":"y","n":2}')
+    assert accepts(p, '{"d":7}')  # a format asserts on strings only
+    for bad in ('{"d":"2023-02-29"}', '{"d":"soon"}', '{"e":"nobody"}'):
+        assert not accepts(p, bad), bad
+    with pytest.raises(EmptySchemaError):
+        json_schema_to_lark({"const": "soon", "format": "date"})
+    # formats as annotations keep every value
+    p = lark_parser(json_schema_to_lark(schema, formats="annotation"))
+    assert accepts(p, '{"d":"soon","e":"nobody"}')
 
 
 # -- structure ---------------------------------------------------------------------------

@@ -145,9 +145,13 @@ class Document:
 
     ``diag`` receives what cannot be decided (a node ``jsonschema`` fails on)."""
 
-    def __init__(self, root, diag: Diagnostics, resources=None):
+    def __init__(self, root, diag: Diagnostics, resources=None, formats_asserted: bool = True):
         self.root = root
         self.diag = diag
+        #: whether ``format`` asserts (``Options.formats == "assert"``): the
+        #: enum and const values a format rejects are then left out
+        #: (:func:`~constrain.frontends.json_schema.literals.enum_values`)
+        self.formats_asserted = formats_asserted
         #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)

@@ -7,6 +7,9 @@ JSON escaping. Formats not listed are annotations and are not enforced.
 
 from __future__ import annotations
 
+import json
+import re
+
 # February 29 only in leap years (Gregorian rule), as jsonschema's checker decides
 _DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
          r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
@@ -72,3 +75,12 @@ FORMATS = {
     "ipv6": _IPV6,
     "hostname": _HOSTNAME,
 }
+
+
+def format_admits(name: str, value) -> bool:
+    """Whether the enforced format ``name`` (a key of :data:`FORMATS`) admits
+    ``value``: a non-string always (a format asserts on strings only), a
+    string when its JSON content matches the format's regex."""
+    if not isinstance(value, str):
+        return True
+    return re.fullmatch(FORMATS[name], json.dumps(value, ensure_ascii=False)[1:-1]) is not None

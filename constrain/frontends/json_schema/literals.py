@@ -7,6 +7,7 @@ import json
 import math
 
 from constrain.automata.json_encoding import json_str, lit
+from constrain.frontends.json_schema.formats import FORMATS, format_admits
 from constrain.frontends.json_schema.keywords import has_type, json_equal, simple
 from constrain.frontends.json_schema.rules import GrammarBuilder
 
@@ -42,9 +43,28 @@ def enum_values(doc, conj) -> list | None:
             checks.append(p)
         elif "type" in n:
             typed.append(p)
-    return [v for v in cands
-            if all(doc.accepts(v, p) for p in checks)
-            and all(has_type(v, doc.node(p)["type"], doc, p) for p in typed)]
+    values = [v for v in cands
+              if all(doc.accepts(v, p) for p in checks)
+              and all(has_type(v, doc.node(p)["type"], doc, p) for p in typed)]
+    return _formats_checked(doc, conj, values) if doc.formats_asserted else values
+
+
+def _formats_checked(doc, conj, values: list) -> list:
+    """``values`` less the strings a ``format`` of the conjunction rejects
+    (jsonschema's validation above asserts no format); a format Trellis does
+    not enforce is named in the compile's ``UnenforcedFormatWarning`` when a
+    string value is left for it to judge (``{"enum": ["abc"], "format":
+    "date"}`` admitted ``"abc"`` before)."""
+    for p in conj:
+        n = doc.node(p)
+        f = n.get("format") if isinstance(n, dict) else None
+        if not isinstance(f, str) or not any(isinstance(v, str) for v in values):
+            continue
+        if f in FORMATS:
+            values = [v for v in values if format_admits(f, v)]
+        else:
+            doc.diag.format_not_enforced(f"{p}/format", f, "not one of the enforced formats")
+    return values
 
 
 def number_texts(v) -> list[str]:

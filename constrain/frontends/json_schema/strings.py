@@ -6,14 +6,13 @@ lowered to it: the strict side, where exactness would be costly."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
 from constrain.errors import SchemaTooComplexError
 from constrain.automata.json_encoding import JSON_CHAR_ANY, JSON_CODEPOINT
 from constrain.frontends.json_schema.exclusions import exclusion_terminal
-from constrain.frontends.json_schema.formats import FORMATS
+from constrain.frontends.json_schema.formats import FORMATS, format_admits
 from constrain.frontends.json_schema.keywords import len_bounds, lower_bound_pointer
 from constrain.frontends.json_schema.patterns import PatternUnsupported, translate_pattern
 
@@ -47,10 +46,9 @@ def _asserts_on_strings(t: Translation, n) -> bool:
 def _format_admits(t: Translation, n, v) -> bool:
     """Whether the enforced ``format`` of the node ``n`` (if any) admits ``v``."""
     f = n.get("format") if isinstance(n, dict) else None
-    if not (isinstance(v, str) and isinstance(f, str) and f in FORMATS
-            and t.options.formats == "assert"):
+    if not (isinstance(f, str) and f in FORMATS and t.options.formats == "assert"):
         return True
-    return re.fullmatch(FORMATS[f], json.dumps(v, ensure_ascii=False)[1:-1]) is not None
+    return format_admits(f, v)
 
 
 def string_symbol(t: Translation, conj, excluded=()) -> str | None:

@@ -33,7 +33,7 @@ class Translation:
     def __init__(self, root, options: Options, exclusions: dict | None = None):
         self.options = options
         self.diag = Diagnostics(options.strict)
-        self.doc = Document(root, self.diag, options.resources)
+        self.doc = Document(root, self.diag, options.resources, options.formats == "assert")
         self.diag.locate = self.doc.user_pointer
         self.budget = Budget(options.deadline())
         self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
