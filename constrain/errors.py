@@ -183,7 +183,9 @@ class UnenforcedFormatWarning(UserWarning):
     """A JSON Schema ``format`` that ``formats="assert"`` cannot enforce: not
     one of the formats Trellis enforces (``uri-template``, ``regex``, ...),
     beside a ``pattern``, a length bound or another format on the same string,
-    or on a number (OpenAPI's ``int32``, ``double``...: none is enforced).
+    or on a number (OpenAPI's ``int32``, ``double``...: none is enforced). (On
+    ``enum``/``const`` strings the enforced formats leave out the values they
+    reject; an unenforced one is named here.)
     It is left as an annotation, as JSON Schema validators treat formats by
     default, so the generated strings need not satisfy it. The message names
     each such format with its JSON pointer; one warning per compile. Validate
