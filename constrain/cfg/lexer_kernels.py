@@ -1432,6 +1432,23 @@ def _dead_below(trans, acc, ls, d, m, below_i):
 
 
 @njit(cache=True, nogil=True)
+def _pairs_take(trans, acc, ls, d, m, takes):
+    """Into ``takes[:4]`` the bytes (256 bits) that some of the ``m`` lexer
+    states at depth ``d`` of ``ls`` read; ``takes[4]`` 1 when one of them may
+    end a terminal (then a byte it does not read may still follow)."""
+    takes[:] = 0
+    W = acc.shape[1]
+    for q in range(m):
+        s = ls[d, q]
+        for w in range(W):
+            if acc[s, w] != np.uint64(0):
+                takes[4] = 1
+        for b in range(256):
+            if trans[s, b] != 0:
+                takes[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+
+
+@njit(cache=True, nogil=True)
 def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
                   ctx, j0, tbuf, toffs, width, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
@@ -1468,14 +1485,31 @@ def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_no
     ls = np.empty((max_depth + 2, width), np.int32)
     lc = np.empty((max_depth + 2, width), np.int32)
     cnt = np.zeros(max_depth + 2, np.int32)
+    # the bytes the last start state's root pairs take (none may end a
+    # terminal; else takes[4] is 1): start nodes come in runs of one state,
+    # a number's 110 over o200k in two, and a node none of whose bytes they
+    # take is skipped on four words
+    last_s = -1
+    takes = np.zeros(5, np.uint64)
     for j in range(j0, starts_node.shape[0]):
         root = starts_node[j]
+        s0 = starts_state[j]
+        if s0 == last_s and takes[4] == np.uint64(0) and (
+                (takes[0] & below[root, 0]) | (takes[1] & below[root, 1])
+                | (takes[2] & below[root, 2]) | (takes[3] & below[root, 3])) == np.uint64(0):
+            continue
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
         status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits,
-                                         starts_state[j], ctx, -1, ls, lc, d0, 0, width)
+                                         s0, ctx, -1, ls, lc, d0, 0, width)
         if status != NEED_NONE:
             return status, a, t, j
+        if s0 != last_s:
+            last_s = s0
+            if m <= 4:
+                _pairs_take(trans, acc, ls, d0, m, takes)
+            else:  # (256 reads a pair: not for an ambiguous grammar's many)
+                takes[4] = 1
         if m == 0 or (m <= 4 and _dead_below(trans, acc, ls, d0, m, below[root])):
             continue
         cnt[d0] = m
