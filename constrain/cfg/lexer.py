@@ -953,8 +953,9 @@ class LexerTables:
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
         out = self._walk_out
         key = entry = None
-        route = self._text_route(s) if self.walk_flags[s] == gk.F_LOOP and self.reads_utf8[s] == 1 \
-            else _NO_ROUTE
+        # a walk into text (a string body, an object's keys) is broad: its
+        # route is looked for below, once no other grammar's walk serves
+        route = _NO_ROUTE
         n = gk.lexer_walk_rows(*self._walk_args, s, row, out, self._share_min,
                                self.trie.multilingual, *route)
         if n <= gk.PENDING_BASE:
@@ -966,8 +967,7 @@ class LexerTables:
             if entry is None:
                 # broad, so its text part is worth a look (a few us); a
                 # narrow walk costs about as much as that look
-                if route is _NO_ROUTE:
-                    route = self._text_route(s)
+                route = self._text_route(s)
                 n = self._walk_expanding(s, row, out, None, -1, route)
         if entry is not None:
             row, nodes, states = self._reuse(key, entry)
