@@ -704,14 +704,28 @@ def _positions(node, pattern: str, constructs, limit: int) -> int:
 
     Repetitions are visited in postorder, the order of their quantifiers in the
     source, so the k-th one visited is the k-th quantifier scanned."""
-    seen = 0
-    repeats = None
-    last = None  # the last repetition visited: (its index, its node)
+    return _PositionCount(pattern, constructs, limit).size(node)
 
-    def offset(k: int, n) -> int | None:
-        nonlocal repeats
-        if repeats is None:
-            repeats = [c for c in constructs if c[0] == "repeat"]
+
+class _PositionCount:
+    """:func:`_positions`' walk. (A class, not nested functions: a recursive
+    closure is a reference cycle, and it held each pattern's tree until the
+    cyclic collector ran.)"""
+
+    __slots__ = ("pattern", "constructs", "limit", "seen", "last", "repeats")
+
+    def __init__(self, pattern: str, constructs, limit: int):
+        self.pattern = pattern
+        self.constructs = constructs
+        self.limit = limit
+        self.seen = 0
+        self.last = None  # the last repetition visited: (its index, its node)
+        self.repeats = None
+
+    def offset(self, k: int, n) -> int | None:
+        if self.repeats is None:
+            self.repeats = [c for c in self.constructs if c[0] == "repeat"]
+        repeats = self.repeats
         if k < len(repeats) and (repeats[k][2], repeats[k][3]) == (n.lo, n.hi):
             return repeats[k][1]
         for c in repeats:
@@ -719,39 +733,37 @@ def _positions(node, pattern: str, constructs, limit: int) -> int:
                 return c[1]
         return None
 
-    def size(n) -> int:
-        nonlocal seen, last
+    def size(self, n) -> int:
         t = type(n)
         if t is Chars:
             return 1
         if t is Assert:
             return 0
+        limit = self.limit
         if t is Concat or t is Alt:
             total = 0
             for i in n.items:
-                total += size(i)
+                total += self.size(i)
                 if total > limit:
                     raise RegexTooLargeError(
                         f"the pattern expands to more than {limit} character positions "
-                        f"(pass max_positions= to raise the limit)", pattern,
-                        offset(*last) if last else None)
+                        f"(pass max_positions= to raise the limit)", self.pattern,
+                        self.offset(*self.last) if self.last else None)
             return total
         if t is Look or t is Atomic:
-            return size(n.body)
-        inner = size(n.item)
-        k = seen
-        seen += 1
-        last = (k, n)
+            return self.size(n.body)
+        inner = self.size(n.item)
+        k = self.seen
+        self.seen += 1
+        self.last = (k, n)
         copies = n.hi if n.hi is not None else max(n.lo, 1)
         total = inner * copies
         if total > limit:
             raise RegexTooLargeError(
                 f"the pattern expands to more than {limit} character positions "
                 f"(a repetition of {copies} copies of a {inner}-position item; "
-                f"pass max_positions= to raise the limit)", pattern, offset(k, n))
+                f"pass max_positions= to raise the limit)", self.pattern, self.offset(k, n))
         return total
-
-    return size(node)
 
 
 # -- locating constructs in the source ---------------------------------------------

@@ -38,11 +38,11 @@ alternatives (it distributes every group, optional and repetition: ``("a"~0..30)
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 import re
 import time
-from ast import literal_eval
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
@@ -593,6 +593,68 @@ def _lark_failed(e: Exception, text: str, start: str | None) -> GrammarError:
                         f"{_first_line(e)})", *_locate_error(str(e), text, start))
 
 
+#: saturation of :func:`_check_expansion`'s counts: sizes past it all refuse
+_BIG = MAX_RULE_ALTERNATIVES * 100
+
+
+def _sat(x: int) -> int:
+    return x if x < _BIG else _BIG
+
+
+def _measure(node, side: list) -> tuple[int, int]:
+    """``(alternatives, symbols)`` of the expansion ``node`` of a rule once lark
+    distributed it; ``side`` gets the alternatives and symbols of the new rules
+    it makes. (Module level: a recursive nested function is a reference cycle,
+    which held each grammar's tree until the cyclic collector ran.) A leaf is
+    a lark ``Token``, a ``str``."""
+    big = _BIG
+    if isinstance(node, str):
+        return 1, 1
+    d = node.data
+    if d == "expansions":
+        a = s = 0
+        for c in node.children:
+            ca, cs = _measure(c, side)
+            a, s = _sat(a + ca), _sat(s + cs)
+        return a, s
+    if d == "alias":
+        return _measure(node.children[0], side)
+    if d == "expansion":
+        items = [_measure(c, side) for c in node.children]
+        a = 1
+        for ca, _ in items:
+            a = _sat(a * ca)
+        s = 0
+        for ca, cs in items:
+            s = _sat(s + cs * (a // ca if ca else 0))
+        return a, s
+    if d == "maybe":
+        a, s = _measure(node.children[0], side)
+        return _sat(a + 1), _sat(2 * s)
+    if d == "expr":
+        a, s = _measure(node.children[0], side)
+        op = node.children[1]
+        if op == "?":
+            return _sat(a + 1), s
+        if op in ("*", "+"):
+            side[0], side[1] = _sat(side[0] + 2 * a), _sat(side[1] + 3 * s)
+            return (2, 1) if op == "*" else (1, 1)
+        nums = [int(c) for c in node.children[2:] if isinstance(c, str)]
+        lo, hi = (nums[0], nums[0]) if len(nums) == 1 else (nums[0], nums[-1])
+        if hi >= 50:  # lark's factored helper rules: a few, of up to ~a^5 each
+            side[0] = _sat(side[0] + 20 * _sat(a ** 5 if a < 50 else big))
+            side[1] = _sat(side[1] + 20 * _sat(s * 10))
+            return 1, 2
+        ra = rs = 0
+        for k in range(lo, hi + 1):
+            if a > 1 and k > 1 and a ** min(k, 40) >= big:
+                return big, big
+            ra = _sat(ra + _sat(a ** k))
+            rs = _sat(rs + _sat(k * s * _sat(a ** max(k - 1, 0))))
+        return ra, rs
+    return 1, 1  # a value: a name, a literal, a range, a template use
+
+
 def _check_expansion(tree, total: int = 0) -> int:
     """Refuse a rule that lark's loader would expand into more than
     :data:`MAX_RULE_ALTERNATIVES` alternatives, or a grammar into more than
@@ -601,12 +663,10 @@ def _check_expansion(tree, total: int = 0) -> int:
     alternatives: a group, ``[x]``, ``x?``, ``x*`` and ``x~m..n`` (``n < 50``)
     inside a sequence multiply the sequence's alternatives (the repetitions
     ``*``, ``+`` and ``~m..n`` past 50 go to new rules, counted apart)."""
-    from lark import Token, Tree
+    from lark import Tree
 
-    big = MAX_RULE_ALTERNATIVES * 100  # saturation: sizes past it all refuse
-
-    def sat(x: int) -> int:
-        return x if x < big else big
+    big = _BIG
+    sat = _sat
 
     for stmt in tree.children:
         if not isinstance(stmt, Tree) or stmt.data not in ("rule", "override", "extend"):
@@ -617,55 +677,7 @@ def _check_expansion(tree, total: int = 0) -> int:
         name = rule.children[1]
         side = [0, 0]  # the alternatives and symbols of the new rules it makes
 
-        def measure(node):
-            """``(alternatives, symbols)`` of ``node`` once lark distributed it."""
-            if not isinstance(node, Tree):
-                return 1, 1
-            d = node.data
-            if d == "expansions":
-                a = s = 0
-                for c in node.children:
-                    ca, cs = measure(c)
-                    a, s = sat(a + ca), sat(s + cs)
-                return a, s
-            if d == "alias":
-                return measure(node.children[0])
-            if d == "expansion":
-                items = [measure(c) for c in node.children]
-                a = 1
-                for ca, _ in items:
-                    a = sat(a * ca)
-                s = 0
-                for ca, cs in items:
-                    s = sat(s + cs * (a // ca if ca else 0))
-                return a, s
-            if d == "maybe":
-                a, s = measure(node.children[0])
-                return sat(a + 1), sat(2 * s)
-            if d == "expr":
-                a, s = measure(node.children[0])
-                op = node.children[1]
-                if op == "?":
-                    return sat(a + 1), s
-                if op in ("*", "+"):
-                    side[0], side[1] = sat(side[0] + 2 * a), sat(side[1] + 3 * s)
-                    return (2, 1) if op == "*" else (1, 1)
-                nums = [int(c) for c in node.children[2:] if isinstance(c, Token)]
-                lo, hi = (nums[0], nums[0]) if len(nums) == 1 else (nums[0], nums[-1])
-                if hi >= 50:  # lark's factored helper rules: a few, of up to ~a^5 each
-                    side[0] = sat(side[0] + 20 * sat(a ** 5 if a < 50 else big))
-                    side[1] = sat(side[1] + 20 * sat(s * 10))
-                    return 1, 2
-                ra = rs = 0
-                for k in range(lo, hi + 1):
-                    if a > 1 and k > 1 and a ** min(k, 40) >= big:
-                        return big, big
-                    ra = sat(ra + sat(a ** k))
-                    rs = sat(rs + sat(k * s * sat(a ** max(k - 1, 0))))
-                return ra, rs
-            return 1, 1  # a value: a name, a literal, a range, a template use
-
-        alts, symbols = measure(rule.children[-1])
+        alts, symbols = _measure(rule.children[-1], side)
         alts, symbols = sat(alts + side[0]), sat(symbols + side[1])
         total = sat(total + symbols)
         if alts > MAX_RULE_ALTERNATIVES:
@@ -715,7 +727,7 @@ def _locate_error(message: str, text: str, start: str | None) -> tuple[int | Non
             return pos
     for q in re.findall(r"\('((?:[^'\\]|\\.)*)'", message):
         try:
-            body = literal_eval("'" + q + "'")
+            body = _string_literal("'" + q + "'")
         except (SyntaxError, ValueError):
             body = q
         for needle in (body, q):
@@ -1082,7 +1094,18 @@ def eval_escaping(text: str) -> str:
         raise LarkGrammarError("Literal ended unexpectedly (bad escaping): `%r`" % text)
     w = _ESCAPE_PAIR.sub(_double_escape, text) if "\\" in text else text
     w = w.replace('\\"', '"').replace("'", "\\'")
-    return literal_eval("u'''%s'''" % w)
+    return _string_literal("u'''%s'''" % w)
+
+
+def _string_literal(source: str) -> str:
+    """The value of the Python string literal ``source``, as
+    ``ast.literal_eval`` reads it (``SyntaxError`` on a bad escape), without
+    its nested recursive helpers: each call of those was a reference cycle,
+    one per literal of a grammar, left to the cyclic collector."""
+    node = ast.parse(source, mode="eval").body
+    if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+        raise ValueError(f"not a string literal: {source!r}")
+    return node.value
 
 
 def _literal_to_pattern(kind: str, value: str):

@@ -4,6 +4,7 @@ reported in one warning."""
 from __future__ import annotations
 
 import warnings
+import weakref
 
 from constrain.errors import UnenforcedFormatWarning, UnsupportedSchemaError
 
@@ -25,6 +26,19 @@ class Diagnostics:
         #: ``user_pointer``, set once it exists: generated schemas such as
         #: complements have pointers ``@n<k>/...`` of their own)
         self.locate = _as_written
+
+    def locate_with(self, method) -> None:
+        """Name pointers by ``method`` (a bound method: the document's
+        ``user_pointer``), held weakly: the document holds this object, and a
+        strong reference back made every translation a reference cycle, freed
+        only by the cyclic collector."""
+        ref = weakref.WeakMethod(method)
+
+        def locate(pointer: str) -> str:
+            m = ref()
+            return pointer if m is None else m(pointer)
+
+        self.locate = locate
 
     def unsupported(self, pointer: str, message: str) -> None:
         """Refuse (strict: :class:`UnsupportedSchemaError`) or record an ignored

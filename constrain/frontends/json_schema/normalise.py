@@ -168,7 +168,9 @@ class Normaliser:
         try:
             return make()
         except UnsupportedSchemaError as e:
-            self.unnegated[ref] = e
+            # without its traceback: its frames hold this object (a cycle that
+            # kept the whole translation until the cyclic collector ran)
+            self.unnegated[ref] = e.with_traceback(None)
             return None
 
     def _any_of_subsets(self, flat, ref) -> list:
@@ -199,7 +201,7 @@ class Normaliser:
         try:
             return self.negator.negate(ref)
         except UnsupportedSchemaError as e:
-            self.unnegated[ref] = e
+            self.unnegated[ref] = e.with_traceback(None)  # as in _deferred
             return None
 
     def _one_of(self, flat, ref) -> list:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
-from functools import lru_cache
 
 import numpy as np
 
@@ -139,42 +138,52 @@ def _fraction_digits(a: str | None, sa: bool, b: str | None, sb: bool) -> str | 
     """Non-empty digit strings ``D`` whose value ``0.D`` lies between ``0.a`` and
     ``0.b`` (``None``: no bound; ``sa``/``sb``: strict). ``a`` and ``b`` carry no
     trailing zeros."""
+    return _fraction_from(a, sa, b, sb, 0, a is not None, b is not None, {})
 
-    @lru_cache(maxsize=None)
-    def gen(i: int, tl: bool, tu: bool) -> str | None:
-        # tl / tu: the digits so far equal a[:i] / b[:i] (the bound is still tight)
-        if tl and i >= len(a) and not sa:
-            tl = False  # a ends here: any continuation is >= a
-        if not tl and not tu:
-            return r"[0-9]*"
-        if tu and i >= len(b):
-            # b continues with zeros only: so must D, and then D == b
-            return None if (sb or tl) else ("0*" if i > 0 else "0+")  # D is non-empty
-        if tl and i >= len(a) and not tu:
-            return r"[0-9]*[1-9][0-9]*"  # strictly above a, which ends here
-        parts = []
-        lo_d = int(a[i]) if tl and i < len(a) else 0
-        hi_d = int(b[i]) if tu and i < len(b) else 9
-        free = []
-        for d in range(lo_d, hi_d + 1):
-            ntl, ntu = tl and d == lo_d, tu and d == hi_d
-            if ntl or ntu:
-                sub = gen(i + 1, ntl, ntu)
-                if sub is not None:
-                    parts.append(str(d) + sub)
-            else:
-                free.append(d)
-        if free:
-            # free digits form one contiguous run (the edges are lo_d and hi_d)
-            parts.append(_digit_class(free[0], free[-1]) + r"[0-9]*")
-        # stopping here: the value is the prefix padded with zeros, which is below
-        # a tight lower bound (a has a non-zero digit ahead, or equality is strict)
-        # and below a tight upper bound (b has a non-zero digit ahead)
-        if i > 0 and not tl:
-            return "(?:" + "|".join(parts) + ")?" if parts else ""
-        return _alt(parts)
 
-    return gen(0, a is not None, b is not None)
+def _fraction_from(a, sa, b, sb, i: int, tl: bool, tu: bool, memo: dict) -> str | None:
+    """:func:`_fraction_digits` from digit ``i`` on; ``tl`` / ``tu``: the digits
+    so far equal ``a[:i]`` / ``b[:i]`` (the bound is still tight). Memoised in
+    ``memo`` by ``(i, tl, tu)`` (a module-level function and a dict: a nested
+    recursive function under ``lru_cache`` was a reference cycle per call)."""
+    key = (i, tl, tu)
+    if key in memo:
+        return memo[key]
+    out = memo[key] = _fraction_step(a, sa, b, sb, i, tl, tu, memo)
+    return out
+
+
+def _fraction_step(a, sa, b, sb, i: int, tl: bool, tu: bool, memo: dict) -> str | None:
+    if tl and i >= len(a) and not sa:
+        tl = False  # a ends here: any continuation is >= a
+    if not tl and not tu:
+        return r"[0-9]*"
+    if tu and i >= len(b):
+        # b continues with zeros only: so must D, and then D == b
+        return None if (sb or tl) else ("0*" if i > 0 else "0+")  # D is non-empty
+    if tl and i >= len(a) and not tu:
+        return r"[0-9]*[1-9][0-9]*"  # strictly above a, which ends here
+    parts = []
+    lo_d = int(a[i]) if tl and i < len(a) else 0
+    hi_d = int(b[i]) if tu and i < len(b) else 9
+    free = []
+    for d in range(lo_d, hi_d + 1):
+        ntl, ntu = tl and d == lo_d, tu and d == hi_d
+        if ntl or ntu:
+            sub = _fraction_from(a, sa, b, sb, i + 1, ntl, ntu, memo)
+            if sub is not None:
+                parts.append(str(d) + sub)
+        else:
+            free.append(d)
+    if free:
+        # free digits form one contiguous run (the edges are lo_d and hi_d)
+        parts.append(_digit_class(free[0], free[-1]) + r"[0-9]*")
+    # stopping here: the value is the prefix padded with zeros, which is below
+    # a tight lower bound (a has a non-zero digit ahead, or equality is strict)
+    # and below a tight upper bound (b has a non-zero digit ahead)
+    if i > 0 and not tl:
+        return "(?:" + "|".join(parts) + ")?" if parts else ""
+    return _alt(parts)
 
 
 def _fraction_part(a, sa, b, sb, *, required: bool) -> str | None:

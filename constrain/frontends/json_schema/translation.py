@@ -34,7 +34,7 @@ class Translation:
         self.options = options
         self.diag = Diagnostics(options.strict)
         self.doc = Document(root, self.diag, options.resources, options.formats == "assert")
-        self.diag.locate = self.doc.user_pointer
+        self.diag.locate_with(self.doc.user_pointer)
         self.budget = Budget(options.deadline())
         self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
         self.grammar = GrammarBuilder(options.ws, exclusions)
