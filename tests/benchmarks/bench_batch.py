@@ -25,6 +25,11 @@ and nothing else held them back (no GIL, no hand-offs). A step's rows are
 filled before any request advances, so a step with one first visit is one
 thread's work whatever N is: the bound says how much speed-up the walks'
 shape leaves for threads to find.
+
+Before the first round and after the last, the machine's own ceiling: the
+speed-up of N threads on a nogil numba loop that holds the GIL little
+(:func:`machine_ceiling`). On a shared virtual machine the other core is not
+always free, and a two-thread figure means little when that is below ~1.6x.
 """
 
 from __future__ import annotations
@@ -145,6 +150,45 @@ def spread_bound(steps: list, threads: int) -> int:
     return total
 
 
+def machine_ceiling(threads: int, rounds: int = 5) -> float:
+    """This machine's own speed-up of ``threads`` threads over one on work
+    that holds the GIL little: ~30 us of a nogil numba loop and ~1 us of
+    Python per chunk, 2,000 chunks in all (median of ``rounds`` interleaved
+    pairs). What the walks' figures are to be read against: on a shared
+    virtual machine the second core is not always there (runs of the same
+    script here gave 1.6-1.9x, and 1.0-1.2x when the host was busy)."""
+    import threading
+
+    import numba
+
+    @numba.njit(nogil=True)
+    def spin(n, a):
+        s = 0
+        for i in range(n):
+            s += a[i & 1023] * i
+        return s
+
+    a = np.arange(1024)
+    spin(10, a)
+    chunks, n = 2000, 100_000
+
+    def work(k):
+        for _ in range(k):
+            spin(n, a)
+            sum(range(40))
+
+    def timed(t):
+        ths = [threading.Thread(target=work, args=(chunks // t,)) for _ in range(t)]
+        t0 = time.perf_counter()
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        return time.perf_counter() - t0
+
+    return statistics.median(timed(1) / timed(threads) for _ in range(rounds))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
@@ -170,6 +214,8 @@ def main() -> None:
     for n in threads:
         pools[n] = constrain.BatchMatcher(threads=n)
         configs[f"batch/{n}"] = pools[n].fill_next_token_bitmask
+    many = max(threads)
+    ceiling = [machine_ceiling(many)] if many > 1 else []
     # numba kernels compiled (or loaded) and every engine path taken once
     warm = [constrain.Compiler(vocab).compile_json_schema(s) for s, _ in cases]
     for fill in configs.values():
@@ -230,6 +276,13 @@ def main() -> None:
         for k, v in results.items()))
     print("bound of the walks' shape, rows spread over N threads with no GIL: " + ", ".join(
         f"{n} threads {statistics.median(b):.2f}x" for n, b in bounds.items()))
+    if ceiling:
+        ceiling.append(machine_ceiling(many))
+        print(f"this machine's own {many}-thread speed-up on a nogil kernel (30 us chunks, "
+              f"little GIL): {ceiling[0]:.2f}x before the rounds, {ceiling[1]:.2f}x after")
+        summary_ceiling = {"threads": many, "before": ceiling[0], "after": ceiling[1]}
+    else:
+        summary_ceiling = None
     top_ns, top_share = sorted(largest)[len(largest) // 2]
     print(f"costliest single row (median round): {top_ns / 1e6:.1f} ms, "
           f"{100 * top_share:.0f}% of its walk")
@@ -237,6 +290,7 @@ def main() -> None:
         summary[name]["first_cpu_row_us"] = \
             statistics.median(results[name]["first_cpu"]) / rows_n / 1e3
     summary["bound"] = {str(n): statistics.median(b) for n, b in bounds.items()}
+    summary["machine_ceiling"] = summary_ceiling
     summary["largest_row"] = {"ms": top_ns / 1e6, "share": top_share}
     env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     env["threads"] = "the BatchMatcher's (numba kernels on one thread each)"
