@@ -12,8 +12,11 @@ kept with their tracebacks (frames holding the whole translation), recursive
 nested functions (a closure holding itself: decimal bounds, regex sizes,
 Lark rule expansion).
 
-Cycles of other packages' making are left out: ``ast.literal_eval`` (lark's
-own literal reading) nests recursive helpers in every call.
+The search drivers are held to the same, and no tensor may be left in a
+cycle (a KV cache's memory). Cycles of other packages' making are left out:
+``ast.literal_eval`` (lark's own literal reading) nests recursive helpers in
+every call, and networkx's graph views (``lattice_search``'s lattice) refer
+back to their graph.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ def _ours(obj) -> bool:
     return code is not None and any(code.co_filename.startswith(str(ROOT / p)) for p in OURS)
 
 
-def _cyclic_garbage(work) -> list:
-    """The objects of Trellis's that ``work()`` left in reference cycles."""
+def _cyclic_garbage(work, keep=_ours) -> list:
+    """The objects ``keep`` picks (Trellis's) that ``work()`` left in reference
+    cycles."""
     gc.collect()
     enabled = gc.isenabled()
     gc.disable()
@@ -52,7 +56,7 @@ def _cyclic_garbage(work) -> list:
     try:
         work()
         gc.collect()
-        return [o for o in gc.garbage if _ours(o)]
+        return [o for o in gc.garbage if keep(o)]
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -133,4 +137,27 @@ def test_walks_of_every_front_end_leave_no_cycles(smollm2_vocab, smollm2_tokeniz
         compiler.clear()
 
     found = _cyclic_garbage(work)
+    assert not found, f"left in reference cycles: {_describe(found)}"
+
+
+def test_search_drivers_leave_no_cycles(lm):
+    """The drivers' hypotheses, particles and the model's KV caches: a tensor
+    left in a cycle holds a KV cache's memory until a full collection."""
+    import search
+
+    g = constrain.compile_json_schema(
+        {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8}},
+         "required": ["name"]}, lm.vocab)
+    prompt = "Give a person as JSON."
+
+    def work():
+        search.generate(lm, prompt, constraint=g, max_new_tokens=6)
+        search.beam_search(lm, prompt, constraint=g, beam_size=2, max_new_tokens=4)
+        search.best_first_beam_search(lm, prompt, constraint=g, beam_size=2, max_new_tokens=4)
+        search.smc(lm, prompt, constraint=g, n_particles=2, max_new_tokens=4)
+
+    import torch
+
+    work()  # first calls: kernels and the model's lazy state
+    found = _cyclic_garbage(work, lambda o: _ours(o) or isinstance(o, torch.Tensor))
     assert not found, f"left in reference cycles: {_describe(found)}"
