@@ -15,7 +15,6 @@ finds one later.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -26,9 +25,14 @@ from constrain.automata.deadline import Deadline, kernel_deadline, ready
 # bounded to 32 MiB; past that the Python construction (sets of ints) takes over
 from constrain.automata.determinize_kernels import (KERNEL_MAX_WORDS, OUT_OF_TIME, determinize,
                                                     tiny_determinize_args)
-from constrain.automata.charset import CharSet, oracle_charset
+from constrain.automata.charset import CharSet, sre_category
 from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
 from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat
+
+try:  # Python 3.11+
+    import re._constants as sre_c
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as sre_c  # type: ignore
 
 DEFAULT_MAX_STATES = 50_000
 
@@ -344,9 +348,9 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     if kinds & {"end", "end_line", "begin_line"}:
         extra["nl"] = CharSet.of(10)
     if any(a.kind in ("boundary", "non_boundary") and not a.ascii for a in asserts):
-        extra["word_u"] = oracle_charset(r"\w", 0)
+        extra["word_u"] = sre_category(sre_c.CATEGORY_WORD)
     if any(a.kind in ("boundary", "non_boundary") and a.ascii for a in asserts):
-        extra["word_a"] = oracle_charset(r"\w", re.ASCII)
+        extra["word_a"] = sre_category(sre_c.CATEGORY_WORD, ascii_only=True)
     charsets = list(nfa.charsets) + list(extra.values())
     atoms, masks = _partition(charsets)
     n_atoms = len(atoms)
