@@ -99,15 +99,18 @@ def automaton_bytes(key, dfa) -> int:
 
 _NONE_BYTES = sys.getsizeof(None)
 
-#: lexer states expanded per call at least (``LexerTables.chunk``): every state
-#: a JSON Schema's usual terminals reach together, and of a ``maxLength`` string
-#: (~14 states per character) the first ~150 characters. Or so many per byte of the
-#: longest token (``EXPAND_PER_BYTE``), whichever is more: a walk reads a
-#: token's depth ahead, and a counted run (count_run) twice as far; a walk that
-#: meets an unexpanded state starts over (o200k's 128-byte tokens: a bounded
-#: string's walk costs ~2 ms)
-EXPAND_CHUNK = 2048
-EXPAND_PER_BYTE = 48
+#: lexer states expanded per call at least (``LexerTables.chunk``), or two
+#: per byte of the longest token (``EXPAND_PER_BYTE``), whichever is more: 256
+#: for SmolLM2 and o200k. States past it stay pending until a walk or a step
+#: reaches them (a walk that meets one expands it and starts over). Most of a
+#: larger chunk went to states no walk read: at 2048 and 48 per byte (3,888
+#: states for SmolLM2, 6,144 for o200k) a bounded string's first walk took
+#: 1.40-1.55 ms against 0.88-1.06 now (SmolLM2; o200k 2.82-3.29 against
+#: 2.08-2.62 ms, bench_length_bounds), 62 MaskBench-subset first walks 4-5 %
+#: longer, MaskBench's regimes the same within noise; at 16 and none per byte
+#: the restarts cost 14 % more.
+EXPAND_CHUNK = 256
+EXPAND_PER_BYTE = 2
 # the key tuple (5 items), its flags and the id (two small ints)
 _ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
 
