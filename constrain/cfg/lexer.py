@@ -99,18 +99,19 @@ def automaton_bytes(key, dfa) -> int:
 
 _NONE_BYTES = sys.getsizeof(None)
 
-#: lexer states expanded per call at least (``LexerTables.chunk``), or two
-#: per byte of the longest token (``EXPAND_PER_BYTE``), whichever is more: 256
+#: lexer states expanded per call at least (``LexerTables.chunk``), or four
+#: per byte of the longest token (``EXPAND_PER_BYTE``), whichever is more: 512
 #: for SmolLM2 and o200k. States past it stay pending until a walk or a step
 #: reaches them (a walk that meets one expands it and starts over). Most of a
 #: larger chunk went to states no walk read: at 2048 and 48 per byte (3,888
-#: states for SmolLM2, 6,144 for o200k) a bounded string's first walk took
-#: 1.40-1.55 ms against 0.88-1.06 now (SmolLM2; o200k 2.82-3.29 against
-#: 2.08-2.62 ms, bench_length_bounds), 62 MaskBench-subset first walks 4-5 %
-#: longer, MaskBench's regimes the same within noise; at 16 and none per byte
-#: the restarts cost 14 % more.
-EXPAND_CHUNK = 256
-EXPAND_PER_BYTE = 2
+#: states for SmolLM2, 6,144 for o200k) a 255-character bounded string's first
+#: walk took 1.92-1.98 ms against 1.45-1.47 now (SmolLM2; o200k 4.16-4.30
+#: against 3.52-3.69). A smaller chunk pays in restarts where walks go deep:
+#: at 256 and 2 per byte that string took 1.33 ms but three SQL queries' first
+#: walks (grammars/sql.lark) 446-510 ms against 421-425 at 512 and at 2048; at
+#: 16 and none per byte MaskBench-subset first walks took 14 % longer.
+EXPAND_CHUNK = 512
+EXPAND_PER_BYTE = 4
 # the key tuple (5 items), its flags and the id (two small ints)
 _ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
 
