@@ -425,3 +425,50 @@ def test_bounded_string_masks_with_multibyte_subtrees(name, multilingual_vocab):
     lex = g.lexer
     marked = (lex.live[:lex.n, 2] & UTF8_RUN) != 0
     assert marked.any() == (name != "pattern")
+
+
+def test_wide_rows_through_every_fill_path(o200k_vocab):
+    """Over o200k (25 KB rows, past the threshold where rows are written by
+    span writers, ``struct.pack_into`` of their non-zero spans) every fill of a
+    walk's states, through ``fill_bitmask`` and ``fill_cached_bitmask`` into
+    rows of stale bits, writes exactly ``mask_row`` and nothing else."""
+    g = _grammar("json", o200k_vocab)
+    state = g.initial_state()
+    states = [state]
+    for text in (b'{"', b'ab', b'c"', b': [', b'1', b'2, ', b'tr', b'ue], "', b'x":', b' "', b'y', b'"}'):
+        for t in _tokens_of(o200k_vocab, text):
+            state = g.advance(state, t)
+            assert state is not None
+            states.append(state)
+    bm = allocate_bitmask(3, len(o200k_vocab), backend="numpy")
+    kinds = set()
+    for k, s in enumerate(states):
+        want = g.mask_row(s)
+        for n in range(3):
+            bm[:] = -1
+            if k % 2 and n == 1:
+                assert g.fill_cached_bitmask(s, bm, 1)
+            else:
+                g.fill_bitmask(s, bm, 1)
+            assert np.array_equal(bm[1].view(np.uint32), want), (k, n)
+            assert (bm[0] == -1).all() and (bm[2] == -1).all()
+        w = g._writers[s]
+        kinds.add(len(w[1]) if w.__class__ is tuple else "copy")
+    # both kinds of writer: a plain copy (dense rows) and spans
+    assert "copy" in kinds and len(kinds) >= 2, kinds
+
+
+def _tokens_of(vocab, text: bytes) -> list[int]:
+    """Greedy longest-match token ids spelling ``text`` in ``vocab``."""
+    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok}
+    out, i = [], 0
+    while i < len(text):
+        for j in range(len(text), i, -1):
+            t = by_bytes.get(text[i:j])
+            if t is not None:
+                out.append(t)
+                i = j
+                break
+        else:
+            raise AssertionError(f"no token for {text[i:]!r}")
+    return out
