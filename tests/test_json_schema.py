@@ -588,6 +588,29 @@ def test_one_of_overlapping_required_sets_made_exclusive():
           bad=['{"r":1,"l":1,"w":2}', "{}", '{"l":1}'])
 
 
+def test_one_of_required_sets_only_between_branches_that_overlap():
+    """Two branches told apart by an enum that require the same names
+    (GeoJSON's Point and LineString) and a third overlapping both (GeoJSON's
+    Feature, whose "type" lost its enum to a typo, ``emum``): required sets
+    separate the third from each of the two, never the two from each other,
+    which emptied both (MaskBench Github_trivial o63308 refused its valid
+    instances)."""
+    def branch(name, member):
+        return {"type": "object", "required": ["t", member],
+                "properties": {"t": {"type": "string", **({"enum": [name]} if name else {})},
+                               member: {"type": "integer"}}}
+
+    check({"oneOf": [branch("P", "c"), branch("L", "c"), branch(None, "g")]},
+          good=['{"t":"P","c":1}', '{"t":"L","c":1}', '{"t":"Z","g":1}', '{"t":"P","g":1}'],
+          bad=['{"t":"P","c":1,"g":2}', '{"t":"Z","c":1}', "{}"])
+    # the third requires all the first two do: no required set tells it from
+    # them, so each branch excludes the others by their complements (exact);
+    # before, every branch was emptied ("the schema admits no JSON value")
+    check({"oneOf": [branch("P", "c"), branch("L", "c"), branch(None, "c")]},
+          good=['{"t":"Z","c":1}', '{"t":"p","c":-3}'],
+          bad=['{"t":"P","c":1}', '{"t":"L","c":1}', '{"t":"Z"}', '{"c":1}'])
+
+
 def test_one_of_untyped_branches_and_discriminator():
     # strings match both branches (invalid): dropped; objects are told apart by yesNo
     check({"oneOf": [{"properties": {"e": {"type": "null"}, "yesNo": {"enum": [False]}}},

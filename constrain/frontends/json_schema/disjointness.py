@@ -22,7 +22,12 @@ _PROVEN_TYPES = ("null", "boolean", "integer", "string", "array", "object")
 
 
 def resolve_one_of(norm: Normaliser, flat, context):
-    """The ``oneOf`` branches (DNFs) made pairwise disjoint, or ``None``.
+    """``(branches, fallback)``: the ``oneOf`` branches (DNFs) made pairwise
+    disjoint, or ``None``; and when they are ``None`` for objects that required
+    sets cannot tell apart, those branches made disjoint all the same by
+    required sets, emptying the conjunctions they cannot tell apart (the
+    strict side), for the caller to take where the exact construction (each
+    branch beside the complements of the others) cannot be stated.
 
     Per JSON type shared by two branches: nothing to do where disjointness is
     proven; a type neither branch names (``{"required": [...]}`` also admits
@@ -34,7 +39,9 @@ def resolve_one_of(norm: Normaliser, flat, context):
     #: (branch, conjunction index) -> enum/const values both sides admit, to be
     #: excluded from both (a value matching two branches is invalid)
     overlaps: dict = {}
-    objects_overlap = False
+    #: (branch, conjunction index) -> the conjunctions of other branches it
+    #: may share objects with
+    objects_overlap: dict = {}
     with norm.proving():
         for i in range(n):
             for j in range(i + 1, n):
@@ -59,12 +66,13 @@ def resolve_one_of(norm: Normaliser, flat, context):
                             if _disjoint_in(norm, "number" if t == "integer" else t, a, b, 3):
                                 continue
                             if t == "object":
-                                objects_overlap = True
+                                objects_overlap.setdefault((i, xi), set()).add((j, xj))
+                                objects_overlap.setdefault((j, xj), set()).add((i, xi))
                             elif not explicit:
                                 drop[i].add(t)
                                 drop[j].add(t)
                             else:
-                                return None
+                                return None, None
     if overlaps:
         base = doc.base_uri(context[0]) if context and type(context[0]) is str else None
         # the exclusions stand for the oneOf keyword of the node in context
@@ -74,10 +82,17 @@ def resolve_one_of(norm: Normaliser, flat, context):
                  if (i, x) in overlaps else conj for x, conj in enumerate(branch)]
                 for i, branch in enumerate(flat)]
     if objects_overlap:
-        flat = (_exclusive_required(doc, flat, context)
+        made = (_exclusive_required(doc, flat, context, objects_overlap)
                 or _forced_discriminator(norm, flat, context))
-        if flat is None:
-            return None
+        if made is None:
+            loose = _exclusive_required(doc, flat, context, objects_overlap, emptying=True)
+            return None, None if loose is None else _drop_types(doc, loose, drop, context)
+        flat = made
+    return _drop_types(doc, flat, drop, context), None
+
+
+def _drop_types(doc, flat, drop, context) -> list:
+    """``flat`` with the types in ``drop[i]`` taken out of branch ``i``."""
     out = []
     for i, branch in enumerate(flat):
         if not drop[i]:
@@ -140,31 +155,50 @@ def _forced_discriminator(norm: Normaliser, flat, context):
     return None
 
 
-def _exclusive_required(doc, flat, context=()):
+def _exclusive_required(doc, flat, context=(), overlapping=None, emptying: bool = False):
     """``oneOf`` branches made disjoint through their ``required`` sets: each
-    conjunction also demands that, for every conjunction of another branch,
-    some name it requires is missing. ``None`` if a conjunction that admits
-    objects requires nothing."""
-    req = []
-    for branch in flat:
-        sets = []
-        for conj in branch:
+    conjunction also demands that, for every conjunction of another branch it
+    may share objects with (``overlapping``: ``(branch, index)`` -> the
+    ``(branch, index)`` pairs of those; ``None``: every conjunction of every
+    other branch), some name that one requires is missing. Exact for the
+    values that match both, strict for the rest (a value of one branch with
+    all the names another requires but not its other keywords is refused).
+
+    ``None`` when required sets cannot tell two such conjunctions apart: one
+    that admits objects requires nothing, or (unless ``emptying``) requires
+    every name the other requires, so that the demand leaves it no object at
+    all -- exact only where each of its objects matches the other too.
+    (GeoJSON's Point and LineString, which require the same names and are
+    told apart by the enum of ``type``, were emptied so, against each other,
+    once a third branch overlapped both.)"""
+    names: dict = {}
+    for i, branch in enumerate(flat):
+        for x, conj in enumerate(branch):
             if "object" not in conj_types(doc, context + conj):
                 continue  # no objects to tell apart
-            names = set()
+            req = set()
             for p in conj:
                 n = doc.node(p)
                 if isinstance(n, dict) and isinstance(n.get("required"), list):
-                    names.update(x for x in n["required"] if isinstance(x, str))
-            if not names:
-                return None
-            sets.append(names)
-        req.append(sets)
+                    req.update(y for y in n["required"] if isinstance(y, str))
+            names[(i, x)] = req
     out = []
     for i, branch in enumerate(flat):
-        others = [NotAll.of(sj) for j, sets in enumerate(req) if j != i for sj in sets]
-        out.append([conj + tuple(dict.fromkeys(m for m in others if m not in conj))
-                    for conj in branch])
+        new = []
+        for x, conj in enumerate(branch):
+            if overlapping is None:
+                others = [k for k in names if k[0] != i]
+            else:
+                others = sorted(k for k in overlapping.get((i, x), ()) if k in names)
+            own = names.get((i, x))
+            demands = []
+            for k in others:
+                theirs = names[k]
+                if not theirs or own is None or (theirs <= own and not emptying):
+                    return None
+                demands.append(NotAll.of(theirs))
+            new.append(conj + tuple(dict.fromkeys(m for m in demands if m not in conj)))
+        out.append(new)
     return out
 
 

@@ -207,23 +207,30 @@ class Normaliser:
     def _one_of(self, flat, ref) -> list:
         """The branches of the ``oneOf`` at ``ref``, made disjoint where that is
         proven (see :mod:`~constrain.frontends.json_schema.disjointness`)."""
-        resolved = resolve_one_of(self, flat, (ref,))
+        resolved, fallback = resolve_one_of(self, flat, (ref,))
         if resolved is not None:
             return resolved
         # exactly one branch: branch i and the complement of every other one
         negs = [self._negate(f"{ref}/oneOf/{j}") for j in range(len(flat))]
         if any(neg is None for neg in negs):
+            if fallback is not None:
+                return fallback
             self.doc.diag.unsupported(f"{ref}/oneOf", "oneOf branches may overlap (a value "
                                       "matching two is invalid, no rule excludes it, and a "
                                       "branch has no complement)")
             return flat
         out = []
-        for i, branch in enumerate(flat):
-            alts = branch
-            for j, neg in enumerate(negs):
-                if j != i:
-                    alts = self.product(alts, self.flatten(neg), ref)
-            out.append(alts)
+        try:
+            for i, branch in enumerate(flat):
+                alts = branch
+                for j, neg in enumerate(negs):
+                    if j != i:
+                        alts = self.product(alts, self.flatten(neg), ref)
+                out.append(alts)
+        except SchemaTooComplexError:
+            if fallback is None:
+                raise
+            return fallback
         return out
 
     def _dependencies(self, node, ref, dnf, stack):
