@@ -611,6 +611,20 @@ def test_one_of_required_sets_only_between_branches_that_overlap():
           bad=['{"t":"P","c":1}', '{"t":"L","c":1}', '{"t":"Z"}', '{"c":1}'])
 
 
+def test_one_of_required_sets_that_empty_a_branch_only_without_complements():
+    """The second branch requires every name the first does, and the first
+    has no complement (a pattern): nothing exact can be stated, so the
+    required sets still separate them, emptying the second (strict: its
+    values with a name not matching the pattern are valid, and refused)."""
+    schema = {"type": "object", "oneOf": [
+        {"required": ["a"], "properties": {"a": {"type": "string", "pattern": "^x"}}},
+        {"required": ["a", "b"]}]}
+    check(schema, good=['{"a":"x1"}', '{"a":"xy","c":2}'],
+          bad=['{"a":"x","b":1}', '{"a":"y"}', "{}"])
+    p = parser_for(schema)
+    assert not accepts(p, '{"a":"y","b":1}')  # valid (the second branch alone): the strict side
+
+
 def test_one_of_untyped_branches_and_discriminator():
     # strings match both branches (invalid): dropped; objects are told apart by yesNo
     check({"oneOf": [{"properties": {"e": {"type": "null"}, "yesNo": {"enum": [False]}}},
