@@ -625,6 +625,23 @@ def test_one_of_required_sets_that_empty_a_branch_only_without_complements():
     assert not accepts(p, '{"a":"y","b":1}')  # valid (the second branch alone): the strict side
 
 
+def test_one_of_told_apart_by_anchored_patterns():
+    """JSend's success / fail / error, told apart by "status" patterns
+    anchored on different literals and requiring the same names: proven
+    disjoint by the patterns' literal prefixes, so each branch compiles
+    exactly; before, required sets emptied success and fail (MaskBench
+    Github_medium o71265-o71267)."""
+    def branch(status, member):
+        return {"required": ["status", member],
+                "properties": {"status": {"type": "string", "pattern": f"^{status}$"}, member: {}}}
+
+    check({"type": "object", "oneOf": [branch("success", "data"), branch("fail", "data"),
+                                       branch("error", "message")]},
+          good=['{"status":"success","data":1}', '{"status":"fail","data":null}',
+                '{"status":"error","message":"x"}', '{"status":"error","message":"x","data":2}'],
+          bad=['{"status":"succes","data":1}', '{"status":"error","data":1}', '{"data":1}'])
+
+
 def test_one_of_untyped_branches_and_discriminator():
     # strings match both branches (invalid): dropped; objects are told apart by yesNo
     check({"oneOf": [{"properties": {"e": {"type": "null"}, "yesNo": {"enum": [False]}}},

@@ -14,6 +14,7 @@ from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
 from constrain.frontends.json_schema.numbers import num_bounds
 from constrain.frontends.json_schema.objects import object_view
+from constrain.frontends.json_schema.patterns import patterns_disjoint
 
 if TYPE_CHECKING:
     from constrain.frontends.json_schema.normalise import Normaliser
@@ -230,7 +231,12 @@ def _disjoint_in(norm: Normaliser, t: str, c1, c2, depth: int) -> bool:
     if t in ("string", "array"):
         kmin, kmax = ("minLength", "maxLength") if t == "string" else ("minItems", "maxItems")
         a, b = len_bounds(doc, c1, kmin, kmax), len_bounds(doc, c2, kmin, kmax)
-        return a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]
+        if a[1] is not None and a[1] < b[0] or b[1] is not None and b[1] < a[0]:
+            return True
+        # patterns anchored on incompatible literal prefixes (JSend's
+        # "^success$" and "^fail$" statuses)
+        return t == "string" and any(patterns_disjoint(x, y) for x in _patterns(doc, c1)
+                                     for y in _patterns(doc, c2))
     if t == "object" and depth > 0:
         o1, o2 = object_view(norm, c1, proof=True), object_view(norm, c2, proof=True)
         if o1 is None or o2 is None:
@@ -249,6 +255,16 @@ def _disjoint_in(norm: Normaliser, t: str, c1, c2, depth: int) -> bool:
                         return True
         return False
     return False
+
+
+def _patterns(doc, conj) -> list[str]:
+    """The ``pattern`` keywords of the conjunction's nodes."""
+    out = []
+    for p in conj:
+        n = doc.node(p)
+        if isinstance(n, dict) and isinstance(n.get("pattern"), str):
+            out.append(n["pattern"])
+    return out
 
 
 def _pieces_disjoint(norm: Normaliser, p1, p2, depth: int) -> bool:
