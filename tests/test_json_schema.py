@@ -300,6 +300,27 @@ def test_pattern_with_length_bound_folds_into_repetition():
     assert e.value.pointer == "/pattern"
 
 
+@pytest.mark.parametrize("pattern", ["^.*@.*\\..*$", "^[a-z]+-[0-9]*$", "^a*b*c*$", "x[0-9]+",
+                                     "^[a-c]*(?:-|_)[a-c]+$", "^(?:ab|cd)[0-9]*@?$"])
+def test_pattern_with_min_length_is_exact(pattern):
+    """A minLength beside a pattern whose repetitions could each take the
+    missing characters: every string the pattern matches that is long enough
+    is accepted, whichever repetitions it lengthens (``user@example.com``
+    under ``^.*@.*\\..*$`` and ``minLength: 6`` was refused: the last
+    ``.*`` had to take all four), and no shorter or non-matching one."""
+    rng = random.Random(pattern)
+    alphabet = "abcx0-_@.9"
+    texts = ["user@example.com", "ab@cd.ef", "a@b.cdef", "abc-", "ab-123", "aabbcc", "x123456",
+             "abc_abc", "cd012@", "ab9@", "ab", "cd0"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 10))) for _ in range(400)]
+    for n in (2, 4, 6, 7):
+        schema = {"type": "string", "pattern": pattern, "minLength": n}
+        p = parser_for(schema)
+        for s in texts:
+            want = bool(re.search(pattern, s)) and len(s) >= n
+            assert accepts(p, compact(s)) == want, (pattern, n, s)
+
+
 @pytest.mark.parametrize("pattern", ["^(?=a)a$", "(a)\\1", "(?<!a)b", "\\bfoo\\b"])
 def test_pattern_unsupported(pattern):
     with pytest.raises(UnsupportedSchemaError) as e:

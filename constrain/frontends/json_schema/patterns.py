@@ -411,6 +411,61 @@ def matches_everything(pattern: str) -> bool:
     return False
 
 
+#: :func:`_at_least`'s answer when its exact regex would pass :data:`_MAX_AT_LEAST`
+_TOO_LARGE = object()
+#: characters of :func:`_at_least`'s regex (a minLength of d shared by m
+#: repetitions spells up to C(d + m - 1, m - 1) alternatives)
+_MAX_AT_LEAST = 8_000
+
+
+def _at_least(pieces: list[_Piece], min_len: int):
+    """The concatenation of ``pieces`` (each a repetition of one character
+    class or of a fixed length) restricted to at least ``min_len`` characters,
+    exactly: each repetition in turn takes ``j`` more characters than its
+    least, for each ``j`` below what is still missing (and the rest make up
+    the difference), or all that is missing at once (the rest are free).
+    ``None`` when no string is long enough; :data:`_TOO_LARGE` past
+    :data:`_MAX_AT_LEAST` characters. (``^.*@.*\\..*$`` with ``minLength:
+    6`` gave its last ``.*`` all four missing characters: ``user@example.com``
+    was refused.)"""
+    need = min_len - sum(p.lo for p in pieces)
+    tails = ["".join(p.render() for p in pieces[i:]) for i in range(len(pieces) + 1)]
+    memo: dict = {}
+
+    def build(i: int, d: int):
+        if d <= 0:
+            return tails[i]
+        if i == len(pieces):
+            return None
+        key = (i, d)
+        if key in memo:
+            return memo[key]
+        p = pieces[i]
+        if p.unit is None or p.rlo == p.rhi:
+            rest = build(i + 1, d)
+            out = None if rest is None else p.render() + rest
+        else:
+            alts = []
+            room = None if p.rhi is None else p.rhi - p.rlo
+            for j in range(d if room is None else min(d, room + 1)):
+                rest = build(i + 1, d - j)
+                if rest is not None:
+                    n = p.rlo + j
+                    alts.append(("" if n == 0 else _repeat(p.unit, n, n)) + rest)
+            if room is None or room >= d:
+                alts.append(_repeat(p.unit, p.rlo + d, p.rhi) + tails[i + 1])
+            out = None if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if out is not None and len(out) > _MAX_AT_LEAST:
+            raise OverflowError
+        memo[key] = out
+        return out
+
+    try:
+        return build(0, need)
+    except OverflowError:
+        return _TOO_LARGE
+
+
 def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str | None:
     """The concatenation restricted to lengths in ``[min_len, max_len]``."""
     lo = sum(p.lo for p in pieces)
@@ -438,6 +493,10 @@ def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str 
         if not alts:
             return None
         return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    if fits_max and all(p.unit is not None or p.lo == p.hi for p in pieces):
+        exact = _at_least(pieces, min_len)
+        if exact is not _TOO_LARGE:
+            return exact
     # share the bounds out over the repetitions of one character class: each may
     # take a part of the slack, so the total stays within the bounds (sound; a
     # string that puts all its slack in one place may be refused)
