@@ -693,6 +693,22 @@ def test_one_of_beside_unevaluated_properties_is_not_proven_disjoint_by_it():
           good=['{"all":1}', '{"a":1}', '{"all":1,"b":2}'], bad=['{"all":1,"a":1}', '{"a":1,"all":1}', "{}"])
 
 
+def test_not_required_lets_each_name_appear_alone():
+    """``not: {required: [a, b]}``: an object may carry either name, not both.
+    The names were kept out of the object altogether (MaskBench Github_trivial
+    o91408, W3C Web Annotation, refused ``{"body": ...}``); now they are
+    optional members with the schemas an additional member of that name has."""
+    check({"type": "object", "not": {"required": ["body", "bodyValue"]}},
+          good=["{}", '{"body":1}', '{"bodyValue":"x"}', '{"body":{"type":"T"},"id":"a"}'],
+          bad=['{"body":1,"bodyValue":2}', '{"bodyValue":1,"body":2}'])
+    check({"type": "object", "additionalProperties": {"type": "integer"},
+           "not": {"required": ["a", "b"]}},
+          good=['{"a":1}', '{"b":2,"c":3}'], bad=['{"a":"x"}', '{"a":1,"b":2}', '{"c":"x"}'])
+    check({"type": "object", "additionalProperties": False, "properties": {"a": {}},
+           "not": {"required": ["a", "b"]}},
+          good=["{}", '{"a":1}'], bad=['{"b":1}', '{"a":1,"b":2}'])
+
+
 def test_not_integer_among_numbers():
     # the numbers with a non-integral value (at most 9 + 6 digits, no exponent)
     check({"not": {"type": "integer"}}, good=["1.5", "-0.25", '"a"', "null", "999999999.000001"],

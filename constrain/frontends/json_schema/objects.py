@@ -58,6 +58,10 @@ class ObjectView:
 
     #: name sets of which an object must miss one each
     notall: list[frozenset] = field(default_factory=list)
+    #: members that only a ``notall`` set names (not declared, required or a
+    #: dependency's): optional, with the schemas an additional member of that
+    #: name has, so that the set is enforced exactly (see :func:`object_symbol`)
+    notall_only: set = field(default_factory=set)
     #: names that may not appear at all (their value's schema is ``false``): kept
     #: out of the additional members' keys too
     forbidden: list[str] = field(default_factory=list)
@@ -177,6 +181,14 @@ def object_view(norm, conj, proof: bool = False) -> ObjectView | None:
                         for x in need:
                             if isinstance(x, str):
                                 names.setdefault(x, None)
+    # the names of not-all sets are members too, as dependencies' are: "not
+    # both body and bodyValue" kept both out of the additional keys (W3C Web
+    # Annotation's schema refused {"body": ...})
+    for ns in view.notall:
+        for x in sorted(ns):
+            if x not in names:
+                names[x] = None
+                view.notall_only.add(x)
     for name in names:
         pcs = _member_pieces(doc, entries, others, name)
         if pcs is None:
@@ -262,10 +274,17 @@ def object_symbol(t: Translation, conj) -> str | None:
     cons = _presence_constraints(t, conj, view)
     if cons is None:
         return None
-    order = view.order
     names_in_cons = set()
     for c in cons:
         names_in_cons |= c[1] if c[0] == "notall" else {c[1]} | c[2]
+    if view.notall_only and len([x for x in view.order if x in names_in_cons
+                                 and x not in view.required]) > _MAX_INVOLVED:
+        # too many optional members to enumerate their subsets: the names only
+        # a not-all set brings are kept out of the object (strict)
+        for x in view.notall_only:
+            view.pieces.pop(x, None)
+        view.order = [x for x in view.order if x not in view.notall_only]
+    order = view.order
     # a constrained name that is not declared is kept out of extra keys
     hidden = sorted({x for x in names_in_cons if x not in view.pieces} | set(view.forbidden))
     involved = [x for x in order if x in names_in_cons and x not in view.required]
