@@ -430,40 +430,43 @@ def _at_least(pieces: list[_Piece], min_len: int):
     was refused.)"""
     need = min_len - sum(p.lo for p in pieces)
     tails = ["".join(p.render() for p in pieces[i:]) for i in range(len(pieces) + 1)]
-    memo: dict = {}
-
-    def build(i: int, d: int):
-        if d <= 0:
-            return tails[i]
-        if i == len(pieces):
-            return None
-        key = (i, d)
-        if key in memo:
-            return memo[key]
-        p = pieces[i]
-        if p.unit is None or p.rlo == p.rhi:
-            rest = build(i + 1, d)
-            out = None if rest is None else p.render() + rest
-        else:
-            alts = []
-            room = None if p.rhi is None else p.rhi - p.rlo
-            for j in range(d if room is None else min(d, room + 1)):
-                rest = build(i + 1, d - j)
-                if rest is not None:
-                    n = p.rlo + j
-                    alts.append(("" if n == 0 else _repeat(p.unit, n, n)) + rest)
-            if room is None or room >= d:
-                alts.append(_repeat(p.unit, p.rlo + d, p.rhi) + tails[i + 1])
-            out = None if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        if out is not None and len(out) > _MAX_AT_LEAST:
-            raise OverflowError
-        memo[key] = out
-        return out
-
     try:
-        return build(0, need)
+        return _at_least_from(pieces, tails, {}, 0, need)
     except OverflowError:
         return _TOO_LARGE
+
+
+def _at_least_from(pieces: list[_Piece], tails: list[str], memo: dict, i: int, d: int):
+    """:func:`_at_least` of ``pieces[i:]`` with ``d`` characters missing
+    (``tails[i]``: ``pieces[i:]`` unrestricted; ``memo`` by ``(i, d)``). A
+    module function, not a closure: a recursive closure is a reference cycle,
+    left to the cyclic collector (tests/test_reference_cycles.py)."""
+    if d <= 0:
+        return tails[i]
+    if i == len(pieces):
+        return None
+    key = (i, d)
+    if key in memo:
+        return memo[key]
+    p = pieces[i]
+    if p.unit is None or p.rlo == p.rhi:
+        rest = _at_least_from(pieces, tails, memo, i + 1, d)
+        out = None if rest is None else p.render() + rest
+    else:
+        alts = []
+        room = None if p.rhi is None else p.rhi - p.rlo
+        for j in range(d if room is None else min(d, room + 1)):
+            rest = _at_least_from(pieces, tails, memo, i + 1, d - j)
+            if rest is not None:
+                n = p.rlo + j
+                alts.append(("" if n == 0 else _repeat(p.unit, n, n)) + rest)
+        if room is None or room >= d:
+            alts.append(_repeat(p.unit, p.rlo + d, p.rhi) + tails[i + 1])
+        out = None if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    if out is not None and len(out) > _MAX_AT_LEAST:
+        raise OverflowError
+    memo[key] = out
+    return out
 
 
 def _fit_length(pieces: list[_Piece], min_len: int, max_len: int | None) -> str | None:
