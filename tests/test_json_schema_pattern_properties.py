@@ -101,6 +101,26 @@ def test_keys_matching_no_pattern_when_their_regex_is_too_large():
                                     and len(next(iter(obj))) <= 82), (text, ok)
 
 
+def test_regions_whose_regex_is_too_large_keep_the_keys_without_the_required_text():
+    """MaskBench Github_medium o83286: an unanchored pattern beside others.
+    "Matches zz and not netdir_(projects|work|scratch|share)" is an automaton
+    too large to write back as a regex, and every key of the other patterns was
+    refused; now each such region keeps the keys that do not contain
+    ``netdir_`` (a subset: "znetdir_zz" matches only zz and is left out)."""
+    schema = {"type": "object", "patternProperties": {
+        "netdir_(projects|work|scratch|share)": {"type": "object"},
+        "zz": {"type": "integer"}, "q[0-9]": {"type": "string"}}}
+    g = compile_json_schema(schema, BYTES)
+    validator = jsonschema.Draft202012Validator(schema)
+    left_out = {"znetdir_zz"}
+    for obj in [{"zz": 1}, {"azzb": 2}, {"q1": "s"}, {"zzq1": 3}, {"netdir_work": {}},
+                {"xnetdir_share_zz": {}}, {"other": None}, {"zz": "s"}, {"q1": 1},
+                {"netdir_work": 1}, {"znetdir_zz": 1}]:
+        text = json.dumps(order_instance(schema, obj), separators=(",", ":"))
+        ok = validator.is_valid(obj)
+        assert accepts(g, text) == (ok and next(iter(obj)) not in left_out), (text, ok)
+
+
 def test_regions_past_the_bound_are_refused():
     schema = {"patternProperties": {c: {"type": "integer"} for c in "abcdefg"}}
     with pytest.raises(GrammarTooComplexError):

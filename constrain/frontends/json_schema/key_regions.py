@@ -21,9 +21,10 @@ automaton), so their number is that of the non-empty ones: at most
 Declared names are cut out of a region's keys by an exclusion product on the
 compile path (``GrammarIR.exclusions``), in the regex for grammar text. A
 region whose regex would be too large is left out (its keys refused: the
-strict side), except that the keys matching no pattern keep, on the compile
-path, those that do not start with the text every match of each pattern
-starts with.
+strict side), except that it keeps the keys that do not start with the text
+every match of each pattern outside it starts with (the keys matching no
+pattern, on the compile path), or else that do not contain the text every
+match of each such pattern contains.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from constrain.frontends.json_schema.exclusions import exclusion_terminal, minus
 from constrain.frontends.json_schema.regex_product import product, regex_dfa, to_regex
 from constrain.frontends.json_schema.patterns import (PatternUnsupported, matches_everything,
                                                       pattern_class_star, patterns_disjoint,
-                                                      translate_pattern)
+                                                      required_text, translate_pattern)
 
 if TYPE_CHECKING:
     from constrain.frontends.json_schema.translation import Translation
@@ -235,7 +236,46 @@ class KeyRegions:
                 dfa = self._product(matched, inline)
                 content = None if dfa is None else to_regex(dfa)
         except GrammarTooComplexError:
-            return self._outside_prefixes(matched, negatives, names)
+            return (self._outside_prefixes(matched, negatives, names)
+                    or self._without_required_texts(matched, negatives, names, inline))
+        if content is None:
+            return None
+        if names and not inline:
+            return minus_names(g, '"' + content + '"' + g.key_colon(), names, "KEY")
+        return g.terminal('"' + content + '"' + g.key_colon(), "KEY")
+
+    def _without_required_texts(self, matched: frozenset, negatives, names,
+                                inline) -> str | None:
+        """The region's keys that contain none of the texts every match of
+        each pattern outside it contains (:func:`required_text`), when the
+        region's exact regex is too large: a subset (a key that contains such
+        a text without matching its pattern is left out), whose product is
+        small -- the automaton of "contains ``netdir_``" has 8 states where
+        "matches ``netdir_(projects|work|scratch|share)``" has ~30, and their
+        products with another pattern ~90, past what state elimination writes
+        back (MaskBench Github_medium o83286 refused every key of its other
+        patterns). ``None`` where a pattern has no such text, or the subset's
+        regex is too large still."""
+        g = self.t.grammar
+        musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
+        if None in musts:
+            return None
+        if self.names_regex is not None:
+            musts.append(self._dfa(self.names_regex))
+        nots = []
+        for j in negatives:
+            text = required_text(self.patterns[j])
+            if text is None:
+                return None
+            nots.append(self._dfa(f"{CANON_ANY}*{lit(json_str(text)[1:-1])}{CANON_ANY}*"))
+        inline = [lit(json_str(d)[1:-1]) for d in inline if encodable(d)]
+        if inline:
+            nots.append(self._dfa("(?:" + "|".join(inline) + ")"))
+        try:
+            dfa = product(musts or [self._any_key()], nots)
+            content = None if dfa is None else to_regex(dfa)
+        except GrammarTooComplexError:
+            return None
         if content is None:
             return None
         if names and not inline:

@@ -340,6 +340,30 @@ def anchored_prefix(pattern: str) -> str | None:
     return "".join(out) if out else None
 
 
+def required_text(pattern: str) -> str | None:
+    """The longest run of literal characters that every string ``s`` with
+    ``re.search(pattern, s)`` contains: consecutive literals of the pattern's
+    top-level sequence (``netdir_`` of ``netdir_(projects|work)``), or
+    ``None`` (none, or a case-insensitive pattern)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = _sre_parse.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & _IGNORECASE:
+        return None
+    best, run = "", []
+    for op, av in list(parsed) + [(None, None)]:
+        if op is _sre_c.LITERAL:
+            run.append(chr(av))
+            continue
+        if len(run) > len(best):
+            best = "".join(run)
+        run = []
+    return best or None
+
+
 def patterns_disjoint(a: str, b: str) -> bool:
     """Whether no string matches both patterns (decided by anchored literal
     prefixes; ``False`` when unsure)."""
