@@ -156,12 +156,11 @@ def _forced_discriminator(norm: Normaliser, flat, context):
     return None
 
 
-def _exclusive_required(doc, flat, context=(), overlapping=None, emptying: bool = False):
+def _exclusive_required(doc, flat, context, overlapping: dict, emptying: bool = False):
     """``oneOf`` branches made disjoint through their ``required`` sets: each
     conjunction also demands that, for every conjunction of another branch it
     may share objects with (``overlapping``: ``(branch, index)`` -> the
-    ``(branch, index)`` pairs of those; ``None``: every conjunction of every
-    other branch), some name that one requires is missing. Exact for the
+    ``(branch, index)`` pairs of those), some name that one requires is missing. Exact for the
     values that match both, strict for the rest (a value of one branch with
     all the names another requires but not its other keywords is refused).
 
@@ -187,13 +186,9 @@ def _exclusive_required(doc, flat, context=(), overlapping=None, emptying: bool 
     for i, branch in enumerate(flat):
         new = []
         for x, conj in enumerate(branch):
-            if overlapping is None:
-                others = [k for k in names if k[0] != i]
-            else:
-                others = sorted(k for k in overlapping.get((i, x), ()) if k in names)
             own = names.get((i, x))
             demands = []
-            for k in others:
+            for k in sorted(k for k in overlapping.get((i, x), ()) if k in names):
                 theirs = names[k]
                 if not theirs or own is None or (theirs <= own and not emptying):
                     return None

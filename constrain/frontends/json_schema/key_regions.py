@@ -133,9 +133,11 @@ class KeyRegions:
             self._memo[key] = self._make_product(matched, negatives, names, probe)
         return self._memo[key]
 
-    def _make_product(self, matched: frozenset, negatives, names, probe: bool):
+    def _make_product(self, matched: frozenset, negatives, names, probe: bool, nots=None):
+        """:meth:`_product`; ``nots``: the automata the keys must not match,
+        in place of the ``negatives``' superset translations."""
         musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
-        nots = [self._pattern_dfa(j, True) for j in negatives]
+        nots = [self._pattern_dfa(j, True) for j in negatives] if nots is None else list(nots)
         if None in musts or None in nots:
             return None
         if self.names_regex is not None:
@@ -238,8 +240,14 @@ class KeyRegions:
         except GrammarTooComplexError:
             return (self._outside_prefixes(matched, negatives, names)
                     or self._without_required_texts(matched, negatives, names, inline))
+        return self._key_terminal(content, names, inline)
+
+    def _key_terminal(self, content: str | None, names, inline) -> str | None:
+        """The key terminal of the key contents ``content`` (``None``: none),
+        less the ``names`` where ``inline`` has not cut them out already."""
         if content is None:
             return None
+        g = self.t.grammar
         if names and not inline:
             return minus_names(g, '"' + content + '"' + g.key_colon(), names, "KEY")
         return g.terminal('"' + content + '"' + g.key_colon(), "KEY")
@@ -256,31 +264,21 @@ class KeyRegions:
         back (MaskBench Github_medium o83286 refused every key of its other
         patterns). ``None`` where a pattern has no such text, or the subset's
         regex is too large still."""
-        g = self.t.grammar
-        musts = [self._pattern_dfa(i, False) for i in sorted(matched)]
-        if None in musts:
-            return None
-        if self.names_regex is not None:
-            musts.append(self._dfa(self.names_regex))
         nots = []
         for j in negatives:
             text = required_text(self.patterns[j])
             if text is None:
                 return None
-            nots.append(self._dfa(f"{CANON_ANY}*{lit(json_str(text)[1:-1])}{CANON_ANY}*"))
-        inline = [lit(json_str(d)[1:-1]) for d in inline if encodable(d)]
-        if inline:
-            nots.append(self._dfa("(?:" + "|".join(inline) + ")"))
+            key = ("contains", text)
+            if key not in self._memo:
+                self._memo[key] = self._dfa(f"{CANON_ANY}*{lit(json_str(text)[1:-1])}{CANON_ANY}*")
+            nots.append(self._memo[key])
         try:
-            dfa = product(musts or [self._any_key()], nots)
+            dfa = self._make_product(matched, (), inline, False, nots)
             content = None if dfa is None else to_regex(dfa)
         except GrammarTooComplexError:
             return None
-        if content is None:
-            return None
-        if names and not inline:
-            return minus_names(g, '"' + content + '"' + g.key_colon(), names, "KEY")
-        return g.terminal('"' + content + '"' + g.key_colon(), "KEY")
+        return self._key_terminal(content, names, inline)
 
     def _outside_prefixes(self, matched: frozenset, negatives, names) -> str | None:
         """The keys matching no pattern, when their exact regex is too large: on
