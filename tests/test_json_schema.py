@@ -321,6 +321,20 @@ def test_pattern_with_min_length_is_exact(pattern):
             assert accepts(p, compact(s)) == want, (pattern, n, s)
 
 
+def test_pattern_with_a_huge_min_length_is_bounded():
+    """The exact minLength construction counts its alternatives before it
+    spells one: a minLength of ten million over three repetitions (or one)
+    falls back to the shared budget at once, instead of looping per
+    character."""
+    import time
+
+    for pattern in ("^.*@.*\\..*$", "^a*$", "^a*b$"):
+        t0 = time.process_time()
+        rx = translate_pattern(pattern, 10_000_000, None)
+        assert time.process_time() - t0 < 1.0, pattern
+        assert rx is not None and any(str(n) in rx for n in (9_999_998, 9_999_999, 10_000_000)), rx
+
+
 @pytest.mark.parametrize("pattern", ["^(?=a)a$", "(a)\\1", "(?<!a)b", "\\bfoo\\b"])
 def test_pattern_unsupported(pattern):
     with pytest.raises(UnsupportedSchemaError) as e:

@@ -17,6 +17,7 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_c
     import sre_parse as _sre_parse
+import math
 import re
 import warnings
 
@@ -266,6 +267,22 @@ _STARTS = {_sre_c.AT_BEGINNING, _sre_c.AT_BEGINNING_STRING}
 _ENDS = {_sre_c.AT_END, _sre_c.AT_END_STRING}
 
 
+def _quiet_parse(pattern: str):
+    """``re``'s parse of ``pattern``, without Python's FutureWarning about
+    ``[[`` and ``--`` (raises ``re.error``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _sre_parse.parse(pattern)
+
+
+def _parse_or_none(pattern: str):
+    """:func:`_quiet_parse`, or ``None`` for a pattern that is not a Python regex."""
+    try:
+        return _quiet_parse(pattern)
+    except re.error:
+        return None
+
+
 def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None,
                       over: bool = False) -> str | None:
     """A regex over canonical JSON string content accepting only (encodings of)
@@ -283,9 +300,7 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
             or a length bound that cannot be folded into the pattern.
         re.error: the pattern is not a Python regex.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Python's FutureWarning about [[ and --
-        parsed = _sre_parse.parse(pattern)
+    parsed = _quiet_parse(pattern)
     flags = parsed.state.flags
     if flags & ~(_IGNORECASE | _DOTALL | _UNICODE | _MULTILINE):
         raise PatternUnsupported("regex flags")
@@ -321,11 +336,8 @@ def translate_pattern(pattern: str, min_len: int = 0, max_len: int | None = None
 def anchored_prefix(pattern: str) -> str | None:
     """The literal text every match of ``re.search(pattern, s)`` puts at the start
     of ``s`` (``^abc...``), or ``None``."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parsed = _sre_parse.parse(pattern)
-    except re.error:
+    parsed = _parse_or_none(pattern)
+    if parsed is None:
         return None
     if parsed.state.flags & (_IGNORECASE | _MULTILINE):
         return None  # (?m)^ also matches after a newline
@@ -345,11 +357,8 @@ def required_text(pattern: str) -> str | None:
     ``re.search(pattern, s)`` contains: consecutive literals of the pattern's
     top-level sequence (``netdir_`` of ``netdir_(projects|work)``), or
     ``None`` (none, or a case-insensitive pattern)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parsed = _sre_parse.parse(pattern)
-    except re.error:
+    parsed = _parse_or_none(pattern)
+    if parsed is None:
         return None
     if parsed.state.flags & _IGNORECASE:
         return None
@@ -376,9 +385,7 @@ def pattern_class_star(pattern: str):
     character class ``C`` (intervals: a subset of what Python matches), else
     ``None``."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parsed = _sre_parse.parse(pattern)
+        parsed = _quiet_parse(pattern)
         flags = parsed.state.flags
         if flags & _IGNORECASE:
             return None
@@ -416,9 +423,7 @@ def matches_everything(pattern: str) -> bool:
     patterns with an alternative that can match empty and is not anchored at
     both ends, e.g. ``.*`` or ``^[a-z]*``); ``False`` when unsure."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            parsed = _sre_parse.parse(pattern)
+        parsed = _quiet_parse(pattern)
         for branch in _split_branches(list(parsed)):
             start = bool(branch) and branch[0][0] is _sre_c.AT and branch[0][1] in _STARTS
             end = bool(branch) and branch[-1][0] is _sre_c.AT and branch[-1][1] in _ENDS
@@ -440,6 +445,8 @@ _TOO_LARGE = object()
 #: characters of :func:`_at_least`'s regex (a minLength of d shared by m
 #: repetitions spells up to C(d + m - 1, m - 1) alternatives)
 _MAX_AT_LEAST = 8_000
+#: alternatives :func:`_at_least` may spell, checked before it starts
+_MAX_AT_LEAST_ALTERNATIVES = 256
 
 
 def _at_least(pieces: list[_Piece], min_len: int):
@@ -453,6 +460,11 @@ def _at_least(pieces: list[_Piece], min_len: int):
     6`` gave its last ``.*`` all four missing characters: ``user@example.com``
     was refused.)"""
     need = min_len - sum(p.lo for p in pieces)
+    free = sum(1 for p in pieces if p.unit is not None and p.rlo != p.rhi)
+    # C(need + free - 1, free - 1) alternatives at most: bounded before any is
+    # spelled (a minLength of a million must not loop a million times)
+    if need > 0 and free > 1 and math.comb(need + free - 1, free - 1) > _MAX_AT_LEAST_ALTERNATIVES:
+        return _TOO_LARGE
     tails = ["".join(p.render() for p in pieces[i:]) for i in range(len(pieces) + 1)]
     try:
         return _at_least_from(pieces, tails, {}, 0, need)
@@ -479,11 +491,17 @@ def _at_least_from(pieces: list[_Piece], tails: list[str], memo: dict, i: int, d
     else:
         alts = []
         room = None if p.rhi is None else p.rhi - p.rlo
-        for j in range(d if room is None else min(d, room + 1)):
+        size = 0
+        # fewer than d here only if a later repetition can take the rest
+        later = any(q.unit is not None and q.rlo != q.rhi for q in pieces[i + 1:])
+        for j in range(0 if not later else d if room is None else min(d, room + 1)):
             rest = _at_least_from(pieces, tails, memo, i + 1, d - j)
             if rest is not None:
                 n = p.rlo + j
                 alts.append(("" if n == 0 else _repeat(p.unit, n, n)) + rest)
+                size += len(alts[-1])
+                if size > _MAX_AT_LEAST:
+                    raise OverflowError
         if room is None or room >= d:
             alts.append(_repeat(p.unit, p.rlo + d, p.rhi) + tails[i + 1])
         out = None if not alts else alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
