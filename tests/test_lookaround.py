@@ -67,6 +67,11 @@ CASES = [
     r"(?>a(?=bc)|a(?=b)|a)[bc]*", r"(?>(?=a)[ab]|b)+", r"(?>a\B|a)[ab ]?",
     r"(?:(?>a|ab)(?=b))*b?", r"(?>.(?=.$)|.)+\n?", r"(?>x*(?!y))y?", r"(?>(?:a|ab)(?!c))c?",
     r"a(?>(?<=a$))\n?", r"(?>\b[ab]+\b| )+", r"(?>a(?=a)|a(?=b)|ab)*[ab]?",
+    # an empty iteration whose threads met the same assertion in the iteration
+    # before: the path, not the thread alone, says where it goes (the first
+    # three accepted "a", "ab" and " ")
+    r"(?:(?:\b\b|a)++|b)", r"(?>(?:\b\b|ab)+)|a+", r"x?(?>(?:\B\B| )+)x?",
+    r"(?>(?:\b\b\b|a)*)b", r"(?>(?:(?:\b\b)*|a)+)a?",
 ]
 
 

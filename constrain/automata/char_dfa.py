@@ -438,6 +438,8 @@ class _Engine:
         self.body_finals = nfa.body_finals
         self.behinds, self.aheads, self.atomics = nfa.behinds, nfa.aheads, nfa.atomics
         self.guard, self.loop_exit = nfa.guard, nfa.loop_exit
+        #: the states whose presence on a search path a guard tests
+        self.guard_targets = frozenset(nfa.guard.values())
         self.END, self.ALL = END, (END << 1) - 1
         self.nl, self.word = nl, word
         self.track_prev = track_prev
@@ -783,22 +785,36 @@ class _Engine:
         it meets (assertions on the next character, lookaheads, lookbehinds);
         ``True`` once a path reaches ``final`` unconditionally. Iterative: a
         stack of ``[thread, successors, next index]`` frames, whose states are
-        the search path (for the empty-iteration rule of :attr:`_NFA.guard`)."""
+        the search path (for the empty-iteration rule of :attr:`_NFA.guard`).
+
+        A thread is followed once per ``seen`` *and* per set of guarding
+        states on the path above it: where an iteration matched the empty
+        string depends on the path, so a thread met again under other guards
+        goes on differently. (Deduplicated by thread alone, ``(?:\\b\\b|a)++``
+        lost the empty second iteration that its first assertion's thread
+        had already been through in the first, and ranked reading ``a`` ahead
+        of the empty match Python commits to: ``a`` was accepted.)"""
         eps, edges = self.eps, self.edges
         guard, loop_exit = self.guard, self.loop_exit
+        guards = self.guard_targets
         ALL = self.ALL
-        on_path: set = set()
-        stack = [[start, None, 0]]
+        # a count per state: a state may be on the path twice, under other guards
+        on_path: dict = {}
+        stack = [[start, None, 0, ()]]
         while stack:
             frame = stack[-1]
-            th, succ, i = frame
+            th, succ, i, ctx = frame
             u = th[0]
             if succ is not None:
                 if i < len(succ):
                     frame[2] = i + 1
-                    stack.append([succ[i], None, 0])
+                    stack.append([succ[i], None, 0, ctx + (u,) if u in guards else ctx])
                 else:
-                    on_path.discard(u)
+                    k = on_path[u] - 1
+                    if k:
+                        on_path[u] = k
+                    else:
+                        del on_path[u]
                     stack.pop()
                 continue
             g = guard.get(u)
@@ -807,10 +823,11 @@ class _Engine:
                 # the repetition, and tries no further iteration
                 frame[0] = (loop_exit[u],) + th[1:]
                 continue
-            if th in seen:
+            key = (th, ctx) if ctx else th
+            if key in seen:
                 stack.pop()
                 continue
-            seen.add(th)
+            seen.add(key)
             _, mask, nte, obls = th
             if u == final:
                 out.append(th)
@@ -840,7 +857,7 @@ class _Engine:
                         nxt.append((t, mask, nte, obls | {("L", a.final, a.negate, run)}))
                     elif verdict != a.negate:
                         nxt.append((t, mask, nte, obls))
-            on_path.add(u)
+            on_path[u] = on_path.get(u, 0) + 1
             frame[1] = nxt
         return False
 
