@@ -509,6 +509,26 @@ def test_errors_name_the_place(text, line, column, kind, message, vocab):
     assert (info.value.line, info.value.column) == (line, column)
 
 
+def test_a_literal_with_a_lone_surrogate_matches_nothing(vocab):
+    """As in Lark: no UTF-8 output holds one (it raised UnicodeEncodeError)."""
+    with pytest.raises(GrammarError, match="derives no string"):
+        constrain.compile_grammar('root ::= "\\ud800"\n', vocab)
+    g = constrain.compile_grammar('root ::= "a" | "\\ud800" "b"\n', vocab)
+    assert accepts(g, "a") and not accepts(g, "b")
+
+
+def test_long_chains_of_rules_compile():
+    """Regular rules are inlined bottom-up, without a Python frame per rule
+    down the chain (150 rules each using the next overflowed the stack)."""
+    for n in (150, 3000):
+        text = "".join(f'r{i} ::= r{i + 1} "a"\n' for i in range(n)) + f'r{n} ::= "b"\nroot ::= r0\n'
+        g = constrain.compile_grammar(text, constrain.Vocabulary.from_tokens(
+            [bytes([b]) for b in range(256)] + [b"</s>"], eos_token_ids=[256]))
+        assert g.matches("b" + "a" * n) and not g.matches("b" + "a" * (n - 1))
+        text = "".join(f"r{i} ::= r{i + 1}\n" for i in range(n)) + f'r{n} ::= "b" | ""\nroot ::= r0 "x"\n'
+        assert load_gbnf_grammar(text).nonterminals
+
+
 def test_limits(vocab):
     deep = "root ::= " + "(" * 300 + '"a"' + ")" * 300
     with pytest.raises(GrammarTooComplexError, match="nested"):

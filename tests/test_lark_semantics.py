@@ -150,6 +150,17 @@ def test_a_terminal_that_matches_nowhere_is_unusable_not_refused(vocab):
     assert info.value.line == 1
 
 
+@pytest.mark.parametrize("literal", ['"\\ud800"', '"x\\udc00"', '"\\ud800"i', '"ab\\udfff" "c"'])
+def test_a_literal_with_a_lone_surrogate_matches_nothing(vocab, literal):
+    """No UTF-8 output holds a lone surrogate, so a literal with one matches
+    nothing, as the regex ``\\ud800`` does (it raised UnicodeEncodeError)."""
+    with pytest.raises(GrammarError, match="derives no string") as info:
+        compile_grammar(f"start: {literal}\n", vocab)
+    assert info.value.line == 1
+    g = compile_grammar(f'start: "a" | {literal}\n', vocab)
+    assert g.matches("a") and not g.matches("x") and not g.matches("ab")
+
+
 @pytest.mark.parametrize("grammar", [
     'start: ("a"~0..30)~0..30\n',
     'start: ("a" | "b")~20\n',

@@ -242,6 +242,16 @@ def _regex_alternatives(pattern: str) -> list[str] | None:
     return out
 
 
+def _utf8(text: str) -> bytes | None:
+    """``text`` in UTF-8, or ``None`` when it holds a lone surrogate (``"\\ud800"``
+    in a Lark or GBNF literal): no UTF-8 output holds one, so such a literal
+    matches nothing, as the regex ``\\ud800`` does."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
 def _spelled_alternatives(pattern: str, alphabet_key: bytes) -> list[bytes] | None:
     """The UTF-8 strings of ``pattern`` when it is an alternation of literals
     (:func:`_regex_alternatives`) that the alphabet (its ``tobytes()``) can
@@ -253,10 +263,10 @@ def _spelled_alternatives(pattern: str, alphabet_key: bytes) -> list[bytes] | No
         return None
     out: dict[bytes, None] = {}
     for text in texts:
-        raw = text.encode("utf-8")
-        if not raw:
+        raw = _utf8(text)
+        if raw == b"":
             return None
-        if 0 not in raw.translate(alphabet_key):
+        if raw is not None and 0 not in raw.translate(alphabet_key):
             out[raw] = None
     return list(out)
 
@@ -267,8 +277,8 @@ def _literals_dfa(texts: list[str], alphabet: np.ndarray) -> ByteDFA | bool:
     kids: list[dict] = [{}]
     final = [False]
     for text in texts:
-        data = text.encode("utf-8")
-        if not all(alphabet[b] for b in data):
+        data = _utf8(text)
+        if data is None or not all(alphabet[b] for b in data):
             continue
         node = 0
         for b in data:
@@ -301,7 +311,9 @@ def _literal_dfa(text: str, flags: int, alphabet: np.ndarray) -> ByteDFA | None 
     icase = bool(flags & _IGNORECASE)
     if icase and not text.isascii():
         return None
-    data = text.encode("utf-8")
+    data = _utf8(text)
+    if data is None:
+        return False
     if not data:
         raise GrammarError("an empty string terminal (\"\") matches the empty string")
     n = len(data) + 2
@@ -413,8 +425,8 @@ class TerminalAutomata:
                     op = (TERMINAL_OTHER, physical, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
             elif text:
-                raw = text.encode("utf-8")
-                if 0 in raw.translate(alphabet_key):  # a byte no token spells
+                raw = _utf8(text)
+                if raw is None or 0 in raw.translate(alphabet_key):  # no token spells it
                     op = (TERMINAL_OTHER, physical, 2, 0, 0, 0, 0, 0, 0, 0, 0)
                     size = 2
                 else:

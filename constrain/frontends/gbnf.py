@@ -289,6 +289,9 @@ def position(text: str, i: int) -> tuple[int, int]:
 # -- regular languages as regexes ------------------------------------------------------
 
 
+_MISSING = object()
+
+
 class _Regular:
     """Regexes of the regular rules and items: ``full(node)`` the language
     (``None`` when empty), ``nonempty(node)`` its non-empty strings, and
@@ -300,6 +303,30 @@ class _Regular:
         self._full: dict[str, str | None] = {}
         self._nonempty: dict[str, str | None] = {}
         self._nullable: dict[str, bool] = {}
+
+    def _of_rule(self, name: str, memo: dict, of):
+        """``of(body)`` of the regular rule ``name``, memoised in ``memo``: the
+        rules it refers to first, each after those it refers to (an iterative
+        walk), so that ``of`` finds every reference done and never recurses
+        down a chain of rules (150 rules, each using the next, overflowed
+        Python's stack)."""
+        hit = memo.get(name, _MISSING)
+        if hit is not _MISSING:
+            return hit
+        rules = self.rules
+        stack = [(name, iter(sorted(set(_refs(rules[name])))))]
+        on_stack = {name}
+        while stack:
+            v, it = stack[-1]
+            for w in it:
+                if w not in memo and w not in on_stack:
+                    on_stack.add(w)
+                    stack.append((w, iter(sorted(set(_refs(rules[w]))))))
+                    break
+            else:
+                stack.pop()
+                memo[v] = of(rules[v])
+        return memo[name]
 
     def is_regular(self, node) -> bool:
         kind = node[0]
@@ -320,11 +347,7 @@ class _Regular:
         if kind == "cls":
             return False
         if kind == "ref":
-            name = node[1]
-            if name not in self._nullable:
-                self._nullable[name] = False  # not reached: regular rules are acyclic
-                self._nullable[name] = self.nullable(self.rules[name])
-            return self._nullable[name]
+            return self._of_rule(node[1], self._nullable, self.nullable)
         if kind == "seq":
             return all(self.nullable(k) for k in node[1])
         if kind == "alt":
@@ -338,10 +361,7 @@ class _Regular:
         if kind == "cls":
             return class_re(node[1]) if node[1] else None
         if kind == "ref":
-            name = node[1]
-            if name not in self._full:
-                self._full[name] = self.full(self.rules[name])
-            return self._full[name]
+            return self._of_rule(node[1], self._full, self.full)
         if kind == "seq":
             parts = [self.full(k) for k in node[1]]
             return None if None in parts else "".join(parts)
@@ -366,10 +386,7 @@ class _Regular:
         if kind == "lit":
             return None
         if kind == "ref":
-            name = node[1]
-            if name not in self._nonempty:
-                self._nonempty[name] = self.nonempty(self.rules[name])
-            return self._nonempty[name]
+            return self._of_rule(node[1], self._nonempty, self.nonempty)
         if kind == "alt":
             parts = [p for p in (self.nonempty(k) for k in node[1]) if p is not None]
             if not parts:
