@@ -105,6 +105,56 @@ def test_an_error_in_one_row_is_raised_after_the_others(smollm2_vocab):
     assert (bm[0] == want).all() and (bm[2] == want).all()
 
 
+def test_a_batch_names_each_row_and_matcher_once(cases, smollm2_vocab):
+    """A row named twice would get whichever fill came last (cached rows go
+    first), a matcher advanced or rolled back twice has no all-or-nothing
+    meaning: both are refused, with nothing changed."""
+    from constrain import BitmaskError
+
+    first = Matcher(cases[0][0]())
+    first.accept_tokens(cases[0][1][:2])  # its row is a first visit
+    cached = Matcher(cases[0][0]())
+    cached.fill_next_token_bitmask(allocate_bitmask(1, len(smollm2_vocab), backend="numpy"))
+    batch = BatchMatcher(threads=1)
+    bm = allocate_bitmask(1, len(smollm2_vocab), backend="numpy")
+    with pytest.raises(BitmaskError, match="twice"):
+        batch.fill_next_token_bitmask([first, cached], bm, indices=[0, 0])
+    m = Matcher(cases[0][0]())
+    m.accept_tokens(cases[0][1][:2])
+    with pytest.raises(ConstraintError, match="twice"):
+        batch.rollback([m, m], [1, 1])
+    with pytest.raises(ConstraintError, match="twice"):
+        batch.accept_token([m, m], cases[0][1][2:4])
+    assert m.num_accepted == 2
+
+
+def test_accept_token_is_all_or_nothing(cases, smollm2_vocab):
+    """A bad id anywhere in the batch raises before any matcher moves."""
+    from constrain import InvalidStateError
+
+    a, b = (Matcher(cases[0][0]()) for _ in range(2))
+    batch = BatchMatcher(threads=1)
+    with pytest.raises(InvalidStateError):
+        batch.accept_token([a, b], [cases[0][1][0], len(smollm2_vocab)])
+    assert a.num_accepted == b.num_accepted == 0
+    refused = smollm2_vocab.encoder("}")[0]
+    assert batch.accept_token([a, b], [cases[0][1][0], refused]).tolist() == [True, False]
+    assert (a.num_accepted, b.num_accepted) == (1, 0)
+
+
+@pytest.mark.parametrize("counts", [[0.9], [1.7], [True], "1", 1.0, True, None, [None]])
+def test_rollback_counts_are_integers(cases, counts):
+    """``int()`` took 1.7 for 1, 0.9 for 0 and True for 1: refused as a
+    matcher's own rollback refuses them."""
+    m = Matcher(cases[0][0]())
+    m.accept_tokens(cases[0][1][:2])
+    with pytest.raises(ConstraintError):
+        BatchMatcher(threads=1).rollback([m], counts)
+    assert m.num_accepted == 2
+    BatchMatcher(threads=1).rollback([m], [np.int64(1)])
+    assert m.num_accepted == 1
+
+
 def test_rollback_checks_every_count_first(cases):
     matchers = [Matcher(make()) for make, _ in cases[:3]]
     for m, (_, ids) in zip(matchers, cases):

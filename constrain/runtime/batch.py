@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from constrain.errors import ConstraintError, InvalidLimitError
+from constrain.errors import BitmaskError, ConstraintError, InvalidLimitError
+from constrain.runtime.matcher import Matcher
 
 
 def default_threads() -> int:
@@ -96,6 +97,10 @@ class BatchMatcher:
             indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
         if len(rows) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(rows)} indices")
+        if indices is not None and len(set(rows)) != len(rows):
+            # cached rows are written before first visits: a row named twice
+            # would get whichever came last in that order, not in the list's
+            raise BitmaskError("a bitmask row is named twice in indices")
         groups: dict[int, list] = {}
         for m, row in zip(matchers, rows):
             try:
@@ -123,29 +128,61 @@ class BatchMatcher:
     def accept_token(self, matchers, token_ids) -> np.ndarray:
         """``matchers[i].accept_token(token_ids[i])`` for every ``i``; returns
         the ``[n]`` bool array of which were accepted (a refused token leaves
-        its matcher as it was)."""
-        matchers = list(matchers)
-        token_ids = np.asarray(token_ids).reshape(-1).tolist()
-        if len(token_ids) != len(matchers):
-            raise ConstraintError(f"{len(matchers)} matchers but {len(token_ids)} tokens")
-        return np.fromiter((m.accept_token(t) for m, t in zip(matchers, token_ids)),
-                           dtype=np.bool_, count=len(matchers))
+        its matcher as it was). All or nothing on an error: every token is
+        stepped before any matcher changes, so a bad id (or a grammar's
+        limit) leaves the whole batch as it was. A matcher may appear once."""
+        matchers = _distinct(matchers)
+        token_ids = np.asarray(token_ids)
+        if token_ids.ndim != 1 or len(token_ids) != len(matchers):
+            raise ConstraintError(f"{len(matchers)} matchers need as many tokens in a flat "
+                                  f"sequence, not an array of shape {token_ids.shape}")
+        try:
+            nexts = [m.grammar.advance(m._history[-1], m._token(t))
+                     for m, t in zip(matchers, token_ids.tolist())]
+        except AttributeError:
+            raise ConstraintError("BatchMatcher advances Matcher objects, not "
+                                  + ", ".join(sorted({type(m).__name__ for m in matchers
+                                                      if not isinstance(m, Matcher)}))) from None
+        for m, nxt in zip(matchers, nexts):
+            if nxt is not None:
+                m._push([nxt])
+        return np.fromiter((nxt is not None for nxt in nexts), dtype=np.bool_,
+                           count=len(matchers))
 
     def rollback(self, matchers, counts) -> None:
         """``matchers[i].rollback(counts[i])`` for every ``i`` (``counts`` may be
-        one int for all). Checked for every matcher before any changes."""
-        matchers = list(matchers)
-        if isinstance(counts, (int, np.integer)) and not isinstance(counts, bool):
-            counts = [int(counts)] * len(matchers)
-        counts = [int(c) for c in counts]
+        one int for all). Checked for every matcher before any changes. A
+        matcher may appear once."""
+        matchers = _distinct(matchers)
+        if _is_count(counts):
+            counts = [counts] * len(matchers)
+        elif isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
+            raise ConstraintError(f"counts is an int or a sequence of ints, not "
+                                  f"{type(counts).__name__}")
+        counts = list(counts)
         if len(counts) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(counts)} counts")
         for i, (m, c) in enumerate(zip(matchers, counts)):
-            if not 0 <= c <= m.num_accepted:
-                raise ConstraintError(f"matcher {i}: cannot roll back {c} tokens, only "
+            if not _is_count(c) or not 0 <= c <= m.num_accepted:
+                raise ConstraintError(f"matcher {i}: cannot roll back {c!r} tokens, only "
                                       f"{m.num_accepted} can be undone")
         for m, c in zip(matchers, counts):
-            m.rollback(c)
+            m.rollback(int(c))
+
+
+def _is_count(c) -> bool:
+    """Whether ``c`` is an integer (numpy's too), not a bool: ``int()`` would
+    take ``1.7`` for 1 and ``True`` for 1."""
+    return isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_))
+
+
+def _distinct(matchers) -> list:
+    """``matchers`` as a list, refused when one appears twice: advancing or
+    rolling back one matcher twice in a batch has no all-or-nothing meaning."""
+    matchers = list(matchers)
+    if len({id(m) for m in matchers}) != len(matchers):
+        raise ConstraintError("a matcher appears twice in the batch")
+    return matchers
 
 
 def _fill_groups(work: list, bitmask, errors: list) -> None:
