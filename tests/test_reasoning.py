@@ -113,6 +113,29 @@ def test_special_token_markers():
     assert s is not None and s[0] == "think"
 
 
+def test_jump_forward():
+    """The forced bytes: the start marker spelled as text, none in the free
+    section, the answer's own after it; nothing before or in front of a
+    special marker (it raised NotImplementedError in every state)."""
+    v = byte_vocabulary(EXTRA)
+    m = constrain.Matcher(constrain.with_reasoning(constrain.compile_regex(r'\{"abc":[0-9]\}', v)))
+    assert m.find_jump_forward_string() == "<think>"
+    assert m.accept_tokens([ord(c) for c in "<think>x"]) and m.find_jump_forward_string() == ""
+    assert m.accept_tokens([ord(c) for c in "</think>"])
+    assert m.find_jump_forward_string() == '{"abc":'
+    tokens = [bytes([b]) for b in range(256)] + [b"<think>", b"</think>", b"</s>"]
+    sv = constrain.Vocabulary.from_tokens(tokens, [258], special_token_ids=[256, 257])
+    c = constrain.with_reasoning(constrain.compile_regex("yes", sv))
+    m = constrain.Matcher(c)
+    assert m.find_jump_forward_bytes() == b"" and c.allows_token_reference(m.state)
+    assert m.accept_tokens([256, ord("a")]) and m.find_jump_forward_bytes() == b""
+    assert c.allowed_bytes(m.state).all() and c.allows_token_reference(m.state)
+    assert m.accept_token(257) and m.find_jump_forward_bytes() == b"yes"
+    for state in (c.initial_state(), m.state):
+        for b in range(256):
+            assert c.allowed_bytes(state)[b] == (c.advance_bytes(state, bytes([b])) is not None)
+
+
 def test_pickles():
     v = byte_vocabulary(EXTRA)
     c = constrain.with_reasoning(constrain.compile_regex(ANSWER, v), max_tokens=9)

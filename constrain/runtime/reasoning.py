@@ -336,6 +336,38 @@ class ReasoningConstraint(Constraint):
             p = ls + m
         return (_THINK, p, count)
 
+    def allowed_bytes(self, state) -> np.ndarray:
+        """``[256]`` bool: the bytes :meth:`advance_bytes` takes next -- the
+        start marker's next byte where it is spelled as text, every byte in the
+        section (free text: a byte that completes the end marker leads into
+        the answer, which takes the empty rest), the answer's own after it;
+        none before a special start token (see :meth:`allows_token_reference`)."""
+        state = self.check_state(state)
+        kind = state[0]
+        if kind == _ANSWER:
+            return self.inner.allowed_bytes(state[1])
+        out = np.zeros(256, dtype=np.bool_)
+        if kind == _THINK:
+            p = state[1]
+            if p < self._ls:
+                out[int(self._start[p])] = True
+            else:
+                out[:] = True
+        return out
+
+    def allows_token_reference(self, state) -> bool:
+        """Whether a special token may come next, which no byte spells: the
+        start marker before the section, a special end marker inside it, and
+        the answer's own (jump-forward stops there)."""
+        state = self.check_state(state)
+        kind = state[0]
+        if kind == _ANSWER:
+            refs = getattr(self.inner, "allows_token_reference", None)
+            return bool(refs is not None and refs(state[1]))
+        if kind == _OPEN:
+            return True
+        return self.end_id is not None and state[1] >= self._ls
+
     # -- the output -----------------------------------------------------------------
 
     def split_output(self, text: str) -> tuple[str, str]:
