@@ -277,7 +277,8 @@ def test_bad_rows_are_refused(kind, backend):
             for s in states:
                 g.fill_bitmask(s, bm, 2)
         before = _snapshot(bm)
-        for row in (-1, -3, 3, 10 ** 6, 1.0, "0", None, [0], np.float64(0), np.bool_(False)):
+        for row in (-1, -3, 3, 10 ** 6, 1.0, "0", None, [0], np.float64(0), np.bool_(False),
+                    True, False):  # a bool indexed the fast path's rows as 1 or 0
             for s in states:
                 with pytest.raises(BitmaskError):
                     g.fill_bitmask(s, bm, row)
@@ -361,6 +362,41 @@ def test_apply_bitmask_refuses_other_dtypes():
             constrain.apply_bitmask(torch.from_numpy(logits), bm)
     constrain.apply_bitmask(logits, np.zeros((1, WORDS), np.int32))
     assert np.isinf(logits).all()
+
+
+def test_apply_bitmask_refuses_what_it_cannot_mask():
+    """Typed errors, not numba's or torch's: logits of 3 dimensions, of
+    integers, read-only; float16 numpy logits are masked (numba has no
+    float16 kernel)."""
+    bm = np.zeros((1, WORDS), np.int32)
+    bm[0, 0] = 0b101
+    for logits in (np.zeros((1, 2, V), np.float32), torch.zeros((1, 2, V)),
+                   np.zeros((1, V), np.int64), torch.zeros((1, V), dtype=torch.int64)):
+        with pytest.raises(ConstraintError):
+            constrain.apply_bitmask(logits, bm)
+    ro = np.zeros((1, V), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ConstraintError, match="read-only"):
+        constrain.apply_bitmask(ro, bm)
+    for dtype in (np.float16, np.float32, np.float64):
+        logits = np.zeros(V, dtype)
+        constrain.apply_bitmask(logits, bm[0])
+        assert np.flatnonzero(np.isfinite(logits)).tolist() == [0, 2]
+
+
+@pytest.mark.parametrize("batch, vocab_size", [(-1, 10), (1.5, 10), ("2", 10), (True, 10),
+                                               (1, -5), (1, 0), (1, 2.0)])
+def test_allocate_bitmask_takes_counts(batch, vocab_size):
+    with pytest.raises(BitmaskError):
+        allocate_bitmask(batch, vocab_size)
+
+
+def test_bitmask_to_ids_takes_one_int32_row():
+    for row in (np.array([1, 2], np.int64), np.full((1, 4), -1, np.int32), [1, 2]):
+        with pytest.raises(BitmaskError):
+            bitmask_to_ids(row, 64)
+    assert bitmask_to_ids(np.array([5, 1], np.int32), 64).tolist() == [0, 2, 32]
+    assert bitmask_to_ids(torch.tensor([5, 1], dtype=torch.int32), 33).tolist() == [0, 2, 32]
 
 
 # -- budgets taken without a Limits ----------------------------------------------------------

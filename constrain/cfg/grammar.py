@@ -806,7 +806,7 @@ class GrammarConstraint(Constraint):
             last = self._last_fill
             if bitmask is last[0] and (last[2] is None or bitmask.data_ptr() == last[2]):
                 try:
-                    if row >= 0:
+                    if row.__class__ is int and row >= 0:
                         if w.__class__ is tuple:
                             w[0](last[1][row], 0, *w[1])
                         else:
@@ -999,7 +999,7 @@ class GrammarConstraint(Constraint):
         last = self._last_fill
         if bitmask is last[0] and (last[2] is None or bitmask.data_ptr() == last[2]):
             try:
-                if row >= 0:
+                if row.__class__ is int and row >= 0:
                     dst = last[1][row]
                     w = self._writers.get(state)
                     if w is None:

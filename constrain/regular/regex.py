@@ -232,7 +232,7 @@ class DFAConstraint(Constraint):
         last = self._last_fill
         if bitmask is last[0] and (last[3] is None or bitmask.data_ptr() == last[3]):
             try:
-                if -1 <= state < self._n and row >= 0:
+                if state.__class__ is int and row.__class__ is int and -1 <= state < self._n and row >= 0:
                     w = last[2][state]  # the writers; [-1] is TERMINATED's, all zeros
                     if w is not None:
                         if w.__class__ is tuple:

@@ -40,7 +40,7 @@ def allocate_bitmask(batch: int, vocab_size: int, *, backend: str | None = None)
             :func:`apply_bitmask`, which does) or ``"numpy"``. Default: torch when it
             is installed, else numpy.
     """
-    shape = (int(batch), bitmask_words(vocab_size))
+    shape = (_count(batch, "batch", 0), bitmask_words(_count(vocab_size, "vocab_size", 1)))
     if backend is None:
         backend = "torch" if _torch() is not None else "numpy"
     if backend == "torch":
@@ -51,6 +51,21 @@ def allocate_bitmask(batch: int, vocab_size: int, *, backend: str | None = None)
     if backend == "numpy":
         return np.full(shape, -1, dtype=np.int32)
     raise ConstraintError(f"unknown bitmask backend {backend!r}; use 'torch' or 'numpy'")
+
+
+def _count(value, name: str, least: int) -> int:
+    """``value`` as an int of at least ``least``, else :class:`BitmaskError`
+    (``int()`` took ``1.5`` for 1 and ``"2"`` for 2; a negative size made an
+    empty bitmask or torch's own error)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise BitmaskError(f"{name} is a count, not {value!r}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise BitmaskError(f"{name} is a count, not {value!r}") from None
+    if n < least:
+        raise BitmaskError(f"{name} must be at least {least}, not {n}")
+    return n
 
 
 def apply_bitmask(logits, bitmask) -> None:
@@ -66,16 +81,21 @@ def apply_bitmask(logits, bitmask) -> None:
     _check_apply_bitmask(bitmask)
     if isinstance(logits, np.ndarray):
         bm = bitmask if isinstance(bitmask, np.ndarray) else bitmask.detach().cpu().numpy()
+        _check_logits(logits.ndim, np.issubdtype(logits.dtype, np.floating), logits.dtype)
+        if not logits.flags.writeable:
+            raise ConstraintError("the logits are read-only: apply_bitmask masks them in place")
         lg = logits if logits.ndim == 2 else logits[None, :]
         bm = bm if bm.ndim == 2 else bm[None, :]
         _check_batch(lg.shape[0], bm.shape[0])
-        if not np.issubdtype(lg.dtype, np.floating):
-            raise ConstraintError(f"logits must be floating point, not {lg.dtype}")
-        apply_bitmask_rows(lg, bm, lg.dtype.type(-np.inf))
+        if lg.dtype in (np.float32, np.float64):
+            apply_bitmask_rows(lg, bm, lg.dtype.type(-np.inf))
+        else:  # float16 and the like, which the kernel is not compiled for
+            _apply_bits(lg, bm)
         return
     torch = _torch()
     if torch is None or not isinstance(logits, torch.Tensor):
         raise ConstraintError(f"logits must be a numpy array or torch tensor, not {type(logits).__name__}")
+    _check_logits(logits.dim(), logits.is_floating_point(), logits.dtype)
     if isinstance(bitmask, np.ndarray):
         bitmask = torch.from_numpy(np.ascontiguousarray(bitmask))
     lg = logits if logits.dim() == 2 else logits.unsqueeze(0)
@@ -119,6 +139,27 @@ def _check_apply_bitmask(bitmask) -> None:
                            f"not {ndim} dimensions")
 
 
+def _check_logits(ndim: int, floating: bool, dtype) -> None:
+    """Logits to mask are one row ``(V,)`` or a batch ``(batch, V)`` of floats
+    (-inf is a float; a 3-D tensor was read as rows of rows)."""
+    if ndim not in (1, 2):
+        raise ConstraintError(f"logits are one row (V,) or a batch of them (batch, V), "
+                              f"not {ndim} dimensions")
+    if not floating:
+        raise ConstraintError(f"logits must be floating point, not {dtype}")
+
+
+def _apply_bits(lg: np.ndarray, bm: np.ndarray) -> None:
+    """:func:`apply_bitmask` of numpy logits in a dtype the kernel lacks."""
+    v = lg.shape[1]
+    allowed = np.unpackbits(np.ascontiguousarray(bm).view(np.uint8), axis=1,
+                            bitorder="little")[:, :v].astype(np.bool_)
+    if allowed.shape[1] < v:
+        allowed = np.concatenate(
+            [allowed, np.zeros((allowed.shape[0], v - allowed.shape[1]), np.bool_)], axis=1)
+    lg[~allowed] = -np.inf
+
+
 def _check_batch(n_logits: int, n_mask: int) -> None:
     if n_logits != n_mask:
         raise ConstraintError(f"logits have {n_logits} rows but the bitmask has {n_mask}")
@@ -128,8 +169,16 @@ def bitmask_to_ids(row, vocab_size: int) -> np.ndarray:
     """The ids of the set bits of one bitmask row (numpy or torch), below
     ``vocab_size``."""
     if not isinstance(row, np.ndarray):
+        torch = _torch()
+        if torch is None or not isinstance(row, torch.Tensor):
+            raise BitmaskError(f"a bitmask row is a numpy array or torch tensor, not "
+                               f"{type(row).__name__}")
         row = row.detach().cpu().numpy()
-    return bits_to_ids(np.ascontiguousarray(row).view(np.uint32), int(vocab_size))
+    if row.dtype != np.int32 or row.ndim != 1:
+        raise BitmaskError(f"a bitmask row is one int32 row (W,), not {row.dtype} of shape "
+                           f"{row.shape} (index the batch: bitmask[i])")
+    return bits_to_ids(np.ascontiguousarray(row).view(np.uint32),
+                       _count(vocab_size, "vocab_size", 0))
 
 
 def _views_bytes(key, entry) -> int:
