@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from constrain import (ConstraintError, InvalidStateError, Matcher, Vocabulary,
+from constrain import (BitmaskError, ConstraintError, InvalidStateError, Matcher, Vocabulary,
                        allocate_bitmask, compile_grammar, compile_json_schema, compile_regex)
 
 PERSON = {"type": "object",
@@ -120,9 +120,21 @@ def test_draft_bitmasks_are_the_masks_along_the_draft(person, instance_ids, smol
     assert m.fill_draft_bitmasks(bad, bm2) == 2
     assert bm2[2].tobytes() == bm[3].tobytes()
     assert (bm2[3:] == -1).all()
-    with pytest.raises(ConstraintError, match="needs rows"):
+    with pytest.raises(BitmaskError, match="needs rows"):
         m.fill_draft_bitmasks(draft, allocate_bitmask(len(draft), len(smollm2_vocab)))
+    # a bad id anywhere is refused before any row is written
+    bm3 = allocate_bitmask(len(draft) + 1, len(smollm2_vocab), backend="numpy")
+    for bad_id in (len(smollm2_vocab), -1, 1.5):
+        with pytest.raises(InvalidStateError):
+            m.fill_draft_bitmasks(draft[:3] + [bad_id], bm3)
+        assert (bm3 == -1).all()
     assert m.fill_draft_bitmasks([], bm2, 0) == 0 and bm2[0].tobytes() == _mask(m, smollm2_vocab)
+
+
+def test_accept_tokens_takes_any_iterable(person, instance_ids):
+    m = Matcher(person)
+    assert m.accept_tokens(iter(instance_ids[:3])) and m.num_accepted == 3
+    assert m.validate_tokens(t for t in instance_ids[3:6]) == 3 and m.num_accepted == 3
 
 
 def test_allowed_bytes_agree_with_advance_bytes(person, smollm2_vocab, instance_ids):

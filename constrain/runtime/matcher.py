@@ -13,7 +13,7 @@ import bisect
 
 import numpy as np
 
-from constrain.errors import ConstraintError, InvalidLimitError
+from constrain.errors import BitmaskError, ConstraintError, InvalidLimitError
 from constrain.protocol import Constraint, check_token_id
 from constrain.runtime.bitmask import bitmask_words, check_bitmask
 from constrain.vocab.vocabulary import Vocabulary, tokenizer_encoder
@@ -90,6 +90,8 @@ class Matcher:
     def accept_tokens(self, token_ids) -> bool:
         """Accept several tokens, all or nothing: when one is refused (or raises),
         the matcher is as it was before the call."""
+        if not isinstance(token_ids, (list, tuple, np.ndarray)):
+            token_ids = list(token_ids)  # an iterator: counted below
         states = self._walk(token_ids)
         if len(states) < len(token_ids):
             return False
@@ -177,13 +179,17 @@ class Matcher:
         target, start_row = check_bitmask(bitmask, bitmask_words(len(self.grammar.vocab)),
                                           start_row)
         n_rows = target.n_rows
+        # every id checked before any row is written: a bad one half-way
+        # raised with the rows before it filled
+        v = len(self.grammar.vocab)
+        draft_ids = [check_token_id(t, v) for t in draft_ids]
         if start_row + len(draft_ids) >= n_rows:
-            raise ConstraintError(
+            raise BitmaskError(
                 f"a draft of {len(draft_ids)} tokens needs rows {start_row}..."
                 f"{start_row + len(draft_ids)}, but the bitmask has {n_rows}")
         for i, t in enumerate(draft_ids):
             fill(state, bitmask, start_row + i)
-            state = advance(state, self._token(t))
+            state = advance(state, t)
             if state is None:
                 return i
         fill(state, bitmask, start_row + len(draft_ids))
