@@ -238,11 +238,13 @@ class Matcher:
                             ) -> list[int]:
         """Tokens that may be appended without calling the model: the
         tokenizer's own encoding of :meth:`find_jump_forward_string`, cut
-        before the first token that a longer vocabulary token could still
-        extend past the forced text (the model's next token might merge it with
-        what follows, so that split would not be canonical). Empty when nothing
-        is forced or the encoding does not spell the forced bytes. The matcher
-        does not change: accept the tokens with :meth:`accept_tokens`.
+        before the token that holds the first byte where a vocabulary token
+        could start and run past the forced text into bytes the constraint
+        allows next (the tokenizer might then split the whole output
+        otherwise: it writes ``'":' '".'`` for ``'":"./'``, not ``'":"'``
+        ``'./'``). Empty when nothing is forced or the encoding does not spell
+        the forced bytes. The matcher does not change: accept the tokens with
+        :meth:`accept_tokens`.
 
         ``tokenizer_or_vocab``: a ``transformers`` or ``tokenizers`` tokenizer,
         a tiktoken ``Encoding``, a ``str -> ids`` callable, or a
@@ -268,12 +270,21 @@ class Matcher:
         if spelled != data or not all(vocab.grammar_token_mask[i] for i in ids):
             return []  # a tokenizer that adds a prefix space, or spells otherwise
         extendable = _extendable(vocab)
-        at, keep = 0, len(ids)
-        for j, i in enumerate(ids):
-            if extendable(data[at:]):
-                keep = j
-                break
+        g = self.grammar
+        end = g.advance_bytes(self._history[-1], data)
+        # the first place where a token could start and run past the forced
+        # text: a token boundary there ('":' then '"' of a string value) or
+        # inside a token (the tokenizer wrote '":' '".' for '":"./', not
+        # '":"' './'): the tokens from the one holding it on are left out
+        cut = next((p for p in range(len(data))
+                    if extendable(data[p:]) and _may_follow(g, end, data[p:], extendable.tokens)),
+                   len(data))
+        at, keep = 0, 0
+        for i in ids:
             at += len(vocab.token_bytes(i))
+            if at > cut:
+                break
+            keep += 1
         ids = ids[:keep]
         # the grammar allows them (the bytes are forced): checked all the same
         return ids[:self.validate_tokens(ids)]
@@ -290,7 +301,43 @@ def _extendable(vocab: Vocabulary):
         k = bisect.bisect_right(tokens, suffix)
         return k < len(tokens) and tokens[k].startswith(suffix)
 
+    extendable.tokens = tokens
     return extendable
+
+
+#: longer tokens :func:`_may_follow` tries per next byte before it assumes
+#: one of them may come (each try is an ``advance_bytes``)
+_MAX_EXTENSIONS = 64
+
+
+def _may_follow(g, end, suffix: bytes, tokens: list) -> bool:
+    """Whether the constraint ``g`` lets a longer token that starts with
+    ``suffix`` (the forced text from a token's start to its end, reached in
+    state ``end``) take what may come after: only then could the model's next
+    token merge with it. After a key's ``":`` in an integer member no ``"``
+    may follow, so the token ``":"`` cannot (``True``, the cautious answer,
+    where the constraint cannot list its next bytes or a next byte opens more
+    than :data:`_MAX_EXTENSIONS` tokens)."""
+    if end is None:
+        return True
+    try:
+        allowed = g.allowed_bytes(end)
+    except NotImplementedError:
+        return True
+    refs = getattr(g, "allows_token_reference", None)
+    if refs is not None and refs(end):
+        return True
+    n = len(suffix)
+    for b in np.flatnonzero(allowed).tolist():
+        prefix = suffix + bytes((b,))
+        k = bisect.bisect_left(tokens, prefix)
+        tried = 0
+        while k < len(tokens) and tokens[k].startswith(prefix):
+            if tried == _MAX_EXTENSIONS or g.advance_bytes(end, tokens[k][n:]) is not None:
+                return True
+            tried += 1
+            k += 1
+    return False
 
 
 __all__ = ["Matcher", "MAX_JUMP_FORWARD_BYTES"]

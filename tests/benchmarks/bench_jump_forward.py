@@ -10,7 +10,9 @@ model that writes exactly that text would: at each step, when
 model call; otherwise the model's token is the first token of the
 tokenizer's encoding of the text still to write (SmolLM2's tokenizer). The
 forced tokens must spell a prefix of that text and be the tokenizer's own
-encoding of their bytes (checked on every jump). Printed per split: outputs,
+encoding of their bytes (checked on every jump), and each output's tokens
+are compared with the tokenizer's encoding of the whole output (a forced
+split it would not make). Printed per split: outputs,
 tokens per output, forced tokens per output, model calls saved, and the time
 the look-ups cost per output.
 """
@@ -41,6 +43,7 @@ def decode(matcher: constrain.Matcher, text: str, tok, vocab) -> dict:
     at = 0
     calls = forced = jumps = 0
     lookup_ns = 0
+    tokens: list[int] = []
     while at < len(data):
         t0 = time.perf_counter_ns()
         jump = matcher.jump_forward_tokens(tok)
@@ -52,6 +55,7 @@ def decode(matcher: constrain.Matcher, text: str, tok, vocab) -> dict:
             if tok.encode(spelled.decode(), add_special_tokens=False) != jump:
                 raise AssertionError(f"forced tokens {jump} are not the tokenizer's for {spelled!r}")
             assert matcher.accept_tokens(jump)
+            tokens += jump
             at += len(spelled)
             forced += len(jump)
             jumps += 1
@@ -61,10 +65,13 @@ def decode(matcher: constrain.Matcher, text: str, tok, vocab) -> dict:
         if not matcher.accept_token(t):
             raise AssertionError(f"the model's token {vocab.token_bytes(t)!r} was refused "
                                  f"at {data[:at][-40:]!r}")
+        tokens.append(t)
         at += len(vocab.token_bytes(t))
         calls += 1
     assert matcher.is_accepting()
-    return {"calls": calls + 1, "forced": forced, "jumps": jumps, "lookup_ns": lookup_ns}
+    canonical = tokens == tok.encode(text, add_special_tokens=False, split_special_tokens=True)
+    return {"calls": calls + 1, "forced": forced, "jumps": jumps, "lookup_ns": lookup_ns,
+            "canonical": canonical}
 
 
 def main() -> None:
@@ -126,6 +133,8 @@ def main() -> None:
           f"{100 * (1 - total['calls'] / total['plain']):16.1f}% | {total['look'] / n:18.2f}")
     print("\nmodel calls: one per token the model chooses, plus the one that chooses EOS; "
           "without jump-forward, one per token of the output (tokens/output, EOS included)")
+    odd = sum(not r["canonical"] for rs in by_split.values() for r in rs)
+    print(f"outputs whose tokens are not the tokenizer's own encoding of the whole output: {odd}")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary,
                                                "environment": harness.environment({})}, indent=1))
