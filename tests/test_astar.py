@@ -288,3 +288,25 @@ def test_a_budget_cut_search_is_closed_with_an_answer_line():
     res = astar_search(CallableLM(row, len(TOKENS), EOS), [0], ArithmeticCheckerPRM(), k=1, token_budget=5,
                        prm_budget=None, vocab=vocab, constraint=c, seed=0, max_step_tokens=3)
     assert res.tokens <= 5 and not res.complete and not res.info["closed"]
+
+
+@pytest.mark.parametrize("script", [
+    [0, 0, 0, 1, 2, 0, 4],  # a step cut at max_step_tokens, then "# 1" and EOS
+    [0, 0, 0, 4],           # a step cut at max_step_tokens, then EOS at once
+])
+def test_the_answer_line_is_a_line_of_its_own(script):
+    """A final step after a step cut at ``max_step_tokens`` (no delimiter) was
+    glued onto it: ``111# 1# 1`` counted as complete. The answer line now
+    starts a line, and the last line of a complete solution matches."""
+    v = Vocabulary.from_tokens([b"1", b"#", b" ", b"\n", b"<eos>"], eos_token_ids=[4])
+
+    def f(p):
+        r = np.full(5, -30.0)
+        r[script[min(len(p) - 1, len(script) - 1)]] = 0
+        return r - np.logaddexp.reduce(r)
+
+    answer = compile_regex(r"# [0-9]+", v)
+    r = astar_search(CallableLM(f, 5, 4), [0], CallablePRM(lambda p, s: .5), k=1, token_budget=50,
+                     prm_budget=10, constraint=answer, vocab=v, max_step_tokens=3, seed=0)
+    assert r.complete
+    assert answer.matches(r.text.split("\n")[-1]), r.text

@@ -594,11 +594,20 @@ class LMStepSampler:
         ``max_step_tokens`` cut the answer line off, or the model allowed no
         token."""
         c = self.constraint
-        if step.token_ids and c.accepts_tokens(step.token_ids):
+        # the answer is a line of its own: after the prompt, or after a step
+        # that ended with the delimiter (a step cut at max_step_tokens did not)
+        if self.delim_ids is None:
+            line_start = True
+        else:
+            before = step.token_ids or prefix.token_ids
+            line_start = not before or self._tok_bytes(before[-1]).endswith(self.delim_bytes)
+        if step.token_ids and c.accepts_tokens(step.token_ids) and (
+                self.delim_ids is None or not prefix.token_ids
+                or self._tok_bytes(prefix.token_ids[-1]).endswith(self.delim_bytes)):
             return step
         keep = list(step.token_ids)
         spent = step.n_tokens
-        if keep and self.delim_ids is not None and not self._tok_bytes(keep[-1]).endswith(self.delim_bytes):
+        if not line_start:
             if not budget.take_token(len(self.delim_ids)):
                 return None
             keep += self.delim_ids
