@@ -52,8 +52,11 @@ def accepts_old_call_forms(old_positional: Sequence[str] = (), *, renamed: Mappi
             moved: list[str] = []
             renames: list[str] = []
             if len(args) > len(new_positional) or (is_old is not None and is_old(args)):
-                if len(args) > len(old):
-                    raise TypeError(f"{fn.__name__}() takes at most {len(old)} positional arguments "
+                if len(args) > max(len(old), len(new_positional)):
+                    # the most either form takes (beam_search takes lm and
+                    # prompt; it had no longer old form)
+                    raise TypeError(f"{fn.__name__}() takes at most "
+                                    f"{max(len(old), len(new_positional))} positional arguments "
                                     f"({len(args)} given)")
                 keep = 0
                 while keep < len(args) and keep < len(new_positional) and old[keep] == new_positional[keep]:

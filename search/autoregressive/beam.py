@@ -187,9 +187,10 @@ def _check_args(beam_size, max_new_tokens, patience, allow_none: bool = True):
     if beam_size is None:
         if not allow_none:
             raise ValueError("beam_size must be a positive integer")
-    elif int(beam_size) != beam_size or beam_size < 1:
+    elif isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
         raise ValueError(f"beam_size must be a positive integer or None, got {beam_size!r}")
-    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens \
+            or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     if not patience > 0:
         raise ValueError(f"patience must be > 0, got {patience!r}")

@@ -31,22 +31,6 @@ STOP_NO_TOKEN = "no_allowed_token"
 STOP_STRING = "stop"
 
 
-def check_tokens(constraint, lm) -> None:
-    """Raise ``VocabularyError`` unless the constraint's tokens are the model's."""
-    from constrain import VocabularyError
-
-    cv = constraint.vocab
-    mv = lm.vocab
-    if cv is mv or cv == mv:
-        return
-    n = len(cv)
-    if mv.tokens[:n] != cv.tokens[:n]:
-        raise VocabularyError(
-            f"the constraint was compiled against vocabulary {cv.name!r}, whose tokens differ "
-            f"from {lm.name}'s; compile it with lm.vocab"
-        )
-
-
 class Row:
     """One prompt's generation: its constraint's matcher, sampler, the
     tokens it has seen (for the repetition penalty) and its stop-string test.
@@ -71,7 +55,6 @@ class Row:
         if constraint is not None:
             from constrain import Matcher
 
-            check_tokens(constraint, lm)
             self.matcher = Matcher(constraint, max_rollback=0)
         self.generator = generator
         #: close the output before the budget runs out (see search.autoregressive.closing)
@@ -137,12 +120,36 @@ class Row:
                 return False
         return True
 
+    def _accepted_before_stop(self, vocab) -> bool:
+        """Whether the text shown, cut before its stop string, is a complete
+        string of the language: the tokens before the cut replayed, then the
+        bytes of the one it falls in. (The matcher's own state is after the
+        stop string: ``(yes|no)\\.`` with ``stop="."`` said "no" was accepted.)"""
+        c = self.constraint
+        target = self.text.encode("utf-8")
+        state, done = c.initial_state(), 0
+        for tok in self.out:
+            if vocab.grammar_token_list[tok]:
+                data = vocab.token_bytes(tok)
+                if done + len(data) > len(target):
+                    rest = target[done:]
+                    if rest:
+                        state = c.advance_bytes(state, rest)
+                    break
+                done += len(data)
+            state = c.advance(state, tok)  # a special token shows no text
+            if state is None:
+                return False
+        return state is not None and bool(c.is_accepting(state))
+
     def result(self, lm, prefill: float):
         """The row's :class:`~search.autoregressive.sampling.GenerationResult`."""
         from search.autoregressive.sampling import GenerationResult
 
         if self.matcher is None:
             accepted = None
+        elif self.stop == STOP_STRING:
+            accepted = self._accepted_before_stop(lm.vocab)
         else:
             accepted = bool(self.matcher.is_terminated() or self.matcher.is_accepting())
         text = lm.decode(self.out) if self.text is None else self.text

@@ -421,6 +421,10 @@ def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "
 
     if int(budget) != budget or budget < 0:
         raise ValueError(f"budget must be a non-negative integer, got {budget!r}")
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool)
+                                       or int(max_new_tokens) != max_new_tokens
+                                       or max_new_tokens < 0):
+        raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     if rollout not in ("greedy", "none"):
         raise ValueError(f"rollout must be 'greedy' or 'none', got {rollout!r}")
     if merge_ngram is not None and (int(merge_ngram) != merge_ngram or merge_ngram < 0):

@@ -205,8 +205,8 @@ def stream(
 
 
 def _check_call(temperature: float, max_new_tokens: int) -> None:
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if not temperature >= 0 or temperature == float("inf"):  # NaN fails the first test
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
 
@@ -289,7 +289,7 @@ def generate_batch(
     prompts = list(prompts)
     n = len(prompts)
     constraints = _per_row("constraints", constraints, n, single=lambda c: not isinstance(c, (list, tuple)))
-    seeds = _per_row("seed", seed, n, single=lambda s: s is None or isinstance(s, int))
+    seeds = _per_row("seed", seed, n, single=lambda s: s is None or hasattr(s, "__index__"))
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")

@@ -32,13 +32,14 @@ import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Callable, Sequence
 
 import numpy as np
 
 from search.autoregressive.awrs import AWRS
 from search.legacy import accepts_old_call_forms
-from search.lm.protocol import as_lm, decoder, prompt_token_ids
+from search.lm.protocol import as_lm, check_constraint_vocabulary, decoder, prompt_token_ids
 from search.results import SearchResult
 
 __all__ = ["SMCParticle", "SMCResult", "smc", "resample", "RESAMPLING_SCHEMES"]
@@ -218,8 +219,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
     One ``lm.logprobs`` call per step scores the distinct prefixes of the live
     particles (finished and dead ones are not extended).
     """
-    if n_particles < 1:
-        raise ValueError(f"n_particles must be >= 1, got {n_particles}")
+    if isinstance(n_particles, bool) or not isinstance(n_particles, Integral) or n_particles < 1:
+        raise ValueError(f"n_particles must be an integer >= 1, got {n_particles!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if not 0.0 <= ess_threshold <= 1.0:
@@ -229,6 +230,7 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
     if constraint is None:
         raise TypeError("smc() needs a constraint: its target is the model restricted to the constraint's language")
     lm = as_lm(lm)
+    check_constraint_vocabulary(lm, constraint)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     sampler = AWRS(None, constraint, rng, eos_token_ids=lm.eos_token_ids)
     prompt = prompt_token_ids(lm, prompt)

@@ -59,9 +59,12 @@ class DiffusionResult(SearchResult):
         score: sum, over positions, of the model's log-probability of the token
             kept there, at the step it was kept.
         steps: denoising steps run; calls: canvases the model scored.
-        stuck_step: the first step after which the canvas could no longer be
-            completed (``None`` if never); checked for regular constraints and,
-            with ``method="infill"``, for grammars.
+        stuck_step: the first step after which the canvas could no longer
+            be completed (``None`` if never; 0 when ``method="infill"``
+            finds none within ``gen_length`` before its first step, where
+            the other methods find it after that step); checked for regular
+            constraints and, with ``method="infill"``, for grammars. From
+            then on every method keeps the model's own choices.
         resamples: proposals rejected by the infilling check.
         history: per step, the ``(position, token)`` pairs kept.
         token_ids: the generated ids before the first EOS.
@@ -300,6 +303,17 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
         raise ValueError(f"unknown method {method!r}")
     if remasking not in ("low_confidence", "random"):
         raise ValueError(f"unknown remasking {remasking!r}")
+    for name, value, least, optional in (("gen_length", gen_length, 1, False),
+                                         ("block_length", block_length, 1, True),
+                                         ("steps", steps, 1, True), ("max_tries", max_tries, 1, False),
+                                         ("trailing_exact", trailing_exact, 0, True)):
+        if value is None and optional:
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
+    if not temperature >= 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if vocab is None:
         vocab = getattr(constraint, "vocab", None) or getattr(lm, "vocab", None)
     block_length = gen_length if block_length is None else block_length
@@ -333,6 +347,11 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
         segs = _segments(list(gen), mask_id, eos_set, trailing_exact)
         return segs is not None and can_complete(constraint, segs, vocab=vocab, **ikw)
 
+    if method == "infill" and not completable_grammar(canvas[P0:]):
+        # no completion within gen_length at all: looking for a token that
+        # keeps one would try every token at every position, every step
+        stuck = 0
+
     for b in range(n_blocks):
         s, e = b * block_length, (b + 1) * block_length
         n_mask = block_length
@@ -355,7 +374,8 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
                 scores = lp.copy()
             rand = rng.random(size=gen_length)  # drawn every step: same stream for all methods
             x0 = {}
-            if method == "none" or (stuck is not None and method in ("naive", "dingo")):
+            if method == "none" or stuck is not None:
+                # past completion (or without a constraint): the model's own choice
                 for i in masked:
                     x0[i] = int(np.argmax(scores[i]))
             elif method == "naive":
@@ -365,15 +385,21 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
                     x0[i] = int(m[np.argmax(scores[i, m])]) if len(m) else int(np.argmax(scores[i]))
             elif method == "dingo":
                 x0 = dingo_proposal(constraint, gen, scores, s, e, mask_id, eos_ids, V)
-                if x0 is None:
-                    for i in masked:
-                        x0[i] = int(np.argmax(scores[i]))
-            if method == "infill":
-                kept = _infill_keep(gen, masked, scores, lp, k, rand, remasking, max_tries,
-                                    completable_grammar, mask_id)
-                resamples += kept[1]
-                kept = kept[0]
-            else:
+                if x0 is None:  # no completion left: the model's own choice
+                    x0 = {i: int(np.argmax(scores[i])) for i in masked}
+            kept = None
+            if method == "infill" and stuck is None:
+                kept, rejected = _infill_keep(gen, masked, scores, lp, k, rand, remasking,
+                                              max_tries, completable_grammar, mask_id)
+                resamples += rejected
+                if not kept:
+                    # no token passes the check (it is inexact under
+                    # trailing_exact): stuck from this step on, which then
+                    # keeps the model's own choices as the other methods do
+                    stuck = step_no + 1
+                    x0 = {i: int(np.argmax(scores[i])) for i in masked}
+                    kept = None
+            if kept is None:
                 kept = [(i, x0[i]) for i in _keep_order(masked, x0, lp, rand, remasking)[:k]]
             for i, t in kept:
                 canvas[P0 + i] = t

@@ -223,7 +223,33 @@ def prompt_token_ids(lm, prompt) -> tuple[int, ...]:
             raise TypeError(f"{type(lm).__name__} has no prompt_ids() to turn a text prompt into ids; "
                             f"pass token ids instead")
         return tuple(int(t) for t in fn(prompt))
-    return tuple(int(t) for t in prompt)
+    fn = getattr(lm, "prompt_ids", None)
+    if fn is not None:  # a model's own check (a Hugging Face model: ids below its embeddings)
+        return tuple(int(t) for t in fn(prompt))
+    return tuple(check_prompt_ids(prompt, None))
+
+
+def check_prompt_ids(prompt, vocab_size: int | None) -> list[int]:
+    """``prompt``, a sequence of token ids, as a list of ints, each checked to be
+    a non-negative integer below ``vocab_size`` (``None``: not bounded above, as
+    for a :class:`CallableLM`, whose prompts may hold ids it never scores):
+    ``TypeError`` or ``ValueError`` otherwise. (``int()`` took ``1.5`` for 1,
+    bytes were read as ids, and an id past the model's embeddings was torch's
+    ``IndexError``.)"""
+    if isinstance(prompt, (bytes, bytearray)):
+        raise TypeError("a prompt is text (str) or a sequence of token ids, not bytes")
+    if hasattr(prompt, "tolist"):  # a numpy array or torch tensor of ids
+        prompt = prompt.tolist()
+        if not isinstance(prompt, list):
+            prompt = [prompt]
+    ids = []
+    for t in prompt:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"a prompt's token ids are integers, not {t!r}")
+        if t < 0 or (vocab_size is not None and t >= vocab_size):
+            raise ValueError(f"prompt token id {int(t)} is outside the model's {vocab_size} ids")
+        ids.append(int(t))
+    return ids
 
 
 def decoder(lm) -> Callable[[Sequence[int]], str] | None:
@@ -268,19 +294,41 @@ def output_value(constraint, text: str, complete) -> tuple[object, str | None]:
         return None, f"{type(e).__name__}: {e}"
 
 
+def check_constraint_vocabulary(lm, constraint) -> None:
+    """Raise :class:`constrain.VocabularyError` unless ``constraint`` (a
+    compiled constraint, anything with a ``vocab``) was compiled for ``lm``'s
+    tokens: no more tokens than the model scores, and where the model has a
+    ``vocab``, the same token bytes. (A constraint of another vocabulary read
+    the model's ids as its own: a beam search over SmolLM2 with a 3-token
+    constraint returned SmolLM2's special tokens as a finished answer.)"""
+    from constrain import Vocabulary, VocabularyError
+
+    cv = getattr(constraint, "vocab", None)
+    if not isinstance(cv, Vocabulary):
+        raise TypeError(f"a constraint is a compiled constraint (constrain.compile_regex, "
+                        f"compile_json_schema, compile_grammar...), not {type(constraint).__name__}")
+    if len(cv) > lm.vocab_size:
+        raise VocabularyError(
+            f"the constraint was compiled for a vocabulary of {len(cv)} tokens, "
+            f"but the model has {lm.vocab_size} log-probabilities")
+    mv = getattr(lm, "vocab", None)
+    if not isinstance(mv, Vocabulary) or cv is mv or cv == mv:
+        return
+    n = len(cv)
+    if list(mv.tokens[:n]) != list(cv.tokens[:n]):
+        raise VocabularyError(
+            f"the constraint was compiled against vocabulary {cv.name!r}, whose tokens differ "
+            f"from the model's ({mv.name!r}); compile it with lm.vocab")
+
+
 def constraint_eos_ids(lm, constraint) -> frozenset[int]:
     """The ids that end a hypothesis: the constraint vocabulary's EOS ids (allowed
     only where it accepts), or ``lm.eos_token_ids`` without a constraint. Raises
-    :class:`constrain.VocabularyError` when the constraint was compiled for more
-    tokens than the model scores."""
+    :class:`constrain.VocabularyError` when the constraint was not compiled for
+    the model's tokens (:func:`check_constraint_vocabulary`)."""
     if constraint is None:
         return frozenset(int(i) for i in lm.eos_token_ids)
-    if len(constraint.vocab) > lm.vocab_size:
-        from constrain import VocabularyError
-
-        raise VocabularyError(
-            f"the constraint was compiled for a vocabulary of {len(constraint.vocab)} tokens, "
-            f"but the model has {lm.vocab_size} log-probabilities")
+    check_constraint_vocabulary(lm, constraint)
     return frozenset(int(i) for i in constraint.vocab.eos_token_ids)
 
 

@@ -93,7 +93,10 @@ class TokenizerText:
         is ``None`` and the model is a chat model; else the plain encoding (with the
         tokenizer's BOS, if it adds one)."""
         if not isinstance(prompt, str):
-            return _as_id_list(prompt)
+            from search.lm.protocol import check_prompt_ids
+
+            return check_prompt_ids([prompt] if isinstance(prompt, int) else prompt,
+                                    getattr(self, "vocab_size", None))
         if chat_template is None:
             chat_template = self.is_chat
         if chat_template:
