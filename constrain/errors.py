@@ -8,6 +8,9 @@ a schema.
 
 from __future__ import annotations
 
+import operator
+from typing import Callable
+
 
 class ConstraintError(ValueError):
     """Base class of every error raised by :mod:`constrain`."""
@@ -199,3 +202,16 @@ class IncompleteParseWarning(UserWarning):
     token allowed is allowed by the grammar — but from there on some valid
     continuations may be refused. Issued once per parser;
     ``GrammarConstraint.parser.truncated_columns`` counts the columns cut."""
+
+
+def as_index(value, error: Callable[[], Exception]) -> int:
+    """``value`` as an ``int`` when it is an integer (numpy's and torch's too),
+    not a bool; else raises ``error()``. (``int()`` takes ``1.5`` for 1 and
+    ``True`` for 1; ``operator.index`` refuses numpy's bools already.)"""
+    if value is True or value is False:
+        raise error()
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise error() from None
+

@@ -34,12 +34,11 @@ Misuse is refused, never a crash or a guess (every implementation):
 from __future__ import annotations
 
 import abc
-import operator
 from typing import Hashable
 
 import numpy as np
 
-from constrain.errors import InvalidStateError
+from constrain.errors import InvalidStateError, as_index
 from constrain.vocab.vocabulary import Vocabulary
 
 State = Hashable
@@ -52,12 +51,7 @@ def check_token_id(token_id, vocab_size: int) -> int:
     :class:`~constrain.errors.InvalidStateError`. Implementations call it when
     the id is not a plain non-negative ``int``, which keeps their fast path one
     type test."""
-    if isinstance(token_id, (bool, np.bool_)):
-        raise InvalidStateError(f"a token id is an integer, not {token_id!r}")
-    try:
-        t = operator.index(token_id)
-    except TypeError:
-        raise InvalidStateError(f"a token id is an integer, not {token_id!r}") from None
+    t = as_index(token_id, lambda: InvalidStateError(f"a token id is an integer, not {token_id!r}"))
     if not 0 <= t < vocab_size:
         raise InvalidStateError(f"token id {t} is outside the vocabulary of {vocab_size}")
     return t

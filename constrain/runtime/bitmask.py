@@ -7,7 +7,6 @@ Layout (the one XGrammar and llguidance use): an int32 array of shape
 
 from __future__ import annotations
 
-import operator
 import struct
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from constrain.automata.bits import bits_to_ids
 from constrain.cache import BoundedCache, registry
 from constrain.runtime.bitmask_kernels import apply_bitmask_rows
-from constrain.errors import BitmaskError, ConstraintError
+from constrain.errors import BitmaskError, ConstraintError, as_index
 
 
 def bitmask_words(vocab_size: int) -> int:
@@ -57,12 +56,7 @@ def _count(value, name: str, least: int) -> int:
     """``value`` as an int of at least ``least``, else :class:`BitmaskError`
     (``int()`` took ``1.5`` for 1 and ``"2"`` for 2; a negative size made an
     empty bitmask or torch's own error)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise BitmaskError(f"{name} is a count, not {value!r}")
-    try:
-        n = operator.index(value)
-    except TypeError:
-        raise BitmaskError(f"{name} is a count, not {value!r}") from None
+    n = as_index(value, lambda: BitmaskError(f"{name} is a count, not {value!r}"))
     if n < least:
         raise BitmaskError(f"{name} must be at least {least}, not {n}")
     return n
@@ -284,12 +278,7 @@ def check_bitmask(bitmask, words: int, row) -> tuple[Target, int]:
     if width < words:
         raise BitmaskError(f"the bitmask has {width} words per row but the vocabulary needs "
                            f"{words} (allocate it with allocate_bitmask(batch, len(vocab)))")
-    if isinstance(row, (bool, np.bool_)):
-        raise BitmaskError(f"a bitmask row is an index, not {row!r}")
-    try:
-        r = operator.index(row)
-    except TypeError:
-        raise BitmaskError(f"a bitmask row is an index, not {row!r}") from None
+    r = as_index(row, lambda: BitmaskError(f"a bitmask row is an index, not {row!r}"))
     if not 0 <= r < n:
         raise BitmaskError(f"row {r} is outside the bitmask's {n} rows")
     return target, r
