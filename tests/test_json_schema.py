@@ -348,9 +348,13 @@ def test_translate_pattern_direct():
 
 
 @pytest.mark.parametrize("fmt,good,bad", [
-    ("date-time", ["2024-02-29T23:59:59Z", "2024-01-01T00:00:00.5+05:30", "2024-01-01t10:00:00z"],
-     ["2024-13-01T00:00:00Z", "2024-01-01", "2024-04-31T00:00:00Z"]),
-    ("date", ["2024-12-31"], ["2024-1-1", "24-01-01", "2024-12-32"]),
+    ("date-time", ["2024-02-29T23:59:59Z", "2024-01-01T00:00:00.5+05:30", "2024-01-01t10:00:00z",
+                   "0001-01-01T00:00:00Z", "0400-02-29T00:00:00Z"],
+     ["2024-13-01T00:00:00Z", "2024-01-01", "2024-04-31T00:00:00Z",
+      # no year 0 (the checker refuses it; models write it as a placeholder)
+      "0000-01-01T00:00:00Z", "0000-02-29T12:00:00Z", "1900-02-29T00:00:00Z"]),
+    ("date", ["2024-12-31", "0001-01-01", "2000-02-29", "0004-02-29"],
+     ["2024-1-1", "24-01-01", "2024-12-32", "0000-01-01", "0000-02-29", "2100-02-29"]),
     ("time", ["10:20:30Z", "23:59:59.999-01:00"], ["24:00:00Z", "10:20"]),
     ("email", ["a.b+c@example.com"], ["a@", "@b.com", "a b@c.d"]),
     ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123", "http://[::1]:80/x"],
@@ -368,6 +372,21 @@ def test_formats(fmt, good, bad):
         assert accepts(p, compact(s)), s
     for s in bad:
         assert not accepts(p, compact(s)), s
+
+
+def test_dates_agree_with_the_format_checker():
+    """Every day of years around the edges of the Gregorian rules, as the
+    format checker decides for ``date`` and ``date-time``."""
+    import jsonschema
+
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    for year in [*range(0, 6), *range(96, 102), *range(396, 402), 1900, 2000, 2024, 2100, 9999]:
+        for month in range(0, 14):
+            for day in range(0, 33):
+                s = f"{year:04d}-{month:02d}-{day:02d}"
+                ours = re.fullmatch(FORMATS["date"], s) is not None
+                assert ours == checker.conforms(s, "date"), s
+                assert ours == checker.conforms(s + "T01:02:03Z", "date-time"), s
 
 
 def test_unknown_format_is_an_annotation():

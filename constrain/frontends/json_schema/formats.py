@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import re
 
-# February 29 only in leap years (Gregorian rule), as jsonschema's checker decides
-_DATE = (r"(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+# February 29 only in leap years (Gregorian rule), as jsonschema's checker decides;
+# no year 0000 (date.fromisoformat and rfc3339_validator refuse it, and models
+# write it as a placeholder)
+_YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_DATE = (rf"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
          r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
-         r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)")
+         r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)")
 # RFC 3339 full-time: the offset is required (as jsonschema's format checker, with
 # its format extras installed, requires it); no leap second (the checker refuses
 # 60): an enforced format must never let through what the checker rejects
