@@ -14,6 +14,7 @@ import math
 from constrain.errors import SchemaError, SchemaTooComplexError
 from constrain.frontends.json_schema.keywords import (conj_types, json_equal, len_bounds,
                                                      lower_bound_pointer)
+from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.literals import enum_values, literal_symbol
 from constrain.frontends.json_schema.nodes import FALSE
 from constrain.frontends.json_schema.rules import Alt
@@ -292,7 +293,7 @@ def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
     top = len(union) if hi is None else min(hi, len(union))
     if lo > top:
         return None
-    lits = [literal_symbol(g, [v]) for v in union]
+    lits = [literal_symbol(g, [v], integers_are_exact(t.doc.draft)) for v in union]
     name = g.new_rule("unique")
     rules: dict[tuple, str | None] = {}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
 from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
@@ -110,10 +111,25 @@ def _drop_types(doc, flat, drop, context) -> list:
 
 
 def _shared_values(doc, values, conj) -> list:
-    """The ``values`` (``None``: none) that every node of ``conj`` admits."""
+    """The ``values`` (``None``: none) that every node of ``conj`` admits. In
+    drafts 3 and 4 an integral float and its integer are two values that an
+    ``enum`` matches alike (``1 == 1.0``) and ``type: integer`` does not
+    (``1.0`` is no integer there): each is tried (``oneOf: [{type: integer},
+    {enum: [1.0]}]`` let ``1`` through, which matches both)."""
     if values is None:
         return []
+    if not integers_are_exact(doc.draft):
+        values = [w for v in values for w in _twins(v)]
     return [v for v in values if all(doc.accepts(v, p) for p in conj)]
+
+
+def _twins(v) -> list:
+    """``v``, and for an integral number the same value as the other type."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return [v]
+    if isinstance(v, float):
+        return [v, int(v)] if v.is_integer() else [v]
+    return [v, float(v)] if abs(v) < 2 ** 53 else [v]
 
 
 def _unique(values) -> list:

@@ -10,6 +10,7 @@ from urllib.parse import quote, unquote, urljoin
 
 from constrain.errors import SchemaError, UnsupportedSchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
+from constrain.frontends.json_schema.dialect import draft_of, keywords_not_in
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 from constrain.frontends.json_schema.wellformed import check_schema
@@ -155,12 +156,14 @@ class Document:
         #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)
-        check_schema(root)
+        #: the draft jsonschema reads the root under (see :mod:`.dialect`)
+        self.draft = draft_of(root)
+        check_schema(root, draft=self.draft)
         #: keywords the root document's meta-schema does not assert (a custom
         #: meta-schema in resources whose $vocabulary leaves out validation)
-        self._unasserted = _unasserted_keywords(root, self.externals)
+        self._unasserted = _unasserted_keywords(root, self.externals) | keywords_not_in(root)
         for i, (_, doc) in enumerate(self.externals):
-            check_schema(doc, f"@{i}")
+            check_schema(doc, f"@{i}", draft=draft_of(doc))
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
         #: the pointers ``@n<k>``
         self.generated: list = []
@@ -169,9 +172,8 @@ class Document:
         self._origins: list[dict[str, Pointer]] = []
         self._nodes: dict = {}
         self._ids: bool | None = None  # see _index_ids
-        schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
         #: drafts 3 to 7: "all other properties in a $ref object MUST be ignored"
-        self.ref_ignores_siblings = any(f"draft-0{k}" in schema_uri for k in (3, 4, 6, 7))
+        self.ref_ignores_siblings = self.draft in (3, 4, 6, 7)
         self._validator = None
         self._validator_errors: tuple = ()
 
@@ -250,8 +252,7 @@ class Document:
         self._ids = True
 
     def _index_document(self, root, prefix: str, base: str) -> None:
-        schema_uri = str(root.get("$schema", "")) if isinstance(root, dict) else ""
-        old_ids = "draft-04" in schema_uri or "draft-03" in schema_uri
+        old_ids = draft_of(root) in (3, 4)
         self._resources.setdefault(base, prefix)
         self._bases[prefix] = base
         # an explicit stack, not recursion: a deep schema must not overflow it

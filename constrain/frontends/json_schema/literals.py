@@ -67,27 +67,31 @@ def _formats_checked(doc, conj, values: list) -> list:
     return values
 
 
-def number_texts(v) -> list[str]:
+def number_texts(v, integral_floats: bool = True) -> list[str]:
     """JSON spellings of a number for enum literals (an integral float both
-    ways; none for NaN and infinities, which JSON cannot spell)."""
+    ways where ``integral_floats``, drafts 6 on, in which ``1`` and ``1.0`` are
+    the same integer; else only as written: in draft 4, ``1.0`` is no integer
+    and ``1`` is, so a value checked as ``1.0`` does not vouch for ``1``; none
+    for NaN and infinities, which JSON cannot spell)."""
     if isinstance(v, float):
         if v != v or v in (math.inf, -math.inf):
             return []
         out = [repr(v)]  # json.dumps of a finite float
-        if v.is_integer():
+        if integral_floats and v.is_integer():
             out.append(str(int(v)))
         return out
     return [str(v)]
 
 
-def literal_symbol(g: GrammarBuilder, values) -> str:
-    """One terminal for a finite set of JSON values."""
+def literal_symbol(g: GrammarBuilder, values, integral_floats: bool = True) -> str:
+    """One terminal for a finite set of JSON values (``integral_floats``: see
+    :func:`number_texts`)."""
     texts = []
     for v in values:
         if isinstance(v, bool) or v is None:
             texts.append("null" if v is None else "true" if v else "false")
         elif isinstance(v, (int, float)):
-            texts.extend(number_texts(v))
+            texts.extend(number_texts(v, integral_floats))
         elif isinstance(v, str):
             texts.append(json_str(v))
         else:

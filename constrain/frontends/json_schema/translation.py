@@ -8,6 +8,7 @@ import json
 
 from constrain.frontends.json_schema.arrays import array_symbol
 from constrain.frontends.json_schema.diagnostics import Diagnostics
+from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.document import Document
 from constrain.frontends.json_schema.keywords import (IGNORABLE, REFUSED, UNCONSTRAINED_KEYS, conj_types,
                                                      is_number, not_required_sets, type_set)
@@ -88,7 +89,8 @@ class Translation:
         values = enum_values(self.doc, conj)
         if values is not None:
             # every candidate was validated against the full nodes: exact
-            return [literal_symbol(self.grammar, values)] if values else []
+            return [literal_symbol(self.grammar, values, integers_are_exact(self.doc.draft))] \
+                if values else []
         self._check_keywords(conj, types)
         types, excluded = self._apply_not(conj, types)
         g = self.grammar

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from constrain.errors import SchemaError
+from constrain.frontends.json_schema.dialect import boolean_exclusive_bounds
 from constrain.frontends.json_schema.keywords import TYPES
 
 _SCHEMA = "a schema (an object or a boolean)"
@@ -43,6 +44,8 @@ def _is_string_list(v) -> bool:
 
 
 _NUMBER = (_is_number, "a number")
+_EXCLUSIVE = ("a number (true and false are draft 4's form, read as such under "
+              "\"$schema\": \"http://json-schema.org/draft-04/schema#\")")
 _COUNT = (_is_count, "a non-negative integer")
 #: keyword -> (check, what it must be)
 _CHECKS = {
@@ -51,8 +54,7 @@ _CHECKS = {
     "enum": (lambda v: isinstance(v, list), "an array"),
     "required": (lambda v: _is_string_list(v) or isinstance(v, bool), "an array of strings"),
     "minimum": _NUMBER, "maximum": _NUMBER,
-    "exclusiveMinimum": (lambda v: _is_number(v) or isinstance(v, bool), "a number"),
-    "exclusiveMaximum": (lambda v: _is_number(v) or isinstance(v, bool), "a number"),
+    "exclusiveMinimum": (_is_number, _EXCLUSIVE), "exclusiveMaximum": (_is_number, _EXCLUSIVE),
     "multipleOf": (lambda v: _is_number(v) and v > 0, "a number above 0"),
     "minLength": _COUNT, "maxLength": _COUNT, "minItems": _COUNT, "maxItems": _COUNT,
     "minProperties": _COUNT, "maxProperties": _COUNT, "minContains": _COUNT, "maxContains": _COUNT,
@@ -79,9 +81,21 @@ _KIND = {**{k: _ONE_KIND for k in _ONE}, **{k: _LIST_KIND for k in _LIST},
          **{k: _MAP_KIND for k in _MAP}, "items": _ITEMS_KIND, "dependencies": _DEPS_KIND}
 
 
-def check_schema(root, prefix: str = "") -> None:
+#: drafts 3 and 4: the exclusive bounds are booleans that modify minimum and
+#: maximum (see :func:`.dialect.boolean_exclusive_bounds`)
+_BOOLEAN_EXCLUSIVE = (lambda v: _is_number(v) or isinstance(v, bool), "a number or a boolean")
+
+
+def check_schema(root, prefix: str = "", draft: int = 2020) -> None:
     """Raise :class:`SchemaError` at the JSON pointer of the first keyword whose
-    value has the wrong JSON type, in ``root`` or any of its subschemas."""
+    value has the wrong JSON type, in ``root`` or any of its subschemas, under
+    ``draft`` (see :mod:`.dialect`: ``exclusiveMaximum: true`` is draft 4's
+    form; under 2020-12 jsonschema compares with ``True == 1``, which
+    read as draft 4 let through every value in ``[1, maximum)``)."""
+    checks = _CHECKS
+    if boolean_exclusive_bounds(draft):
+        checks = {**_CHECKS, "exclusiveMinimum": _BOOLEAN_EXCLUSIVE,
+                  "exclusiveMaximum": _BOOLEAN_EXCLUSIVE}
     # (node, index of its parent entry, its key): pointers are spelled only for
     # an error (spelling one per node was ~40% of this pass)
     seen = [(root, -1, prefix)]
@@ -90,7 +104,7 @@ def check_schema(root, prefix: str = "") -> None:
         node = seen[i][0]
         if isinstance(node, dict):
             for key, value in node.items():
-                check = _CHECKS.get(key)
+                check = checks.get(key)
                 if check is not None and not check[0](value):
                     raise SchemaError(f"{key} must be {check[1]}, not {_show(value)}",
                                       _pointer(seen, i, key))
