@@ -1143,6 +1143,81 @@ def test_ref_siblings_follow_the_draft(draft):
     assert accepts(parser, '{"v":"x"}') == ("draft-0" in draft)
 
 
+D4 = "http://json-schema.org/draft-04/schema#"
+D7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize("schema", [
+    # not a meta-schema URI jsonschema knows: 2020-12, whose $ref siblings apply
+    {"$schema": "https://json-schema.org/draft-07/schema#", "definitions": {"a": {"type": "integer"}},
+     "properties": {"x": {"$ref": "#/definitions/a", "maximum": 3}}},
+    {"$schema": "http://example.com/custom-draft-07", "definitions": {"a": {"type": "integer"}},
+     "properties": {"x": {"$ref": "#/definitions/a", "maximum": 3}}},
+    {"$schema": "HTTP://json-schema.org/draft-07/schema", "definitions": {"a": {"type": "integer"}},
+     "properties": {"x": {"$ref": "#/definitions/a", "maximum": 3}}},
+    # keywords the declared draft lacks assert nothing (not looser under oneOf/not)
+    {"$schema": D4, "oneOf": [{"type": "integer"}, {"const": 2.0}]},
+    {"$schema": D4, "oneOf": [{"minimum": 1}, {"const": 2.0}]},
+    {"$schema": D4, "not": {"const": 2}},
+    {"$schema": D7, "not": {"type": "object", "dependentRequired": {"a": ["b"]}}},
+    {"$schema": "https://json-schema.org/draft/2020-12/schema",
+     "not": {"type": "object", "dependencies": {"a": ["b"]}}},
+    # drafts 3/4: an integral float is no integer, and enum matches it and its integer
+    {"$schema": D4, "enum": [1.0, 2.5], "not": {"type": "integer"}},
+    {"$schema": D4, "oneOf": [{"type": "integer"}, {"enum": [1.0, 2.5]}]},
+    {"$schema": D4, "oneOf": [{"type": "integer"}, {"enum": [1.0]}]},
+    {"$schema": D4, "type": "number", "maximum": 5, "exclusiveMaximum": True},
+])
+def test_drafts_as_jsonschema_reads_them(schema):
+    """Every probe text accepted validates under the draft jsonschema picks."""
+    v = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    try:
+        p = parser_for(schema)
+    except EmptySchemaError:
+        p = None
+    texts = ["1", "1.0", "2", "2.0", "2.5", "4", "5", "-1", "{}", '{"a":1}', '{"a":1,"b":2}',
+             '{"x":5}', '{"x":2}', '"s"', "null"]
+    for text in texts:
+        if p is not None and accepts(p, text):
+            assert v.is_valid(json.loads(text)), text
+
+
+@pytest.mark.parametrize("kind", ["properties", "items", "anyOf"])
+def test_deep_nesting_is_refused_with_a_pointer(kind):
+    """200 levels raised a raw RecursionError (a server's untrusted schema)."""
+    from constrain.frontends.json_schema.wellformed import MAX_SCHEMA_DEPTH
+
+    def nest(depth):
+        d = {"type": "integer"}
+        for _ in range(depth):
+            d = ({"type": "object", "properties": {"x": d}} if kind == "properties" else
+                 {"type": "array", "items": d} if kind == "items" else {"anyOf": [d, {"type": "null"}]})
+        return d
+
+    json_schema_to_lark(nest(MAX_SCHEMA_DEPTH))
+    with pytest.raises(SchemaTooComplexError, match="nest") as e:
+        json_schema_to_lark(nest(200))
+    assert e.value.pointer.count("/") > MAX_SCHEMA_DEPTH
+
+
+def test_chains_of_refs_and_deep_json_text_are_refused():
+    defs = {f"d{i}": {"type": "object", "properties": {"x": {"$ref": f"#/$defs/d{i + 1}"}}}
+            for i in range(400)}
+    defs["d400"] = {"type": "integer"}
+    with pytest.raises(SchemaTooComplexError, match="nest too deeply"):
+        json_schema_to_lark({"$defs": defs, "$ref": "#/$defs/d0"})
+    with pytest.raises(SchemaTooComplexError, match="nests too deeply"):
+        json_schema_to_lark("[" * 100_000 + "]" * 100_000)
+
+
+def test_boolean_exclusive_bounds_are_draft_4s():
+    with pytest.raises(SchemaError, match="draft 4") as e:
+        json_schema_to_lark({"type": "number", "maximum": 5, "exclusiveMaximum": True})
+    assert e.value.pointer == "/exclusiveMaximum"
+    check({"$schema": D4, "type": "number", "maximum": 5, "exclusiveMaximum": True},
+          good=["4", "4.5"], bad=["5", "6"])
+
+
 @pytest.mark.parametrize("bounds", [{"minProperties": 2, "maxProperties": 2, "required": ["a"]},
                                     {"minProperties": 2}, {"maxProperties": 1},
                                     {"minProperties": 1, "maxProperties": 2, "required": ["c"]}])

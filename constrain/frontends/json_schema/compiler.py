@@ -66,7 +66,13 @@ def translate(schema, options: Options, exclusions: dict | None = None) -> Trans
     if root is False:
         raise EmptySchemaError("the schema admits no JSON value", "")
     try:
-        top = t.value(("",))
+        try:
+            top = t.value(("",))
+        except RecursionError:
+            # the document's nesting is bounded (wellformed.MAX_SCHEMA_DEPTH);
+            # a chain of $refs, each a level deeper, is not
+            raise SchemaTooComplexError("the schema's subschemas and references nest too deeply "
+                                        "to translate", "") from None
     except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         if e.pointer.startswith("@"):
             # a node reached in a dynamic scope, or a part of a complement:

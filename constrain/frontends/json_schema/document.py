@@ -8,12 +8,12 @@ import json
 import re
 from urllib.parse import quote, unquote, urljoin
 
-from constrain.errors import SchemaError, UnsupportedSchemaError
+from constrain.errors import SchemaError, SchemaTooComplexError, UnsupportedSchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.dialect import draft_of, keywords_not_in
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
-from constrain.frontends.json_schema.wellformed import check_schema
+from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
 
 # keywords whose values are data, not schemas: no $id inside them counts
 _NOT_SCHEMAS = frozenset(("enum", "const", "default", "examples", "example"))
@@ -62,6 +62,9 @@ def load_schema(schema):
             return json.loads(schema)
         except json.JSONDecodeError as e:
             raise SchemaError(f"the schema is not valid JSON: {e}", "") from e
+        except RecursionError:  # json's own parser, on arrays or objects ~100,000 deep
+            raise SchemaTooComplexError("the schema's JSON text nests too deeply to read", "") \
+                from None
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         # closed where the model ignores unknown fields (see python_types)
         from constrain.frontends.python_types import type_schema
@@ -158,10 +161,15 @@ class Document:
         self.externals: tuple = _load_resources(resources)
         #: the draft jsonschema reads the root under (see :mod:`.dialect`)
         self.draft = draft_of(root)
-        check_schema(root, draft=self.draft)
+        missing = keywords_not_in(root)
+        holders = check_schema(root, draft=self.draft, strip=missing)
+        if holders:
+            # keywords its declared draft lacks assert nothing there: gone from
+            # a copy, so that no part of the translation reads them
+            root = self.root = without_keywords(root, holders, missing)
         #: keywords the root document's meta-schema does not assert (a custom
         #: meta-schema in resources whose $vocabulary leaves out validation)
-        self._unasserted = _unasserted_keywords(root, self.externals) | keywords_not_in(root)
+        self._unasserted = _unasserted_keywords(root, self.externals)
         for i, (_, doc) in enumerate(self.externals):
             check_schema(doc, f"@{i}", draft=draft_of(doc))
         #: schemas the translator wrote (complements, see :mod:`.negation`), at

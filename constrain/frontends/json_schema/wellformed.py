@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from constrain.errors import SchemaError
+from constrain.errors import SchemaError, SchemaTooComplexError
 from constrain.frontends.json_schema.dialect import boolean_exclusive_bounds
 from constrain.frontends.json_schema.keywords import TYPES
 
@@ -86,24 +86,43 @@ _KIND = {**{k: _ONE_KIND for k in _ONE}, **{k: _LIST_KIND for k in _LIST},
 _BOOLEAN_EXCLUSIVE = (lambda v: _is_number(v) or isinstance(v, bool), "a number or a boolean")
 
 
-def check_schema(root, prefix: str = "", draft: int = 2020) -> None:
+#: subschemas nested deeper than this are refused (SchemaTooComplexError): the
+#: translation recurses through them, and 200 levels overflowed Python's stack
+#: (a raw RecursionError, which an untrusted schema must not cause)
+MAX_SCHEMA_DEPTH = 96
+
+
+def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset()) -> list:
     """Raise :class:`SchemaError` at the JSON pointer of the first keyword whose
     value has the wrong JSON type, in ``root`` or any of its subschemas, under
     ``draft`` (see :mod:`.dialect`: ``exclusiveMaximum: true`` is draft 4's
     form; under 2020-12 jsonschema compares with ``True == 1``, which
-    read as draft 4 let through every value in ``[1, maximum)``)."""
+    read as draft 4 let through every value in ``[1, maximum)``), and
+    :class:`SchemaTooComplexError` past :data:`MAX_SCHEMA_DEPTH` levels of
+    subschemas. Keywords in ``strip`` (those the draft lacks) are neither
+    checked nor entered: returns the paths (lists of tokens) of the schemas
+    that hold one, for :func:`without_keywords`."""
     checks = _CHECKS
     if boolean_exclusive_bounds(draft):
         checks = {**_CHECKS, "exclusiveMinimum": _BOOLEAN_EXCLUSIVE,
                   "exclusiveMaximum": _BOOLEAN_EXCLUSIVE}
     # (node, index of its parent entry, its key): pointers are spelled only for
-    # an error (spelling one per node was ~40% of this pass)
+    # an error (spelling one per node was ~40% of this pass); depth per entry
     seen = [(root, -1, prefix)]
+    depth = [0]
+    holders: list[int] = []
     i = 0
     while i < len(seen):
         node = seen[i][0]
+        if depth[i] > MAX_SCHEMA_DEPTH:
+            raise SchemaTooComplexError(
+                f"subschemas nest more than {MAX_SCHEMA_DEPTH} deep", _pointer(seen, i, ()))
         if isinstance(node, dict):
+            if strip and not strip.isdisjoint(node):
+                holders.append(i)
             for key, value in node.items():
+                if key in strip:
+                    continue
                 check = checks.get(key)
                 if check is not None and not check[0](value):
                     raise SchemaError(f"{key} must be {check[1]}, not {_show(value)}",
@@ -147,11 +166,50 @@ def check_schema(root, prefix: str = "", draft: int = 2020) -> None:
                         elif not _is_string_list(v):
                             raise SchemaError("a dependency must be a schema or an array of strings",
                                               _pointer(seen, i, (key, k)))
+        depth.extend([depth[i] + 1] * (len(seen) - len(depth)))
         i += 1
+    return [_tokens(seen, j) for j in holders]
+
+
+def _tokens(seen, i: int) -> list:
+    """The path (tokens) of entry ``i`` of ``seen`` below the root."""
+    toks: list = []
+    while seen[i][1] >= 0:
+        _, parent, k = seen[i]
+        toks[:0] = list(k) if isinstance(k, tuple) else [k]
+        i = parent
+    return toks
+
+
+def without_keywords(root, paths: list, names) -> dict:
+    """``root`` with the keywords ``names`` removed from the schemas at
+    ``paths`` (from :func:`check_schema`): the containers on the way are
+    copied, the rest shared; the user's document is not changed."""
+    copied: set[int] = set()
+
+    def own(container):
+        if id(container) in copied:
+            return container
+        new = dict(container) if isinstance(container, dict) else list(container)
+        copied.add(id(new))
+        return new
+
+    root = own(root)
+    for path in paths:
+        cur = root
+        for tok in path:
+            key = int(tok) if isinstance(cur, list) else tok
+            child = own(cur[key])
+            cur[key] = child
+            cur = child
+        for name in names:
+            cur.pop(name, None)
+    return root
 
 
 def _pointer(seen, i: int, key) -> str:
-    """The pointer of ``key`` (a token or a pair of them) under entry ``i``."""
+    """The pointer of ``key`` (a token, a pair of them, or ``()`` for the
+    entry itself) under entry ``i``."""
     toks = list(key) if isinstance(key, tuple) else [key]
     while seen[i][1] >= 0:
         _, parent, k = seen[i]
