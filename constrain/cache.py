@@ -32,14 +32,25 @@ from constrain.errors import InvalidLimitError
 ENTRY_OVERHEAD = 160
 
 
+#: the largest count a budget may be: ``sys.maxsize`` as "no limit" overflowed
+#: the kernels' int64 arithmetic (``max_items`` from 2**57 on made a silently
+#: wrong constraint) or asked numpy for impossible arrays
+MAX_BUDGET = 1 << 40
+#: budgets that size an array per call: ``max_width`` ways to split a token at
+#: each of its bytes (4,096 is 16 times the default)
+_MAX_BUDGETS = {"max_width": 4096}
+
+
 def check_budget(name: str, value, *, seconds: bool = False):
-    """``value`` as a budget named ``name``: a positive ``int``, or with
-    ``seconds`` a positive ``float`` (``inf`` allowed). Raises
+    """``value`` as a budget named ``name``: a positive ``int`` of at most
+    :data:`MAX_BUDGET` (4,096 for ``max_width``), or with ``seconds`` a
+    positive ``float`` (``inf`` allowed). Raises
     :class:`~constrain.errors.InvalidLimitError` naming ``name`` for zero, a
-    negative number, NaN, a bool or a non-number."""
+    negative number, NaN, a bool, a non-number or a count past its cap."""
     # the common case first: the ABC checks below cost ~10 us on a cold CPU
     # cache, as much as a small regex's trie walk
-    if value.__class__ is int and value > 0 and not seconds:
+    if value.__class__ is int and 0 < value <= _MAX_BUDGETS.get(name, MAX_BUDGET) \
+            and not seconds:
         return value
     if isinstance(value, bool) or not isinstance(value, Real):
         raise InvalidLimitError(f"{name} must be a positive number, not {value!r}", name)
@@ -53,6 +64,9 @@ def check_budget(name: str, value, *, seconds: bool = False):
         value = float(value)
     if not value > 0:
         raise InvalidLimitError(f"{name} must be positive, not {value!r}", name)
+    cap = _MAX_BUDGETS.get(name, MAX_BUDGET)
+    if not seconds and value > cap:
+        raise InvalidLimitError(f"{name} must be at most {cap}, not {value!r}", name)
     return value
 
 

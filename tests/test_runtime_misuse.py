@@ -455,3 +455,25 @@ def test_budgets_are_checked_wherever_they_are_taken(bad):
         with pytest.raises(InvalidLimitError):
             take(bad)
             pytest.fail(f"{name}={bad!r} was accepted")
+
+
+@pytest.mark.parametrize("huge", [1 << 57, 2 ** 63 - 1, 10 ** 30])
+def test_counts_past_their_cap_are_refused(huge):
+    """``sys.maxsize`` as "no limit" overflowed the kernels: ``max_items`` from
+    2**57 on gave a constraint that refused valid text, others an
+    OverflowError or numpy's "array is too big" at the first mask."""
+    import dataclasses
+
+    for f in dataclasses.fields(constrain.Limits):
+        if f.name == "time_budget":
+            continue  # seconds: any positive number, inf included
+        with pytest.raises(InvalidLimitError, match=f.name) as e:
+            constrain.Limits(**{f.name: huge})
+        assert e.value.field == f.name
+    with pytest.raises(InvalidLimitError):
+        constrain.Limits(max_width=4097)
+    assert constrain.Limits(time_budget=1e30).time_budget == 1e30
+    limits = constrain.Limits(max_items=1 << 40, max_states=1 << 40, max_width=4096)
+    g = constrain.Compiler(BYTES, limits=limits).compile_json_schema(
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}})
+    assert g.matches('{"a":[1,2]}')
