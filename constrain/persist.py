@@ -363,6 +363,14 @@ def loads(data, vocab, *, compiler=None, key: str | None = None, where: str = "t
 
     if not isinstance(vocab, Vocabulary):
         raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
+    if compiler is not None and compiler.vocab is not vocab and compiler.vocab != vocab:
+        raise ConstraintError(f"the compiler is for the vocabulary {compiler.vocab.name}, "
+                              f"not {vocab.name}")
+    if not isinstance(data, bytearray):
+        # the tables are views of these bytes, written as the constraint
+        # grows: immutable bytes (dumps' own output) made read-only arrays,
+        # which the kernels refused at the first mask
+        data = bytearray(data)
     header, start = _read_header(data, where)
     body = memoryview(data)[:len(data) - _DIGEST]
     if hashlib.blake2b(body, digest_size=_DIGEST).digest() != bytes(data[len(data) - _DIGEST:]):

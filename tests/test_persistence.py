@@ -46,6 +46,18 @@ def test_loaded_behaves_as_compiled(kinds, name, tmp_path):
     assert not loaded.accepts_tokens(list(data[:-1]) + [ord("\x00")])
 
 
+@pytest.mark.parametrize("name", ["regex", "lark", "json_schema", "reasoning"])
+@pytest.mark.parametrize("wrap", [bytes, memoryview, bytearray])
+def test_loads_takes_what_dumps_gives(kinds, name, wrap):
+    """dumps gives bytes; loads over them built read-only tables, which the
+    grammar kernels refused at the first mask (a numba TypingError)."""
+    c, _ = kinds[name]
+    loaded = persist.loads(wrap(persist.dumps(c)), c.vocab)
+    assert pt.same_walks(c, loaded, seeds=[3])
+    with pytest.raises(constrain.ConstraintError, match="compiler is for"):
+        persist.loads(persist.dumps(c), c.vocab, compiler=Compiler(byte_vocabulary((b"zz",))))
+
+
 def test_states_of_the_saved_constraint_stay_valid(kinds, tmp_path):
     g, _ = kinds["json_schema"]
     masks, states = pt.walk(g, 3, 25)
