@@ -347,6 +347,12 @@ def test_prompt_from_standard_input_loses_one_trailing_newline(monkeypatch):
     (["generate", "--reasoning", "hi"], "give the constraint"),
     (["generate", "--close", "hi"], "--close ends a constrained output"),
     (["generate", "--structural-tag", "-", "-"], "must be given as an argument"),
+    # text that is not UTF-8 (bytes of an argument Python reads as surrogates):
+    # a traceback from the tokenizer after the model had loaded
+    (["generate", "--regex", "a", "--system", "a\udcff", "hi"], "--system is not UTF-8"),
+    (["generate", "--regex", "a", "hi\udcff"], "the prompt is not UTF-8"),
+    (["generate", "--regex", "a", "--reasoning", "--reasoning-end", "</t\udcff>", "hi"],
+     "--reasoning-end is not UTF-8"),
 ])
 def test_usage_errors_come_before_anything_loads(nothing_loads, capsys, argv, says):
     assert cli.main(argv) == 2
@@ -362,11 +368,31 @@ def test_usage_errors_come_before_anything_loads(nothing_loads, capsys, argv, sa
     (["--time-budget", "0"], "above 0 seconds"),
     (["--time-budget", "soon"], "number of seconds"),
     (["--whitespace", "loose"], "invalid choice"),
+    # past a budget's cap: a traceback, or an error after the model had loaded
+    (["--limit", "max_states=99999999999999999999"], "max_states must be at most"),
+    (["--limit", "max_width=9223372036854775807"], "max_width must be at most 4096"),
 ])
 def test_bad_budget_values_are_argparse_errors(capsys, argv, says):
     with pytest.raises(SystemExit) as exc:
         cli.main(["generate", "--regex", "a", *argv, "hi"])
     assert exc.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_a_plain_text_response_format_takes_no_constraint_options(no_model, tmp_path, capsys):
+    """``{"type": "text"}`` asks for no constraint: ``--close``, ``--reasoning``
+    and the budgets did nothing, silently."""
+    path = _write(tmp_path, "rf.json", {"type": "text"})
+    for extra in (["--close"], ["--reasoning"], ["--time-budget", "3"], ["--no-strict"]):
+        assert cli.main(["generate", "--response-format", path, *extra, "hi"]) == 2
+        assert "would do nothing" in capsys.readouterr().err
+    assert cli.main(["generate", "--response-format", path, "hi"]) == REACHED_MODEL
+
+
+def test_reasoning_budget_errors_name_the_flag(no_model, capsys):
+    assert cli.main(["generate", "--regex", "a", "--reasoning", "--reasoning-max-tokens", "3",
+                     "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "--reasoning-max-tokens must be" in err and "invalid regex" not in err
 
 
 def test_greedy_decoding_warns_of_sampling_flags(no_model, capsys):
@@ -485,6 +511,22 @@ def test_cut_off_exits_1_and_still_prints(lm, capsys):
     out, err = capsys.readouterr()
     assert re.fullmatch(r"[0-9]+\n", out)
     assert "warning" in err and "--max-new-tokens" in err
+
+
+def test_a_stop_string_before_the_match_says_so(lm, capsys):
+    rc = cli.main(["generate", "-q", "--stop", '"', "--max-new-tokens", "12", "--schema",
+                   str(ROOT / "examples" / "person.schema.json"), "Describe Ada as JSON."])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "--stop string ended the output" in err and "raise --max-new-tokens" not in err
+
+
+def test_a_budget_run_past_while_decoding_exits_3(lm, capsys):
+    rc = cli.main(["generate", "-q", "--limit", "max_contexts=1", "--max-new-tokens", "6",
+                   "--schema", str(ROOT / "examples" / "person.schema.json"), "x"])
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert "--limit max_contexts=N" in err and "Traceback" not in err
 
 
 def test_unicode_flag_and_options(lm, capsys):

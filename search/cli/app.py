@@ -24,8 +24,9 @@ the options, the prompt, and the constraint itself, compiled against the
 vocabulary of the model's tokenizer (read from its cache in a fraction of a
 second), so a bad regex, schema or grammar is reported at once.
 
-Exit status: 0 success; 1 generation cut off by ``--max-new-tokens`` before the
-output matched the constraint (the partial text is still printed), or no complete
+Exit status: 0 success; 1 generation cut off by ``--max-new-tokens`` (or ended by
+a ``--stop`` string) before the output matched the constraint (the partial text
+is still printed), or no complete
 output found by a search; 2 usage error (a bad option, an empty prompt, an
 invalid, unsupported or unsatisfiable constraint); 3 a compile budget ran out
 (``--time-budget``, ``--limit``); 4 the model could not be loaded (not installed,
@@ -359,7 +360,13 @@ def _limit(s: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"{name} takes a positive integer, not {value!r}") from None
     if n < 1:
         raise argparse.ArgumentTypeError(f"{name} must be >= 1, got {n}")
-    return name, n
+    from constrain.cache import check_budget
+    from constrain.errors import InvalidLimitError
+
+    try:
+        return name, check_budget(name, n)
+    except InvalidLimitError as e:  # past its cap (max_width 4,096, the others 2**40)
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # -- reading the inputs -------------------------------------------------------------
@@ -480,6 +487,13 @@ def _check_options(args) -> None:
                        "must be given as an argument")
     if args.system is not None and not args.chat_template:
         raise CliError("--system goes into the chat template, which --no-chat-template turns off")
+    texts = [(args.system, "--system"), (args.reasoning_start, "--reasoning-start"),
+             (args.reasoning_end, "--reasoning-end"), (args.regex, "--regex"),
+             *((c, "--choice") for c in args.choice or ()),
+             *((x, "--stop") for x in getattr(args, "stop", None) or ())]
+    for text, flag in texts:
+        if isinstance(text, str):
+            _check_utf8(text, flag)
 
 
 def read_prompt(args, info) -> str:
@@ -498,7 +512,21 @@ def read_prompt(args, info) -> str:
         what = "empty" if not prompt else "only whitespace"
         where = " (read from standard input)" if args.prompt == "-" else ""
         raise CliError(f"the prompt is {what}{where}: give the text the model should answer")
+    _check_utf8(prompt, "the prompt" + (" (read from standard input)" if args.prompt == "-"
+                                        else ""))
     return prompt
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Refuse text that is not UTF-8: Python reads such bytes of an argument or
+    of standard input as lone surrogates, which the tokenizer refused with a
+    traceback after the model had loaded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        byte = text[e.start].encode("utf-8", "surrogateescape")
+        raise CliError(f"{what} is not UTF-8 text (the byte {byte!r} at character {e.start})") \
+            from None
 
 
 # -- compiling --------------------------------------------------------------------
@@ -613,13 +641,28 @@ def compile_constraint(spec: ConstraintSpec, args, vocab, info):
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            grammar = _with_reasoning(_compile_spec(spec, args, vocab), args)
+            grammar = _compile_spec(spec, args, vocab)
     except constrain.ConstraintError as e:
         message, code, hint = explain(e, spec, args)
         raise CliError(message, code, hint) from None
+    try:
+        grammar = _with_reasoning(grammar, args)
+    except constrain.ConstraintError as e:  # the thinking section's, not the constraint's
+        raise CliError(f"--reasoning: {str(e).replace('max_tokens', '--reasoning-max-tokens')}")
     for w in caught:
         _err(f"warning: {w.message}")
-    if grammar is not None:
+    if grammar is None:
+        # a response format of type text: no constraint, so nothing these shape
+        given = [flag for flag, on in (
+            ("--reasoning", args.reasoning), ("--close", getattr(args, "close", False)),
+            ("--time-budget", args.time_budget is not None), ("--limit", args.limit is not None),
+            *((flag, getattr(args, dest) not in (None, False)) for dest, flag in _SCHEMA_FLAGS))
+            if on]
+        if given:
+            raise CliError(f"the {spec.kind} asks for plain text (no constraint), so "
+                           f"{', '.join(given)} would do nothing: leave "
+                           f"{'it' if len(given) == 1 else 'them'} out")
+    else:
         info(f"compiled the {spec.kind} in {time.perf_counter() - t:.2f} s")
     return grammar
 
@@ -855,18 +898,26 @@ def _cmd_generate(args) -> int:
         else:
             result = generate(lm, prompt, **kwargs)
             print(result.text, flush=True)
-    except ValueError as e:  # e.g. a plain-text prompt the tokenizer encodes to nothing
-        raise CliError(str(e)) from None
+    except ValueError as e:
+        import constrain
+
+        if isinstance(e, constrain.ConstraintError):
+            # a budget the constraint ran past while decoding (max_contexts):
+            # exit 3, with the flag that raises it
+            message, code, hint = explain(e, spec, args)
+            raise CliError(message, code, hint) from None
+        raise CliError(str(e)) from None  # e.g. a prompt the tokenizer encodes to nothing
     info(
         f"generated {result.num_steps} tokens in {result.seconds:.2f} s "
         f"({result.tokens_per_second:.1f} tokens/s after a {result.prefill_seconds:.2f} s "
         f"prefill of {len(result.prompt_token_ids)} tokens); stop: {result.stop_reason}"
     )
     if grammar is not None and not result.accepted:
-        _err(
-            f"warning: stopped after {args.max_new_tokens} tokens before the output "
-            "matched the constraint; raise --max-new-tokens"
-        )
+        if result.stop_reason == "stop":
+            _err("warning: a --stop string ended the output before it matched the constraint")
+        else:
+            _err(f"warning: stopped after {args.max_new_tokens} tokens before the output "
+                 "matched the constraint; raise --max-new-tokens")
         return EXIT_INCOMPLETE
     return EXIT_OK
 
@@ -924,7 +975,8 @@ def _cmd_search(args) -> int:
     found = 0
     if args.algorithm in ("beam", "best-first"):
         fn = beam_search if args.algorithm == "beam" else best_first_beam_search
-        hyps = fn(lm, ids, beam_size=args.beam_size, max_new_tokens=T, constraint=grammar)
+        hyps = _decoding(spec, args, fn, lm, ids, beam_size=args.beam_size, max_new_tokens=T,
+                         constraint=grammar)
         dt, calls = time.perf_counter() - t, lm.calls - c0
         for h in hyps[: args.n]:
             tail = "" if h.finished else "\t[unfinished]"
@@ -935,8 +987,8 @@ def _cmd_search(args) -> int:
     else:
         budget = args.budget if args.budget is not None else args.beam_size * T
         merge = 4 if args.merge_ngram is None else args.merge_ngram
-        lat = lattice_search(lm, ids, budget=budget, merge_ngram=merge or None,
-                             constraint=grammar, max_new_tokens=T)
+        lat = _decoding(spec, args, lattice_search, lm, ids, budget=budget,
+                        merge_ngram=merge or None, constraint=grammar, max_new_tokens=T)
         dt = time.perf_counter() - t
         found = lat.count_paths()
         print(f"nodes: {lat.num_nodes}")
@@ -952,6 +1004,19 @@ def _cmd_search(args) -> int:
              + (" or --budget" if args.algorithm == "lattice" else ""))
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+def _decoding(spec, args, fn, *a, **kw):
+    """``fn(*a, **kw)``, a decoding driver, with a budget the constraint runs
+    past on the way (``max_contexts``) reported as at compile time: exit 3 and
+    the flag that raises it (``explain``), not a traceback."""
+    import constrain
+
+    try:
+        return fn(*a, **kw)
+    except constrain.ConstraintError as e:
+        message, code, hint = explain(e, spec, args)
+        raise CliError(message, code, hint) from None
 
 
 def main(argv=None) -> int:
