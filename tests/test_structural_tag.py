@@ -238,3 +238,35 @@ def test_response_format_structural_tag():
     with pytest.raises(constrain.SchemaError) as e:
         constrain.from_response_format({"type": "structural_tag", "format": {"type": "x"}}, v)
     assert e.value.pointer == "/format/type"
+
+
+NOTHING = {"type": "regex", "pattern": "[^\\x00-\\U0010FFFF]"}
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "or", "elements": [NOTHING, {"type": "const_string", "value": "a"}]},
+    {"type": "sequence", "elements": [{"type": "optional", "content": NOTHING},
+                                      {"type": "const_string", "value": "a"}]},
+])
+def test_an_alternative_that_matches_nothing_is_only_left_out(spec):
+    """As in a grammar (``start: "a" | /[^\\x00-\\U0010FFFF]/``): it was
+    EmptyLanguageError with no pointer, for a tag that matches "a"."""
+    g = constrain.compile_structural_tag(spec, byte_vocabulary())
+    assert g.matches("a") and not g.matches("")
+
+
+def test_a_tag_that_matches_nothing_says_so():
+    from constrain.regular.regex import EmptyLanguageError
+
+    with pytest.raises(EmptyLanguageError, match="structural tag matches no text"):
+        constrain.compile_structural_tag(NOTHING, byte_vocabulary())
+
+
+@pytest.mark.parametrize("options, error", [(dict(max_state=1), TypeError), (dict(foo=0), TypeError),
+                                            (dict(whitespace="banana"), ValueError)])
+def test_options_are_checked_without_a_json_schema_format(options, error):
+    """A misspelled budget was dropped silently unless a json_schema format read
+    the options."""
+    with pytest.raises(error):
+        constrain.compile_structural_tag({"type": "const_string", "value": "a"}, byte_vocabulary(),
+                                         **options)

@@ -186,13 +186,17 @@ class _Translator:
 
     def _regex(self, node, path, ends) -> Sym:
         from constrain.errors import RegexError
-        from constrain.regular.regex import regex_byte_dfa
+        from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
 
         pattern = self._field(node, "pattern", path, str)
         nullable = False
         if self.alphabet is not None:  # compiled here too, so that errors name the format
             try:
                 nullable = regex_byte_dfa(pattern, self.alphabet).matches(b"")
+            except EmptyLanguageError:
+                # no text: this alternative is gone, the others of an "or" stay
+                # (as in a grammar); a format left with none is refused whole
+                return self.g.choice("regex", [])
             except RegexError as e:
                 raise StructuralTagError(str(e), _ptr(path + ("pattern",))) from e
         if not nullable:
@@ -502,7 +506,26 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
         raise VocabularyError("the compiler was made for another vocabulary")
     limits = compiler.limits.replace(**{k: options.pop(k) for k in list(options)
                                          if k in _LIMIT_FIELDS})
+    from constrain.frontends.json_schema.compiler import _SCHEMA_OPTIONS
+    from constrain.frontends.json_schema.options import Options
+
+    unknown = sorted(set(options) - set(_SCHEMA_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown structural tag options: {', '.join(unknown)} (the JSON Schema "
+                        f"options {', '.join(_SCHEMA_OPTIONS)} and the fields of Limits)")
+    # checked even where no json_schema format reads them (whitespace="banana")
+    Options(**options)
     ir = compiler.schema_caches.run(lambda: structural_tag_ir(
         spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet, **options))
-    return GrammarConstraint(ir, vocab, source="", compiler=compiler, **_grammar_budgets(limits))
+    try:
+        return GrammarConstraint(ir, vocab, source="", compiler=compiler,
+                                 **_grammar_budgets(limits))
+    except GrammarError as e:
+        if "derives no string" not in str(e):
+            raise
+        # named by its generated rule before: the format as a whole
+        from constrain.regular.regex import EmptyLanguageError
+
+        raise EmptyLanguageError("the structural tag matches no text the vocabulary can "
+                                 "spell") from None
 

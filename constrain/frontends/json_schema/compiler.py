@@ -55,6 +55,9 @@ __all__ = ["json_schema_to_lark", "compile_json_schema", "order_instance",
 _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length",
                    "max_array_length", "formats", "resources")
 _DEFAULT_OPTIONS = Options()
+#: what compile_json_schema passes on to GrammarConstraint: its compiler, budgets
+_GRAMMAR_OPTIONS = frozenset({"compiler", "max_states", "max_contexts", "max_width",
+                              "mask_cache_bytes", "max_items"})
 
 
 def translate(schema, options: Options, exclusions: dict | None = None) -> Translation:
@@ -168,6 +171,11 @@ def compile_json_schema(schema, vocab, **options):
     # the defaults' Options (frozen) is shared: building one is ~10 us cold
     opts = _DEFAULT_OPTIONS if not chosen and budget == _DEFAULT_OPTIONS.time_budget \
         and budget.__class__ is float else Options(**chosen, time_budget=budget)
+    if options and not _GRAMMAR_OPTIONS.issuperset(options):
+        # said here: GrammarConstraint's own TypeError named an argument of its __init__
+        raise TypeError(f"unknown JSON Schema options: "
+                        f"{', '.join(sorted(set(options) - _GRAMMAR_OPTIONS))} (the options are "
+                        f"{', '.join(sorted({*_SCHEMA_OPTIONS, 'time_budget', *_GRAMMAR_OPTIONS}))})")
     deadline = Deadline.after(budget)  # what the translation leaves goes on
     t = translate(schema, opts, exclusions={})
     ir = to_ir(t.grammar, "start", t.diag)
