@@ -475,7 +475,7 @@ def _check_options(args) -> None:
         for given, flag in ((args.time_budget, "--time-budget"), (args.limit, "--limit")):
             if given is not None:
                 raise CliError(f"{flag} bounds compiling a constraint, and none is given "
-                               "(--regex, --schema, --grammar, --response-format or --choice)")
+                               "(--regex, --schema, --grammar, --response-format, --structural-tag or --choice)")
     if kind == "choice" and not all(args.choice):
         raise CliError("--choice takes a non-empty string")
     stdin_file = next((flag for flag, v in (("--schema", args.schema), ("--grammar", args.grammar),
