@@ -1210,6 +1210,17 @@ def test_chains_of_refs_and_deep_json_text_are_refused():
         json_schema_to_lark("[" * 100_000 + "]" * 100_000)
 
 
+def test_draft_3_is_refused():
+    """Its ``required: true``, ``disallow``, ``extends`` and ``divisibleBy`` were
+    ignored silently (a looser language); jsonschema's Draft3Validator
+    enforces them."""
+    schema = {"$schema": "http://json-schema.org/draft-03/schema#",
+              "properties": {"a": {"type": "string", "required": True}}}
+    with pytest.raises(UnsupportedSchemaError, match="draft 3") as e:
+        json_schema_to_lark(schema)
+    assert e.value.pointer == "/$schema"
+
+
 def test_boolean_exclusive_bounds_are_draft_4s():
     with pytest.raises(SchemaError, match="draft 4") as e:
         json_schema_to_lark({"type": "number", "maximum": 5, "exclusiveMaximum": True})

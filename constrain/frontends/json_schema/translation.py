@@ -36,6 +36,11 @@ class Translation:
         self.diag = Diagnostics(options.strict)
         self.doc = Document(root, self.diag, options.resources, options.formats == "assert")
         self.diag.locate_with(self.doc.user_pointer)
+        if self.doc.draft == 3:
+            # its required: true, disallow, extends, divisibleBy and schemas in
+            # type are read by no part of the translation: refused, not
+            # silently looser
+            self.diag.unsupported("/$schema", "draft 3 (declare draft 4 or later)")
         self.budget = Budget(options.deadline())
         self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
         self.grammar = GrammarBuilder(options.ws, exclusions)
