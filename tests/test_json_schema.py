@@ -380,13 +380,18 @@ def test_dates_agree_with_the_format_checker():
     import jsonschema
 
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    # date-time is checked only with jsonschema's format extras (rfc3339-validator)
+    date_time = "date-time" in checker.checkers
     for year in [*range(0, 6), *range(96, 102), *range(396, 402), 1900, 2000, 2024, 2100, 9999]:
         for month in range(0, 14):
             for day in range(0, 33):
                 s = f"{year:04d}-{month:02d}-{day:02d}"
                 ours = re.fullmatch(FORMATS["date"], s) is not None
                 assert ours == checker.conforms(s, "date"), s
-                assert ours == checker.conforms(s + "T01:02:03Z", "date-time"), s
+                ours_dt = re.fullmatch(FORMATS["date-time"], s + "T01:02:03Z") is not None
+                assert ours_dt == ours, s
+                if date_time:
+                    assert ours == checker.conforms(s + "T01:02:03Z", "date-time"), s
 
 
 def test_unknown_format_is_an_annotation():
