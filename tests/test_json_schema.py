@@ -1215,6 +1215,15 @@ def test_chains_of_refs_and_deep_json_text_are_refused():
         json_schema_to_lark("[" * 100_000 + "]" * 100_000)
 
 
+def test_draft_4_spells_each_integral_twin_it_validates():
+    """In draft 4, enum matches 1 and 1.0 alike and only 1 is an integer: each
+    is checked and spelled alone (the schema below was refused as empty)."""
+    check({"$schema": D4, "enum": [1], "not": {"type": "integer"}}, good=["1.0"], bad=["1"])
+    check({"$schema": D4, "enum": [1.0, 2.5], "not": {"type": "integer"}}, good=["1.0", "2.5"],
+          bad=["1", "2"])
+    check({"$schema": D4, "enum": [1, 2]}, good=["1", "1.0", "2.0"], bad=["3"])
+
+
 def test_draft_3_is_refused():
     """Its ``required: true``, ``disallow``, ``extends`` and ``divisibleBy`` were
     ignored silently (a looser language); jsonschema's Draft3Validator

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
-from constrain.frontends.json_schema.literals import enum_values
+from constrain.frontends.json_schema.literals import enum_values, number_twins
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
 from constrain.frontends.json_schema.numbers import num_bounds
 from constrain.frontends.json_schema.objects import object_view
@@ -119,17 +119,8 @@ def _shared_values(doc, values, conj) -> list:
     if values is None:
         return []
     if not integers_are_exact(doc.draft):
-        values = [w for v in values for w in _twins(v)]
+        values = [w for v in values for w in number_twins(v)]
     return [v for v in values if all(doc.accepts(v, p) for p in conj)]
-
-
-def _twins(v) -> list:
-    """``v``, and for an integral number the same value as the other type."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return [v]
-    if isinstance(v, float):
-        return [v, int(v)] if v.is_integer() else [v]
-    return [v, float(v)] if abs(v) < 2 ** 53 else [v]
 
 
 def _unique(values) -> list:

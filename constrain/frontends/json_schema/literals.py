@@ -7,6 +7,7 @@ import json
 import math
 
 from constrain.automata.json_encoding import json_str, lit
+from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.formats import FORMATS, format_admits
 from constrain.frontends.json_schema.keywords import has_type, json_equal, simple
 from constrain.frontends.json_schema.rules import GrammarBuilder
@@ -32,6 +33,11 @@ def enum_values(doc, conj) -> list | None:
             cands = [v for v in cands if any(json_equal(v, w) for w in vals)]
     if cands is None:
         return None
+    if not integers_are_exact(doc.draft):
+        # drafts 3/4: 1 and 1.0 are one value to enum (equality) and two to
+        # type (only 1 is an integer): each is checked, and spelled, alone
+        # ({"enum": [1], "not": {"type": "integer"}} admits 1.0 there)
+        cands = [w for v in cands for w in number_twins(v)]
     # every candidate is in each enum/const of the conjunction already;
     # against a node that asserts nothing else, jsonschema's check only
     # repeated that scan (quadratic in the enum: 8.8 ms of a Github_hard
@@ -65,6 +71,16 @@ def _formats_checked(doc, conj, values: list) -> list:
         else:
             doc.diag.format_not_enforced(f"{p}/format", f, "not one of the enforced formats")
     return values
+
+
+def number_twins(v) -> list:
+    """``v``, and for an integral number the same value as the other type
+    (``1`` and ``1.0``; an integer past 2**53 has no exact float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return [v]
+    if isinstance(v, float):
+        return [v, int(v)] if v.is_integer() else [v]
+    return [v, float(v)] if abs(v) < 2 ** 53 else [v]
 
 
 def number_texts(v, integral_floats: bool = True) -> list[str]:
