@@ -289,9 +289,6 @@ def position(text: str, i: int) -> tuple[int, int]:
 # -- regular languages as regexes ------------------------------------------------------
 
 
-_MISSING = object()
-
-
 class _Regular:
     """Regexes of the regular rules and items: ``full(node)`` the language
     (``None`` when empty), ``nonempty(node)`` its non-empty strings, and
@@ -310,9 +307,8 @@ class _Regular:
         walk), so that ``of`` finds every reference done and never recurses
         down a chain of rules (150 rules, each using the next, overflowed
         Python's stack)."""
-        hit = memo.get(name, _MISSING)
-        if hit is not _MISSING:
-            return hit
+        if name in memo:
+            return memo[name]
         rules = self.rules
         stack = [(name, iter(sorted(set(_refs(rules[name])))))]
         on_stack = {name}

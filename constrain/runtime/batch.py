@@ -154,26 +154,24 @@ class BatchMatcher:
         one int for all). Checked for every matcher before any changes. A
         matcher may appear once."""
         matchers = _distinct(matchers)
-        if _is_count(counts):
-            counts = [counts] * len(matchers)
-        elif isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
+        if isinstance(counts, (str, bytes)):
             raise ConstraintError(f"counts is an int or a sequence of ints, not "
                                   f"{type(counts).__name__}")
-        counts = list(counts)
+        # one value for all (each then checked as a count below)
+        counts = list(counts) if hasattr(counts, "__len__") else [counts] * len(matchers)
         if len(counts) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(counts)} counts")
+        checked = []
         for i, (m, c) in enumerate(zip(matchers, counts)):
-            if not _is_count(c) or not 0 <= c <= m.num_accepted:
-                raise ConstraintError(f"matcher {i}: cannot roll back {c!r} tokens, only "
-                                      f"{m.num_accepted} can be undone")
-        for m, c in zip(matchers, counts):
-            m.rollback(int(c))
-
-
-def _is_count(c) -> bool:
-    """Whether ``c`` is an integer (numpy's too), not a bool: ``int()`` would
-    take ``1.7`` for 1 and ``True`` for 1."""
-    return isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_))
+            try:
+                checked.append(m._rollback_count(c))
+            except ConstraintError as e:
+                raise ConstraintError(f"matcher {i}: {e}") from None
+            except AttributeError:
+                raise ConstraintError(f"BatchMatcher rolls back Matcher objects, not "
+                                      f"{type(m).__name__}") from None
+        for m, c in zip(matchers, checked):
+            m.rollback(c)
 
 
 def _distinct(matchers) -> list:

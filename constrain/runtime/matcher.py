@@ -125,12 +125,19 @@ class Matcher:
     def rollback(self, n: int = 1) -> None:
         """Undo the last ``n`` accepted tokens (``0 <= n <=``
         :attr:`num_accepted`)."""
+        n = self._rollback_count(n)
+        if n:
+            del self._history[-n:]
+
+    def _rollback_count(self, n) -> int:
+        """``n`` as a count :meth:`rollback` can undo, else
+        :class:`~constrain.ConstraintError` (``int()`` would take ``1.7`` and
+        ``True`` for 1)."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not \
                 0 <= n <= len(self._history) - 1:
             raise ConstraintError(
                 f"cannot roll back {n!r} tokens: only {len(self._history) - 1} can be undone")
-        if n:
-            del self._history[-int(n):]
+        return int(n)
 
     def fork(self) -> "Matcher":
         """An independent matcher in the same state, with the same history (a

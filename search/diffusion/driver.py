@@ -398,8 +398,7 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
                     # keeps the model's own choices as the other methods do
                     stuck = step_no + 1
                     x0 = {i: int(np.argmax(scores[i])) for i in masked}
-                    kept = None
-            if kept is None:
+            if not kept:
                 kept = [(i, x0[i]) for i in _keep_order(masked, x0, lp, rand, remasking)[:k]]
             for i, t in kept:
                 canvas[P0 + i] = t

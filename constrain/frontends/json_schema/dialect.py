@@ -47,13 +47,7 @@ _MISSING = {
 def draft_of(document) -> int:
     """The draft ``document`` (a schema document's root) is validated under:
     3, 4, 6, 7, 2019 or 2020 (the default, for no or an unknown ``$schema``)."""
-    uri = document.get("$schema") if isinstance(document, dict) else None
-    if not isinstance(uri, str):
-        return 2020
-    try:
-        return _DRAFTS.get(urlsplit(uri).geturl(), 2020)
-    except ValueError:  # not a URI urlsplit can read
-        return 2020
+    return declared_draft(document) or 2020
 
 
 def integers_are_exact(draft: int) -> bool:
@@ -77,15 +71,15 @@ def declared_draft(document) -> int | None:
         return None
     try:
         return _DRAFTS.get(urlsplit(uri).geturl())
-    except ValueError:
+    except ValueError:  # not a URI urlsplit can read
         return None
 
 
-def keywords_not_in(document) -> frozenset:
-    """The keywords that assert nothing in ``document`` because its declared
-    draft has none of them (empty without a declared draft: Trellis then reads
-    2020-12 together with the older drafts' forms, ``dependencies`` and array
-    ``items`` with ``additionalItems``). Draft 3 is not read as such."""
-    draft = declared_draft(document)
-    return _MISSING.get(draft, frozenset())
+def keywords_not_in(declared: int | None) -> frozenset:
+    """The keywords that assert nothing in a document whose ``$schema``
+    declares the draft ``declared`` (:func:`declared_draft`): those that draft
+    lacks; none without a declared draft (Trellis then reads 2020-12 together
+    with the older drafts' forms, ``dependencies`` and array ``items`` with
+    ``additionalItems``). Draft 3 is not read as such."""
+    return _MISSING.get(declared, frozenset())
 

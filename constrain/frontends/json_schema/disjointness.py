@@ -9,9 +9,8 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from constrain.frontends.json_schema.dialect import integers_are_exact
 from constrain.frontends.json_schema.keywords import conj_types, json_equal, len_bounds
-from constrain.frontends.json_schema.literals import enum_values, number_twins
+from constrain.frontends.json_schema.literals import enum_values
 from constrain.frontends.json_schema.nodes import NotAll, Synthetic
 from constrain.frontends.json_schema.numbers import num_bounds
 from constrain.frontends.json_schema.objects import object_view
@@ -111,15 +110,12 @@ def _drop_types(doc, flat, drop, context) -> list:
 
 
 def _shared_values(doc, values, conj) -> list:
-    """The ``values`` (``None``: none) that every node of ``conj`` admits. In
-    drafts 3 and 4 an integral float and its integer are two values that an
-    ``enum`` matches alike (``1 == 1.0``) and ``type: integer`` does not
-    (``1.0`` is no integer there): each is tried (``oneOf: [{type: integer},
-    {enum: [1.0]}]`` let ``1`` through, which matches both)."""
+    """The ``values`` (``None``: none) that every node of ``conj`` admits.
+    (From :func:`enum_values`, which in drafts 3 and 4 holds both ``1`` and
+    ``1.0`` where each passes: ``oneOf: [{type: integer}, {enum: [1.0]}]``
+    then finds ``1`` in both.)"""
     if values is None:
         return []
-    if not integers_are_exact(doc.draft):
-        values = [w for v in values for w in number_twins(v)]
     return [v for v in values if all(doc.accepts(v, p) for p in conj)]
 
 

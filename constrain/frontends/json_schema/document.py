@@ -10,7 +10,7 @@ from urllib.parse import quote, unquote, urljoin
 
 from constrain.errors import SchemaError, SchemaTooComplexError, UnsupportedSchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
-from constrain.frontends.json_schema.dialect import draft_of, keywords_not_in
+from constrain.frontends.json_schema.dialect import declared_draft, draft_of, keywords_not_in
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
@@ -159,9 +159,10 @@ class Document:
         #: ``(uri, schema)`` of the other documents ``$ref`` may point into; the
         #: pointer ``@i/...`` is inside the ``i``-th (see :meth:`node`)
         self.externals: tuple = _load_resources(resources)
+        declared = declared_draft(root)
         #: the draft jsonschema reads the root under (see :mod:`.dialect`)
-        self.draft = draft_of(root)
-        missing = keywords_not_in(root)
+        self.draft = declared or 2020
+        missing = keywords_not_in(declared)
         holders = check_schema(root, draft=self.draft, strip=missing)
         if holders:
             # keywords its declared draft lacks assert nothing there: gone from
