@@ -276,16 +276,19 @@ class Matcher:
         spelled = b"".join(vocab.token_bytes(i) if 0 <= i < len(vocab) else b"\0" for i in ids)
         if spelled != data or not all(vocab.grammar_token_mask[i] for i in ids):
             return []  # a tokenizer that adds a prefix space, or spells otherwise
-        extendable = _extendable(vocab)
         g = self.grammar
+        tokens, longest = _grammar_tokens(vocab)
         end = g.advance_bytes(self._history[-1], data)
+        follow = _next_bytes(g, end)
+        budget = [_MAX_EXTENSION_TRIES]
         # the first place where a token could start and run past the forced
-        # text: a token boundary there ('":' then '"' of a string value) or
-        # inside a token (the tokenizer wrote '":' '".' for '":"./', not
-        # '":"' './'): the tokens from the one holding it on are left out
-        cut = next((p for p in range(len(data))
-                    if extendable(data[p:]) and _may_follow(g, end, data[p:], extendable.tokens)),
-                   len(data))
+        # text into what may follow: a token boundary there ('":' then '"' of
+        # a string value) or inside a token (the tokenizer wrote '":' '".' for
+        # '":"./', not '":"' './'): the tokens from the one holding it on are
+        # left out. A token that starts before the last ``longest`` bytes
+        # cannot run past them
+        cut = next((p for p in range(max(0, len(data) - longest + 1), len(data))
+                    if _runs_past(g, end, data[p:], tokens, follow, budget)), len(data))
         at, keep = 0, 0
         for i in ids:
             at += len(vocab.token_bytes(i))
@@ -297,52 +300,60 @@ class Matcher:
         return ids[:self.validate_tokens(ids)]
 
 
-def _extendable(vocab: Vocabulary):
-    """``bytes -> bool``: whether some grammar token of ``vocab`` starts with
-    the given bytes and is longer (a sorted list of the tokens, kept by the
-    vocabulary)."""
-    tokens = vocab.derived("sorted grammar tokens", lambda: sorted(
-        vocab.token_bytes(i) for i in np.flatnonzero(vocab.grammar_token_mask)))
+def _grammar_tokens(vocab: Vocabulary) -> tuple[list, int]:
+    """The grammar tokens' bytes of ``vocab``, sorted, and the longest's length
+    (kept by the vocabulary)."""
+    def build():
+        tokens = sorted(vocab.token_bytes(i) for i in np.flatnonzero(vocab.grammar_token_mask))
+        return tokens, max(map(len, tokens), default=0)
 
-    def extendable(suffix: bytes) -> bool:
-        k = bisect.bisect_right(tokens, suffix)
-        return k < len(tokens) and tokens[k].startswith(suffix)
-
-    extendable.tokens = tokens
-    return extendable
+    return vocab.derived("sorted grammar tokens and the longest", build)
 
 
-#: longer tokens :func:`_may_follow` tries per next byte before it assumes
-#: one of them may come (each try is an ``advance_bytes``)
-_MAX_EXTENSIONS = 64
+#: ``advance_bytes`` tries of longer tokens one :meth:`Matcher.jump_forward_tokens`
+#: makes before it assumes one of them may come (a grammar may allow every
+#: byte after the forced text, and thousands of tokens start with it)
+_MAX_EXTENSION_TRIES = 1024
 
 
-def _may_follow(g, end, suffix: bytes, tokens: list) -> bool:
-    """Whether the constraint ``g`` lets a longer token that starts with
-    ``suffix`` (the forced text from a token's start to its end, reached in
-    state ``end``) take what may come after: only then could the model's next
-    token merge with it. After a key's ``":`` in an integer member no ``"``
-    may follow, so the token ``":"`` cannot (``True``, the cautious answer,
-    where the constraint cannot list its next bytes or a next byte opens more
-    than :data:`_MAX_EXTENSIONS` tokens)."""
+def _next_bytes(g, end) -> list | None:
+    """The bytes the constraint ``g`` allows after the forced text (state
+    ``end``), or ``None`` when it cannot say (then any may follow)."""
     if end is None:
-        return True
+        return None
     try:
         allowed = g.allowed_bytes(end)
     except NotImplementedError:
-        return True
+        return None
     refs = getattr(g, "allows_token_reference", None)
     if refs is not None and refs(end):
+        return None
+    return np.flatnonzero(allowed).tolist()
+
+
+def _runs_past(g, end, suffix: bytes, tokens: list, follow, budget: list) -> bool:
+    """Whether a vocabulary token longer than ``suffix`` (the forced text from
+    some byte to its end, reached in state ``end``) starts with it and the
+    constraint ``g`` lets its rest follow: then the model's next token could
+    merge with the forced text. After a key's ``":`` in an integer member no
+    ``"`` may follow, so the token ``":"`` cannot. ``True``, the cautious
+    answer, where ``follow`` (the allowed next bytes) is ``None`` or the
+    shared ``budget`` of tries is spent."""
+    k = bisect.bisect_right(tokens, suffix)
+    if not (k < len(tokens) and tokens[k].startswith(suffix)):
+        return False
+    if follow is None:
         return True
     n = len(suffix)
-    for b in np.flatnonzero(allowed).tolist():
+    for b in follow:
         prefix = suffix + bytes((b,))
         k = bisect.bisect_left(tokens, prefix)
-        tried = 0
         while k < len(tokens) and tokens[k].startswith(prefix):
-            if tried == _MAX_EXTENSIONS or g.advance_bytes(end, tokens[k][n:]) is not None:
+            if budget[0] <= 0:
                 return True
-            tried += 1
+            budget[0] -= 1
+            if g.advance_bytes(end, tokens[k][n:]) is not None:
+                return True
             k += 1
     return False
 
