@@ -1187,6 +1187,46 @@ def test_drafts_as_jsonschema_reads_them(schema):
             assert v.is_valid(json.loads(text)), text
 
 
+_DEP = {"dependencies": {"a": ["b"]}}
+
+
+@pytest.mark.parametrize("schema, texts", [
+    ({"not": {"type": "object", **_DEP}}, ['{"a":1}', '{"a":1,"b":2}', "{}", "1"]),
+    ({"type": "object", "oneOf": [{"required": ["x"], "dependencies": {"x": {"required": ["y"]}}},
+                                  {"required": ["x"], "not": {"required": ["y"]}}]},
+     ['{"x":1}', '{"x":1,"y":2}']),
+    ({"type": "object", "if": _DEP, "then": {"required": ["t"]}, "else": {"required": ["e"]}},
+     ['{"a":1,"e":1}', '{"t":1,"a":1}', '{"t":1,"a":1,"b":1}', '{"e":1,"a":1,"b":1}']),
+    # reached through $ref from a not, and also positively (then read as 2020-12)
+    ({"definitions": {"d": {"type": "object", **_DEP}}, "anyOf": [{"$ref": "#/definitions/d"}, {"type": "integer"}, {"required": ["a"]}],
+      "not": {"allOf": [{"$ref": "#/definitions/d"}]}}, ['{"a":1}', '{"a":1,"b":2}', "{}", "2"]),
+    ({"type": "array", "contains": {"type": "object", **_DEP}, "maxContains": 1},
+     ['[{"a":1},{"a":1,"b":1}]', '[{"a":1},{"a":2}]', '[{"c":1}]']),
+])
+def test_older_keywords_without_a_draft_never_loosen(schema, texts):
+    """Without ``$schema``, ``dependencies``/``additionalItems`` assert only where
+    a stricter subschema is a stricter whole; under ``not``, ``if``, a ``oneOf``
+    or a ``contains`` beside ``maxContains`` they read as 2020-12 reads them
+    (not at all): ``not: {dependencies: ...}`` admitted ``{"a": 1}``, which
+    jsonschema refuses. Each probe text is accepted iff jsonschema accepts it."""
+    v = jsonschema.Draft202012Validator(schema)
+    p = parser_for(schema)
+    for text in texts:
+        value = json.loads(text)
+        spelled = json.dumps(order_instance(schema, value), separators=(",", ":"))
+        assert accepts(p, spelled) == v.is_valid(value), text
+
+
+def test_older_keywords_without_a_draft_still_assert_where_stricter():
+    """Where the subschema must match, draft 7's reading is kept (stricter than
+    jsonschema's 2020-12, the documented side)."""
+    check({"type": "object", "properties": {"o": {"type": "object", **_DEP}}},
+          good=['{"o":{"a":1,"b":2}}', '{"o":{}}'], bad=['{"o":{"a":1}}'])
+    # (jsonschema's 2020-12 cannot read an array items: no oracle here)
+    p = parser_for({"type": "array", "items": [{"type": "integer"}], "additionalItems": False})
+    assert [accepts(p, t) for t in ("[1]", "[]", "[1,2]")] == [True, True, False]
+
+
 @pytest.mark.parametrize("kind", ["properties", "items", "anyOf"])
 def test_deep_nesting_is_refused_with_a_pointer(kind):
     """200 levels raised a raw RecursionError (a server's untrusted schema)."""
@@ -1241,6 +1281,17 @@ def test_boolean_exclusive_bounds_are_draft_4s():
     assert e.value.pointer == "/exclusiveMaximum"
     check({"$schema": D4, "type": "number", "maximum": 5, "exclusiveMaximum": True},
           good=["4", "4.5"], bad=["5", "6"])
+
+
+@pytest.mark.parametrize("bounds", [{"maximum": 10, "exclusiveMaximum": 5}, {"exclusiveMinimum": 0},
+                                    {"not": {"exclusiveMaximum": 5}}])
+def test_numeric_exclusive_bounds_are_refused_in_draft_4(bounds):
+    """jsonschema's Draft4Validator reads a number there by its truth (``5``
+    made ``maximum`` exclusive and bounded nothing itself; Trellis read it as
+    draft 6's bound, which under ``not`` admitted 5-10, which it refuses)."""
+    with pytest.raises(SchemaError, match="a boolean in draft 4") as e:
+        json_schema_to_lark({"$schema": D4, "type": "number", **bounds})
+    assert e.value.pointer.endswith(("/exclusiveMaximum", "/exclusiveMinimum"))
 
 
 @pytest.mark.parametrize("bounds", [{"minProperties": 2, "maxProperties": 2, "required": ["a"]},

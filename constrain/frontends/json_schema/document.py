@@ -12,6 +12,7 @@ from constrain.errors import SchemaError, SchemaTooComplexError, UnsupportedSche
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.dialect import declared_draft, draft_of, keywords_not_in
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
+from constrain.frontends.json_schema.legacy import LEGACY, excluding_holders
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
 
@@ -163,11 +164,16 @@ class Document:
         #: the draft jsonschema reads the root under (see :mod:`.dialect`)
         self.draft = declared or 2020
         missing = keywords_not_in(declared)
-        holders = check_schema(root, draft=self.draft, strip=missing)
-        if holders:
+        # without a declared draft, the older drafts' keywords are read where
+        # that is stricter than jsonschema (see .legacy)
+        noted = LEGACY if declared is None else frozenset()
+        holders = check_schema(root, draft=self.draft, strip=missing, note=noted)
+        if holders and missing:
             # keywords its declared draft lacks assert nothing there: gone from
             # a copy, so that no part of the translation reads them
             root = self.root = without_keywords(root, holders, missing)
+        #: ids of the dicts whose LEGACY keywords assert nothing (see .legacy)
+        self._legacy_hidden: frozenset = frozenset()
         #: keywords the root document's meta-schema does not assert (a custom
         #: meta-schema in resources whose $vocabulary leaves out validation)
         self._unasserted = _unasserted_keywords(root, self.externals)
@@ -185,6 +191,12 @@ class Document:
         self.ref_ignores_siblings = self.draft in (3, 4, 6, 7)
         self._validator = None
         self._validator_errors: tuple = ()
+        if holders and noted or any(declared_draft(d) is None for _, d in self.externals):
+            hidden = excluding_holders(self, everywhere=self.has_unevaluated)
+            # the nodes read on the way (resolving $ref) are read again, now
+            # without the keywords hidden there
+            self._nodes.clear()
+            self._legacy_hidden = hidden
 
     def node(self, ref: NodeRef):
         """The schema a reference stands for (a ``dict`` or a ``bool``).
@@ -201,6 +213,25 @@ class Document:
         if ref.startswith("@d"):  # a dynamic scope's view of a document
             hit = self._nodes[ref] = self.node(self.real_pointer(ref))
             return hit
+        cur = self.raw_node(ref)
+        if not isinstance(cur, (dict, bool)):
+            raise SchemaError(f"a schema must be an object or a boolean, not {type(cur).__name__}",
+                              ref)
+        if self._unasserted and isinstance(cur, dict) and not ref.startswith("@") \
+                and not self._unasserted.isdisjoint(cur):
+            cur = {k: v for k, v in cur.items() if k not in self._unasserted}
+        if self._legacy_hidden and id(cur) in self._legacy_hidden:
+            cur = {k: v for k, v in cur.items() if k not in LEGACY}
+        self._nodes[ref] = cur
+        return cur
+
+    def raw_node(self, ref: Pointer):
+        """The value at the pointer ``ref`` (not in a dynamic view) as the
+        document has it: no keyword left out (see :meth:`node`).
+
+        Raises:
+            SchemaError: a pointer to nothing.
+        """
         cur = self.root
         toks = ref.split("/")
         if toks[0]:  # "@i": the i-th document of resources; "@n<k>": generated
@@ -218,13 +249,6 @@ class Document:
                 cur = cur[tok]
             else:
                 raise SchemaError("no such schema", ref)
-        if not isinstance(cur, (dict, bool)):
-            raise SchemaError(f"a schema must be an object or a boolean, not {type(cur).__name__}",
-                              ref)
-        if self._unasserted and isinstance(cur, dict) and not toks[0] \
-                and not self._unasserted.isdisjoint(cur):
-            cur = {k: v for k, v in cur.items() if k not in self._unasserted}
-        self._nodes[ref] = cur
         return cur
 
     def child(self, ref: NodeRef, keyword: str, name: str, value) -> Pointer:
@@ -234,7 +258,8 @@ class Document:
         does not walk to it again from the root (one walk per member of every
         object otherwise)."""
         ptr = f"{ref}/{keyword}/{name.replace('~', '~0').replace('/', '~1')}"
-        if not self._unasserted and type(ref) is str and isinstance(value, (dict, bool)):
+        if not self._unasserted and type(ref) is str and isinstance(value, (dict, bool)) \
+                and id(value) not in self._legacy_hidden:
             self._nodes.setdefault(ptr, value)
         return ptr
 
@@ -496,6 +521,12 @@ class Document:
         if self._ids is None:
             self._index_ids()
         return self._dynamic.get((uri, name))
+
+    def dynamic_anchors(self) -> list:
+        """The pointers of every ``$dynamicAnchor`` of the documents."""
+        if self._ids is None:
+            self._index_ids()
+        return list(self._dynamic.values())
 
     @property
     def validator(self):

@@ -82,8 +82,14 @@ _KIND = {**{k: _ONE_KIND for k in _ONE}, **{k: _LIST_KIND for k in _LIST},
 
 
 #: drafts 3 and 4: the exclusive bounds are booleans that modify minimum and
-#: maximum (see :func:`.dialect.boolean_exclusive_bounds`)
-_BOOLEAN_EXCLUSIVE = (lambda v: _is_number(v) or isinstance(v, bool), "a number or a boolean")
+#: maximum (see :func:`.dialect.boolean_exclusive_bounds`); a number there is
+#: no such flag, and jsonschema reads it by its truth (``exclusiveMaximum: 5``
+#: makes ``maximum`` exclusive, ``0`` does not, and neither bounds alone), a
+#: reading no author means: refused, as a boolean is under later drafts
+_BOOLEAN_EXCLUSIVE = (lambda v: isinstance(v, bool),
+                      "a boolean in draft 4 (a number is the form of drafts 6 on: "
+                      "declare one of them in $schema, or write minimum/maximum with "
+                      "exclusiveMinimum/exclusiveMaximum: true)")
 
 
 #: subschemas nested deeper than this are refused (SchemaTooComplexError): the
@@ -92,7 +98,8 @@ _BOOLEAN_EXCLUSIVE = (lambda v: _is_number(v) or isinstance(v, bool), "a number 
 MAX_SCHEMA_DEPTH = 96
 
 
-def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset()) -> list:
+def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset(),
+                 note=frozenset()) -> list:
     """Raise :class:`SchemaError` at the JSON pointer of the first keyword whose
     value has the wrong JSON type, in ``root`` or any of its subschemas, under
     ``draft`` (see :mod:`.dialect`: ``exclusiveMaximum: true`` is draft 4's
@@ -101,7 +108,8 @@ def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset()) -
     :class:`SchemaTooComplexError` past :data:`MAX_SCHEMA_DEPTH` levels of
     subschemas. Keywords in ``strip`` (those the draft lacks) are neither
     checked nor entered: returns the paths (lists of tokens) of the schemas
-    that hold one, for :func:`without_keywords`."""
+    that hold one, for :func:`without_keywords`, or one of ``note`` (checked
+    and entered as any other)."""
     checks = _CHECKS
     if boolean_exclusive_bounds(draft):
         checks = {**_CHECKS, "exclusiveMinimum": _BOOLEAN_EXCLUSIVE,
@@ -111,6 +119,7 @@ def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset()) -
     seen = [(root, -1, prefix)]
     depth = [0]
     holders: list[int] = []
+    marks = strip | note
     i = 0
     while i < len(seen):
         node = seen[i][0]
@@ -118,7 +127,7 @@ def check_schema(root, prefix: str = "", draft: int = 2020, strip=frozenset()) -
             raise SchemaTooComplexError(
                 f"subschemas nest more than {MAX_SCHEMA_DEPTH} deep", _pointer(seen, i, ()))
         if isinstance(node, dict):
-            if strip and not strip.isdisjoint(node):
+            if marks and not marks.isdisjoint(node):
                 holders.append(i)
             for key, value in node.items():
                 if key in strip:
