@@ -240,6 +240,23 @@ def test_awrs_unnormalised_row_scales_weight():
     assert st.token == 0 and st.weight == pytest.approx(0.1)
 
 
+def test_awrs_row_past_the_vocabulary_is_padding():
+    """A model scores more ids than the constraint's vocabulary has (padded
+    embeddings): those ids are never allowed, and the weight is still exact (an
+    id past the vocabulary raised from ``advance``). A row shorter than the
+    vocabulary is refused."""
+    from constrain import VocabularyError
+
+    vocab = letters_vocab(2)
+    c = compile_regex("a", vocab)
+    row = np.log([0.2, 0.1, 0.1, 0.3, 0.3])  # ids 3 and 4: padding
+    for seed in range(20):
+        st = search.awrs_step(row, c, c.initial_state(), np.random.default_rng(seed))
+        assert st.token == 0 and st.weight == pytest.approx(0.2)
+    with pytest.raises(VocabularyError, match="fewer than the 3 tokens"):
+        search.awrs_step(row[:2], c, c.initial_state(), np.random.default_rng(0))
+
+
 # -- AWRS: constraint checks -----------------------------------------------------------
 
 

@@ -163,10 +163,14 @@ def _walk(logp: np.ndarray, order: _Order, check: Callable[[int], object]) -> tu
     return t, new_state, min(log_w, 0.0), checks, i
 
 
-def _checker(constraint, state, eos_ids: frozenset[int]) -> Callable[[int], object]:
-    """``check(t)``: the state after ``t`` or ``None`` (EOS allowed iff accepting)."""
+def _checker(constraint, state, eos_ids: frozenset[int], n_tokens: int) -> Callable[[int], object]:
+    """``check(t)``: the state after ``t`` or ``None`` (EOS allowed iff
+    accepting; an id past the constraint's ``n_tokens``, a model's padding,
+    never)."""
 
     def check(t: int):
+        if t >= n_tokens:
+            return None
         if t in eos_ids:
             if not constraint.is_accepting(state):
                 return None
@@ -199,6 +203,13 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
         When nothing is allowed, ``token`` is ``None`` and the weight is 0.
     """
     row = np.asarray(logprobs, dtype=np.float64).reshape(-1)
+    vocab = getattr(constraint, "vocab", None)
+    n_tokens = row.shape[0] if vocab is None else len(vocab)
+    if row.shape[0] < n_tokens:
+        from constrain import VocabularyError
+
+        raise VocabularyError(f"logprobs has {row.shape[0]} entries, fewer than the "
+                              f"{n_tokens} tokens of the constraint's vocabulary")
     if eos_token_ids is None:
         eos_token_ids = constraint.vocab.eos_token_ids
     eos = frozenset(int(e) for e in eos_token_ids)
@@ -209,7 +220,7 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
         return AWRSStep(None, state, -math.inf, 0, 0)
     # Gumbel-top-k as an exponential race: log p(t) - log E_t, E_t ~ Exp(1) (-log E_t is Gumbel)
     order = _Order(logp - np.log(rng.standard_exponential(logp.shape[0])))
-    t, new_state, log_w, checks, rejections = _walk(logp, order, _checker(constraint, state, eos))
+    t, new_state, log_w, checks, rejections = _walk(logp, order, _checker(constraint, state, eos, n_tokens))
     if t is None:
         return AWRSStep(None, state, -math.inf, checks, rejections)
     return AWRSStep(t, new_state, log_w + log_total, checks, rejections)
