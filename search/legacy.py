@@ -32,10 +32,10 @@ def accepts_old_call_forms(old_positional: Sequence[str] = (), *, renamed: Mappi
             is read with these names; an argument whose old name is not the new
             positional parameter at its place is passed by keyword instead.
         renamed: ``{old keyword: new keyword}`` for renamed arguments.
-        is_old: ``is_old(positional_args) -> bool``: whether a call whose number of
-            positional arguments fits the new signature still follows the old
-            layout (``diffusion_generate(model, constraint)``: the second
-            argument is a constraint, not a prompt).
+        is_old: ``is_old(positional_args, keyword_args) -> bool``: whether a call
+            whose number of positional arguments fits the new signature still
+            follows the old layout (``diffusion_generate(model, constraint)``: the
+            second argument is a constraint, not a prompt).
 
     The wrapped function keeps its signature and docstring (``inspect.signature``
     shows the new form). A call in the new form costs one length test.
@@ -51,7 +51,7 @@ def accepts_old_call_forms(old_positional: Sequence[str] = (), *, renamed: Mappi
         def wrapper(*args, **kwargs):
             moved: list[str] = []
             renames: list[str] = []
-            if len(args) > len(new_positional) or (is_old is not None and is_old(args)):
+            if len(args) > len(new_positional) or (is_old is not None and is_old(args, kwargs)):
                 if len(args) > max(len(old), len(new_positional)):
                     # the most either form takes (beam_search takes lm and
                     # prompt; it had no longer old form)

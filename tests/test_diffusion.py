@@ -200,9 +200,16 @@ def test_result_prompt_and_the_old_call_form(json_model, json_regex):
         assert diffusion_generate(json_model, None, **kw).tokens == diffusion_generate(json_model, **kw).tokens
     with pytest.warns(DeprecationWarning, match="write lm= for model="):
         assert diffusion_generate(model=json_model, constraint=json_regex, **kw).tokens == r.tokens
-    # this model takes no text prompt: a text second argument is the old form's Lark grammar
-    with pytest.raises(TypeError, match="multiple values for argument 'constraint'"):
-        diffusion_generate(json_model, "a text", constraint=json_regex, **kw)
+    # this model takes no text prompt: a text second argument is a prompt it
+    # refuses, unless it is Lark text in the old form's place (it was read as a
+    # grammar whatever it said: a Lark syntax error, or "multiple values")
+    for call in (lambda: diffusion_generate(json_model, "a text", constraint=json_regex, **kw),
+                 lambda: diffusion_generate(json_model, "Write a JSON object:", **kw)):
+        with pytest.raises(TypeError, match="no prompt_ids"):
+            call()
+    with pytest.warns(DeprecationWarning, match="pass constraint by keyword"):
+        r2 = diffusion_generate(json_model, 'start: "{" /[^}]+/ "}"', **kw)
+    assert r2.valid
 
 
 def test_test_helpers_left_the_top_level():

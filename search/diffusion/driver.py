@@ -32,6 +32,7 @@ argmax is a sample; confidence is always the model's probability of the token.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -228,15 +229,24 @@ def _segments(gen, mask_id, eos_set, trailing_exact: int | None):
 # -- the driver ----------------------------------------------------------------------------
 
 
-def _constraint_in_prompt_place(args) -> bool:
+#: a line that defines a Lark rule or terminal (``start: ...``, ``?value.2: ...``,
+#: ``NUMBER: ...``) or imports one
+_LARK_LINE = re.compile(r"^\s*(?:[?!]?[a-z_][a-z_0-9]*|[A-Z_][A-Z_0-9]*)(?:\.-?\d+)?\s*:|^\s*%import\b",
+                        re.MULTILINE)
+
+
+def _constraint_in_prompt_place(args, kwargs) -> bool:
     """Whether a call's second positional argument is a constraint (the old form
     ``diffusion_generate(lm, constraint, prompt=...)``), not a prompt: ``None``,
-    a constraint object, or Lark text for a model that takes no text prompts."""
-    if len(args) < 2:
+    a constraint object, or Lark text (a rule or terminal definition) for a
+    model that takes no text prompts; never when ``constraint=`` is given. (Any
+    text was read as a grammar there: a text prompt to such a model was a Lark
+    syntax error instead of the model's own refusal.)"""
+    if len(args) < 2 or "constraint" in kwargs:
         return False
     x = args[1]
     if isinstance(x, str):
-        return not hasattr(args[0], "prompt_ids")
+        return not hasattr(args[0], "prompt_ids") and _LARK_LINE.search(x) is not None
     return x is None or not isinstance(x, (Sequence, np.ndarray))
 
 
