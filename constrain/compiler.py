@@ -64,7 +64,8 @@ _LIMIT_FIELDS = frozenset(Limits.__dataclass_fields__)
 def _grammar_budgets(limits: Limits) -> dict:
     """The fields of ``limits`` a grammar reads, as :class:`GrammarConstraint`
     takes them."""
-    return {"max_states": limits.max_states, "time_budget": limits.time_budget,
+    return {"max_states": limits.max_states, "max_repeat": limits.max_repeat,
+            "time_budget": limits.time_budget,
             "max_contexts": limits.max_contexts, "max_width": limits.max_width,
             "mask_cache_bytes": limits.mask_cache_bytes, "max_items": limits.max_items}
 
@@ -173,10 +174,10 @@ class Compiler:
             deadline = Deadline.after(limits.time_budget)
             if fmt == "gbnf":
                 ir = load_gbnf_grammar(source, start="root" if start is None else start,
-                                       deadline=deadline)
+                                       deadline=deadline, max_repeat=limits.max_repeat)
             else:
                 ir = load_lark_grammar(source, start="start" if start is None else start,
-                                       deadline=deadline)
+                                       deadline=deadline, max_repeat=limits.max_repeat)
             budgets = _grammar_budgets(limits)
             budgets["time_budget"] = max(deadline.remaining(), 1e-9)
             return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)

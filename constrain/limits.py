@@ -8,7 +8,7 @@ such overrides. Which compile reads which field:
 =====================  ==========  ==============================================
 field                  read by     bounds
 =====================  ==========  ==============================================
-``max_repeat``         regexes     a counted repetition ``{m,n}``'s bound
+``max_repeat``         all         a counted repetition ``{m,n}``'s bound
 ``max_positions``      regexes     the pattern's size, repetitions expanded
 ``max_states``         all         one automaton (a regex's character DFA, a
                                    grammar terminal's); a grammar's lexer

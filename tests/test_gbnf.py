@@ -534,7 +534,15 @@ def test_limits(vocab):
     with pytest.raises(GrammarTooComplexError, match="nested"):
         load_gbnf_grammar(deep)
     with pytest.raises(GrammarTooComplexError, match="expand"):
-        load_gbnf_grammar('root ::= x{0,300000}\nx ::= "(" x ")" | ""')
+        load_gbnf_grammar("root ::= " + " ".join(["x{0,9000}"] * 30) + '\nx ::= "(" x ")" | ""')
+    # a count past max_repeat, named where it is written (it named the generated
+    # terminal's regex, and advised an option grammars did not take)
+    for text, col in (('root ::= "a"{100000}', 14), ('root ::= x{0,300000}\nx ::= "(" x ")" | ""', 14)):
+        with pytest.raises(GrammarTooComplexError, match="repetition count .* limit of 10000") as e:
+            load_gbnf_grammar(text)
+        assert (e.value.line, e.value.column) == (1, col)
+    g = constrain.compile_grammar('root ::= "a"{12000}', vocab, max_repeat=20_000)
+    assert accepts(g, "a" * 12000) and not accepts(g, "a" * 11999)
     # a regular rule too large to inline everywhere stays a rule, same language
     text = "root ::= " + " ".join(["w"] * 8) + '\nw ::= "' + "x" * 20000 + '" | "y"'
     ir = load_gbnf_grammar(text)

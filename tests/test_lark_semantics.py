@@ -199,6 +199,38 @@ def test_loading_is_under_the_time_budget(vocab):
         compile_grammar(grammar, vocab, time_budget=0.05)
 
 
+@pytest.mark.parametrize("n, body", [(300, 'T{p} "b"'), (40, "T{p} T{p}")])
+def test_terminals_lark_would_write_out_too_large_are_refused(n, body):
+    """lark's loader writes every terminal a terminal uses into it, with no
+    time budget checked: a chain of 300 took 8.5 s, 17 doubling terminals 25 s
+    (40: hours). Refused before lark runs, at the largest terminal's line."""
+    from constrain.frontends.lark import load_lark_grammar
+
+    def chain(n):
+        return "\n".join([f"start: T{n - 1}", 'T0: "a"']
+                         + [f"T{i}: " + body.format(p=i - 1) for i in range(1, n)])
+
+    with pytest.raises(GrammarTooComplexError, match="written out by lark's loader") as e:
+        load_lark_grammar(chain(n))
+    assert e.value.line is not None and e.value.line > 2
+    assert load_lark_grammar(chain(40 if n == 300 else 10)) is not None
+    # recursive terminals (lark refuses them) must not loop the count
+    with pytest.raises(GrammarError, match="Recursion in terminal"):
+        load_lark_grammar('start: A\nA: B "x"\nB: A | "y"')
+
+
+def test_max_repeat_reaches_the_terminals(vocab):
+    """A terminal's ``{m,n}`` past ``max_repeat`` is a limit (too complex, at
+    the terminal's line), which ``max_repeat=`` raises: it was "a pattern
+    Trellis cannot compile exactly", and no grammar option raised the limit."""
+    grammar = "start: A\nA: /a{12000}/\n"
+    with pytest.raises(GrammarTooComplexError, match="limit of 10000") as e:
+        compile_grammar(grammar, vocab)
+    assert (e.value.line, e.value.column) == (2, 4)
+    g = compile_grammar(grammar, vocab, max_repeat=20_000)
+    assert g.matches("a" * 12000) and not g.matches("a" * 11999)
+
+
 def test_syntax_errors_are_grammar_syntax_errors():
     import constrain
     from byte_vocab import byte_vocabulary

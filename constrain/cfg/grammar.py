@@ -93,7 +93,7 @@ class GrammarConstraint(Constraint):
                  max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                  mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
                  max_items: int = _DEFAULT.max_items,
-                 compiler: Compiler | None = None):
+                 compiler: Compiler | None = None, max_repeat: int = _DEFAULT.max_repeat):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         # checked here whoever calls (a Limits is free when nothing differs
@@ -105,10 +105,11 @@ class GrammarConstraint(Constraint):
         # small schema's cold compile)
         if not (max_states is _DEFAULT.max_states and max_contexts is _DEFAULT.max_contexts
                 and max_width is _DEFAULT.max_width and max_items is _DEFAULT.max_items
-                and mask_cache_bytes is _DEFAULT.mask_cache_bytes):
+                and mask_cache_bytes is _DEFAULT.mask_cache_bytes
+                and max_repeat is _DEFAULT.max_repeat):
             _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
                              max_width=max_width, mask_cache_bytes=mask_cache_bytes,
-                             max_items=max_items)
+                             max_items=max_items, max_repeat=max_repeat)
         if time_budget.__class__ is not float and (
                 isinstance(time_budget, bool) or not isinstance(time_budget, Real)) \
                 or not time_budget >= 0:
@@ -118,7 +119,8 @@ class GrammarConstraint(Constraint):
         deadline = Deadline.after(time_budget)  # kernel loading does not count
         trie = TokenTrie.of(vocab)
         words = (len(vocab) + 31) // 32
-        terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, deadline=deadline,
+        terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, max_repeat=max_repeat,
+                                 deadline=deadline,
                                  compiler=compiler)
         parser = EarleyRecognizer(ir, terms.usable, max_contexts=max_contexts,
                                   max_items=max_items)
@@ -1166,7 +1168,8 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
                     time_budget: float = _DEFAULT.time_budget,
                     max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                     mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
-                    max_items: int = _DEFAULT.max_items) -> GrammarConstraint:
+                    max_items: int = _DEFAULT.max_items,
+                    max_repeat: int = _DEFAULT.max_repeat) -> GrammarConstraint:
     """Compile a context-free grammar in Lark (or GBNF) syntax into a token-level
     constraint.
 
@@ -1198,6 +1201,8 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
             allowed is still allowed by the grammar (sound), but some valid
             continuations may be refused (``grammar.parser.truncated_columns``
             counts the positions cut).
+        max_repeat: the largest count of a counted repetition ``{m,n}`` in a
+            terminal's regex (Lark) or a rule (GBNF).
 
     The budgets override those of the vocabulary's default compiler
     (:func:`constrain.compiler.default_compiler`), whose caches the grammar
@@ -1217,7 +1222,7 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
     return default_compiler(vocab).compile_grammar(
         source, start, format=format, max_states=max_states, time_budget=time_budget,
         max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes,
-        max_items=max_items)
+        max_items=max_items, max_repeat=max_repeat)
 
 
 __all__ = ["GrammarConstraint", "compile_grammar", "TERMINATED"]

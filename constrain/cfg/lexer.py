@@ -32,6 +32,7 @@ from constrain.automata.hash_table import table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
+from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
@@ -131,7 +132,7 @@ def terminal_id_bytes(key, uid) -> int:
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None, exclusion: tuple | None = None,
-                 cache: BoundedCache | None = None) -> ByteDFA | None:
+                 cache: BoundedCache | None = None, max_repeat: int = MAX_REPEAT) -> ByteDFA | None:
     """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
     no string the alphabet can spell.
 
@@ -153,7 +154,7 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
             return hit or None
     if exclusion is not None:
         base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
-                            deadline=deadline, cache=cache)
+                            deadline=deadline, cache=cache, max_repeat=max_repeat)
         dfa = minus_prefixes(base, exclusion[1]) if base is not None else False
     elif term.literal is not None:
         dfa = _literal_dfa(term.literal, term.flags, alphabet)
@@ -173,7 +174,7 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if dfa is None:
         try:
             dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
-                                 deadline=deadline)
+                                 max_repeat=max_repeat, deadline=deadline)
         except EmptyLanguageError:
             dfa = False
         except GrammarTooComplexError as e:
@@ -354,7 +355,8 @@ class TerminalAutomata:
     this grammar's own and ``walks`` is ``None``: nothing is shared."""
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
-                 deadline: float | None, compiler: Compiler | None = None):
+                 deadline: float | None, compiler: Compiler | None = None,
+                 max_repeat: int = MAX_REPEAT):
         # one Deadline for every terminal: a kernel compiled for the first one
         # moves it later for all
         deadline = Deadline.of(deadline)
@@ -460,11 +462,19 @@ class TerminalAutomata:
             if op is None and part is None:
                 try:
                     part = terminal_dfa(term, alphabet, max_states=max_states,
-                                        deadline=deadline, exclusion=excl, cache=automata)
+                                        deadline=deadline, exclusion=excl, cache=automata,
+                                        max_repeat=max_repeat)
                 except GrammarError as e:
                     if e.line is not None:
                         raise
                     raise GrammarError(e.msg, *symbol_position(ir.source, term.name)) from None
+                except GrammarTooComplexError as e:
+                    line, col = symbol_position(ir.source, term.name)
+                    if line is None or getattr(e, "line", None) is not None:
+                        raise
+                    e2 = GrammarTooComplexError(f"{e} (line {line}, column {col})")
+                    e2.line, e2.column = line, col
+                    raise e2 from None
             if op is None:
                 size = 2 if part is None else part.rows if isinstance(part, LexemeTable) \
                     else part.transitions.shape[0]

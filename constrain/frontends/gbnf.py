@@ -38,9 +38,10 @@ from __future__ import annotations
 import re
 import time
 
+from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
+from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError
-from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 
 #: the characters of a terminal regex beyond which a regular rule is kept as a
 #: rule of its own (inlining copies a rule into every place it is used)
@@ -72,8 +73,9 @@ def looks_like_gbnf(text: str) -> bool:
 class _Parser:
     """llama.cpp's recursive-descent reading of GBNF, on offsets into ``text``."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, max_repeat: int = MAX_REPEAT):
         self.text = text
+        self.max_repeat = max_repeat
         self.rules: dict[str, tuple] = {}
         self.where: dict[str, int] = {}  # rule name -> offset of its head
         self.refs: list[tuple[str, int]] = []
@@ -233,13 +235,23 @@ class _Parser:
                 break
         return ("seq", tuple(items)), pos
 
+    def _count(self, m) -> int:
+        """The repetition count ``m`` matched, within ``max_repeat`` (it was
+        refused later, naming the generated terminal's regex and an option
+        grammars did not take)."""
+        n = int(m.group())
+        if n > self.max_repeat:
+            raise self.error(f"repetition count {n} exceeds the limit of {self.max_repeat} "
+                             f"(pass max_repeat= to raise it)", m.start(), GrammarTooComplexError)
+        return n
+
     def counts(self, pos: int, nested: bool) -> tuple[int, int | None, int]:
         text = self.text
         p = self.space(pos + 1, nested)
         m = _INT.match(text, p)
         if m is None:
             raise self.error("expected a repetition count", p)
-        lo = int(m.group())
+        lo = self._count(m)
         p = self.space(m.end(), nested)
         if text.startswith("}", p):
             return lo, lo, self.space(p + 1, nested)
@@ -249,7 +261,7 @@ class _Parser:
         hi = None
         m = _INT.match(text, p)
         if m is not None:
-            hi = int(m.group())
+            hi = self._count(m)
             p = self.space(m.end(), nested)
             if hi < lo:
                 raise self.error(f"repetition {{{lo},{hi}}}: the maximum is below the minimum",
@@ -684,12 +696,14 @@ class _Builder:
         return ("n", nt)
 
 
-def load_gbnf_grammar(source, start: str = "root", *, deadline=None) -> GrammarIR:
+def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
+                      max_repeat: int = MAX_REPEAT) -> GrammarIR:
     """Load a GBNF grammar (text, or a path to a ``.gbnf`` file) into a
     :class:`GrammarIR` (see the module docstring for the language).
 
     ``start``: the rule to start from (GBNF's is ``root``). ``deadline``: a
-    ``time.perf_counter()`` value the loading must finish by.
+    ``time.perf_counter()`` value the loading must finish by. ``max_repeat``:
+    the largest repetition count ``{m,n}`` (:class:`constrain.Limits`).
 
     Raises:
         GrammarSyntaxError: the text is not GBNF, with the line and column.
@@ -710,7 +724,7 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None) -> GrammarI
                            f"not {type(source).__name__}")
     if not isinstance(start, str):
         raise GrammarError(f"the start symbol is a rule name, not {type(start).__name__}")
-    parser = _Parser(source)
+    parser = _Parser(source, max_repeat)
     parser.parse()
     rules = parser.rules
     if start not in rules:

@@ -46,11 +46,12 @@ import time
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
-from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
+from constrain.automata.regex_syntax import MAX_REPEAT, Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
     nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
-from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, RegexError
+from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, RegexError, \
+    RegexTooLargeError
 
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": 0, "x": re.VERBOSE,
               "l": re.LOCALE}
@@ -62,6 +63,12 @@ MAX_GRAMMAR_DEPTH = 50
 MAX_RULE_ALTERNATIVES = 20_000
 #: the symbols lark's expansion of all rules may write
 MAX_GRAMMAR_SYMBOLS = 1_000_000
+#: the nodes of one file's terminal definitions once lark has written each
+#: terminal they use into them (it inlines every use): its loader takes 10-20
+#: µs per node, so that 100,000 is 1-2 s; a chain of 300 terminals (``Tk: T(k-1)
+#: "b"``) took 8.5 s and one of 17 doubling ones (``Tk: T(k-1) T(k-1)``) 25 s,
+#: in lark's own code, where no time budget is checked
+MAX_TERMINAL_NODES = 100_000
 #: the user grammar files ``%import`` may read while one grammar loads (every
 #: read counts: a file importing itself is refused here, not by recursion)
 MAX_IMPORTED_FILES = 64
@@ -88,12 +95,15 @@ def read_grammar_source(source) -> tuple[str, str | None]:
     return source, None
 
 
-def load_lark_grammar(source, start: str = "start", *, deadline=None) -> GrammarIR:
+def load_lark_grammar(source, start: str = "start", *, deadline=None,
+                      max_repeat: int = MAX_REPEAT) -> GrammarIR:
     """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`
     with lark's ``dynamic_complete`` semantics (see the module docstring).
 
     ``deadline``: a ``time.perf_counter()`` value (or a
     :class:`~constrain.automata.deadline.Deadline`) the loading must finish by.
+    ``max_repeat``: the largest count of a terminal regex's ``{m,n}``
+    (:class:`constrain.Limits`).
 
     Raises:
         GrammarError: bad syntax, an undefined or unusable symbol, an unknown
@@ -115,6 +125,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
     raw = _load_plain(text, start)
     if raw is None:
         tree = _parse(text)
+        _check_terminal_inlining(tree)
         imports = _ImportChecker(directory, deadline, _check_expansion(tree))
         _check_deadline(deadline)
         try:
@@ -139,7 +150,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None) -> Grammar
             raise _lark_failed(e, text, start) from None
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
-    ir = _finish(raw, text, start, deadline)
+    ir = _finish(raw, text, start, deadline, max_repeat)
     if refs:
         ir = _token_terminals(ir, refs)
     if budgets:
@@ -202,7 +213,9 @@ class _ImportChecker:
             where = f"in imported grammar file {path!r}: "
             try:
                 _check_nesting(text)
-                self.symbols = _check_expansion(_parse(text), self.symbols)
+                tree = _parse(text)
+                _check_terminal_inlining(tree)
+                self.symbols = _check_expansion(tree, self.symbols)
             except GrammarError as e:
                 raise type(e)(where + e.msg, e.line, e.column) from None
             except GrammarTooComplexError as e:
@@ -280,7 +293,7 @@ def _raw_from_lark(terms, rules, ignore, text: str, start: str) -> _Raw:
 # -- terminals as lark's dynamic lexer matches them ------------------------------------------
 
 
-def _finish(raw: _Raw, text: str, start: str, deadline) -> GrammarIR:
+def _finish(raw: _Raw, text: str, start: str, deadline, max_repeat: int) -> GrammarIR:
     """The IR of ``raw``: each terminal written as lark matches it, the ignored
     runs written into the terminals (see the module docstring)."""
     if not any(lhs == 0 for lhs, _ in raw.rules):
@@ -291,14 +304,14 @@ def _finish(raw: _Raw, text: str, start: str, deadline) -> GrammarIR:
     used = sorted({s for _, rhs in raw.rules for s in rhs if s >= 0})
     parts = {}
     for t in sorted(set(used) | set(raw.ignore)):
-        parts[t] = _terminal_part(raw.terminals[t], text, deadline)
+        parts[t] = _terminal_part(raw.terminals[t], text, deadline, max_repeat)
     prefix = ""
     if raw.ignore:
         runs = []
         for t in raw.ignore:
             part = parts[t]
             if part.startswith("(?>"):
-                _check_ignore(raw.terminals[t], part, text, deadline)
+                _check_ignore(raw.terminals[t], part, text, deadline, max_repeat)
             if part not in runs:
                 runs.append(part)
         prefix = "(?:" + "|".join(runs) + ")*"
@@ -339,7 +352,7 @@ def _scoped(regexp: str) -> str:
     return f"(?{flags}:{regexp[m.end():]})"
 
 
-def _terminal_part(rt: _RawTerminal, text: str, deadline) -> str:
+def _terminal_part(rt: _RawTerminal, text: str, deadline, max_repeat: int) -> str:
     """The regex of ``rt`` as lark's dynamic lexer matches it, checked: a
     string as it is, a regex as ``(?>regex)`` (leftmost-first), or without
     the atomic group where that changes nothing (a literal; an alternation of
@@ -365,31 +378,37 @@ def _terminal_part(rt: _RawTerminal, text: str, deadline) -> str:
     inner = _scoped(regexp)
     part = f"(?>{inner})"
     try:
-        node = parse_regex(part).body
+        node = parse_regex(part, max_repeat=max_repeat).body
+    except RegexTooLargeError as e:
+        # a limit the caller can raise, not a construct Trellis lacks
+        e2 = GrammarTooComplexError(f"terminal {rt.name}: {e.msg} (pattern {regexp[:80]!r}) "
+                                    f"(line {where[0]}, column {where[1]})")
+        e2.line, e2.column = where
+        raise e2 from None
     except RegexError as e:
         try:
-            parse_regex(inner)
+            parse_regex(inner, max_repeat=max_repeat)
         except RegexError as e2:  # an error of the regex itself
             raise _pattern_error(rt, e2.msg, e2.offset, *where) from None
-        if _matches_nothing(inner, deadline):
+        if _matches_nothing(inner, deadline, max_repeat):
             return inner  # lark never matches it either: an unusable terminal
         offset = None if e.offset is None else max(e.offset - 3, 0)
         msg = e.msg.replace(" inside an atomic group (or possessive quantifier)", "")
         raise _pattern_error(rt, msg.replace(" is not supported", "") + _PAST_END, offset,
                              *where) from None
     past = _looks_past_end(node, False)
-    if past is not None and not _matches_nothing(inner, deadline):
+    if past is not None and not _matches_nothing(inner, deadline, max_repeat):
         what, offset = past
         raise _pattern_error(rt, what + _PAST_END, None if offset is None else max(offset - 3, 0),
                              *where)
-    if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline):
+    if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline, max_repeat):
         raise _pattern_error(
             rt, "an assertion on the text before the terminal: lark tests it on the whole "
             "text for its first match and on the terminal alone for the others, which no "
             "constraint can follow", None, *where)
     if nullable(node):
-        dfa = build_char_dfa(parse_regex(part), max_states=_CHECK_STATES, deadline=deadline,
-                             pattern=part)
+        dfa = build_char_dfa(parse_regex(part, max_repeat=max_repeat), max_states=_CHECK_STATES,
+                             deadline=deadline, pattern=part)
         if dfa.accepting[0]:
             raise GrammarError(f"terminal {rt.name} matches the empty string "
                                f"(pattern {regexp[:80]!r}); terminals must consume input",
@@ -403,12 +422,12 @@ def _pattern_error(rt: _RawTerminal, msg: str, offset: int | None, line, column)
                         f"{msg} (pattern {rt.regexp[:80]!r}{at})", line, column)
 
 
-def _matches_nothing(regexp: str, deadline) -> bool:
+def _matches_nothing(regexp: str, deadline, max_repeat: int = MAX_REPEAT) -> bool:
     """Whether ``regexp`` (which parses) matches nowhere in any text: with any
     text around it, so that its assertions see what they would see in lark's
     (``a(?=b)`` matches ``a`` before a ``b``; ``a^b`` never matches)."""
     anywhere = f"(?s:.)*(?:{regexp})(?s:.)*"
-    return not build_char_dfa(parse_regex(anywhere), max_states=_CHECK_STATES,
+    return not build_char_dfa(parse_regex(anywhere, max_repeat=max_repeat), max_states=_CHECK_STATES,
                               deadline=deadline, pattern=regexp).accepting.any()
 
 
@@ -512,13 +531,13 @@ def _min_width(node) -> int:
     return min(_min_width(i) for i in node.items)  # Alt
 
 
-def _check_ignore(rt: _RawTerminal, part: str, text: str, deadline) -> None:
+def _check_ignore(rt: _RawTerminal, part: str, text: str, deadline, max_repeat: int) -> None:
     """Refuse an ignored terminal whose first match lark could only tell from
     more than the one character after it (``/a(bc)*/``: after ``a``, ``bc``
     would extend it): the ignored run is written into the next terminal, which
     may be that one character."""
     try:
-        build_char_dfa(parse_regex(part + "(?s:.)"), max_states=_CHECK_STATES,
+        build_char_dfa(parse_regex(part + "(?s:.)", max_repeat=max_repeat), max_states=_CHECK_STATES,
                        deadline=deadline, pattern=part, strict_atomic_exits=True)
     except UndecidedAtomicExit:
         raise GrammarError(
@@ -653,6 +672,65 @@ def _measure(node, side: list) -> tuple[int, int]:
             rs = _sat(rs + _sat(k * s * _sat(a ** max(k - 1, 0))))
         return ra, rs
     return 1, 1  # a value: a name, a literal, a range, a template use
+
+
+def _check_terminal_inlining(tree) -> None:
+    """Refuse terminal definitions that lark's loader would write out into more
+    than :data:`MAX_TERMINAL_NODES` nodes together: it replaces each use of a
+    terminal inside another's definition by that definition, so a chain of
+    terminals grows quadratically and one that uses the last twice
+    exponentially. Named at the terminal whose written-out definition is the
+    largest."""
+    from lark import Tree
+
+    defs = {}
+    for stmt in tree.children:
+        if isinstance(stmt, Tree) and stmt.data == "term" and stmt.children:
+            defs.setdefault(str(stmt.children[0]), stmt)
+    if len(defs) < 2:
+        return
+    own: dict[str, int] = {}
+    uses: dict[str, list] = {}
+    for name, stmt in defs.items():
+        nodes, used = 0, []
+        for sub in stmt.children[-1].iter_subtrees():
+            nodes += 1
+            for c in sub.children:
+                if not isinstance(c, Tree):
+                    nodes += 1
+                    if type(c).__name__ == "Terminal" and c.name in defs:
+                        used.append(c.name)
+        own[name], uses[name] = nodes, used
+    if not any(uses.values()):
+        return
+    size: dict[str, int] = {}
+    entered: set[str] = set()
+    cap = MAX_TERMINAL_NODES + 1
+    for name in defs:
+        stack = [(name, False)]
+        while stack:  # a chain may be thousands long: no recursion
+            x, ready = stack.pop()
+            if x in size:
+                continue
+            if ready:
+                # a cycle (lark refuses it) counts a terminal not done yet once
+                size[x] = min(cap, own[x] + sum(size.get(u, own[u]) for u in uses[x]))
+                continue
+            if x in entered:
+                continue
+            entered.add(x)
+            stack.append((x, True))
+            stack.extend((u, False) for u in uses[x] if u not in entered)
+    total = sum(size.values())
+    if total > MAX_TERMINAL_NODES:
+        name = max(size, key=size.get)
+        tok = defs[name].children[0]
+        shown = f"more than {MAX_TERMINAL_NODES:,}" if size[name] >= cap else f"{size[name]:,}"
+        raise _too_complex(
+            f"terminal {name} would be written out by lark's loader into {shown} nodes (it "
+            f"inlines every terminal a terminal uses; at most {MAX_TERMINAL_NODES:,} for a "
+            f"grammar's terminals together): make the repeated part a rule",
+            getattr(tok, "line", None), getattr(tok, "column", None))
 
 
 def _check_expansion(tree, total: int = 0) -> int:
