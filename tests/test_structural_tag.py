@@ -221,8 +221,17 @@ def test_a_real_vocabulary_crosses_boundaries(smollm2_vocab, smollm2_tokenizer):
     (tag("<a>", schema({"type": "object", "properties": {"x": {"type": "nope"}}}), "</a>"),
      "SchemaError", "/content/json_schema/properties/x/type"),
     ({"type": "regex", "pattern": "(a"}, "StructuralTagError", "/pattern"),
-    ({"type": "repeat", "min": 3, "max": 2, "content": const("a")}, "StructuralTagError", ""),
+    ({"type": "repeat", "min": 3, "max": 2, "content": const("a")}, "StructuralTagError", "/max"),
+    ({"type": "repeat", "min": -1, "max": 2, "content": const("a")}, "StructuralTagError", "/min"),
     ({"type": "const_string"}, "StructuralTagError", ""),
+    # the legacy form's errors name its structures, not the triggered_tags it
+    # is read as (/tags/0/content/json_schema/type before)
+    ({"type": "structural_tag", "triggers": ["<f"],
+      "structures": [{"begin": "<f>", "schema": {"type": "nope"}, "end": "</f>"}]},
+     "SchemaError", "/structures/0/schema/type"),
+    ({"type": "structural_tag", "triggers": ["<f"],
+      "structures": [{"begin": "<g>", "schema": {"type": "string"}, "end": "</g>"}]},
+     "StructuralTagError", "/structures/0/begin"),
 ])
 def test_errors_name_the_place(spec, error, pointer):
     with pytest.raises(constrain.ConstraintError) as e:

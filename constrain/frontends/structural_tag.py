@@ -52,7 +52,7 @@ import json
 import re
 
 from constrain.cfg.compose import IRBuilder, Sym
-from constrain.errors import (GrammarError, GrammarTooComplexError, SchemaError,
+from constrain.errors import (GrammarError, GrammarTooComplexError, SchemaError, SchemaTooComplexError,
                               UnsupportedSchemaError)
 
 __all__ = ["StructuralTagError", "UnsupportedStructuralTagError", "compile_structural_tag",
@@ -269,10 +269,11 @@ class _Translator:
         hi = self._field(node, "max", path, int)
         if lo < 0 or (hi != -1 and hi < lo):
             raise StructuralTagError(f"repeat needs 0 <= min <= max (or max -1), got {lo}, {hi}",
-                                     _ptr(path))
+                                     _ptr(path + ("min" if lo < 0 else "max",)))
         if max(lo, hi) > MAX_REPEAT:
             raise UnsupportedStructuralTagError(f"repeat bounds above {MAX_REPEAT} are not "
-                                                f"supported", _ptr(path))
+                                                f"supported",
+                                                _ptr(path + ("min" if lo > MAX_REPEAT else "max",)))
         body = self._content(node, path, ends)
         parts = [body] * lo
         if hi == -1:
@@ -467,7 +468,32 @@ def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
     node, path = _format_of(spec)
     t = _Translator(schema_options, Deadline.after(time_budget) if time_budget else None,
                     alphabet)
-    return t.g.build(t.format(node, path, ()))
+    if node is spec or not isinstance(spec, dict) or "structures" not in spec or "format" in spec:
+        return t.g.build(t.format(node, path, ()))
+    try:
+        return t.g.build(t.format(node, path, ()))
+    except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
+        # the legacy form is read as the triggered_tags it stands for: its
+        # errors name the user's structures
+        where = _legacy_pointer(e.pointer)
+        if where == e.pointer:
+            raise
+        raise type(e)(e.msg, where) from None
+
+
+#: a pointer into the triggered_tags the legacy form stands for -> the user's
+_LEGACY_PLACES = ((re.compile(r"^/tags/(\d+)/content(?:/json_schema)?(?=/|$)"), r"/structures/\1/schema"),
+                  (re.compile(r"^/tags(?=/|$)"), "/structures"))
+
+
+def _legacy_pointer(pointer: str) -> str:
+    """The place in a legacy ``structures``/``triggers`` spec that ``pointer``
+    (into the ``triggered_tags`` it stands for) names."""
+    for pattern, repl in _LEGACY_PLACES:
+        new = pattern.sub(repl, pointer, count=1)
+        if new != pointer:
+            return new
+    return pointer
 
 
 def compile_structural_tag(spec, vocab, *, compiler=None, **options):
