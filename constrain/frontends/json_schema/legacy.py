@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from constrain.errors import SchemaError
+from constrain.errors import ConstraintError
 
 if TYPE_CHECKING:
     from constrain.frontends.json_schema.document import Document
@@ -66,8 +66,8 @@ def excluding_holders(doc: Document, everywhere: bool = False) -> frozenset:
     something below it: an over-approximation, which can only read more of the
     document as ``jsonschema`` does.
 
-    A ``$ref`` that does not resolve is skipped here: the translation reports
-    it where it reads it."""
+    A ``$ref`` that does not resolve (or a view past the dynamic scopes'
+    limit) is skipped here: the translation reports it where it reads it."""
     roots = [(doc.root, "")] + [(d, f"@{i}") for i, (_, d) in enumerate(doc.externals)]
     seen: set[int] = set()
     work: list = []
@@ -102,8 +102,8 @@ def excluding_holders(doc: Document, everywhere: bool = False) -> frozenset:
                     continue
                 try:
                     target = doc.real_pointer(doc.resolve_ref(ref, f"{ptr}/{key}"))
-                except SchemaError:
-                    continue
+                except (ConstraintError, ValueError):
+                    continue  # reported where the translation reads it
                 reach(doc.raw_node(target), target)
                 if key == "$dynamicRef" and not anchors_done:
                     anchors_done = True
