@@ -160,7 +160,7 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
     from constrain.compiler import compile_json_schema
 
     def build():
-        constraint = compile_json_schema(type_schema(tp, closed=closed), vocab, **options)
+        constraint = _compile_merging_sets(type_schema(tp, closed=closed), vocab, options)
         constraint.output_type = OutputType(tp, closed)
         return constraint
 
@@ -170,6 +170,37 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
     except TypeError:  # an unhashable type or option value: not cached
         return build()
     return _COMPILED.get_or_build(key, build)
+
+
+def _compile_merging_sets(schema: dict, vocab, options: dict):
+    """:func:`constrain.compile_json_schema` of a type's ``schema``, less each
+    ``uniqueItems`` it cannot enforce. Pydantic writes ``uniqueItems: true``
+    for ``set`` and ``frozenset`` but does not validate it: it merges the
+    duplicates (``[1, 1]`` is ``{1}``, strict mode too). Trellis enforces it
+    over items from a few values only, and refused every type with a
+    ``set[str]`` field; without it, each output still validates as the type."""
+    from constrain.compiler import compile_json_schema
+    from constrain.errors import UnsupportedSchemaError
+    from constrain.frontends.json_schema.document import _unescape_token
+
+    copied = False
+    while True:
+        try:
+            return compile_json_schema(schema, vocab, **options)
+        except UnsupportedSchemaError as e:
+            if not e.pointer.endswith("/uniqueItems"):
+                raise
+            if not copied:
+                schema, copied = copy.deepcopy(schema), True
+            node = schema
+            try:
+                for tok in e.pointer.split("/")[1:-1]:
+                    tok = _unescape_token(tok)
+                    node = node[int(tok)] if isinstance(node, list) else node[tok]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise e from None
+            if not isinstance(node, dict) or node.pop("uniqueItems", None) is not True:
+                raise
 
 
 def parse_output(constraint, text: str | bytes):
