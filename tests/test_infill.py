@@ -426,6 +426,29 @@ def test_grammar_errors():
         can_complete("start: A \"b\"\nA: /a*/", ["b"])
 
 
+def test_bad_segments_and_holes_are_typed_errors():
+    """Hole(None) was a bare TypeError from a comparison and Hole(1.5) built a
+    hole; a token id past the vocabulary was an IndexError and a negative one
+    read the vocabulary from its end; a lone surrogate was UnicodeEncodeError;
+    an int segment said a token run needs vocab=."""
+    vocab = Vocabulary.from_tokens([b"a", b"b", b"c", b"<eos>"], eos_token_ids=[3])
+    g = 'start: "a" B "c"\nB: /b+/'
+    for bounds in ((None,), (1.5,), (True,), (-1,), (2, 1)):
+        with pytest.raises(ValueError, match="hole"):
+            Hole(*bounds)
+    assert Hole(np.int64(1), np.int64(2)).max_tokens == 2
+    for check in (lambda segs: can_complete(g, segs, vocab=vocab),
+                  lambda segs: can_complete_regex(compile_regex("ab+c", vocab), segs)):
+        with pytest.raises(TypeError, match="segment 1: .* not int"):
+            check(["a", 5])
+        with pytest.raises(ValueError, match="lone surrogate"):
+            check(["a\ud800"])
+        for ids in ([99], [-1]):
+            with pytest.raises(ValueError):
+                check([ids])
+        assert check([[0], Hole(1), [2]]) and not check([[0], [2]])
+
+
 def test_terminals_are_what_lark_matches():
     """A terminal is what Lark's Earley dynamic lexer matches: ``re.match``'s
     leftmost-first match and its prefixes, so ``/12|120/`` never matches

@@ -27,8 +27,34 @@ class Hole:
     max_tokens: int | None = None
 
     def __post_init__(self):
-        if self.min_tokens < 0 or (self.max_tokens is not None and self.max_tokens < self.min_tokens):
-            raise ValueError(f"bad hole bounds: {self.min_tokens}..{self.max_tokens}")
+        lo, hi = self.min_tokens, self.max_tokens
+        # a bool or a float is no count (Hole(None) raised a bare TypeError from
+        # the comparison, Hole(1.5) built a hole no loop could unroll)
+        if not (_is_count(lo) and (hi is None or _is_count(hi))):
+            raise ValueError(f"a hole's bounds are counts of units (integers >= 0, max_tokens "
+                             f"also None), not {lo!r}..{hi!r}")
+        if hi is not None and hi < lo:
+            raise ValueError(f"bad hole bounds: {lo}..{hi} (max_tokens below min_tokens)")
+
+
+def text_bytes(k: int, text: str) -> bytes:
+    """The UTF-8 bytes of segment ``k``'s ``text``; ``ValueError`` for a lone
+    surrogate, which no bytes spell (it was ``UnicodeEncodeError``)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"segment {k}: the text has a lone surrogate at character "
+                         f"{e.start}, which no UTF-8 bytes spell") from None
+
+
+def bad_segment(k: int, seg) -> TypeError:
+    """The error for segment ``k`` of a type no partial output has."""
+    return TypeError(f"segment {k}: a partial output's segments are text (str), bytes, "
+                     f"token id lists and Holes, not {type(seg).__name__}")
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
 
 
 class PartialOutput:
@@ -174,16 +200,18 @@ def partial_output(segments: Sequence, vocab=None, *,
 
     Raises:
         GrammarTooComplexError: more than ``max_states`` states.
-        ValueError: a token run or a token hole without ``vocab``.
+        ValueError: a token run without ``vocab``, a token id outside it, or
+            text with a lone surrogate (no bytes spell it).
+        TypeError: a segment of another type.
     """
     nb = _NFABuilder(max_states)
     tokens = None
     if vocab is not None:
         tokens = [bytes(vocab.tokens[i]) for i in range(len(vocab)) if vocab.grammar_token_list[i]]
     start = cur = nb.new()
-    for seg in segments:
+    for k, seg in enumerate(segments):
         if isinstance(seg, str):
-            cur = nb.chain(cur, seg.encode("utf-8"))
+            cur = nb.chain(cur, text_bytes(k, seg))
         elif isinstance(seg, (bytes, bytearray)):
             cur = nb.chain(cur, bytes(seg))
         elif isinstance(seg, Hole):
@@ -206,11 +234,20 @@ def partial_output(segments: Sequence, vocab=None, *,
                 for e in ends:
                     nb.eps[e].append(join)
                 cur = join
-        else:
+        elif isinstance(seg, (list, tuple, np.ndarray)):
             if vocab is None:
-                raise ValueError("a token run needs vocab=")
+                raise ValueError(f"segment {k}: a token run needs vocab=")
+            n = len(vocab)
             for t in seg:
+                # a negative id read the vocabulary from its end, one past it
+                # was an IndexError
+                if not (isinstance(t, (int, np.integer)) and not isinstance(t, bool)
+                        and 0 <= t < n):
+                    raise ValueError(f"segment {k}: token id {t!r} is not one of the "
+                                     f"vocabulary's 0..{n - 1}")
                 cur = nb.chain(cur, vocab.tokens[int(t)])
+        else:
+            raise bad_segment(k, seg)
     P = nb.finish(start, cur)
     return _minimize(P, max_states) if minimize else P
 

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from constrain.analysis.partial_output import Hole
+from constrain.analysis.partial_output import Hole, bad_segment, text_bytes
 from constrain.automata.byte_dfa import DEAD
 
 
@@ -39,11 +39,13 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
             nxt.update(np.unique(nexts).tolist())
         return nxt
 
-    for seg in segments:
+    for k, seg in enumerate(segments):
+        if not isinstance(seg, (str, bytes, bytearray, Hole, list, tuple, np.ndarray)):
+            raise bad_segment(k, seg)
         if not cur:
             return False
         if isinstance(seg, (str, bytes, bytearray)):
-            data = seg.encode("utf-8") if isinstance(seg, str) else bytes(seg)
+            data = text_bytes(k, seg) if isinstance(seg, str) else bytes(seg)
             cur = {q for q in (dfa.walk(data, q) for q in cur) if q != DEAD}
         elif isinstance(seg, Hole):
             for _ in range(seg.min_tokens):
