@@ -43,6 +43,21 @@ def test_check_arithmetic(text, expected):
     assert check_arithmetic(text) == expected
 
 
+def test_check_arithmetic_on_degenerate_output():
+    """A model that repeats ``1+`` wrote claims whose scan was quadratic (16,000
+    terms: 28 s) and whose evaluation recursed past Python's limit (1,000
+    terms: RecursionError out of the PRM, ending the search). A left side of
+    more than MAX_CLAIM_CHARS is no claim; the claims around it still count."""
+    from search.reasoning.prm import MAX_CLAIM_CHARS
+
+    chain = "+".join(["1"] * 16_000)
+    assert check_arithmetic(chain + " is a lot") == (0, 0)
+    assert check_arithmetic("2 + 2 = 4, " + chain + " = 16000, 3 * 3 = 10") == (1, 1)
+    assert check_arithmetic("<<" + "+".join(["1"] * 5000) + "=5000>>") == (0, 0)
+    short = "+".join(["1"] * (MAX_CLAIM_CHARS // 2 - 1))
+    assert check_arithmetic(short + f" = {MAX_CLAIM_CHARS // 2 - 1}") == (1, 0)
+
+
 def test_arithmetic_prm_is_cumulative():
     prm = ArithmeticCheckerPRM(wrong_score=0.05, neutral_score=0.5)
     steps = ["Let's think.", "4 * 5 = 20", "20 + 1 = 22", "So the answer is 22.", "#### 22"]

@@ -288,20 +288,46 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
 _NUMBER = r"\$?\d[\d,]*(?:\.\d+)?%?"
 _CALC_RE = re.compile(r"<<([^<>=]+)=([^<>=]+)>>")
 _OPERAND = r"\(*\s*-?" + _NUMBER + r"\s*\)*"
-_PROSE_RE = re.compile(
-    r"(?<![\w.,])(" + _OPERAND + r"(?:\s*[-+*/×x÷]\s*" + _OPERAND + r")+)\s*=\s*(-?\$?\d[\d,]*(?:\.\d+)?)(?![\d])"
-)
+#: a prose claim's ``= result``, and its left side ending right before it
+_RESULT_RE = re.compile(r"=\s*(-?\$?\d[\d,]*(?:\.\d+)?)(?![\d])")
+_LHS_RE = re.compile(
+    r"(?<![\w.,])(" + _OPERAND + r"(?:\s*[-+*/×x÷]\s*" + _OPERAND + r")+)\s*\Z")
+#: the longest left side of a claim looked at (characters): a scan of every
+#: start position to the end of a long chain was quadratic (a 16,000-term
+#: ``1+1+...`` took 28 s), and evaluating one recursed past Python's limit
+MAX_CLAIM_CHARS = 200
+
+
+def _prose_claims(text: str) -> list[tuple[str, str]]:
+    """``(expression, result)`` of each ``a op b [op c ...] = result`` in
+    ``text``, left to right, not overlapping; a left side of more than
+    :data:`MAX_CLAIM_CHARS` characters is no claim (it was a suffix of one)."""
+    out = []
+    done = 0
+    for m in _RESULT_RE.finditer(text):
+        eq = m.start()
+        if eq < done:
+            continue
+        lo = max(done, eq - MAX_CLAIM_CHARS)
+        lhs = _LHS_RE.search(text, lo, eq)
+        if lhs is None or (lhs.start() == lo and lo > done and lo > 0):
+            continue
+        out.append((lhs.group(1), m.group(1)))
+        done = m.end()
+    return out
 
 
 def _eval_expr(expr: str) -> float | None:
     """The value of an arithmetic expression of numbers, + - * / (also × x ÷),
     parentheses and percentages; ``None`` if it is anything else."""
+    if len(expr) > 4 * MAX_CLAIM_CHARS:
+        return None  # a calculator annotation past any real claim's size
     e = expr.replace("×", "*").replace("÷", "/").replace("$", "").replace(",", "")
     e = re.sub(r"(?<=[\d)\s])x(?=[\s\d(])", "*", e)
     e = re.sub(r"(\d+(?:\.\d+)?)%", r"(\1/100)", e)
     try:
         tree = ast.parse(e.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         return None
 
     def ev(n):
@@ -318,7 +344,7 @@ def _eval_expr(expr: str) -> float | None:
 
     try:
         v = ev(tree)
-    except (ValueError, ZeroDivisionError, OverflowError):
+    except (ValueError, ZeroDivisionError, OverflowError, RecursionError):
         return None
     return v if math.isfinite(v) else None
 
@@ -352,7 +378,7 @@ def check_arithmetic(text: str) -> tuple[int, int]:
     Claims that do not parse are ignored. Reference: the ``<<expr=result>>``
     calculator annotations of GSM8K (Cobbe et al., 2021)."""
     correct = wrong = 0
-    claims = _CALC_RE.findall(text) + _PROSE_RE.findall(_CALC_RE.sub(" ", text))
+    claims = _CALC_RE.findall(text) + _prose_claims(_CALC_RE.sub(" ", text))
     for lhs, rhs in claims:
         v, w = _eval_expr(lhs), _parse_number(rhs)
         if v is None or w is None:
