@@ -1217,6 +1217,25 @@ def test_older_keywords_without_a_draft_never_loosen(schema, texts):
         assert accepts(p, spelled) == v.is_valid(value), text
 
 
+def test_a_resource_is_read_under_its_own_draft():
+    """jsonschema reads each document of ``resources`` under its own
+    ``$schema``: keywords that draft lacks assert nothing there (draft 7 has
+    no ``dependentRequired``). They were enforced: under ``not``, ``{"a": 1}``
+    was admitted, which jsonschema refuses."""
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    uri = "https://example.com/e.json"
+    ext = {"$schema": D7, "type": "object", "dependentRequired": {"a": ["b"]}}
+    registry = Registry().with_resources([(uri, Resource.from_contents(
+        ext, default_specification=DRAFT202012))])
+    for root in ({"$ref": uri}, {"not": {"$ref": uri}}):
+        v = jsonschema.Draft202012Validator(root, registry=registry)
+        p = parser_for(root, resources={uri: ext})
+        for text in ('{"a":1}', '{"a":1,"b":2}', "1"):
+            assert accepts(p, text) == v.is_valid(json.loads(text)), (root, text)
+
+
 def test_older_keywords_without_a_draft_still_assert_where_stricter():
     """Where the subschema must match, draft 7's reading is kept (stricter than
     jsonschema's 2020-12, the documented side)."""

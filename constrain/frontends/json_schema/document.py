@@ -177,8 +177,15 @@ class Document:
         #: keywords the root document's meta-schema does not assert (a custom
         #: meta-schema in resources whose $vocabulary leaves out validation)
         self._unasserted = _unasserted_keywords(root, self.externals)
-        for i, (_, doc) in enumerate(self.externals):
-            check_schema(doc, f"@{i}", draft=draft_of(doc))
+        externals = list(self.externals)
+        for i, (uri, doc) in enumerate(externals):
+            # jsonschema reads each resource under its own $schema: the
+            # keywords that draft lacks assert nothing there either
+            lacks = keywords_not_in(declared_draft(doc))
+            held = check_schema(doc, f"@{i}", draft=draft_of(doc), strip=lacks)
+            if held:
+                externals[i] = (uri, without_keywords(doc, held, lacks))
+        self.externals = tuple(externals)
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
         #: the pointers ``@n<k>``
         self.generated: list = []
