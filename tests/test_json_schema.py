@@ -1226,10 +1226,13 @@ def test_a_resource_is_read_under_its_own_draft():
     from referencing.jsonschema import DRAFT202012
 
     uri = "https://example.com/e.json"
-    ext = {"$schema": D7, "type": "object", "dependentRequired": {"a": ["b"]}}
+    ext = {"$schema": D7, "type": "object", "dependentRequired": {"a": ["b"]},
+           "$defs": {"d": {"type": "object", "dependentRequired": {"a": ["b"]}}}}
     registry = Registry().with_resources([(uri, Resource.from_contents(
         ext, default_specification=DRAFT202012))])
-    for root in ({"$ref": uri}, {"not": {"$ref": uri}}):
+    # entered below its root, a document is read under the referring one's draft
+    for root in ({"$ref": uri}, {"not": {"$ref": uri}}, {"$ref": uri + "#/$defs/d"},
+                 {"not": {"$ref": uri + "#/$defs/d"}}):
         v = jsonschema.Draft202012Validator(root, registry=registry)
         p = parser_for(root, resources={uri: ext})
         for text in ('{"a":1}', '{"a":1,"b":2}', "1"):

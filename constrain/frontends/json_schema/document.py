@@ -12,7 +12,7 @@ from constrain.errors import SchemaError, SchemaTooComplexError, UnsupportedSche
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.dialect import declared_draft, draft_of, keywords_not_in
 from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
-from constrain.frontends.json_schema.legacy import LEGACY, excluding_holders
+from constrain.frontends.json_schema.legacy import LEGACY, documents_entered_below_root, excluding_holders
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
 
@@ -177,15 +177,12 @@ class Document:
         #: keywords the root document's meta-schema does not assert (a custom
         #: meta-schema in resources whose $vocabulary leaves out validation)
         self._unasserted = _unasserted_keywords(root, self.externals)
-        externals = list(self.externals)
-        for i, (uri, doc) in enumerate(externals):
-            # jsonschema reads each resource under its own $schema: the
-            # keywords that draft lacks assert nothing there either
+        #: per document of resources: the keywords its declared draft lacks and
+        #: the schemas that hold one (see _strip_externals)
+        lacking = []
+        for i, (_, doc) in enumerate(self.externals):
             lacks = keywords_not_in(declared_draft(doc))
-            held = check_schema(doc, f"@{i}", draft=draft_of(doc), strip=lacks)
-            if held:
-                externals[i] = (uri, without_keywords(doc, held, lacks))
-        self.externals = tuple(externals)
+            lacking.append((lacks, check_schema(doc, f"@{i}", draft=draft_of(doc), strip=lacks)))
         #: schemas the translator wrote (complements, see :mod:`.negation`), at
         #: the pointers ``@n<k>``
         self.generated: list = []
@@ -198,12 +195,38 @@ class Document:
         self.ref_ignores_siblings = self.draft in (3, 4, 6, 7)
         self._validator = None
         self._validator_errors: tuple = ()
+        if any(held for _, held in lacking):
+            self._strip_externals(lacking)
         if holders and noted or any(declared_draft(d) is None for _, d in self.externals):
             hidden = excluding_holders(self, everywhere=self.has_unevaluated)
             # the nodes read on the way (resolving $ref) are read again, now
             # without the keywords hidden there
             self._nodes.clear()
             self._legacy_hidden = hidden
+
+    def _strip_externals(self, lacking: list) -> None:
+        """Remove from each document of ``resources`` the keywords its declared
+        draft lacks (``lacking``: per document, those keywords and the schemas
+        holding one), where ``jsonschema`` never reads them: it reads a
+        document entered at its root under the document's own ``$schema``,
+        but one entered below its root (``other.json#/$defs/a``) under the
+        draft of the document the reference is in. A document some other
+        document enters below its root keeps them, as the root's draft reads
+        them (they are checked then, as everything else)."""
+        entered_below = documents_entered_below_root(self)
+        externals = list(self.externals)
+        for i, (lacks, held) in enumerate(lacking):
+            if not held:
+                continue
+            uri, doc = externals[i]
+            if i in entered_below:
+                check_schema(doc, f"@{i}", draft=draft_of(doc))
+            else:
+                externals[i] = (uri, without_keywords(doc, held, lacks))
+        self.externals = tuple(externals)
+        # resolving the references read nodes and indexed the documents
+        self._nodes.clear()
+        self._ids = None
 
     def node(self, ref: NodeRef):
         """The schema a reference stands for (a ``dict`` or a ``bool``).

@@ -112,3 +112,33 @@ def excluding_holders(doc: Document, everywhere: bool = False) -> frozenset:
         for _, child, cptr in _children(node, ptr):
             reach(child, cptr)
     return frozenset(holders)
+
+
+def documents_entered_below_root(doc: Document) -> set[int]:
+    """The indices of the documents of ``resources`` that a ``$ref`` in another
+    document (the root or another resource) enters below their root (a
+    fragment, an anchor, an embedded ``$id``), or that any ``$dynamicRef`` may
+    enter (every one that has a ``$dynamicAnchor``): ``jsonschema`` reads such
+    a part under the draft of the document the reference is in, not its own."""
+    out: set[int] = set()
+    stack = [(doc.root, "")] + [(d, f"@{i}") for i, (_, d) in enumerate(doc.externals)]
+    dynamic = False
+    while stack:
+        node, ptr = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                try:
+                    target = doc.real_pointer(doc.resolve_ref(ref, f"{ptr}/$ref"))
+                except (ConstraintError, ValueError):
+                    target = ""  # reported where the translation reads it
+                head, sep, _ = target.partition("/")
+                if sep and head.startswith("@") and head[1:].isdigit() \
+                        and head != ptr.partition("/")[0]:
+                    out.add(int(head[1:]))
+            dynamic = dynamic or isinstance(node.get("$dynamicRef"), str)
+        stack.extend((child, cptr) for _, child, cptr in _children(node, ptr))
+    if dynamic:
+        out.update(int(p.partition("/")[0][1:]) for p in doc.dynamic_anchors()
+                   if p.startswith("@") and p.partition("/")[0][1:].isdigit())
+    return out
