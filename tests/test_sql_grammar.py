@@ -657,6 +657,10 @@ def test_bad_schemas(tmp_path):
         ({"t": ["a", ""]}, "non-empty"),
         ({"": ["a"]}, "non-empty"),
         (42, "schema must be"),
+        # no SQLite database has these (it folds ASCII case)
+        ({"T": ["a"], "t": ["b"]}, "table 'T' is named twice"),
+        ({"t": ["a", "A"]}, "column 'a' twice"),
+        ({"t": ["a", "a"]}, "column 'a' twice"),
     ]
     for schema, message in cases:
         with pytest.raises(SqlSchemaError, match=message):

@@ -318,7 +318,18 @@ def load_schema(schema) -> dict[str, list[str]]:
             if bad:
                 raise SqlSchemaError(
                     f"column names of table {table!r} must be non-empty strings, got {bad[0]!r}")
+            # SQLite compares names with ASCII case folded: no database has two
+            # such tables, or two such columns in one table, so the grammar's
+            # guarantee ("every sentence prepares there") would hold for none
+            same = _first_fold_clash(columns)
+            if same is not None:
+                raise SqlSchemaError(f"table {table!r} names the column {same[0]!r} twice "
+                                     f"(as {same[1]!r}; SQLite folds ASCII case)")
             tables[table] = columns
+        same = _first_fold_clash(list(tables))
+        if same is not None:
+            raise SqlSchemaError(f"the table {same[0]!r} is named twice (as {same[1]!r}; "
+                                 f"SQLite folds ASCII case)")
     elif isinstance(schema, sqlite3.Connection):
         tables = _read_database(schema, "the given connection")
     elif isinstance(schema, (str, os.PathLike)):
@@ -346,6 +357,17 @@ def load_schema(schema) -> dict[str, list[str]]:
     if empty:
         raise SqlSchemaError(f"table {empty[0]!r} has no columns")
     return tables
+
+
+def _first_fold_clash(names: list[str]) -> tuple[str, str] | None:
+    """The first two of ``names`` that SQLite reads as one name, or ``None``."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = _fold(name)
+        if key in seen:
+            return seen[key], name
+        seen[key] = name
+    return None
 
 
 def _uri_path(path: str) -> str:
