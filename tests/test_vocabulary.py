@@ -551,3 +551,15 @@ def test_public_methods_have_docstrings():
         func = member.fget if isinstance(member, property) else getattr(member, "__func__", member)
         if callable(func) or isinstance(member, property):
             assert inspect.getdoc(func), f"Vocabulary.{name} has no docstring"
+
+
+@pytest.mark.parametrize("ids", ["12", 1, [True], [1.0], [np.float32(1)]])
+def test_token_id_arguments_are_ids(ids):
+    """A string of digits was read as its characters' ids ("12": EOS 1 and 2),
+    and a bool or a float as an id; each is a VocabularyError now (numpy
+    integers stay ids)."""
+    with pytest.raises(VocabularyError, match="ids must be|not an integer"):
+        Vocabulary.from_tokens([b"a", b"b", b"c"], eos_token_ids=ids)
+    with pytest.raises(VocabularyError, match="ids must be|not an integer"):
+        Vocabulary.from_tokens([b"a", b"b", b"c"], eos_token_ids=[0], special_token_ids=ids)
+    assert Vocabulary.from_tokens([b"a", b"b", b"c"], eos_token_ids=np.array([2])).eos_token_ids == (2,)

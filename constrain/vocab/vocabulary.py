@@ -52,6 +52,21 @@ _LIVE: "weakref.WeakValueDictionary[str, Vocabulary]" = weakref.WeakValueDiction
 _LIVE_LOCK = threading.Lock()
 
 
+
+def _token_ids(what: str, ids) -> set[int]:
+    """``ids`` (an iterable of token ids) as a set of ints; a string (``"12"``
+    was read as ids 1 and 2), a bool or a float among them is a
+    :class:`VocabularyError`."""
+    if isinstance(ids, (str, bytes, bytearray)) or not isinstance(ids, Iterable):
+        raise VocabularyError(f"{what} ids must be an iterable of token ids, not "
+                              f"{type(ids).__name__} {ids!r}"[:200])
+    out = set()
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise VocabularyError(f"{what} id {i!r} is not an integer token id")
+        out.add(int(i))
+    return out
+
 class Vocabulary:
     """The byte string of every token id of a tokenizer.
 
@@ -78,13 +93,13 @@ class Vocabulary:
         n = len(tokens)
         if n == 0:
             raise VocabularyError("a vocabulary needs at least one token")
-        eos = tuple(sorted({int(i) for i in eos_token_ids}))
+        eos = tuple(sorted(_token_ids("EOS", eos_token_ids)))
         if not eos:
             raise VocabularyError("a vocabulary needs at least one EOS token id")
         for i in eos:
             if not 0 <= i < n:
                 raise VocabularyError(f"EOS id {i} is outside the vocabulary of {n} tokens")
-        special = {int(i) for i in special_token_ids}
+        special = _token_ids("special token", special_token_ids)
         for i in special:
             if not 0 <= i < n:
                 raise VocabularyError(f"special token id {i} is outside the vocabulary of {n} tokens")
