@@ -528,3 +528,24 @@ def test_resample_is_unbiased(scheme):
         counts += np.bincount(resample(w, 7, rng, scheme), minlength=5)
     assert counts[1] == counts[4] == 0
     np.testing.assert_allclose(counts / 2000, 7 * w, atol=0.06)
+
+
+@pytest.mark.parametrize("eos", ["12", [True], [1.5]])
+def test_eos_id_arguments_are_ids(eos):
+    """A string of digits was read as its characters ("12": EOS 1 and 2), a
+    bool or a float as an id: awrs_step, AWRS, CallableLM and the Hugging
+    Face processor refuse them."""
+    from constrain.engines.hf import LogitsProcessor
+    from constrain.errors import VocabularyError
+
+    vocab = letters_vocab(2)
+    c = compile_regex("a", vocab)
+    row = np.log([0.5, 0.25, 0.25])
+    with pytest.raises(ValueError, match="EOS"):
+        search.awrs_step(row, c, c.initial_state(), np.random.default_rng(0), eos_token_ids=eos)
+    with pytest.raises(ValueError, match="EOS"):
+        search.AWRS(None, c, 0, eos_token_ids=eos)
+    with pytest.raises(ValueError, match="EOS"):
+        search.CallableLM(lambda p: row, 3, eos)
+    with pytest.raises(VocabularyError, match="EOS"):
+        LogitsProcessor(c, eos_token_ids=eos)

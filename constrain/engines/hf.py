@@ -52,7 +52,10 @@ class LogitsProcessor(_Base):
     def __init__(self, grammar, pad_token_id: int | None = None, eos_token_ids: Iterable[int] | None = None):
         self.grammar = grammar
         self.vocab_size = len(grammar.vocab)
-        ends = set(grammar.vocab.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        from constrain.vocab.vocabulary import _token_ids
+
+        ends = set(grammar.vocab.eos_token_ids) if eos_token_ids is None \
+            else _token_ids("EOS", eos_token_ids)
         if pad_token_id is not None:
             ends.add(int(pad_token_id))
         self.end_token_ids = sorted(int(i) for i in ends if 0 <= int(i) < self.vocab_size)

@@ -42,6 +42,8 @@ from typing import Callable, Iterable, NamedTuple
 
 import numpy as np
 
+from search.lm.protocol import _eos_tuple
+
 __all__ = ["AWRS", "AWRSStep", "awrs_step"]
 
 #: tokens of the order found by repeated ``argmax`` (the walk almost always stops within
@@ -212,7 +214,7 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
                               f"{n_tokens} tokens of the constraint's vocabulary")
     if eos_token_ids is None:
         eos_token_ids = constraint.vocab.eos_token_ids
-    eos = frozenset(int(e) for e in eos_token_ids)
+    eos = frozenset(_eos_tuple(eos_token_ids))
     if constraint.is_terminated(state):
         return AWRSStep(None, state, -math.inf, 0, 0)
     logp, log_total = _log_normalise(row)
@@ -252,7 +254,7 @@ class AWRS:
         self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         if eos_token_ids is None:
             eos_token_ids = self.lm.eos_token_ids if self.lm is not None else constraint.vocab.eos_token_ids
-        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        self.eos_token_ids = _eos_tuple(eos_token_ids)
         self.checks = 0
         self.steps = 0
 

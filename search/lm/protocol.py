@@ -61,11 +61,21 @@ class LM(Protocol):
 
 
 def _eos_tuple(eos) -> tuple[int, ...]:
+    """EOS ids given as one id or an iterable of them, as a sorted tuple; a
+    string (``"12"`` was read as ids 1 and 2), a bool or a float is a
+    ``ValueError``."""
     if eos is None:
         return ()
-    if isinstance(eos, (int, np.integer)):
+    if isinstance(eos, (int, np.integer)) and not isinstance(eos, bool):
         return (int(eos),)
-    return tuple(sorted({int(i) for i in eos}))
+    if isinstance(eos, (str, bytes, bytearray, bool)) or not hasattr(eos, "__iter__"):
+        raise ValueError(f"EOS ids are a token id or an iterable of them, not {eos!r}"[:200])
+    out = set()
+    for i in eos:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise ValueError(f"EOS id {i!r} is not an integer token id")
+        out.add(int(i))
+    return tuple(sorted(out))
 
 
 class CallableLM:
