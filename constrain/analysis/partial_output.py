@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from constrain.errors import GrammarTooComplexError
+from constrain.errors import GrammarTooComplexError, as_index
 
 #: Default largest partial-output automaton (states) before GrammarTooComplexError.
 DEFAULT_MAX_STATES = 4000
@@ -54,7 +54,10 @@ def bad_segment(k: int, seg) -> TypeError:
 
 
 def _is_count(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0
+    try:
+        return as_index(x, TypeError) >= 0
+    except TypeError:
+        return False
 
 
 class PartialOutput:
@@ -241,11 +244,12 @@ def partial_output(segments: Sequence, vocab=None, *,
             for t in seg:
                 # a negative id read the vocabulary from its end, one past it
                 # was an IndexError
-                if not (isinstance(t, (int, np.integer)) and not isinstance(t, bool)
-                        and 0 <= t < n):
-                    raise ValueError(f"segment {k}: token id {t!r} is not one of the "
-                                     f"vocabulary's 0..{n - 1}")
-                cur = nb.chain(cur, vocab.tokens[int(t)])
+                bad = lambda: ValueError(f"segment {k}: token id {t!r} is not one of the "  # noqa: E731
+                                         f"vocabulary's 0..{n - 1}")
+                i = as_index(t, bad)
+                if not 0 <= i < n:
+                    raise bad()
+                cur = nb.chain(cur, vocab.tokens[i])
         else:
             raise bad_segment(k, seg)
     P = nb.finish(start, cur)

@@ -381,10 +381,8 @@ def _terminal_part(rt: _RawTerminal, text: str, deadline, max_repeat: int) -> st
         node = parse_regex(part, max_repeat=max_repeat).body
     except RegexTooLargeError as e:
         # a limit the caller can raise, not a construct Trellis lacks
-        e2 = GrammarTooComplexError(f"terminal {rt.name}: {e.msg} (pattern {regexp[:80]!r}) "
-                                    f"(line {where[0]}, column {where[1]})")
-        e2.line, e2.column = where
-        raise e2 from None
+        raise _too_complex(f"terminal {rt.name}: {e.msg} (pattern {regexp[:80]!r})", *where) \
+            from None
     except RegexError as e:
         try:
             parse_regex(inner, max_repeat=max_repeat)

@@ -428,10 +428,11 @@ def _load_grammar(text: str):
     return load_gbnf_grammar(text) if looks_like_gbnf(text) else load_lark_grammar(text)
 
 
-def _format_of(spec) -> tuple[object, tuple]:
-    """The format object of a spec and its path: ``{"type": "structural_tag",
-    "format": ...}``, the legacy ``structures``/``triggers`` form (as the
-    ``triggered_tags`` it stands for), or a bare format."""
+def _format_of(spec) -> tuple[object, tuple, bool]:
+    """The format object of a spec, its path, and whether the spec is the
+    legacy ``structures``/``triggers`` form (read as the ``triggered_tags`` it
+    stands for); else ``{"type": "structural_tag", "format": ...}`` or a bare
+    format."""
     from constrain.frontends.response_format import load_request
 
     spec = load_request(spec, "structural tag", StructuralTagError)
@@ -439,9 +440,9 @@ def _format_of(spec) -> tuple[object, tuple]:
         raise StructuralTagError(f"a structural tag is a JSON object, not {type(spec).__name__}",
                                  "")
     if spec.get("type") != "structural_tag":
-        return spec, ()
+        return spec, (), False
     if "format" in spec:
-        return spec["format"], ("format",)
+        return spec["format"], ("format",), False
     if "structures" in spec:
         structures, triggers = spec.get("structures"), spec.get("triggers")
         if not isinstance(structures, list) or not isinstance(triggers, list):
@@ -453,7 +454,7 @@ def _format_of(spec) -> tuple[object, tuple]:
                                          _ptr(("structures", i)))
             tags.append({"type": "tag", "begin": s["begin"], "end": s["end"],
                          "content": {"type": "json_schema", "json_schema": s["schema"]}})
-        return {"type": "triggered_tags", "triggers": triggers, "tags": tags}, ()
+        return {"type": "triggered_tags", "triggers": triggers, "tags": tags}, (), True
     raise StructuralTagError("a structural_tag needs 'format'", "")
 
 
@@ -465,17 +466,15 @@ def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
     ``regex`` is compiled on the way, so that its errors name its format."""
     from constrain.automata.deadline import Deadline
 
-    node, path = _format_of(spec)
+    node, path, legacy = _format_of(spec)
     t = _Translator(schema_options, Deadline.after(time_budget) if time_budget else None,
                     alphabet)
-    if node is spec or not isinstance(spec, dict) or "structures" not in spec or "format" in spec:
-        return t.g.build(t.format(node, path, ()))
     try:
         return t.g.build(t.format(node, path, ()))
     except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         # the legacy form is read as the triggered_tags it stands for: its
         # errors name the user's structures
-        where = _legacy_pointer(e.pointer)
+        where = _legacy_pointer(e.pointer) if legacy else e.pointer
         if where == e.pointer:
             raise
         raise type(e)(e.msg, where) from None

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-from constrain.errors import VocabularyError
+from constrain.errors import VocabularyError, as_index
 
 __all__ = ["Vocabulary"]
 
@@ -60,12 +60,8 @@ def _token_ids(what: str, ids) -> set[int]:
     if isinstance(ids, (str, bytes, bytearray)) or not isinstance(ids, Iterable):
         raise VocabularyError(f"{what} ids must be an iterable of token ids, not "
                               f"{type(ids).__name__} {ids!r}"[:200])
-    out = set()
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise VocabularyError(f"{what} id {i!r} is not an integer token id")
-        out.add(int(i))
-    return out
+    return {as_index(i, lambda: VocabularyError(f"{what} id {i!r} is not an integer token id"))
+            for i in ids}
 
 class Vocabulary:
     """The byte string of every token id of a tokenizer.

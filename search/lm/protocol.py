@@ -64,18 +64,16 @@ def _eos_tuple(eos) -> tuple[int, ...]:
     """EOS ids given as one id or an iterable of them, as a sorted tuple; a
     string (``"12"`` was read as ids 1 and 2), a bool or a float is a
     ``ValueError``."""
+    from constrain.errors import as_index
+
     if eos is None:
         return ()
-    if isinstance(eos, (int, np.integer)) and not isinstance(eos, bool):
-        return (int(eos),)
     if isinstance(eos, (str, bytes, bytearray, bool)) or not hasattr(eos, "__iter__"):
-        raise ValueError(f"EOS ids are a token id or an iterable of them, not {eos!r}"[:200])
-    out = set()
-    for i in eos:
-        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise ValueError(f"EOS id {i!r} is not an integer token id")
-        out.add(int(i))
-    return tuple(sorted(out))
+        # one id, or what cannot be one
+        return (as_index(eos, lambda: ValueError(
+            f"EOS ids are a token id or an iterable of them, not {eos!r}"[:200])),)
+    return tuple(sorted({as_index(i, lambda: ValueError(f"EOS id {i!r} is not an integer token id"))
+                         for i in eos}))
 
 
 class CallableLM:

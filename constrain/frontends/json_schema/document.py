@@ -11,13 +11,12 @@ from urllib.parse import quote, unquote, urljoin
 from constrain.errors import SchemaError, SchemaTooComplexError, UnsupportedSchemaError
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.dialect import declared_draft, draft_of, keywords_not_in
-from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, has_type, json_equal
+from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSERTIONS, DATA_KEYWORDS, \
+    has_type, json_equal
 from constrain.frontends.json_schema.legacy import LEGACY, documents_entered_below_root, excluding_holders
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
 from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
 
-# keywords whose values are data, not schemas: no $id inside them counts
-_NOT_SCHEMAS = frozenset(("enum", "const", "default", "examples", "example"))
 _MISSING = object()
 #: the base URI of a document without ``$id`` (RFC 3986 needs one to resolve
 #: relative references against; nothing is ever fetched from it)
@@ -340,7 +339,7 @@ class Document:
                         if key == "$dynamicAnchor":
                             self._dynamic.setdefault((base, v), ptr)
                 for k, v in node.items():
-                    if isinstance(v, (dict, list)) and k not in _NOT_SCHEMAS:
+                    if isinstance(v, (dict, list)) and k not in DATA_KEYWORDS:
                         stack.append((v, base, f"{ptr}/{escape_token(k)}"))
             elif isinstance(node, list):
                 for i, v in enumerate(node):

@@ -25,6 +25,8 @@ OTHER_ASSERTIONS = frozenset({
     "unevaluatedProperties", "$ref", "$dynamicRef", "$recursiveRef", "extends", "disallow",
     "divisibleBy"})
 COMBINATORS = ("allOf", "anyOf", "oneOf", "not")
+#: keywords whose values are JSON data, not schemas (no $id or subschema inside)
+DATA_KEYWORDS = frozenset(("enum", "const", "default", "examples", "example"))
 #: what Document.accepts leaves to jsonschema
 COMBINED_ASSERTIONS = OTHER_ASSERTIONS - frozenset(COMBINATORS)
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from constrain.errors import ConstraintError
+from constrain.frontends.json_schema.keywords import DATA_KEYWORDS
 
 if TYPE_CHECKING:
     from constrain.frontends.json_schema.document import Document
 
 #: the older drafts' keywords that 2020-12 does not have
 LEGACY = frozenset({"dependencies", "additionalItems"})
-#: keywords whose values are data, not schemas
-_DATA = frozenset(("enum", "const", "default", "examples", "example"))
 
 
 def _excluding(node: dict, key: str, value) -> bool:
@@ -49,7 +48,7 @@ def _children(node, ptr: str):
 
     if isinstance(node, dict):
         for k, v in node.items():
-            if k not in _DATA and isinstance(v, (dict, list)):
+            if k not in DATA_KEYWORDS and isinstance(v, (dict, list)):
                 yield k, v, f"{ptr}/{escape_token(k)}"
     elif isinstance(node, list):
         for i, v in enumerate(node):
