@@ -76,10 +76,15 @@ def excluding_holders(doc: Document, everywhere: bool = False) -> frozenset:
             seen.add(id(node))
             work.append((node, ptr))
 
-    # the places that exclude, found from each document's root
+    # the places that exclude, found from each document's root (a dict given
+    # twice in a Python schema, once: a DAG walked as a tree grows exponentially)
     stack = [(node, ptr) for node, ptr in roots]
+    walked: set[int] = set()
     while stack:
         node, ptr = stack.pop()
+        if id(node) in walked:
+            continue
+        walked.add(id(node))
         if everywhere:
             reach(node, ptr)
             continue
@@ -122,8 +127,12 @@ def documents_entered_below_root(doc: Document) -> set[int]:
     out: set[int] = set()
     stack = [(doc.root, "")] + [(d, f"@{i}") for i, (_, d) in enumerate(doc.externals)]
     dynamic = False
+    walked: set[int] = set()  # a dict given twice in a Python schema is walked once
     while stack:
         node, ptr = stack.pop()
+        if id(node) in walked:
+            continue
+        walked.add(id(node))
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str):
