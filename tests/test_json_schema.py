@@ -1277,6 +1277,44 @@ def test_chains_of_refs_and_deep_json_text_are_refused():
         json_schema_to_lark("[" * 100_000 + "]" * 100_000)
 
 
+def test_python_schemas_that_no_json_text_spells_are_refused_at_their_pointer():
+    """A schema given as a Python object may share a dict, hold itself, or hold
+    what JSON cannot (a set, NaN, an int key). These raised a raw TypeError,
+    ValueError or AttributeError, ran out of memory (30 levels of sharing were
+    walked path by path), or (NaN) compiled to a terminal matching the empty
+    text."""
+    import datetime
+
+    from constrain.frontends.json_schema.wellformed import MAX_SCHEMA_VALUES
+
+    loop = {"type": "object"}
+    loop["properties"] = {"a": loop}
+    cycle: list = []
+    cycle.append(cycle)
+    for schema, pointer, message in [
+            ({"enum": [{1, 2}]}, "/enum/0", "a set is no JSON value"),
+            ({"properties": {1: {"type": "string"}}}, "/properties", "key must be a string"),
+            ({"type": "string", "default": datetime.date(2020, 1, 1)}, "/default", "a date"),
+            ({"const": float("nan")}, "/const", "nan is no JSON number"),
+            ({"maximum": float("inf")}, "/maximum", "inf is no JSON number"),
+            ('{"const": NaN}', "", "NaN is no JSON number"),
+            (loop, "/properties/a", "holds itself"),
+            ({"enum": [cycle]}, "/enum/0/0", "holds itself")]:
+        with pytest.raises(SchemaError, match=message) as e:
+            json_schema_to_lark(schema)
+        assert e.value.pointer == pointer, schema
+    shared = {"type": "integer"}
+    for _ in range(30):
+        shared = {"anyOf": [shared, {"type": "object", "properties": {"a": shared}}]}
+    with pytest.raises(SchemaTooComplexError, match=f"{MAX_SCHEMA_VALUES:,} values"):
+        json_schema_to_lark(shared)
+    # sharing itself is fine, and a keyword the draft lacks is gone on every path
+    s = {"type": "object", "dependentRequired": {"a": ["b"]}}
+    schema = {"$schema": D7, "type": "object", "properties": {"x": s, "y": {"not": {"not": s}}}}
+    check(schema, good=['{"x":{"a":1},"y":{"a":1}}'], bad=['{"x":1}'])
+    assert jsonschema.Draft7Validator(schema).is_valid({"x": {"a": 1}, "y": {"a": 1}})
+
+
 def test_draft_4_spells_each_integral_twin_it_validates():
     """In draft 4, enum matches 1 and 1.0 alike and only 1 is an integer: each
     is checked and spelled alone (the schema below was refused as empty)."""

@@ -15,7 +15,7 @@ from constrain.frontends.json_schema.keywords import COMBINATORS, COMBINED_ASSER
     has_type, json_equal
 from constrain.frontends.json_schema.legacy import LEGACY, documents_entered_below_root, excluding_holders
 from constrain.frontends.json_schema.nodes import NodeRef, NotAll, Pointer
-from constrain.frontends.json_schema.wellformed import check_schema, without_keywords
+from constrain.frontends.json_schema.wellformed import check_json_value, check_schema, without_keywords
 
 _MISSING = object()
 #: the base URI of a document without ``$id`` (RFC 3986 needs one to resolve
@@ -59,7 +59,7 @@ def load_schema(schema):
     """
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            return json.loads(schema, parse_constant=_no_constant)
         except json.JSONDecodeError as e:
             raise SchemaError(f"the schema is not valid JSON: {e}", "") from e
         except RecursionError:  # json's own parser, on arrays or objects ~100,000 deep
@@ -71,9 +71,18 @@ def load_schema(schema):
 
         return type_schema(schema, closed=True)
     if isinstance(schema, (dict, bool)):
+        # a Python object may hold what JSON text cannot: sharing, cycles,
+        # sets, NaN (found here, before a pass reads it)
+        check_json_value(schema)
         return schema
     raise SchemaError(f"a schema must be a dict, a bool, a JSON string or a Pydantic model "
                       f"class, not {type(schema).__name__}", "")
+
+
+def _no_constant(name: str):
+    # json.loads reads NaN and Infinity, which are no JSON: ``const: NaN``
+    # equals no value, and was compiled to a terminal matching the empty text
+    raise SchemaError(f"{name} is no JSON number", "")
 
 
 def _load_resources(resources) -> tuple:
