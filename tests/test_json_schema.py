@@ -1315,6 +1315,24 @@ def test_python_schemas_that_no_json_text_spells_are_refused_at_their_pointer():
     assert jsonschema.Draft7Validator(schema).is_valid({"x": {"a": 1}, "y": {"a": 1}})
 
 
+@pytest.mark.parametrize("schema, pointer", [
+    ({"type": "string", "pattern": "^a{12000}$"}, "/pattern"),
+    ({"properties": {"k": {"type": "string", "pattern": "^a{12000}$"}}}, "/properties/k/pattern"),
+    ({"patternProperties": {"^a{12000}$": {}}, "additionalProperties": False},
+     "/patternProperties/^a{12000}$"),
+    ({"type": "object", "propertyNames": {"pattern": "^a{12000}$"}}, "/propertyNames/pattern"),
+])
+def test_a_pattern_past_max_repeat_is_told_at_its_pointer(schema, pointer):
+    """It was told by the generated terminal (``terminal STRING_7: ...``) with an
+    offset into the translated regex, neither of which the user wrote."""
+    vocab = byte_vocabulary()
+    with pytest.raises(SchemaTooComplexError, match="repetition bound 12000.*max_repeat=") as e:
+        compile_json_schema(schema, vocab)
+    assert e.value.pointer == pointer
+    assert "a{12000}" in str(e.value) and "terminal" not in str(e.value)
+    compile_json_schema(schema, vocab, max_repeat=12000)
+
+
 def test_draft_4_spells_each_integral_twin_it_validates():
     """In draft 4, enum matches 1 and 1.0 alike and only 1 is an integer: each
     is checked and spelled alone (the schema below was refused as empty)."""

@@ -143,12 +143,14 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
 
     ``cache``: where the automata are kept across grammars (a compiler's
     ``terminal_automata``: JSON Schemas reuse the same few terminals), keyed by
-    the terminal, its exclusion, the alphabet and ``max_states``; ``None`` builds
-    it afresh."""
+    the terminal, its exclusion, the alphabet and the budgets (with
+    ``max_repeat``: one compile that raised it would have let the next pass a
+    repetition past its own); ``None`` builds it afresh."""
     if cache is not None:
         # an exclusion terminal's pattern is only a stand-in name: two IRs may
         # reuse the name for different exclusions
-        key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states, exclusion)
+        key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states, exclusion,
+               max_repeat)
         hit = cache.get(key)
         if hit is not None:
             return hit or None
@@ -178,7 +180,10 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
         except EmptyLanguageError:
             dfa = False
         except GrammarTooComplexError as e:
-            raise GrammarTooComplexError(f"terminal {term.name}: {e}") from None
+            err = GrammarTooComplexError(f"terminal {term.name}: {e}")
+            # for a front end that knows where the terminal comes from
+            err.terminal, err.detail = term.name, getattr(e, "msg", str(e))
+            raise err from None
         except RegexError as e:
             raise GrammarError(f"terminal {term.name} has a pattern Trellis cannot compile: "
                                f"{e.msg} (pattern {term.pattern[:80]!r}, offset {e.offset})") from None

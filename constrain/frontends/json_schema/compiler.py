@@ -35,7 +35,8 @@ Design (one module per pass):
 from __future__ import annotations
 
 from constrain.automata.deadline import Deadline
-from constrain.errors import EmptySchemaError, SchemaError, SchemaTooComplexError, UnsupportedSchemaError
+from constrain.errors import (EmptySchemaError, GrammarTooComplexError, SchemaError, SchemaTooComplexError,
+                              UnsupportedSchemaError)
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
@@ -181,7 +182,21 @@ def compile_json_schema(schema, vocab, **options):
     ir = to_ir(t.grammar, "start", t.diag)
     t.diag.warn("compile_json_schema")
     left = deadline.remaining()
-    return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
+    try:
+        return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
+    except GrammarTooComplexError as e:
+        raise _at_pattern(t, e) from None
+
+
+def _at_pattern(t: Translation, e: GrammarTooComplexError) -> GrammarTooComplexError:
+    """``e`` told at the user's ``pattern`` whose terminal passed a budget
+    (``max_repeat``: ``a{12000}``), where the translation knows one; else
+    ``e``."""
+    at = t.grammar.pattern_at.get(getattr(e, "terminal", None))
+    if at is None:
+        return e
+    where, pattern = at
+    return SchemaTooComplexError(f"pattern {pattern!r}: {e.detail}", where)
 
 
 def order_instance(schema, instance, *, resources=None):

@@ -203,6 +203,13 @@ class KeyRegions:
         ``declared`` names (``None``: no key, a translation failed, which has
         been reported, or the region's regex would be too large, and its keys
         are left out: the strict side)."""
+        name = self._key(matched, declared)
+        first = min(matched or self._negatives(matched) or (None,), key=lambda i: (i is None, i))
+        if first is not None:
+            self.t.grammar.note_pattern(name, self.where[first], self.patterns[first])
+        return name
+
+    def _key(self, matched: frozenset, declared) -> str | None:
         t = self.t
         g = t.grammar
         pats = self.patterns

@@ -532,8 +532,9 @@ def _names(view: ObjectView, matched: frozenset) -> frozenset:
 
 def _key_strings(t: Translation, where: str):
     """What the ``propertyNames`` schema at ``where`` admits: ``("any",)``,
-    ``("names", values)`` (an enum: its strings), ``("regex", content, conj)``
-    (its one string terminal's content regex, and its conjunction), or
+    ``("names", values)`` (an enum: its strings), ``("regex", content, conj,
+    name)`` (its one string terminal's content regex, its conjunction and the
+    terminal's name), or
     ``None`` (no string, or it cannot be enforced, which has been reported)."""
     g = t.grammar
     dnf = t.norm.flatten(where)
@@ -556,7 +557,7 @@ def _key_strings(t: Translation, where: str):
             or not (regex.startswith('"') and regex.endswith('"')):
         t.diag.unsupported(where, "propertyNames that is not one string terminal")
         return None
-    return ("regex", regex[1:-1], dnf[0])
+    return ("regex", regex[1:-1], dnf[0], syms[0])
 
 
 def _names_regex(t: Translation, where: str) -> str | None:
@@ -596,4 +597,6 @@ def _named_key(t: Translation, where: str, declared) -> str | None:
     if clash is not None:
         t.diag.unsupported(where, f"propertyNames admits the declared property {clash!r}")
         return None
-    return g.terminal('"' + form[1] + '"' + g.key_colon(), "KEY")
+    name = g.terminal('"' + form[1] + '"' + g.key_colon(), "KEY")
+    at = g.pattern_at.get(form[3])
+    return name if at is None else g.note_pattern(name, *at)

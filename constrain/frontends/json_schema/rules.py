@@ -54,6 +54,9 @@ class GrammarBuilder:
         self._terminals: dict[str, str] = {}  # regex -> name
         #: terminal name -> the one string it matches, where known
         self.literal_of: dict[str, str] = {}
+        #: terminal name -> (JSON pointer, pattern) of the user's ``pattern`` it
+        #: spells first (see note_pattern)
+        self.pattern_at: dict[str, tuple[str, str]] = {}
         self._counter = 0
         self._any_value: str | None = None
 
@@ -82,6 +85,15 @@ class GrammarBuilder:
             self.terminal_defs[name] = regex
             if literal is not None and (literal.isascii() or encodable(literal)):
                 self.literal_of[name] = literal
+        return name
+
+    def note_pattern(self, name: str | None, where: str, pattern: str) -> str | None:
+        """Record that terminal ``name`` spells the user's ``pattern`` at the
+        pointer ``where``: a budget its regex passes when it is compiled
+        (``max_repeat``) is then told at that pointer, not by the terminal's
+        generated name. Returns ``name``."""
+        if name is not None:
+            self.pattern_at.setdefault(name, (where, pattern))
         return name
 
     def new_rule(self, hint: str) -> str:

@@ -105,4 +105,7 @@ def string_symbol(t: Translation, conj, excluded=()) -> str | None:
         else:
             rng = "{%d,}" % lo if hi is None else ("{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
             content = JSON_CODEPOINT + rng
-    return t.grammar.terminal('"' + content + '"', "STRING")
+    name = t.grammar.terminal('"' + content + '"', "STRING")
+    if patterns:
+        t.grammar.note_pattern(name, patterns[0][1], patterns[0][0])
+    return name
