@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import warnings
 
 import jsonschema
 import pytest
@@ -21,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from byte_vocab import accepts, byte_vocabulary
-from constrain import GrammarTooComplexError, UnsupportedSchemaError, compile_json_schema, order_instance
+from constrain import (GrammarTooComplexError, UnsupportedSchemaError, compile_json_schema, json_schema_to_lark,
+                       order_instance)
 from grammar_sampling import GrammarSampler
 
 BYTES = byte_vocabulary()
@@ -196,3 +198,18 @@ def test_random_pattern_schemas_are_exact(schema, objects, seed):
         except (ValueError, IndexError, RecursionError):
             break  # an empty language has no sentence
         assert validator.is_valid(json.loads(text)), (schema, text)
+
+
+def test_a_region_left_out_in_part_is_told():
+    """A region whose exact key automaton is too large is cut to a subset or
+    left out (the strict side), which was silent: the user saw keys the
+    schema allows refused with no word why."""
+    schema = {"type": "object", "additionalProperties": False, "patternProperties": {
+        "^[a-z]*a[a-z]{6}$": {"type": "integer"}, "^[a-z]*b[a-z]{6}$": {"type": "string"}}}
+    with pytest.warns(UserWarning, match=r"admits only part of what the schema allows: keys "
+                                         r"matching patternProperties '\^\[a-z\]\*a.* at "
+                                         r"/patternProperties/\^\[a-z\]\*a"):
+        json_schema_to_lark(schema)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        json_schema_to_lark({"type": "object", "patternProperties": {"^a": {"type": "integer"}}})

@@ -22,6 +22,9 @@ class Diagnostics:
         #: the ``format`` keywords left as annotations under ``formats="assert"``:
         #: the user's pointer -> what the warning says of it
         self.formats: dict[str, str] = {}
+        #: where the language is left stricter than the schema without a
+        #: refusal (the documented strict side): the user's pointer -> what
+        self.narrowed: dict[str, str] = {}
         #: the user's JSON pointer of a translation's pointer (the document's
         #: ``user_pointer``, set once it exists: generated schemas such as
         #: complements have pointers ``@n<k>/...`` of their own)
@@ -56,18 +59,29 @@ class Diagnostics:
         where = self.locate(pointer)
         self.formats.setdefault(where, f"{name!r} at {where} ({why})")
 
+    def narrow(self, pointer: str, what: str) -> None:
+        """Record that the language leaves out part of what the schema at
+        ``pointer`` allows (``what``), once per pointer: the strict side,
+        which refuses nothing, but the user is told."""
+        where = self.locate(pointer)
+        self.narrowed.setdefault(where, f"{what} at {where or '/'}")
+
     def where_ignored(self) -> str:
         """The ignored pointers, comma-separated (the root as ``/``)."""
         return ", ".join(p or "/" for p in self.ignored)
 
     def warn(self, caller: str) -> None:
         """One warning (blamed on ``caller``'s caller) listing the keywords a
-        ``strict=False`` translation ignored, and one
+        ``strict=False`` translation ignored, one listing where the language
+        was left stricter (:meth:`narrow`), and one
         (:class:`~constrain.errors.UnenforcedFormatWarning`) listing the formats
         left as annotations."""
         if self.ignored:
             warnings.warn(f"{caller} ignored keywords it cannot enforce at: " + self.where_ignored(),
                           stacklevel=3)
+        if self.narrowed:
+            warnings.warn(f"{caller} admits only part of what the schema allows: "
+                          + "; ".join(self.narrowed.values()), stacklevel=3)
         if self.formats:
             warnings.warn(UnenforcedFormatWarning(
                 f"{caller} leaves these formats as annotations (values are not checked "

@@ -245,6 +245,17 @@ class KeyRegions:
                 dfa = self._product(matched, inline)
                 content = None if dfa is None else to_regex(dfa)
         except GrammarTooComplexError:
+            if matched:
+                where = self.where[min(matched)]
+                which = "keys matching patternProperties " + ", ".join(
+                    repr(pats[i]) for i in sorted(matched))
+                if len(matched) < len(pats):
+                    which += " and not the others"
+            else:  # the keyword itself (each where is one of its members)
+                where = self.where[0].rsplit("/", 1)[0]
+                which = "keys matching none of the patternProperties"
+            t.diag.narrow(where, f"{which}: left out in part or whole (their exact automaton "
+                                 f"is too large)")
             return (self._outside_prefixes(matched, negatives, names)
                     or self._without_required_texts(matched, negatives, names, inline))
         return self._key_terminal(content, names, inline)
