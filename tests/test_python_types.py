@@ -17,7 +17,7 @@ pydantic = pytest.importorskip("pydantic")
 from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
 
 import constrain  # noqa: E402
-from constrain import SchemaError, UnsupportedSchemaError  # noqa: E402
+from constrain import SchemaError, SchemaTooComplexError, UnsupportedSchemaError  # noqa: E402
 from byte_vocab import accepts, byte_vocabulary  # noqa: E402
 from constrain.frontends.python_types import is_python_type, type_schema  # noqa: E402
 
@@ -211,6 +211,16 @@ def test_response_format():
             constrain.from_response_format(bad, BYTES)
     with pytest.raises(SchemaError, match="needs 'format'"):  # structural tags: see test_structural_tag
         constrain.from_response_format({"type": "structural_tag"}, BYTES)
+    # OpenAI's field types (name 5 was taken); a budget error points inside too
+    for key in ("name", "description"):
+        with pytest.raises(SchemaError, match=f"json_schema.{key} must be a string") as e:
+            constrain.from_response_format({"type": "json_schema", "json_schema": {
+                key: 5, "schema": {}}}, BYTES)
+        assert e.value.pointer == f"/json_schema/{key}"
+    with pytest.raises(SchemaTooComplexError) as e:
+        constrain.from_response_format({"type": "json_schema", "json_schema": {
+            "name": "x", "schema": {"type": "string", "minLength": 100_000}}}, BYTES)
+    assert e.value.pointer == "/json_schema/schema/minLength"
 
 
 def test_generate_returns_validated_objects(lm):

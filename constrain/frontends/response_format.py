@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 
-from constrain.errors import ConstraintError, SchemaError, UnsupportedSchemaError
+from constrain.errors import ConstraintError, SchemaError, SchemaTooComplexError, UnsupportedSchemaError
 
 __all__ = ["compile_choice", "from_response_format"]
 
@@ -97,13 +97,18 @@ def read_response_format(rf) -> tuple[object, bool]:
     strict = spec.get("strict", False)
     if not isinstance(strict, bool):
         raise SchemaError("json_schema.strict must be a boolean", "/json_schema/strict")
+    for key in ("name", "description"):
+        # (OpenAI's own field types; neither changes the constraint)
+        if key in spec and not isinstance(spec[key], str):
+            raise SchemaError(f"json_schema.{key} must be a string, not "
+                              f"{type(spec[key]).__name__}", f"/json_schema/{key}")
     return spec["schema"], strict
 
 
 def within_response_format(error: ConstraintError, schema_pointer: str = "/json_schema/schema"):
     """``error`` (a schema error) with its pointer made relative to the
     ``response_format`` it came from; other errors as they are."""
-    if isinstance(error, (SchemaError, UnsupportedSchemaError)):
+    if isinstance(error, (SchemaError, UnsupportedSchemaError, SchemaTooComplexError)):
         return type(error)(error.msg, schema_pointer + error.pointer)
     return error
 
@@ -134,5 +139,5 @@ def from_response_format(rf, vocab, **options):
     options.setdefault("strict", strict)
     try:
         return compile_json_schema(schema, vocab, **options)
-    except (SchemaError, UnsupportedSchemaError) as e:
+    except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         raise within_response_format(e) from e
