@@ -215,6 +215,7 @@ CASES = [
     ("SELECT a FROM t ORDER BY a COLLATE NOCASE", True),
     ("SELECT row_number() OVER (PARTITION BY a ORDER BY b) FROM t", True),
     ("SELECT count(*) FILTER (WHERE a > 1) FROM t", True),
+    ("SELECT count(*) OVER (), row_number() OVER ( ) FROM t", True),
     ("SELECT sum(a) OVER (ORDER BY b ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) FROM t",
      True),
     ("SELECT sum(a) OVER (PARTITION BY a ORDER BY b RANGE 2 PRECEDING EXCLUDE TIES) FROM t",
@@ -446,6 +447,7 @@ REFUSED = [
     "SELECT 'a\x00b'",
     "", "  ", "\n", ";",
     "SELECT name FROM singer WHERE name REGEXP 'a'",
+    "SELECT 0x10000000000000000", "SELECT 0x00123456789abcdef01",  # hex literal too big
 ]
 
 
@@ -500,6 +502,9 @@ ACCEPTED = [
     "SELECT name FROM singer WHERE EXISTS (SELECT * FROM concert) LIMIT 2 OFFSET 1",
     "SELECT name FROM singer\n  WHERE age > 1\n\n  ORDER BY name",
     "SELECT 1;", "SELECT CAST(age AS varchar(10)) FROM singer ORDER BY name COLLATE nocase",
+    "SELECT 0xffffffffffffffff, 0x0000ffffffffffffffff",  # 16 digits past the leading zeros
+    "SELECT CAST(age AS DECIMAL(10,2)), CAST(age AS bigint), CAST(name AS datetime) FROM singer",
+    "SELECT CAST(age AS numeric( 10 , 2 )) FROM singer",
 ]
 
 
@@ -634,6 +639,7 @@ def test_cte_names():
         assert sqlite_verdict(con, q) is None, q
     con.close()
     for bad, message in ((["ok", 3], "CTE names"), ({"t": ["x"]}, "already a table"),
+                         (["x", "X"], "already another CTE's"), (["x" * 300], "longer than"),
                          ({"c": []}, "column names"), ({"c": ["x", "X"]}, "twice"), ("abc", "names")):
         with pytest.raises(SqlSchemaError, match=message):
             sql_grammar(tables, cte_names=bad)
@@ -661,12 +667,35 @@ def test_bad_schemas(tmp_path):
         ({"T": ["a"], "t": ["b"]}, "table 'T' is named twice"),
         ({"t": ["a", "A"]}, "column 'a' twice"),
         ({"t": ["a", "a"]}, "column 'a' twice"),
+        # a RecursionError, and generated grammar text that did not compile
+        ({"t": ["x" * 496]}, "longer than 255"),
+        ({"t": ["a\x00b"]}, "NUL"),
+        ({"t": ["a\ud800"]}, "lone surrogate"),
+        ({"t\x00": ["a"]}, "NUL"),
     ]
     for schema, message in cases:
         with pytest.raises(SqlSchemaError, match=message):
             sql_grammar(schema)
     assert issubclass(SqlSchemaError, ConstraintError)
     assert not (tmp_path / "missing.sqlite").exists()  # reading never creates a file
+
+
+def test_names_with_control_characters_are_their_own():
+    """``re.escape`` left a carriage return itself after a backslash, which the
+    grammar text read back as a line feed: ``[a<LF>b]`` was accepted for the
+    column ``a<CR>b`` (SQLite: no such column) and ``[a<CR>b]`` refused; a
+    line feed in a name made grammar text that did not compile."""
+    vocab = byte_vocabulary()
+    for name, other in (("a\rb", "a\nb"), ("a\nb", "a\rb"), ("a\tb\x7f", "a b\x7f")):
+        tables = {"t": [name]}
+        g = compile_grammar(sql_grammar(tables), vocab)
+        con = memory_database(tables)
+        for quoted in (f"[{name}]", f"`{name}`", f'"{name}"'):
+            assert g.matches(f"SELECT {quoted} FROM t"), repr(name)
+            assert sqlite_verdict(con, f"SELECT {quoted} FROM t") is None
+        assert not g.matches(f"SELECT [{other}] FROM t"), repr(name)
+        assert sqlite_verdict(con, f"SELECT [{other}] FROM t") is not None
+        con.close()
 
 
 def test_check_script_takes_zero_counts_and_refuses_negative_ones(capsys):

@@ -70,6 +70,7 @@ __all__ = [
     "MAX_ALIAS_CHARS",
     "MAX_COMPOUND_COLUMNS",
     "MAX_LINE_BREAKS",
+    "MAX_NAME_CHARS",
     "MAX_STRING_CHARS",
     "RESERVED_WORDS",
     "SCALAR_FUNCTIONS",
@@ -106,6 +107,14 @@ _WORD_CHARS = "0-9A-Z_a-z"
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _escape(ch: str) -> str:
+    """One character as regex text that survives the Lark grammar text it is
+    written into: ``re.escape`` leaves a control character itself (a carriage
+    return after a backslash was read back as a line feed, a line feed refused
+    outside the x flag), so those are ``\\xNN``."""
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ch == "\x7f" else re.escape(ch)
+
+
 def _char_class(chars: Iterable[str]) -> str:
     """A regex character class for ``chars`` written with ranges, e.g. ``[0-9A-Z]``."""
     codes = sorted({ord(c) for c in chars})
@@ -116,9 +125,9 @@ def _char_class(chars: Iterable[str]) -> str:
             j += 1
         lo, hi = chr(codes[i]), chr(codes[j])
         if j - i >= 2:
-            parts.append(f"{re.escape(lo)}-{re.escape(hi)}")
+            parts.append(f"{_escape(lo)}-{_escape(hi)}")
         else:
-            parts.extend(re.escape(chr(c)) for c in codes[i:j + 1])
+            parts.extend(_escape(chr(c)) for c in codes[i:j + 1])
         i = j + 1
     return "[" + "".join(parts) + "]"
 
@@ -237,7 +246,7 @@ def _ci(text: str) -> str:
         if ch.isascii() and ch.isalpha():
             out.append(f"[{ch.upper()}{ch.lower()}]")
         else:
-            out.append(re.escape(ch))
+            out.append(_escape(ch))
     return "".join(out)
 
 
@@ -356,7 +365,30 @@ def load_schema(schema) -> dict[str, list[str]]:
     empty = [t for t, cols in tables.items() if not cols]
     if empty:
         raise SqlSchemaError(f"table {empty[0]!r} has no columns")
+    for table, columns in tables.items():
+        _check_name(table, "table")
+        for c in columns:
+            _check_name(c, f"column of table {table!r}")
     return tables
+
+
+MAX_NAME_CHARS = 255
+"""Longest table, column or CTE name :func:`sql_grammar` writes (longer ones are
+refused: the regex builders recurse once per character)."""
+
+
+def _check_name(name: str, what: str) -> None:
+    """Refuse a name SQL text cannot carry or the grammar would not build."""
+    if len(name) > MAX_NAME_CHARS:
+        raise SqlSchemaError(f"the {what} {name[:40]!r}... is longer than {MAX_NAME_CHARS} "
+                             f"characters")
+    if "\x00" in name:
+        raise SqlSchemaError(f"the {what} {name!r} holds a NUL, which SQL text cannot")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SqlSchemaError(f"the {what} {name!r} holds a lone surrogate, which UTF-8 SQL "
+                             f"text cannot") from None
 
 
 def _first_fold_clash(names: list[str]) -> tuple[str, str] | None:
@@ -464,14 +496,19 @@ _TERMINALS_I = {
     "CMP_OP": r"/<=|>=|<>|<|>|==?|!=/",
     "MINUS": '"-"',
     "UNARY_OP": "/[+~]/",
-    "NUMBER": r"/0[xX][0-9A-Fa-f]+|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?/",
+    # SQLite refuses a hex literal of more than 16 digits past its leading zeros
+    "NUMBER": r"/0[xX]0*[0-9A-Fa-f]{1,16}|(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?/",
     "INT": "/[0-9]+/",
     "STRING": f"/'(?:[^'\\x00]|''){{0,{MAX_STRING_CHARS}}}'/",
     "STRING1": "/'(?:[^'\\x00]|'')'/",
     "BLOB": f"/[xX]'(?:[0-9A-Fa-f][0-9A-Fa-f]){{0,{MAX_STRING_CHARS // 2}}}'/",
     "COLLATION": "/binary|nocase|rtrim/i",
-    "TYPE_NAME": (r"/(?:integer|int|real|text|blob|numeric|float|double|boolean"
-                  r"|varchar|char|decimal)(?:\([0-9]{1,4}\))?/i"),
+    # (SQLite takes any name and reads an affinity from it: these are the
+    # usual ones, with one or two sizes)
+    "TYPE_NAME": (r"/(?:integer|int|bigint|smallint|tinyint|mediumint|real|text|blob|numeric"
+                  r"|float|double|boolean|varchar|char|nvarchar|nchar|decimal|datetime|date"
+                  r"|timestamp)(?:[ \t]{0,4}\([ \t]{0,4}[0-9]{1,4}[ \t]{0,4}"
+                  r"(?:,[ \t]{0,4}[0-9]{1,4}[ \t]{0,4})?\))?/i"),
 }
 
 
@@ -594,7 +631,7 @@ def _dq_string_regex(excluded: Iterable[str], max_chars: int) -> str:
 
     def leave(node: dict, _depth: int) -> str:
         taken = {c for ch in node if ch and ch != '"' for c in spellings(ch)}
-        other = '[^"\\x00' + "".join(re.escape(c) for c in sorted(taken)) + "]"
+        other = '[^"\\x00' + "".join(_escape(c) for c in sorted(taken)) + "]"
         return other if '"' in node else f'(?:{other}|"")'
 
     body = _bounded_trie_regex(trie, edge, leave, '[^"\\x00]|""', max_chars, empty=True)
@@ -1043,12 +1080,15 @@ def _check_ctes(cte_names, tables: dict[str, list[str]]) -> dict[str, list[str] 
     else:
         items = [(name, None) for name in cte_names]
     out: dict[str, list[str] | None] = {}
-    folded = {_fold(t) for t in tables}
+    tables_folded = {_fold(t) for t in tables}
+    folded = set(tables_folded)
     for name, columns in items:
         if not isinstance(name, str) or not name:
             raise SqlSchemaError(f"CTE names must be non-empty strings, got {name!r}")
+        _check_name(name, "CTE name")
         if _fold(name) in folded:
-            raise SqlSchemaError(f"CTE name {name!r} is already a table of the database")
+            what = "a table of the database" if _fold(name) in tables_folded else "another CTE's"
+            raise SqlSchemaError(f"CTE name {name!r} is already {what} (SQLite folds ASCII case)")
         folded.add(_fold(name))
         if columns is not None:
             if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable):
@@ -1059,6 +1099,8 @@ def _check_ctes(cte_names, tables: dict[str, list[str]]) -> dict[str, list[str] 
                 raise SqlSchemaError(f"CTE {name!r} needs non-empty column names, got {columns!r}")
             if len({_fold(c) for c in columns}) != len(columns):
                 raise SqlSchemaError(f"CTE {name!r} names a column twice: {columns!r}")
+            for c in columns:
+                _check_name(c, f"column of CTE {name!r}")
         out[name] = columns
     return out
 
