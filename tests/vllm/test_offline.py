@@ -195,3 +195,18 @@ def test_a_rule_budget_closes_the_field(llm, route):
             used += at < b and a < at + len(p)
             at += len(p)
         assert used <= 10, (used, raw)
+
+
+def test_eos_ids_come_from_the_model_config_without_a_tokenizer():
+    """With skip_tokenizer_init the processor has no tokenizer to name EOS, and
+    a row that may only end masked every token (a row of -inf for the
+    sampler); the model's config names it."""
+    engine_environment()
+    from transformers import AutoTokenizer
+    from vllm.config import ModelConfig
+
+    from constrain.engines.vllm.logits_processor import config_eos_ids
+
+    config = ModelConfig(model=str(model_dir()), skip_tokenizer_init=True)
+    expected = AutoTokenizer.from_pretrained(str(model_dir())).eos_token_id
+    assert config_eos_ids(config, config.get_vocab_size()) == [expected]

@@ -123,7 +123,11 @@ class TrellisLogitsProcessor(LogitsProcessor):
         self.rows: dict[int, _Row] = {}
         max_rows = vllm_config.scheduler_config.max_num_seqs
         self.bitmask = allocate_bitmask(max_rows, self.vocab_size, backend="torch")
-        self.eos_ids = sorted(self.source.vocab.eos_token_ids) if self.source else []
+        # with no tokenizer the model's config still names EOS: a row that may
+        # only end without one would mask every token (the sampler then draws
+        # from a row of -inf)
+        self.eos_ids = (sorted(self.source.vocab.eos_token_ids) if self.source
+                        else config_eos_ids(model_config, self.vocab_size))
         self.batch_matcher = BatchMatcher()
 
     @classmethod
@@ -180,8 +184,9 @@ class TrellisLogitsProcessor(LogitsProcessor):
                                       "engine was started with skip_tokenizer_init")
             return _Row(Matcher(self.source.compile(spec)), output_ids)
         except ConstraintError as exc:
-            logger.error("trellis: cannot constrain a request to %s (%s); it can only end now",
-                         spec.describe(), exc)
+            logger.error("trellis: cannot constrain a request to %s (%s); it can only end now%s",
+                         spec.describe(), exc, "" if self.eos_ids else
+                         " (but no EOS id is known: every token is masked)")
             row = _Row(None, output_ids)
             row.dead = True
             return row
@@ -234,6 +239,23 @@ class TrellisLogitsProcessor(LogitsProcessor):
         row[:] = 0
         for t in self.eos_ids:
             row[t >> 5] |= np.uint32(1 << (t & 31))
+
+
+def config_eos_ids(model_config, vocab_size: int) -> list[int]:
+    """The EOS token ids the model's configuration names (``eos_token_id`` of
+    its Hugging Face text config, then of its config: an id or a list), those
+    within the vocabulary."""
+    for cfg in (getattr(model_config, "hf_text_config", None),
+                getattr(model_config, "hf_config", None)):
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is None:
+            continue
+        ids = eos if isinstance(eos, (list, tuple)) else [eos]
+        found = sorted({int(t) for t in ids
+                        if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size})
+        if found:
+            return found
+    return []
 
 
 __all__ = ["TrellisLogitsProcessor", "request_spec"]
