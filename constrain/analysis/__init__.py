@@ -14,11 +14,12 @@ it still be completed to a string of the language ``L``?" is the emptiness of
   (:mod:`~constrain.analysis.emptiness`): :func:`can_complete` answers, and
   :func:`find_completion` also returns a witness string. A Lark grammar means what
   ``lark.Lark(text, parser="earley", lexer="dynamic_complete")`` accepts:
-  scannerless, terminals are regular languages (Python ``re`` syntax with their
+  scannerless, terminals are regexes (Python ``re`` syntax with their
   flags), ``%ignore`` terminals anywhere between terminals and at both ends. A
-  terminal is its regex's whole language (Lark's dynamic lexer takes only
+  terminal means what it means to Lark's dynamic lexer and to
+  :func:`constrain.compile_grammar` (whose terminal automata the check uses):
   ``re.match``'s leftmost-first match and its prefixes, so ``/12|120/`` never
-  yields ``120`` there);
+  yields ``120``;
 * for a regular constraint (:class:`constrain.DFAConstraint`) it is reachability
   over the token transition graph: :func:`can_complete_regex`, exact at the
   token level (:mod:`~constrain.analysis.regular`).
