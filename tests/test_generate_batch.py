@@ -69,6 +69,14 @@ def test_python_types_and_one_constraint_for_all(lm):
                                     constraints=Literal["yes", "no"], max_new_tokens=4)
     assert [f'"{r.value}"' for r in answers] == [r.text for r in answers]  # JSON strings
     assert all(r.value in ("yes", "no") for r in answers)
+    # generate's own name for it (a TypeError before: no such keyword)
+    named = search.generate_batch(lm, ["Is water wet?", "Is fire cold? Answer honestly."],
+                                  constraint=Literal["yes", "no"], max_new_tokens=4)
+    assert [r.text for r in named] == [r.text for r in answers]
+    with pytest.raises(TypeError, match="not both"):
+        search.generate_batch(lm, ["a"], constraint="a", constraints="a")
+    with pytest.raises(TypeError, match="as constraints="):
+        search.generate_batch(lm, ["a"], constraint=["a"])
 
 
 def test_bad_calls_are_named(lm):

@@ -250,6 +250,7 @@ def generate_batch(
     close: bool = False,
     batch_size: int | None = None,
     threads: int | None = None,
+    constraint=None,
 ) -> list[GenerationResult]:
     """:func:`generate` for many prompts at once: one padded batch, one
     forward pass per step for the rows still going, each row masked by its own
@@ -268,6 +269,9 @@ def generate_batch(
         constraints: ``None`` (free generation), one constraint or Python type
             for every row, or a sequence of them (``None`` entries allowed), one
             per prompt.
+        constraint: one constraint or Python type for every row, as
+            :func:`generate` names it (``constraints=`` with a single one does
+            the same; passing both is a ``TypeError``).
         seed: ``None`` (fresh seeds), one int for every row (each row's sampler
             is seeded with it, as its own :func:`generate` call would be), or a
             sequence of ints, one per prompt.
@@ -288,6 +292,14 @@ def generate_batch(
         raise TypeError("prompts must be a list of prompts; for one prompt, call search.generate")
     prompts = list(prompts)
     n = len(prompts)
+    if constraint is not None:
+        if constraints is not None:
+            raise TypeError("pass constraint= (one for every row) or constraints= (one per "
+                            "prompt), not both")
+        if isinstance(constraint, (list, tuple)):
+            raise TypeError("constraint= is one constraint for every row; pass a list of them, "
+                            "one per prompt, as constraints=")
+        constraints = constraint
     constraints = _per_row("constraints", constraints, n, single=lambda c: not isinstance(c, (list, tuple)))
     seeds = _per_row("seed", seed, n, single=lambda s: s is None or hasattr(s, "__index__"))
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
