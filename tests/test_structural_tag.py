@@ -220,6 +220,9 @@ def test_a_real_vocabulary_crosses_boundaries(smollm2_vocab, smollm2_tokenizer):
     ({"type": "any_text", "max_tokens": "5"}, "StructuralTagError", "/max_tokens"),
     (tag("<a>", schema({"type": "object", "properties": {"x": {"type": "nope"}}}), "</a>"),
      "SchemaError", "/content/json_schema/properties/x/type"),
+    # a budget error of the schema too (it named /minLength, the schema's own)
+    (tag("<a>", schema({"type": "string", "minLength": 100_000}), "</a>"),
+     "SchemaTooComplexError", "/content/json_schema/minLength"),
     ({"type": "regex", "pattern": "(a"}, "StructuralTagError", "/pattern"),
     ({"type": "repeat", "min": 3, "max": 2, "content": const("a")}, "StructuralTagError", "/max"),
     ({"type": "repeat", "min": -1, "max": 2, "content": const("a")}, "StructuralTagError", "/min"),

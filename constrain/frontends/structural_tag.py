@@ -170,7 +170,7 @@ class _Translator:
                 raise StructuralTagError(f"json_schema is not valid JSON: {e}", where) from e
         try:
             ir = json_schema_ir(schema, **self.schema_options)
-        except (SchemaError, UnsupportedSchemaError) as e:
+        except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
             raise type(e)(e.msg, where + e.pointer) from e
         return self.g.embed(ir, "json")
 
