@@ -114,6 +114,28 @@ def test_unique_items_over_a_finite_domain_is_exact():
                             BYTES)
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "array", "items": {"type": "boolean"}, "uniqueItems": True, "contains": {"const": True}},
+    {"allOf": [{"type": "array", "items": {"enum": [1, 2]}, "uniqueItems": True},
+               {"contains": {"const": 1}}]},
+    {"type": "array", "items": {"enum": [1, 2, 3, "a"]}, "uniqueItems": True,
+     "contains": {"type": "integer"}, "minContains": 2, "maxContains": 2},
+    {"type": "array", "prefixItems": [{"enum": [1, 2]}], "items": {"enum": [3, 4]},
+     "uniqueItems": True, "contains": {"enum": [4]}, "minContains": 0, "maxContains": 0},
+    {"type": "array", "items": {"enum": [1, 2, 3]}, "uniqueItems": True, "maxItems": 2,
+     "contains": {"enum": [1, 2]}, "maxContains": 1},
+])
+def test_unique_items_counts_contains(schema):
+    """``contains``/``minContains``/``maxContains`` beside a ``uniqueItems``
+    over a finite domain were dropped: ``[]`` and ``[false]`` passed
+    ``contains: {const: true}``. Every array of up to 3 distinct values of a
+    small universe, against jsonschema."""
+    import itertools
+
+    universe = [1, 2, 3, 4, "a", True, False]
+    agrees(schema, [list(a) for n in range(4) for a in itertools.permutations(universe, n)])
+
+
 def test_multiple_of_one_admits_only_integers():
     for m in (1, 1.0, 2.0):
         c = compile_json_schema({"type": "number", "multipleOf": m}, BYTES)

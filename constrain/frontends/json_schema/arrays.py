@@ -116,7 +116,9 @@ def array_symbol(t: Translation, conj) -> str | None:
     if hi is not None and lo > hi:
         return None
     if unique and (hi is None or hi > 1):
-        sym = _unique_symbol(t, layout, k, lo, hi)
+        # (contains, minContains, maxContains are counted in its rules: they
+        # were dropped, and [false] passed contains: {const: true})
+        sym = _unique_symbol(t, layout, k, lo, hi, _contains_bounds(t, conj))
         if sym is not False:
             return sym
         t.diag.unsupported(unique, "uniqueItems: true over items that are not from a finite "
@@ -177,15 +179,10 @@ def _contains_symbol(t: Translation, conj, layout, k: int, lo: int, hi: int | No
     complement of ``contains``): ``E_c = C ["," E_{c+1}] | N ["," E_c]``."""
     doc, g = t.doc, t.grammar
     P = g.punct
-    found = [p for p in conj if isinstance(doc.node(p), dict) and "contains" in doc.node(p)]
-    if not found:
+    bounds = _contains_bounds(t, conj)
+    if bounds is None:
         return False
-    p = found[0]
-    if len(found) > 1:
-        t.diag.unsupported(f"{found[1]}/contains", "contains in two merged schemas")
-    n = doc.node(p)
-    m = _count(n, "minContains", p, 1, math.ceil)
-    top = _count(n, "maxContains", p, None, math.floor)
+    p, m, top = bounds
     if top is not None and top < m:
         return None
     if m == 0 and top is None:
@@ -229,6 +226,22 @@ def _contains_symbol(t: Translation, conj, layout, k: int, lo: int, hi: int | No
     return name
 
 
+def _contains_bounds(t: Translation, conj):
+    """``(pointer, minContains, maxContains)`` of the conjunction's
+    ``contains`` (``maxContains`` ``None``: unbounded), or ``None`` without
+    one; a second one is :meth:`~Diagnostics.unsupported`."""
+    doc = t.doc
+    found = [p for p in conj if isinstance(doc.node(p), dict) and "contains" in doc.node(p)]
+    if not found:
+        return None
+    p = found[0]
+    if len(found) > 1:
+        t.diag.unsupported(f"{found[1]}/contains", "contains in two merged schemas")
+    n = doc.node(p)
+    return p, _count(n, "minContains", p, 1, math.ceil), _count(n, "maxContains", p, None,
+                                                                  math.floor)
+
+
 def _count(n, key: str, p: str, default, rounding):
     """A ``minContains``/``maxContains`` value as an int (``default`` when absent).
 
@@ -265,12 +278,15 @@ def _item_domain(t: Translation, item) -> list | None:
     return out
 
 
-def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
+def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None, contains=None):
     """The rule for arrays of distinct items (``uniqueItems``) whose items come
     from finite domains (one per ``prefixItems`` index, one for the rest): one
     rule per (index, set of values already used), each alternative a value of
     that index's domain not in the set (``None``: no array satisfies it;
-    ``False``: a domain is not finite and small)."""
+    ``False``: a domain is not finite and small). ``contains``:
+    :func:`_contains_bounds`, whose count of matching items is that of the
+    set's values that match it (each value occurs once), checked where an
+    array may end and kept at most ``maxContains`` on the way."""
     g = t.grammar
     P = g.punct
     domains = []
@@ -293,6 +309,17 @@ def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
     top = len(union) if hi is None else min(hi, len(union))
     if lo > top:
         return None
+    at_least, at_most, matching = 0, None, 0
+    if contains is not None:
+        p, at_least, at_most = contains
+        if at_most is not None and at_most < at_least:
+            return None
+        for j, v in enumerate(union):
+            if t.doc.valid(v, f"{p}/contains"):
+                matching |= 1 << j
+
+    def counted(used: int) -> int:
+        return (used & matching).bit_count()
     lits = [literal_symbol(g, [v], integers_are_exact(t.doc.draft)) for v in union]
     name = g.new_rule("unique")
     rules: dict[tuple, str | None] = {}
@@ -308,7 +335,10 @@ def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
         for j in index[min(n, k)]:
             if used >> j & 1:
                 continue
-            if n + 1 >= lo:
+            c = counted(used | 1 << j)
+            if at_most is not None and c > at_most:
+                continue
+            if n + 1 >= lo and c >= at_least:
                 alts.append(Alt([("sym", lits[j])]))
             if n + 1 < top:
                 nxt = rest(n + 1, used | 1 << j)
@@ -322,6 +352,9 @@ def _unique_symbol(t: Translation, layout, k: int, lo: int, hi: int | None):
 
     first = rest(0, 0) if top else None
     g.rules[name] = [Alt([("sym", P["LBRACK"]), ("sym", first), ("sym", P["RBRACK"])])] if first else []
-    if lo == 0:
+    if lo == 0 and at_least == 0:
         g.rules[name].append(Alt([("sym", P["EMPTY_ARR"])]))
+    if not g.rules[name]:
+        del g.rules[name]
+        return None
     return name
