@@ -140,3 +140,101 @@ def test_accepted_is_about_the_text_before_the_stop_string(lm):
     r = search.generate(lm, "Is the sky blue? Answer yes or no.", constraint=c,
                         max_new_tokens=5, stop=".")
     assert r.stop_reason == "stop" and r.accepted is True and c.matches(r.text)
+
+
+# -- reasoning and lattice drivers ----------------------------------------------------------
+
+_STEP_TOKENS = [b"So it is 2", b"#### ", b"2", b"\n", b"<eos>"]
+
+
+@pytest.fixture(scope="module")
+def step_lm():
+    vocab = constrain.Vocabulary.from_tokens(_STEP_TOKENS, eos_token_ids=[4])
+    row = np.log(np.array([0.6, 0.1, 0.1, 0.1, 0.1]))
+    return search.CallableLM(lambda p: row, vocab_size=5, eos_token_id=4), vocab
+
+
+@pytest.mark.parametrize("temperature", [float("nan"), float("inf")])
+def test_reasoning_temperature_is_checked(step_lm, temperature):
+    """NaN made every draw the last id (EOS here): an empty answer line was
+    returned as complete, under a constraint it breaks."""
+    lm, vocab = step_lm
+    c = constrain.compile_regex(r"#### [0-9]+", vocab)
+    prm = search.CallablePRM(lambda q, s: 0.5)
+    with pytest.raises(ValueError, match="temperature"):
+        search.best_of_n(lm, [0], prm, n=2, constraint=c, vocab=vocab, temperature=temperature)
+
+
+def test_a_temperature_that_overflows_is_greedy(step_lm):
+    """1e-310: logp / T overflowed to NaN, as above; now softmax's limit."""
+    lm, vocab = step_lm
+    c = constrain.compile_regex(r"#### [0-9]+", vocab)
+    prm = search.CallablePRM(lambda q, s: 0.5)
+    kw = dict(n=2, constraint=c, vocab=vocab, seed=0, max_step_tokens=4)
+    tiny = search.best_of_n(lm, [0], prm, temperature=1e-310, **kw)
+    greedy = search.best_of_n(lm, [0], prm, temperature=0, **kw)
+    assert tiny.text == greedy.text and tiny.complete == greedy.complete
+
+
+class _ListPRM:
+    def __init__(self, scores):
+        self.scores = scores
+
+    def score(self, prompt, steps):
+        return self.scores[:len(steps)]
+
+
+@pytest.mark.parametrize("scores, how", [([0.5, float("nan")], "min"), ([2.0, 0.4], "prod"),
+                                         ([1.7, 0.9], "min"), ([float("nan"), 0.9], "last")])
+def test_every_prm_score_is_checked(scores, how):
+    """min() passed a NaN that was not first, a product landed back in range."""
+    from search.reasoning.steps import prm_score_last
+
+    with pytest.raises(ValueError, match="outside"):
+        prm_score_last(_ListPRM(scores), "q", ["a", "b"], how)
+
+
+@pytest.mark.parametrize("call", [
+    lambda lm, v, p: search.astar_search(lm, [0], p, k=2.5, vocab=v, token_budget=9, prm_budget=9),
+    lambda lm, v, p: search.astar_search(lm, [0], p, k="2", vocab=v, token_budget=9, prm_budget=9),
+    lambda lm, v, p: search.astar_search(lm, [0], p, vocab=v, token_budget=float("inf"), prm_budget=9),
+    lambda lm, v, p: search.astar_search(lm, [0], p, vocab=v, aggregate="mean", token_budget=9,
+                                         prm_budget=9),
+    lambda lm, v, p: search.best_of_n(lm, [0], p, n=2.5, vocab=v),
+    lambda lm, v, p: search.best_of_n(lm, [0], p, max_steps=0, vocab=v),
+    lambda lm, v, p: search.best_of_n(lm, [0], p, aggregate="mean", vocab=v),
+    lambda lm, v, p: search.foresight_search(lm, [0], p, beam_width=2.5, vocab=v),
+    lambda lm, v, p: search.foresight_search(lm, [0], p, max_steps=-1, vocab=v),
+    lambda lm, v, p: search.foresight_search(lm, [0], p, tau=float("nan"), vocab=v),
+    lambda lm, v, p: search.foresight_search(lm, [0], p, cluster_threshold=float("nan"), vocab=v),
+    lambda lm, v, p: search.lattice_search(lm, [0], budget=float("inf")),
+    lambda lm, v, p: search.lattice_search(lm, [0], budget=None),
+    lambda lm, v, p: search.lattice_search(lm, [0], budget=5, merge_ngram=True),
+])
+def test_reasoning_and_lattice_counts_are_checked(step_lm, call):
+    """Each was a raw TypeError, OverflowError or a silent empty result; now a
+    ValueError naming the argument, before any model call."""
+    lm, vocab = step_lm
+    calls = lm.calls
+    with pytest.raises(ValueError, match=r"^(k|n|max_steps|beam_width|tau|cluster_threshold|"
+                                         r"token_budget|budget|merge_ngram|unknown aggregate)"):
+        call(lm, vocab, search.CallablePRM(lambda q, s: 0.5))
+    assert lm.calls == calls
+
+
+def test_lattice_queries_take_counts(step_lm):
+    """k_best(2.5) was a slice TypeError, sample(2.5) returned []."""
+    lattice = search.lattice_search(step_lm[0], [0], budget=5, max_new_tokens=2)
+    for query in (lambda: lattice.k_best(2.5), lambda: lattice.sample(2.5), lambda: lattice.k_best(-1)):
+        with pytest.raises(ValueError, match="^[kn] must be"):
+            query()
+
+
+def test_answers_keep_their_digits():
+    """Read through a float: 12345678901234567890 became ...7168."""
+    from search.reasoning.steps import extract_answer
+
+    assert extract_answer("#### 12345678901234567890") == "12345678901234567890"
+    assert extract_answer("#### 9007199254740993") == "9007199254740993"
+    assert [extract_answer(t) for t in ("#### 36.0", "#### 1,234", "so 3.50", "#### -0")] == \
+        ["36", "1234", "3.5", "0"]

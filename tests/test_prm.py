@@ -131,6 +131,16 @@ def test_hf_prm_matches_a_direct_computation(tiny_hf):
     # causal: a prefix's scores are the first scores of the whole
     np.testing.assert_allclose(prm.score("What is 2 + 3 ?", STEPS[:2]), scores[:2], rtol=1e-4)
     assert math.isclose(prm.score_last("What is 2 + 3 ?", STEPS), scores[-1], rel_tol=1e-5)
+    # a prompt holding the tag's text ("ки" is a Russian syllable) keeps it, and
+    # its tags are not read as steps' (every call raised "found 5 step tags")
+    quoted = prm.score("What is 2 + 3 ? ки", STEPS)
+    ids = tokenizer.encode(prm.build_input("What is 2 + 3 ? ки", STEPS), add_special_tokens=False)
+    with torch.no_grad():
+        logits = causal(input_ids=torch.tensor([ids])).logits[0]
+    at = [i for i, t in enumerate(ids) if t == tag][1:]
+    want = [float(torch.softmax(logits[i, [good, bad]], -1)[0]) for i in at]
+    np.testing.assert_allclose(quoted, want, rtol=1e-5)
+    assert len(quoted) == 4
 
 
 def test_hf_prm_reads_the_positive_label(tiny_hf):

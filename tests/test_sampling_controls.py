@@ -29,6 +29,11 @@ def test_filters_keep_what_they_say():
     assert kept(SamplingControls(top_k=3, min_p=0.3, top_p=0.5), logits) == [0]
     # a filter never leaves nothing, and never brings back a masked token
     assert kept(SamplingControls(top_p=1e-9), [float("-inf"), 1.0]) == [1]
+    # a temperature so small that logits / T overflow: the argmax (softmax of
+    # +-inf was NaN, which the sampler refused)
+    for t in (1e-310, 1e-45):
+        assert kept(SamplingControls(), logits, temperature=t) == [0]
+        assert kept(SamplingControls(top_k=2), [-3.0, -1.0, float("-inf")], temperature=t) == [1]
 
 
 def test_repetition_penalty_and_validation():

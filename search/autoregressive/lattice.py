@@ -51,6 +51,7 @@ from typing import Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
+from search.arguments import count
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_lm, constraint_eos_ids, decoder, prompt_token_ids
 
@@ -228,7 +229,8 @@ class Lattice:
         model's even for paths through merged nodes. The selection is still by
         lattice score: a merged path whose lattice score underrates it can be
         missing."""
-        if k <= 0:
+        k = count("k", k)
+        if k == 0:
             return []
         if distinct and self.decode is not None:
             out = self._k_best_texts(k)
@@ -292,6 +294,7 @@ class Lattice:
         """
         if method not in ("uniform", "score"):
             raise ValueError(f"method must be 'uniform' or 'score', got {method!r}")
+        n = count("n", n)
         rng = random.Random(seed)
         g = self.graph
         if method == "uniform":
@@ -419,18 +422,15 @@ def lattice_search(lm, prompt, *, constraint=None, budget: int, rollout: str = "
     """
     import networkx as nx
 
-    if int(budget) != budget or budget < 0:
-        raise ValueError(f"budget must be a non-negative integer, got {budget!r}")
+    budget = count("budget", budget)
     if max_new_tokens is not None and (isinstance(max_new_tokens, bool)
                                        or int(max_new_tokens) != max_new_tokens
                                        or max_new_tokens < 0):
         raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     if rollout not in ("greedy", "none"):
         raise ValueError(f"rollout must be 'greedy' or 'none', got {rollout!r}")
-    if merge_ngram is not None and (int(merge_ngram) != merge_ngram or merge_ngram < 0):
-        raise ValueError(f"merge_ngram must be a non-negative integer or None, got {merge_ngram!r}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    merge_ngram = count("merge_ngram", merge_ngram, optional=True)
+    top_k = count("top_k", top_k, 1, optional=True)
     n_merge = int(merge_ngram or 0)
     lm = as_lm(lm)
     prompt = prompt_token_ids(lm, prompt)

@@ -69,7 +69,14 @@ class SamplingControls:
         the filters applied and renormalised (1-D)."""
         import torch
 
-        probs = torch.softmax(scores / temperature, dim=-1)
+        scaled = scores / temperature
+        if not bool(torch.isfinite(scaled.max())):
+            # a temperature so small that scores / T overflows: softmax's limit
+            # (softmax of +-inf is NaN, which the sampler refuses)
+            probs = torch.zeros_like(scores)
+            probs[int(torch.argmax(scores))] = 1.0
+        else:
+            probs = torch.softmax(scaled, dim=-1)
         if not self.filters:
             return probs
         keep = probs > 0

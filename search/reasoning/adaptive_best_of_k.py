@@ -15,9 +15,13 @@ sample's reward, hence the expected reward of the best of ``k`` samples,
 :func:`allocate_samples` then splits a total budget of samples greedily by
 marginal gain: starting from ``k_min`` each, the next sample goes to the input
 whose ``E_i(k_i + 1) - E_i(k_i)`` is largest (ties: the earlier input), until the
-budget is spent or every input has ``k_max``. Both curves are concave in ``k``,
-and for concave curves this greedy split maximises ``sum_i E_i(k_i)`` under the
-budget (separable concave resource allocation). :func:`adaptive_best_of_k` runs
+budget is spent or every input has ``k_max``. Both curves are concave in ``k``
+from ``k = 1`` (the binary one from 0), and for concave curves this greedy split
+maximises ``sum_i E_i(k_i)`` under the budget (separable concave resource
+allocation): with ``k_min >= 1`` (the default), or binary rewards. With
+``k_min = 0`` and Gaussian rewards the first sample's gain is ``mu_i``, which
+can be below the second's (``0.564 * sigma_i``), and the split may then miss the
+best one. :func:`adaptive_best_of_k` runs
 :func:`search.reasoning.rerank.best_of_n` with each input's ``k``.
 
 Reference: Damani, Shenfeld, Sachdeva, Andreas & Kim, "Learning How Hard to
@@ -39,6 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
+from search.arguments import count
 from search.lm.protocol import as_lm, prompt_token_ids
 from search.reasoning.rerank import best_of_n
 
@@ -250,8 +255,10 @@ def adaptive_best_of_k(lm, prompts: Sequence, prm, *, predictor, total_budget: i
     """
     if "n" in kwargs:
         raise TypeError("adaptive_best_of_k: n is chosen per input; pass total_budget and k_max")
-    if int(k_max) != k_max or k_max < 1:
-        raise ValueError(f"adaptive_best_of_k: k_max must be a positive integer, got {k_max!r}")
+    k_max = count("adaptive_best_of_k: k_max", k_max, 1)
+    total_budget = count("adaptive_best_of_k: total_budget", total_budget)
+    if not len(prompts):
+        raise ValueError("adaptive_best_of_k: no prompts")
     lm = as_lm(lm)
     calls0 = lm.calls
     if features is None:

@@ -47,8 +47,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable
 
+from search.arguments import count
 from search.reasoning.steps import (UNSET, Budget, HookStepSampler, LMStepSampler, ReasoningResult, Solution,
-                                    Step, StepOptions, prm_score_last, step_options)
+                                    Step, StepOptions, aggregate_scores, prm_score_last, step_options)
 
 __all__ = ["astar_search"]
 
@@ -126,10 +127,9 @@ def astar_search(lm, prompt, prm, *, k: int = 4, token_budget: int | None, prm_b
     Determination of Minimum Cost Paths" (1968); Chatziveroglou, "A*-Decoding:
     Token-Efficient Inference Scaling" (2025).
     """
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    k = count("k", k, 1)
+    max_steps = count("max_steps", max_steps, 1)
+    aggregate_scores((), aggregate)  # an unknown one, before any model call
     opts = step_options("astar_search", options, step_delimiter=step_delimiter,
                         max_step_tokens=max_step_tokens, temperature=temperature, seed=seed,
                         vocab=vocab, prm_prompt=prm_prompt, answer_fn=answer_fn)

@@ -42,6 +42,7 @@ from typing import Callable
 
 import numpy as np
 
+from search.arguments import count, finite
 from search.reasoning.steps import (UNSET, Budget, ReasoningResult, Solution, StepOptions, prm_score_last,
                                     step_options)
 
@@ -106,12 +107,16 @@ def foresight_search(lm, prompt, prm=None, *, k: int = 4, beam_width: int = 2,
     Reference: Xu et al., "φ-Decoding: Adaptive Foresight Sampling for Balanced
     Inference-Time Exploration and Exploitation" (ACL 2025).
     """
-    if k < 1 or beam_width < 1:
-        raise ValueError("k and beam_width must be >= 1")
+    k = count("k", k, 1)
+    beam_width = count("beam_width", beam_width, 1)
+    max_steps = count("max_steps", max_steps, 1)
+    max_rollout_steps = count("max_rollout_steps", max_rollout_steps, 1)
     if select not in ("sample", "top"):
         raise ValueError(f"select must be 'sample' or 'top', got {select!r}")
-    if tau <= 0:
-        raise ValueError(f"tau must be > 0, got {tau}")
+    tau = finite("tau", tau, above=0)
+    width_sigma = finite("width_sigma", width_sigma)
+    cluster_threshold = finite("cluster_threshold", cluster_threshold)
+    prm_weight = finite("prm_weight", prm_weight)
     opts = step_options("foresight_search", options, step_delimiter=step_delimiter,
                         max_step_tokens=max_step_tokens, temperature=temperature, seed=seed,
                         vocab=vocab, prm_prompt=prm_prompt, answer_fn=answer_fn)
@@ -146,6 +151,7 @@ def foresight_search(lm, prompt, prm=None, *, k: int = 4, beam_width: int = 2,
                     if step is not None:
                         cands.append((b, sol.extend(step), None))
         if not cands:
+            stop = "done"  # nothing left to extend (it read "max_depth")
             break
         # 2. in-width pruning on step confidence
         if width_sigma is not None and math.isfinite(width_sigma) and len(cands) > 2:
@@ -167,6 +173,7 @@ def foresight_search(lm, prompt, prm=None, *, k: int = 4, beam_width: int = 2,
             if ro.complete:
                 pool.append((ro, _mean_lp(ro), opts.answer_fn(ro.text)))
         if not rolled:
+            stop = "done"
             break
         # 4. advantage, agreement, optional PRM
         F = np.array([_mean_lp(ro) for _, _, ro in rolled])

@@ -79,8 +79,9 @@ class HFStepPRM(PRM):
             only run forward, in inference mode, on its own device.
         tokenizer: its tokenizer (callable on a string, or with ``encode``).
         step_tag: the text of the step-tag token; it must encode to exactly one
-            token. Occurrences inside a step's text are removed first, so that the
-            tags found are exactly the appended ones.
+            token. Occurrences inside a step's text are removed first, and those in
+            the prompt are told apart (the prompt's own text is kept), so that the
+            tags read are exactly the appended ones.
         good_token, bad_token: texts of the label tokens (causal-LM head); each must
             encode to one token.
         positive_label: the label index of "correct" (classification head).
@@ -98,6 +99,7 @@ class HFStepPRM(PRM):
         self.tokenizer = tokenizer
         self.step_tag = step_tag
         self.template = template
+        self._prompt_first = template.find("{prompt}") <= template.find("{steps}")
         self.step_join = step_join
         self.positive_label = int(positive_label)
         self.tag_id = self._one_id(step_tag, "step_tag")
@@ -141,9 +143,14 @@ class HFStepPRM(PRM):
         with torch.inference_mode():
             logits = self.model(input_ids=x).logits[0].float()
         pos = [i for i, t in enumerate(ids) if t == self.tag_id]
-        if len(pos) != len(steps):
-            raise ValueError(f"found {len(pos)} step tags for {len(steps)} steps; does the tokenizer merge "
-                             f"{self.step_tag!r} with its neighbours?")
+        # the prompt may hold the tag's text ("ки" is a Russian syllable): those
+        # tags are not the appended ones (every call raised here)
+        in_prompt = self._encode(prompt).count(self.tag_id) if self.step_tag in prompt else 0
+        if len(pos) != len(steps) + in_prompt:
+            raise ValueError(f"found {len(pos) - in_prompt} step tags for {len(steps)} steps; does the "
+                             f"tokenizer merge {self.step_tag!r} with its neighbours?")
+        if in_prompt:
+            pos = pos[in_prompt:] if self._prompt_first else pos[:len(steps)]
         at = logits[pos]
         if at.shape[-1] == 2:
             probs = torch.softmax(at, dim=-1)[:, self.positive_label]
@@ -393,9 +400,11 @@ def check_arithmetic(text: str) -> tuple[int, int]:
 class ArithmeticCheckerPRM(PRM):
     """A rule-based PRM that checks the arithmetic of a partial solution.
 
-    The score of ``steps[:i]`` looks at the text of those steps together (see
-    :func:`check_arithmetic`): ``wrong_score`` if any claim is wrong, else
-    ``correct_score`` if at least one claim was checked, else ``neutral_score``.
+    The score of ``steps[:i]`` counts the claims of those steps, each step's
+    text checked on its own (see :func:`check_arithmetic`; a claim split
+    across two steps, ``12 * 3`` then ``= 35``, is none): ``wrong_score`` if
+    any claim is wrong, else ``correct_score`` if at least one claim was
+    checked, else ``neutral_score``.
     A wrong step therefore keeps every longer prefix low, which is what a PRM's
     "is this partial solution still on a correct path" means.
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from search.reasoning.steps import (UNSET, Budget, ReasoningResult, Solution, StepOptions, prm_score_last,
-                                    step_options)
+from search.arguments import count
+from search.reasoning.steps import (UNSET, Budget, ReasoningResult, Solution, StepOptions, aggregate_scores,
+                                    prm_score_last, step_options)
 
 __all__ = ["best_of_n"]
 
@@ -64,8 +65,9 @@ def best_of_n(lm, prompt, prm, *, n: int = 4, method: str = "weighted_majority",
     with a PRM; Uesato et al., "Solving math word problems with process- and
     outcome-based feedback" (2022), verifier-weighted voting.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n = count("n", n, 1)
+    max_steps = count("max_steps", max_steps, 1)
+    aggregate_scores((), aggregate)  # an unknown one, before any model call
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {METHODS}")
     opts = step_options("best_of_n", options, step_delimiter=step_delimiter,

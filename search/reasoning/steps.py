@@ -38,11 +38,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from search.arguments import count
 from search.lm.protocol import as_lm, constraint_eos_ids, open_streams, prompt_token_ids
 from search.results import SearchResult
 
@@ -124,11 +126,8 @@ class Budget:
     """
 
     def __init__(self, max_tokens: int | None = None, max_prm_calls: int | None = None):
-        for name, v in (("token_budget", max_tokens), ("prm_budget", max_prm_calls)):
-            if v is not None and (int(v) != v or v < 0):
-                raise ValueError(f"{name} must be a non-negative integer or None, got {v!r}")
-        self.max_tokens = None if max_tokens is None else int(max_tokens)
-        self.max_prm_calls = None if max_prm_calls is None else int(max_prm_calls)
+        self.max_tokens = count("token_budget", max_tokens, optional=True)
+        self.max_prm_calls = count("prm_budget", max_prm_calls, optional=True)
         self.tokens = 0
         self.prm_calls = 0
         self.exhausted: str | None = None
@@ -171,7 +170,10 @@ class ReasoningResult(SearchResult):
         tokens: tokens spent (see :mod:`search.reasoning.steps`).
         lm_calls: prefixes the model scored (``lm.calls`` delta).
         prm_calls: PRM invocations.
-        score: the solution's PRM score (aggregated), when there is one.
+        score: the driver's score of the solution, when there is one: its PRM
+            score (aggregated) for A* and best-of-N; for foresight search its
+            foresight value, the mean token log-probability of its roll-out
+            (φ-Decoding's ``F``; the PRM only weighs the selection).
         candidates: other solutions considered (best-of-N: all samples).
         info: search-specific details (expansions, per-method choices, ...).
     """
@@ -209,13 +211,16 @@ _ANY_NUM_RE = re.compile(_NUM)
 
 def _norm_number(s: str) -> str:
     s = s.replace(",", "").replace("$", "").strip()
+    # exact decimals: through a float, 12345678901234567890 read as ...7168
     try:
-        v = float(s)
-    except ValueError:
+        v = Decimal(s)
+    except InvalidOperation:
         return s
-    if math.isfinite(v) and v == int(v):
+    if not v.is_finite():
+        return s
+    if v == v.to_integral_value():
         return str(int(v))
-    return repr(v)
+    return format(v.normalize(), "f")
 
 
 def extract_answer(text: str) -> str | None:
@@ -240,6 +245,8 @@ def aggregate_scores(scores: Sequence[float], how: str = "last") -> float:
     """One value from per-prefix PRM scores: ``"last"`` (the score of the whole
     partial solution; Math-Shepherd, Wang et al. 2024), ``"min"`` or ``"prod"``
     (Lightman et al. 2023, "Let's Verify Step by Step"). 1.0 for no steps."""
+    if how not in ("last", "min", "prod"):
+        raise ValueError(f"unknown aggregate {how!r}; expected 'last', 'min' or 'prod'")
     if len(scores) == 0:
         return 1.0
     if how == "last":
@@ -264,6 +271,11 @@ def prm_score_last(prm, prompt: str, steps: Sequence[str], how: str = "last") ->
         scores = [float(s) for s in prm.score(prompt, steps)]
         if len(scores) != len(steps):
             raise ValueError(f"the PRM returned {len(scores)} scores for {len(steps)} steps")
+        # each score, not only the aggregate: min() passes a NaN that is not
+        # first, and a product of 2.0 and 0.4 lands back in range
+        bad = next((x for x in scores if not 0.0 <= x <= 1.0), None)
+        if bad is not None:
+            raise ValueError(f"PRM score {bad} is outside [0, 1]")
         v = aggregate_scores(scores, how)
     if not 0.0 <= v <= 1.0 or math.isnan(v):
         raise ValueError(f"PRM score {v} is outside [0, 1]")
@@ -358,8 +370,14 @@ def _sample_index(logp: np.ndarray, temperature: float, rng: np.random.Generator
         return -1
     if temperature == 0:
         return int(np.argmax(logp))
-    x = logp.astype(np.float64) / temperature
-    x = np.exp(x - np.max(x))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        x = logp.astype(np.float64) / temperature
+    top = np.max(x)
+    if not np.isfinite(top):
+        # a temperature so small that logp / T overflows: softmax's limit
+        # (x - max was NaN everywhere, and the last id was drawn)
+        return int(np.argmax(logp))
+    x = np.exp(x - top)
     c = np.cumsum(x)
     i = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
     i = min(i, len(c) - 1)
@@ -442,8 +460,8 @@ class LMStepSampler:
             raise ValueError("the model has no .vocab; pass vocab= (a constrain.Vocabulary)")
         #: the prompt as the PRMs see it: the text given, or the decoded ids
         self.prompt_text = prompt if isinstance(prompt, str) else self.decode(self.prompt)
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not temperature >= 0 or temperature == float("inf"):  # NaN fails the first test
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
         if max_step_tokens < 1:
             raise ValueError(f"max_step_tokens must be >= 1, got {max_step_tokens}")
         self.temperature = float(temperature)
