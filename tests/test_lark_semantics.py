@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import time
 
 import pytest
@@ -238,3 +239,15 @@ def test_syntax_errors_are_grammar_syntax_errors():
     with pytest.raises(constrain.errors.GrammarSyntaxError) as e:
         constrain.compile_grammar('start: "a" )', byte_vocabulary())
     assert isinstance(e.value, constrain.GrammarError) and e.value.line == 1 and e.value.column
+    # lark words most syntax errors as its own GrammarError: they were told as a
+    # plain GrammarError, which `except GrammarSyntaxError` missed
+    for text, where, words in [("start: (", (1, 9), "Unclosed parenthesis ("),
+                               ('start: "a', (1, 8), "Unexpected input"),
+                               ('start "a"', (1, 7), "missing colon")]:
+        with pytest.raises(constrain.errors.GrammarSyntaxError, match=re.escape(words)) as e:
+            constrain.compile_grammar(text, byte_vocabulary())
+        assert (e.value.line, e.value.column) == where, text
+    # what parses but means nothing stays a GrammarError
+    with pytest.raises(constrain.GrammarError) as e:
+        constrain.compile_grammar("start: a\na: b", byte_vocabulary())
+    assert not isinstance(e.value, constrain.errors.GrammarSyntaxError)

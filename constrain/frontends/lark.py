@@ -594,8 +594,11 @@ def _parse(text: str):
         raise GrammarSyntaxError(f"syntax error in grammar: {_first_line(e)}",
                                  getattr(e, "line", None), getattr(e, "column", None)) from None
     except LarkError as e:
-        raise GrammarError(f"invalid grammar: {_first_line(e)}",
-                           *_locate_error(str(e), text, None)) from None
+        # this stage only parses: lark words its syntax errors as its own
+        # GrammarError ("Unclosed parenthesis", "Expecting rule or terminal
+        # definition (missing colon)"), and they were told as a plain one
+        raise GrammarSyntaxError(f"syntax error in grammar: {_first_line(e)}",
+                                 *_locate_error(str(e), text, None)) from None
     except RecursionError:
         raise GrammarTooComplexError("the grammar is nested too deeply for lark's parser") \
             from None
@@ -782,7 +785,7 @@ def _first_line(e: Exception) -> str:
         return type(e).__name__
     line = str(e).strip().splitlines()[0]
     line = re.sub(r"Token\('\w+', ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)", r"\1", line)
-    return re.sub(r"\s*\bat line \d+,? column \d+(?: in <grammar>)?[.:]?\s*$", "", line) or line
+    return re.sub(r",?\s*\bat line \d+,? column \d+(?: in <grammar>)?[.:]?\s*$", "", line) or line
 
 
 def _locate_error(message: str, text: str, start: str | None) -> tuple[int | None, int | None]:
