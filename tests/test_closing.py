@@ -51,3 +51,12 @@ def test_outputs_close_within_the_budget(lm, budget):
     # the batch closes the same way
     [row] = search.generate_batch(lm, [prompt], constraints=c, max_new_tokens=budget, close=True)
     assert row.text == closed.text
+
+
+def test_a_budget_below_the_shortest_output_says_so(lm):
+    """The docs promised a complete output; below the shortest one none fits,
+    which was silent."""
+    c = constrain.compile_json_schema(SCHEMA, lm.vocab)
+    with pytest.warns(UserWarning, match="close=True: the shortest completion needs"):
+        r = search.generate(lm, "Describe", constraint=c, max_new_tokens=6, close=True)
+    assert not r.accepted and r.stop_reason == "max_new_tokens"

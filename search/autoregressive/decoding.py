@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import codecs
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from search.autoregressive.closing import CLOSING_WINDOW, completion_tokens, shortest_completion
@@ -88,6 +89,13 @@ class Row:
             ids = completion_tokens(lm, self.constraint, state, completion)
             if ids is None or len(ids) + 1 < left:
                 return None
+            if len(ids) + 1 > left:
+                # a budget below the completion from the start, or a token that
+                # lengthened it by more than one: the output ends cut, or
+                # complete without its EOS
+                warnings.warn(f"close=True: the shortest completion needs {len(ids)} tokens and "
+                              f"EOS, but {left} are left: the output may end cut (check "
+                              f"result.accepted)", stacklevel=2)
             self.forced = ids + [min(self.constraint.vocab.eos_token_ids)]
         return self.forced.pop(0) if self.forced else None
 
