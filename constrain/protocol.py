@@ -127,6 +127,14 @@ class Constraint(abc.ABC):
         :meth:`is_accepting`."""
         raise NotImplementedError(f"{type(self).__name__} cannot list its next bytes")
 
+    def allows_token_reference(self, state: State) -> bool:
+        """Whether a token reference (a grammar's ``<[id]>``, ``<|name|>``) may
+        match the next token: then the bytes of :meth:`allowed_bytes` are not
+        all that may follow (jump-forward stops there). ``False`` for a
+        constraint without token references (a regex); the state is checked."""
+        self.check_state(state)
+        return False
+
     def save(self, path) -> None:
         """Write this constraint, as it is now (masks computed so far
         included), to the file ``path``, atomically, for

@@ -20,6 +20,7 @@ from constrain import (
     compile_regex,
     grammar_path,
 )
+from constrain.errors import InvalidStateError
 
 # A vocabulary with gaps: no token for "c" alone, multi-byte pieces of "é" and "😀",
 # a special token, an EOS, two padding ids.
@@ -184,6 +185,11 @@ def test_terminated_state(tiny):
     g.fill_bitmask(end, bm)
     assert not bm.any()
     assert g.advance(g.initial_state(), EOS) is None  # EOS only once accepting
+    # every constraint answers the protocol's question (a regex raised AttributeError)
+    assert g.allows_token_reference(g.initial_state()) is False
+    assert g.allows_token_reference(end) is False
+    with pytest.raises(InvalidStateError):
+        g.allows_token_reference(99)
 
 
 def test_several_eos_ids():
