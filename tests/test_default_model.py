@@ -101,6 +101,8 @@ def test_load_default_model_is_memoised(lm):
 def test_wrapper_basics(lm):
     assert lm.vocab_size == 49152 == len(lm.vocab)
     assert 2 in lm.eos_token_ids and lm.vocab.eos_token_ids == lm.eos_token_ids
+    # the protocol's single id (the model had none: AttributeError)
+    assert lm.eos_token_id == lm.eos_token_ids[0] == min(lm.eos_token_ids)
     assert lm.is_chat
     ids = lm.apply_chat_template("Hi")
     text = lm.tokenizer.decode(ids)

@@ -10,8 +10,9 @@ A model, for search, is anything with:
   a prefix scored before: drivers must not ask twice for the same prefix, and
   the counts of two drivers on the same model are directly comparable.
 * ``lm.vocab_size``: the number of columns of ``logprobs``.
-* ``lm.eos_token_ids``: a tuple of the ids that end a hypothesis (``lm.eos_token_id``
-  is the first of them).
+* ``lm.eos_token_ids``: a sorted tuple of the ids that end a hypothesis
+  (``lm.eos_token_id`` is its first, the smallest, whatever order they were
+  given in).
 
 Optional, used when present:
 

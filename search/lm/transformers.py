@@ -153,6 +153,12 @@ class TransformersLM(TokenizerText):
         """The torch dtype of the model's weights."""
         return self.model.dtype
 
+    @property
+    def eos_token_id(self) -> int:
+        """The first of :attr:`eos_token_ids` (sorted: the smallest), as the
+        LM protocol has it."""
+        return self.eos_token_ids[0]
+
     # -- scoring ----------------------------------------------------------------
 
     def _run(self, x, past=None, attention_mask=None, position_ids=None, keep: int | None = 1):
