@@ -1004,6 +1004,20 @@ def test_compile_json_schema_passes_options(monkeypatch):
     assert re.search(term.pattern, '"a"') is None and "trellis_exclusion_" in term.pattern
 
 
+@pytest.mark.parametrize("options, error", [
+    (dict(max_string_length=-1), "max_string_length must be positive"),
+    (dict(max_array_length=2.5), "max_array_length must be a positive integer"),
+    (dict(whitespace="flexible", max_whitespace=2.5), "max_whitespace must be a positive integer"),
+    (dict(max_whitespace=True), "max_whitespace must be a positive number"),
+    (dict(strict="no"), "strict must be True or False"),
+])
+def test_translation_options_are_checked(options, error):
+    """-1 was read as a cap ('minLength 0 exceeds the supported -1'), 2.5 was
+    floored, True read as 1, strict='no' as strict."""
+    with pytest.raises(ValueError, match=error):
+        json_schema_to_lark({"type": "string", "maxLength": 5}, **options)
+
+
 def test_order_instance():
     schema = {"type": "object", "properties": {"b": {"type": "object", "properties": {
         "y": {}, "x": {}}}, "a": {}}}

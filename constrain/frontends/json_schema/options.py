@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from constrain.automata.deadline import Deadline
+from constrain.cache import check_budget
 
 #: default cap on consecutive whitespace characters in "flexible" style
 DEFAULT_MAX_WHITESPACE = 4
@@ -25,8 +26,11 @@ class Options:
     """How a schema is translated (see :func:`json_schema_to_lark` for each).
 
     Raises:
-        ValueError: ``whitespace`` is neither ``"compact"`` nor ``"flexible"``, or
-            ``max_whitespace`` is below 1 in flexible style.
+        ValueError: ``whitespace`` is neither ``"compact"`` nor ``"flexible"``,
+            ``formats`` neither ``"assert"`` nor ``"annotation"``, ``strict`` not
+            a bool; :class:`~constrain.errors.InvalidLimitError` (a
+            ``ValueError``): ``max_whitespace``, ``max_string_length`` or
+            ``max_array_length`` not a positive integer.
     """
 
     whitespace: str = "compact"
@@ -47,11 +51,15 @@ class Options:
     def __post_init__(self):
         if self.formats not in ("assert", "annotation"):
             raise ValueError(f"formats must be 'assert' or 'annotation', not {self.formats!r}")
-        if self.whitespace == "flexible":
-            if self.max_whitespace < 1:
-                raise ValueError("max_whitespace must be >= 1")
-        elif self.whitespace != "compact":
+        if self.whitespace not in ("compact", "flexible"):
             raise ValueError(f"whitespace must be 'compact' or 'flexible', not {self.whitespace!r}")
+        if not isinstance(self.strict, bool):
+            # strict="no" read as strict, 0 as lenient
+            raise ValueError(f"strict must be True or False, not {self.strict!r}")
+        # positive integers (InvalidLimitError naming the field): -1 was read
+        # as a cap ("minLength 0 exceeds the supported -1"), 2.5 floored, True as 1
+        for name in ("max_whitespace", "max_string_length", "max_array_length"):
+            check_budget(name, getattr(self, name))
 
     @property
     def ws(self) -> str:
