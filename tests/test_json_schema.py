@@ -1322,6 +1322,10 @@ def test_python_schemas_that_no_json_text_spells_are_refused_at_their_pointer():
         shared = {"anyOf": [shared, {"type": "object", "properties": {"a": shared}}]}
     with pytest.raises(SchemaTooComplexError, match=f"{MAX_SCHEMA_VALUES:,} values"):
         json_schema_to_lark(shared)
+    # a document of resources too, named by its URI
+    with pytest.raises(SchemaError, match="resource 'http://x/a.json': a set") as e:
+        json_schema_to_lark({"$ref": "http://x/a.json"}, resources={"http://x/a.json": {"enum": [{1}]}})
+    assert e.value.pointer == "/enum/0"
     # sharing itself is fine, and a keyword the draft lacks is gone on every path
     s = {"type": "object", "dependentRequired": {"a": ["b"]}}
     schema = {"$schema": D7, "type": "object", "properties": {"x": s, "y": {"not": {"not": s}}}}

@@ -101,7 +101,10 @@ def _load_resources(resources) -> tuple:
     for uri, schema in resources.items():
         if not isinstance(uri, str) or not uri:
             raise SchemaError(f"a resource URI must be a non-empty string, not {uri!r}", "")
-        out.append((uri, load_schema(schema)))
+        try:
+            out.append((uri, load_schema(schema)))
+        except (SchemaError, SchemaTooComplexError) as e:  # (its pointer is inside that document)
+            raise type(e)(f"resource {uri!r}: {e.msg}", e.pointer) from None
     return tuple(out)
 
 
