@@ -39,10 +39,10 @@ from pathlib import Path
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
 from constrain.cfg.grammar import GrammarConstraint
 from constrain.cfg.lexer import automaton_bytes, terminal_id_bytes, walk_bytes
-from constrain.errors import ConstraintError
+from constrain.errors import ConstraintError, GrammarTooComplexError, too_complex_at
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
 from constrain.frontends.json_schema.caches import SchemaCaches
-from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
+from constrain.frontends.gbnf import load_gbnf_grammar, locate_terminal, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
 from constrain.automata.deadline import Deadline
@@ -65,6 +65,7 @@ def _grammar_budgets(limits: Limits) -> dict:
     """The fields of ``limits`` a grammar reads, as :class:`GrammarConstraint`
     takes them."""
     return {"max_states": limits.max_states, "max_repeat": limits.max_repeat,
+            "max_positions": limits.max_positions,
             "time_budget": limits.time_budget,
             "max_contexts": limits.max_contexts, "max_width": limits.max_width,
             "mask_cache_bytes": limits.mask_cache_bytes, "max_items": limits.max_items}
@@ -177,10 +178,19 @@ class Compiler:
                                        deadline=deadline, max_repeat=limits.max_repeat)
             else:
                 ir = load_lark_grammar(source, start="start" if start is None else start,
-                                       deadline=deadline, max_repeat=limits.max_repeat)
+                                       deadline=deadline, max_repeat=limits.max_repeat,
+                                       max_positions=limits.max_positions)
             budgets = _grammar_budgets(limits)
             budgets["time_budget"] = max(deadline.remaining(), 1e-9)
-            return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
+            try:
+                return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
+            except GrammarTooComplexError as e:
+                at = locate_terminal(ir.source, getattr(e, "terminal", "")) \
+                    if fmt == "gbnf" and getattr(e, "terminal", None) else None
+                if at is None:
+                    raise
+                # told at the rule, not by the generated terminal's regex
+                raise too_complex_at(f"rule {at[0]!r}: {e.detail}", at[1], at[2]) from None
 
         return self._cached("grammar", lambda: grammar_spec(source, start, fmt, limits), build)
 

@@ -55,6 +55,15 @@ class GrammarTooComplexError(ConstraintError):
     raise it."""
 
 
+def too_complex_at(message: str, line: int | None, column: int | None) -> GrammarTooComplexError:
+    """A :class:`GrammarTooComplexError` naming a place in grammar text
+    (``line``, ``column`` and ``msg`` attributes, as a :class:`GrammarError`
+    has them)."""
+    e = GrammarTooComplexError(f"{message} (line {line}, column {column})" if line else message)
+    e.line, e.column, e.msg = line, column, message
+    return e
+
+
 class SchemaTooComplexError(GrammarTooComplexError):
     """Translating a JSON Schema would exceed a budget at one of its parts: the
     time budget, ``max_string_length`` / ``max_array_length`` below a

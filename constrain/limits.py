@@ -9,7 +9,8 @@ such overrides. Which compile reads which field:
 field                  read by     bounds
 =====================  ==========  ==============================================
 ``max_repeat``         all         a counted repetition ``{m,n}``'s bound
-``max_positions``      regexes     the pattern's size, repetitions expanded
+``max_positions``      all         a regex's size, repetitions expanded (a
+                                   grammar terminal's)
 ``max_states``         all         one automaton (a regex's character DFA, a
                                    grammar terminal's); a grammar's lexer
                                    automata together get eight times as many

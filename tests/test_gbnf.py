@@ -125,7 +125,7 @@ class Oracle:
                 items.append(val)
             elif val == ".":
                 self.pos += 1
-                items.append(("set", frozenset([(0, MAX_CP)]), False))
+                items.append(("set", frozenset([(1, MAX_CP)]), False))  # llama.cpp: never NUL
             elif val == "(":
                 self.pos += 1
                 inner = self.alts()
@@ -187,7 +187,7 @@ class Oracle:
     def matches(term, cp: int) -> bool:
         _, ivs, neg = term
         inside = any(lo <= cp <= hi for lo, hi in ivs)
-        return inside != neg
+        return cp != 0 and inside != neg  # llama.cpp never matches NUL
 
     # recognising
     def longest_viable(self, text: str) -> tuple[int, bool]:
@@ -502,11 +502,46 @@ def test_format_detection(vocab, tmp_path):
     ('root ::= "a" <[1,x]>', 1, 14, GrammarSyntaxError, "expected token ids"),
     ('root ::= !<[^1]>', 1, 10, GrammarSyntaxError, "negated twice"),
     ('root ::= "a" <[1]', 1, 14, GrammarSyntaxError, "expected ']>'"),
+    # a lone CR ends a line for the parser, and now for the position too
+    ('root ::= "a"\rfoo ::= "b" $', 2, 13, GrammarSyntaxError, "expected the end of the line"),
+    ('root ::= "a\x00b"', 1, 12, GrammarError, "a NUL in a literal"),
+    # the automaton of a rule's regular run, at the rule (it named ROOT_0)
+    ('x ::= "q"\nmy-rule ::= [a-z]* "a" [a-z]{16}\nroot ::= my-rule "!"', 3, 1,
+     GrammarTooComplexError, "rule 'root': the regex"),
 ])
 def test_errors_name_the_place(text, line, column, kind, message, vocab):
     with pytest.raises(kind, match=re.escape(message)) as info:
         constrain.compile_grammar(text, vocab, format="gbnf")
     assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_what_llama_cpp_reads(vocab):
+    """From a review against llama.cpp's parser (src/llama-grammar.cpp): ``\\-``
+    is one of its escapes (refused as unknown), it never matches NUL (``[^a]``
+    and ``.`` took it), and a text with a rule that ends in ``.gbnf`` is text
+    (it was read as a file name)."""
+    g = constrain.compile_grammar(r'root ::= [a-z0-9\-]+ "\-"', vocab)
+    assert accepts(g, "a-9-") and not accepts(g, "a-9")
+    for text in ("root ::= [^a]", "root ::= .", "root ::= [\\x00-\\x7f]"):
+        g = constrain.compile_grammar(text, vocab)
+        assert accepts(g, "b") and not accepts(g, "\x00"), text
+    g = constrain.compile_grammar('root ::= "yes" | "no"  # adapted from json.gbnf', vocab)
+    assert accepts(g, "yes")
+
+
+def test_long_runs_of_optional_items_compile(vocab):
+    """A run of nullable items wrote one alternative per item with the rest's
+    full regex after it: quadratic (500 items: 751K characters, and a compile
+    that ran past its time budget). Halving is O(n log n)."""
+    for n in (500, 3000):
+        g = constrain.compile_grammar("root ::= " + " ".join(['"a"?'] * n) + ' "b"', vocab,
+                                      time_budget=20)
+        assert accepts(g, "a" * 7 + "b") and accepts(g, "a" * n + "b")
+        assert not accepts(g, "a" * (n + 1) + "b")
+    g = constrain.compile_grammar('root ::= "x" ("a"? [bc]* "d"{0,2} ("e" "f")?) "z"', vocab)
+    for text, ok in (("xz", True), ("xacdz", True), ("xbbddefz", True), ("xaaz", False),
+                     ("xddd z", False), ("xefez", False)):
+        assert accepts(g, text) == ok, text
 
 
 def test_a_literal_with_a_lone_surrogate_matches_nothing(vocab):
@@ -530,9 +565,20 @@ def test_long_chains_of_rules_compile():
 
 
 def test_limits(vocab):
-    deep = "root ::= " + "(" * 300 + '"a"' + ")" * 300
-    with pytest.raises(GrammarTooComplexError, match="nested"):
-        load_gbnf_grammar(deep)
+    # 170 levels raised a RecursionError in a pass after the parser's check at 200
+    for depth in (170, 300):
+        deep = "root ::= " + "(" * depth + '"a"' + ")" * depth
+        with pytest.raises(GrammarTooComplexError, match="nested"):
+            load_gbnf_grammar(deep)
+    assert accepts(constrain.compile_grammar("root ::= " + "(" * 95 + '"a"' + ")*" * 95, vocab),
+                   "aa")
+    # the size of a regular run's regex is a budget the grammar path takes (it
+    # advised max_positions=, which compile_grammar did not accept)
+    big = 'root ::= ([a-z]{10} "\\n"){10001}'
+    with pytest.raises(GrammarTooComplexError, match="max_positions="):
+        constrain.compile_grammar(big, vocab, max_repeat=20_000)
+    with pytest.raises(GrammarTooComplexError, match="max_states="):
+        constrain.compile_grammar(big, vocab, max_repeat=20_000, max_positions=10**6)
     with pytest.raises(GrammarTooComplexError, match="expand"):
         load_gbnf_grammar("root ::= " + " ".join(["x{0,9000}"] * 30) + '\nx ::= "(" x ")" | ""')
     # a count past max_repeat, named where it is written (it named the generated

@@ -93,7 +93,8 @@ class GrammarConstraint(Constraint):
                  max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                  mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
                  max_items: int = _DEFAULT.max_items,
-                 compiler: Compiler | None = None, max_repeat: int = _DEFAULT.max_repeat):
+                 compiler: Compiler | None = None, max_repeat: int = _DEFAULT.max_repeat,
+                 max_positions: int = _DEFAULT.max_positions):
         if not isinstance(vocab, Vocabulary):
             raise ConstraintError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         # checked here whoever calls (a Limits is free when nothing differs
@@ -106,10 +107,11 @@ class GrammarConstraint(Constraint):
         if not (max_states is _DEFAULT.max_states and max_contexts is _DEFAULT.max_contexts
                 and max_width is _DEFAULT.max_width and max_items is _DEFAULT.max_items
                 and mask_cache_bytes is _DEFAULT.mask_cache_bytes
-                and max_repeat is _DEFAULT.max_repeat):
+                and max_repeat is _DEFAULT.max_repeat and max_positions is _DEFAULT.max_positions):
             _DEFAULT.replace(max_states=max_states, max_contexts=max_contexts,
                              max_width=max_width, mask_cache_bytes=mask_cache_bytes,
-                             max_items=max_items, max_repeat=max_repeat)
+                             max_items=max_items, max_repeat=max_repeat,
+                             max_positions=max_positions)
         if time_budget.__class__ is not float and (
                 isinstance(time_budget, bool) or not isinstance(time_budget, Real)) \
                 or not time_budget >= 0:
@@ -120,7 +122,7 @@ class GrammarConstraint(Constraint):
         trie = TokenTrie.of(vocab)
         words = (len(vocab) + 31) // 32
         terms = TerminalAutomata(ir, trie.alphabet, max_states=max_states, max_repeat=max_repeat,
-                                 deadline=deadline,
+                                 max_positions=max_positions, deadline=deadline,
                                  compiler=compiler)
         parser = EarleyRecognizer(ir, terms.usable, max_contexts=max_contexts,
                                   max_items=max_items)
@@ -1169,7 +1171,8 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
                     max_contexts: int = _DEFAULT.max_contexts, max_width: int = _DEFAULT.max_width,
                     mask_cache_bytes: int = _DEFAULT.mask_cache_bytes,
                     max_items: int = _DEFAULT.max_items,
-                    max_repeat: int = _DEFAULT.max_repeat) -> GrammarConstraint:
+                    max_repeat: int = _DEFAULT.max_repeat,
+                    max_positions: int = _DEFAULT.max_positions) -> GrammarConstraint:
     """Compile a context-free grammar in Lark (or GBNF) syntax into a token-level
     constraint.
 
@@ -1203,6 +1206,9 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
             counts the positions cut).
         max_repeat: the largest count of a counted repetition ``{m,n}`` in a
             terminal's regex (Lark) or a rule (GBNF).
+        max_positions: the most character positions a terminal's regex may
+            expand to, its counted repetitions unrolled (a GBNF rule's regular
+            parts are such regexes).
 
     The budgets override those of the vocabulary's default compiler
     (:func:`constrain.compiler.default_compiler`), whose caches the grammar
@@ -1222,7 +1228,7 @@ def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,
     return default_compiler(vocab).compile_grammar(
         source, start, format=format, max_states=max_states, time_budget=time_budget,
         max_contexts=max_contexts, max_width=max_width, mask_cache_bytes=mask_cache_bytes,
-        max_items=max_items, max_repeat=max_repeat)
+        max_items=max_items, max_repeat=max_repeat, max_positions=max_positions)
 
 
 __all__ = ["GrammarConstraint", "compile_grammar", "TERMINATED"]

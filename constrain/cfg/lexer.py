@@ -32,7 +32,7 @@ from constrain.automata.hash_table import table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
-from constrain.automata.regex_syntax import MAX_REPEAT
+from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT
 from constrain.cache import BoundedCache, check_budget, nbytes
 from constrain.errors import GrammarError, GrammarTooComplexError, RegexError
 from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROWS, LexemeTable, builtin_dfa,
@@ -132,7 +132,8 @@ def terminal_id_bytes(key, uid) -> int:
 
 def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None, exclusion: tuple | None = None,
-                 cache: BoundedCache | None = None, max_repeat: int = MAX_REPEAT) -> ByteDFA | None:
+                 cache: BoundedCache | None = None, max_repeat: int = MAX_REPEAT,
+                 max_positions: int = MAX_POSITIONS) -> ByteDFA | None:
     """The byte DFA of one terminal over ``alphabet``, or ``None`` when it matches
     no string the alphabet can spell.
 
@@ -150,13 +151,14 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
         # an exclusion terminal's pattern is only a stand-in name: two IRs may
         # reuse the name for different exclusions
         key = (term.pattern, term.flags, term.literal, alphabet.tobytes(), max_states, exclusion,
-               max_repeat)
+               max_repeat, max_positions)
         hit = cache.get(key)
         if hit is not None:
             return hit or None
     if exclusion is not None:
         base = terminal_dfa(Terminal(term.name, exclusion[0]), alphabet, max_states=max_states,
-                            deadline=deadline, cache=cache, max_repeat=max_repeat)
+                            deadline=deadline, cache=cache, max_repeat=max_repeat,
+                            max_positions=max_positions)
         dfa = minus_prefixes(base, exclusion[1]) if base is not None else False
     elif term.literal is not None:
         dfa = _literal_dfa(term.literal, term.flags, alphabet)
@@ -176,7 +178,8 @@ def terminal_dfa(term: Terminal, alphabet: np.ndarray, *, max_states: int,
     if dfa is None:
         try:
             dfa = regex_byte_dfa(term.pattern, alphabet, flags=term.flags, max_states=max_states,
-                                 max_repeat=max_repeat, deadline=deadline)
+                                 max_repeat=max_repeat, max_positions=max_positions,
+                                 deadline=deadline)
         except EmptyLanguageError:
             dfa = False
         except GrammarTooComplexError as e:
@@ -361,7 +364,7 @@ class TerminalAutomata:
 
     def __init__(self, ir: GrammarIR, alphabet: np.ndarray, *, max_states: int,
                  deadline: float | None, compiler: Compiler | None = None,
-                 max_repeat: int = MAX_REPEAT):
+                 max_repeat: int = MAX_REPEAT, max_positions: int = MAX_POSITIONS):
         # one Deadline for every terminal: a kernel compiled for the first one
         # moves it later for all
         deadline = Deadline.of(deadline)
@@ -468,7 +471,7 @@ class TerminalAutomata:
                 try:
                     part = terminal_dfa(term, alphabet, max_states=max_states,
                                         deadline=deadline, exclusion=excl, cache=automata,
-                                        max_repeat=max_repeat)
+                                        max_repeat=max_repeat, max_positions=max_positions)
                 except GrammarError as e:
                     if e.line is not None:
                         raise

@@ -4,10 +4,11 @@ The language is the one llama.cpp's ``grammars/README.md`` documents: rules
 ``name ::= alternatives`` over Unicode code points, starting at ``root``; no
 lexer and no implicit whitespace. Syntax, as llama.cpp's parser reads it:
 
-* names are ``[A-Za-z0-9_-]+``; ``"..."`` literals and ``[...]`` classes (``^``
-  negates; ``a-z`` ranges) take the escapes ``\\xXX``, ``\\uXXXX``,
-  ``\\UXXXXXXXX``, ``\\t``, ``\\n``, ``\\r``, ``\\\\``, ``\\"``, ``\\[``, ``\\]``;
-  ``.`` is any code point; ``( )`` groups; ``|`` alternates;
+* names are ``[A-Za-z0-9_-]+`` (llama.cpp's parser: no ``_``); ``"..."``
+  literals and ``[...]`` classes (``^`` negates; ``a-z`` ranges) take the
+  escapes ``\\xXX``, ``\\uXXXX``, ``\\UXXXXXXXX``, ``\\t``, ``\\n``, ``\\r``,
+  ``\\\\``, ``\\"``, ``\\[``, ``\\]``, ``\\-``; ``.`` is any code point but NUL
+  (which llama.cpp never matches); ``( )`` groups; ``|`` alternates;
   ``* + ? {m} {m,} {m,n}`` repeat the item before them (a whole literal);
 * ``#`` starts a comment that runs to the end of the line; a rule ends at the
   end of its line, except inside parentheses and after ``|`` or ``::=``.
@@ -24,7 +25,7 @@ terminals anywhere, as the grammar allows.
 
 Where llama.cpp is looser this is stricter, with a :class:`GrammarError`:
 a rule defined twice (llama.cpp keeps the last), an empty class ``[]``/``[^]``
-(llama.cpp reads it as nothing), code points past U+10FFFF. Left recursion,
+(llama.cpp reads it as the empty string), code points past U+10FFFF. Left recursion,
 which llama.cpp refuses, is accepted (the Earley parser handles it). Token
 references (``<[id]>``, ``<text>``, ``!<[id]>``; also llguidance's lists and
 ranges ``<[1,3-5]>``) match one whole token and are terminals of their own
@@ -41,18 +42,23 @@ import time
 from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cfg.ir import GrammarIR, Terminal
-from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError
+from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, too_complex_at
 
 #: the characters of a terminal regex beyond which a regular rule is kept as a
 #: rule of its own (inlining copies a rule into every place it is used)
 MAX_INLINE_CHARS = 50_000
 #: the symbols counted repetitions of non-regular items may expand into
 MAX_EXPANDED_SYMBOLS = 200_000
-#: nesting of groups (the parser recurses per level)
-MAX_DEPTH = 200
+#: nesting of groups (the parser and the passes after it recurse per level:
+#: 170 overflowed Python's stack in a later pass; a terminal's regex nests as
+#: deep, and regexes refuse more than 100 levels)
+MAX_DEPTH = 100
 
 _SURROGATES = [(0xD800, 0xDFFF)]
-_ALL = iv_complement(_SURROGATES)  # UTF-8 text carries no surrogates
+#: never matched: UTF-8 text carries no surrogates, and llama.cpp no NUL (its
+#: decoder stops at one, and it refuses a token whose text starts with one)
+_NEVER = [(0, 0)] + _SURROGATES
+_ALL = iv_complement(_NEVER)
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _INT = re.compile(r"[0-9]+")
 _RULE_HEAD = re.compile(r"^[ \t]*[A-Za-z0-9_-]+(?:\[[^\]\n]*\])?[ \t]*::=", re.MULTILINE)
@@ -85,9 +91,7 @@ class _Parser:
     def error(self, message: str, pos: int, cls=GrammarSyntaxError):
         line, col = position(self.text, pos)
         if cls is GrammarTooComplexError:
-            e = GrammarTooComplexError(f"{message} (line {line}, column {col})")
-            e.line, e.column = line, col
-            return e
+            return too_complex_at(message, line, col)
         return cls(message, line, col)
 
     def space(self, pos: int, newline_ok: bool) -> int:
@@ -171,7 +175,11 @@ class _Parser:
                         raise self.error("unterminated string literal", start)
                     if text[pos] == '"':
                         break
+                    at = pos
                     cp, pos = self.char(pos)
+                    if cp == 0:
+                        raise self.error("a NUL in a literal, which llama.cpp never matches", at,
+                                         GrammarError)
                     chars.append(chr(cp))
                 items.append(("lit", "".join(chars)))
                 pos = self.space(pos + 1, nested)
@@ -195,8 +203,8 @@ class _Parser:
                 if pos == start + 1 + negated:
                     raise self.error("empty character class", start)
                 ivs = iv_norm(ivs)
-                ivs = iv_complement(ivs + _SURROGATES) if negated else \
-                    iv_complement(iv_complement(ivs) + _SURROGATES)
+                ivs = iv_complement(ivs + _NEVER) if negated else \
+                    iv_complement(iv_complement(ivs) + _NEVER)
                 items.append(("cls", tuple(ivs)))
                 pos = self.space(pos + 1, nested)
             elif c == ".":
@@ -286,16 +294,18 @@ class _Parser:
             if cp > MAX_CP:
                 raise self.error(f"code point U+{cp:X} is past U+10FFFF", pos)
             return cp, pos + 2 + width
-        simple = {"t": 9, "n": 10, "r": 13, "\\": 92, '"': 34, "[": 91, "]": 93}
+        simple = {"t": 9, "n": 10, "r": 13, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}
         if e in simple:
             return simple[e], pos + 2
         raise self.error(f"unknown escape \\{e}" if e else "a backslash ends the grammar", pos)
 
 
 def position(text: str, i: int) -> tuple[int, int]:
-    """1-based line and column of offset ``i``."""
-    line = text.count("\n", 0, i) + 1
-    return line, i - (text.rfind("\n", 0, i) + 1) + 1
+    """1-based line and column of offset ``i``; a line ends at ``\\n``,
+    ``\\r\\n`` or a lone ``\\r``, as the parser reads them."""
+    head = text[:i]
+    line = head.count("\n") + head.count("\r") - head.count("\r\n") + 1
+    return line, i - max(head.rfind("\n"), head.rfind("\r")) - 1 + 1
 
 
 # -- regular languages as regexes ------------------------------------------------------
@@ -401,14 +411,24 @@ class _Regular:
                 return None
             return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
         if kind == "seq":
-            # every item nullable: a non-empty string starts in some item, after
-            # items that matched nothing
+            # every item nullable, so both halves A, B are: a non-empty string
+            # of AB is a non-empty one of A then any of B, or a non-empty one of
+            # B. Halving keeps the regex O(n log n) and its nesting O(log n);
+            # one alternative per item with the rest's full regex after it was
+            # quadratic (500 "a"? items: 751K characters, and a compile that
+            # ran past its time budget)
             items = node[1]
+            if len(items) <= 1:  # (the empty sequence: an empty alternative)
+                return self.nonempty(items[0]) if items else None
+            mid = len(items) // 2
+            first, rest = ("seq", items[:mid]), ("seq", items[mid:])
             parts = []
-            for i, item in enumerate(items):
-                head = self.nonempty(item)
-                if head is not None:
-                    parts.append(head + "".join(self.full(k) for k in items[i + 1:]))
+            head = self.nonempty(first)
+            if head is not None:
+                parts.append(head + self.full(rest))
+            tail = self.nonempty(rest)
+            if tail is not None:
+                parts.append(tail)
             if not parts:
                 return None
             return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
@@ -714,7 +734,7 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
     from pathlib import Path
 
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                    and source.endswith(".gbnf")):
+                                    and "::=" not in source and source.endswith(".gbnf")):
         path = Path(source)
         if not path.is_file():
             raise GrammarError(f"grammar file {str(path)!r} not found")
@@ -749,7 +769,28 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
                                f"has one too: a budgeted rule is one terminal",
                                parser.where[name], GrammarError)
     _limit_inlining(rules, regular, reg)
-    return _Builder(rules, reg, source, parser, deadline).build(start)
+    try:
+        return _Builder(rules, reg, source, parser, deadline).build(start)
+    except RecursionError:
+        # the passes over the rules recurse per level of nesting too: a deep
+        # caller's stack can run out below MAX_DEPTH
+        raise GrammarTooComplexError(f"the grammar's groups nest too deeply to compile "
+                                     f"(at most {MAX_DEPTH} levels)") from None
+
+
+def locate_terminal(source: str, terminal: str) -> tuple[str, int, int] | None:
+    """``(rule, line, column)`` of the definition of the rule whose regular run
+    became ``terminal`` (named by the builder: the rule's name, upper case,
+    then ``_<index>``), for an error raised when its automaton is built (a
+    state or size limit, which named the terminal and an offset in the
+    generated regex); ``None`` when no rule fits."""
+    head = terminal.rsplit("_", 1)[0]
+    for m in _RULE_HEAD.finditer(source):
+        name = _NAME.search(source, m.start()).group()
+        if re.sub(r"[^A-Za-z0-9_]", "_", name).upper() == head:
+            at = _NAME.search(source, m.start()).start()
+            return (name, *position(source, at))
+    return None
 
 
 def _limit_inlining(rules: dict, regular: set, reg: _Regular) -> None:

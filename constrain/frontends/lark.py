@@ -46,12 +46,12 @@ import time
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
-from constrain.automata.regex_syntax import MAX_REPEAT, Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
+from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
     nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
 from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, RegexError, \
-    RegexTooLargeError
+    RegexTooLargeError, too_complex_at
 
 _FLAG_BITS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "u": 0, "x": re.VERBOSE,
               "l": re.LOCALE}
@@ -96,13 +96,14 @@ def read_grammar_source(source) -> tuple[str, str | None]:
 
 
 def load_lark_grammar(source, start: str = "start", *, deadline=None,
-                      max_repeat: int = MAX_REPEAT) -> GrammarIR:
+                      max_repeat: int = MAX_REPEAT, max_positions: int = MAX_POSITIONS) -> GrammarIR:
     """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`
     with lark's ``dynamic_complete`` semantics (see the module docstring).
 
     ``deadline``: a ``time.perf_counter()`` value (or a
     :class:`~constrain.automata.deadline.Deadline`) the loading must finish by.
-    ``max_repeat``: the largest count of a terminal regex's ``{m,n}``
+    ``max_repeat``: the largest count of a terminal regex's ``{m,n}``;
+    ``max_positions``: the most character positions it may expand to
     (:class:`constrain.Limits`).
 
     Raises:
@@ -150,7 +151,8 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None,
             raise _lark_failed(e, text, start) from None
         raw = _raw_from_lark(terms, rules, ignore, text, start)
     _check_deadline(deadline)
-    ir = _finish(raw, text, start, deadline, max_repeat)
+    ir = _finish(raw, text, start, deadline,
+                 {"max_repeat": max_repeat, "max_positions": max_positions})
     if refs:
         ir = _token_terminals(ir, refs)
     if budgets:
@@ -163,14 +165,6 @@ def _check_deadline(deadline) -> None:
     if deadline is not None and time.perf_counter() > deadline:
         raise GrammarTooComplexError("loading the grammar exceeded its time budget "
                                      "(pass time_budget= to raise it)")
-
-
-def _too_complex(message: str, line: int | None, column: int | None) -> GrammarTooComplexError:
-    """A :class:`GrammarTooComplexError` naming the place (``line``, ``column``
-    attributes, as a :class:`GrammarError` has them)."""
-    e = GrammarTooComplexError(f"{message} (line {line}, column {column})" if line else message)
-    e.line, e.column, e.msg = line, column, message
-    return e
 
 
 class _ImportChecker:
@@ -198,7 +192,7 @@ class _ImportChecker:
             _check_deadline(self.deadline)
             self.files += 1
             if self.files > MAX_IMPORTED_FILES:
-                raise _too_complex(f"%import read more than {MAX_IMPORTED_FILES} grammar files "
+                raise too_complex_at(f"%import read more than {MAX_IMPORTED_FILES} grammar files "
                                    f"(a file that imports itself?)", None, None)
             try:
                 with open(path, encoding="utf-8") as f:
@@ -208,7 +202,7 @@ class _ImportChecker:
                     from None
             self.chars += len(text)
             if self.chars > MAX_IMPORTED_CHARS:
-                raise _too_complex(f"the grammar files %import read hold more than "
+                raise too_complex_at(f"the grammar files %import read hold more than "
                                    f"{MAX_IMPORTED_CHARS:,} characters", None, None)
             where = f"in imported grammar file {path!r}: "
             try:
@@ -219,7 +213,7 @@ class _ImportChecker:
             except GrammarError as e:
                 raise type(e)(where + e.msg, e.line, e.column) from None
             except GrammarTooComplexError as e:
-                raise _too_complex(where + getattr(e, "msg", str(e)), getattr(e, "line", None),
+                raise too_complex_at(where + getattr(e, "msg", str(e)), getattr(e, "line", None),
                                    getattr(e, "column", None)) from None
             return path, text
         raise OSError(grammar_path)  # lark then tries its own grammars
@@ -293,9 +287,10 @@ def _raw_from_lark(terms, rules, ignore, text: str, start: str) -> _Raw:
 # -- terminals as lark's dynamic lexer matches them ------------------------------------------
 
 
-def _finish(raw: _Raw, text: str, start: str, deadline, max_repeat: int) -> GrammarIR:
+def _finish(raw: _Raw, text: str, start: str, deadline, limits: dict) -> GrammarIR:
     """The IR of ``raw``: each terminal written as lark matches it, the ignored
-    runs written into the terminals (see the module docstring)."""
+    runs written into the terminals (see the module docstring); ``limits``:
+    ``max_repeat`` and ``max_positions``, as :func:`parse_regex` takes them."""
     if not any(lhs == 0 for lhs, _ in raw.rules):
         # no rule to point at: where the start symbol is used, else the top
         where = symbol_position(text, start)
@@ -304,14 +299,14 @@ def _finish(raw: _Raw, text: str, start: str, deadline, max_repeat: int) -> Gram
     used = sorted({s for _, rhs in raw.rules for s in rhs if s >= 0})
     parts = {}
     for t in sorted(set(used) | set(raw.ignore)):
-        parts[t] = _terminal_part(raw.terminals[t], text, deadline, max_repeat)
+        parts[t] = _terminal_part(raw.terminals[t], text, deadline, limits)
     prefix = ""
     if raw.ignore:
         runs = []
         for t in raw.ignore:
             part = parts[t]
             if part.startswith("(?>"):
-                _check_ignore(raw.terminals[t], part, text, deadline, max_repeat)
+                _check_ignore(raw.terminals[t], part, text, deadline, limits)
             if part not in runs:
                 runs.append(part)
         prefix = "(?:" + "|".join(runs) + ")*"
@@ -352,7 +347,7 @@ def _scoped(regexp: str) -> str:
     return f"(?{flags}:{regexp[m.end():]})"
 
 
-def _terminal_part(rt: _RawTerminal, text: str, deadline, max_repeat: int) -> str:
+def _terminal_part(rt: _RawTerminal, text: str, deadline, limits: dict) -> str:
     """The regex of ``rt`` as lark's dynamic lexer matches it, checked: a
     string as it is, a regex as ``(?>regex)`` (leftmost-first), or without
     the atomic group where that changes nothing (a literal; an alternation of
@@ -378,34 +373,34 @@ def _terminal_part(rt: _RawTerminal, text: str, deadline, max_repeat: int) -> st
     inner = _scoped(regexp)
     part = f"(?>{inner})"
     try:
-        node = parse_regex(part, max_repeat=max_repeat).body
+        node = parse_regex(part, **limits).body
     except RegexTooLargeError as e:
         # a limit the caller can raise, not a construct Trellis lacks
-        raise _too_complex(f"terminal {rt.name}: {e.msg} (pattern {regexp[:80]!r})", *where) \
+        raise too_complex_at(f"terminal {rt.name}: {e.msg} (pattern {regexp[:80]!r})", *where) \
             from None
     except RegexError as e:
         try:
-            parse_regex(inner, max_repeat=max_repeat)
+            parse_regex(inner, **limits)
         except RegexError as e2:  # an error of the regex itself
             raise _pattern_error(rt, e2.msg, e2.offset, *where) from None
-        if _matches_nothing(inner, deadline, max_repeat):
+        if _matches_nothing(inner, deadline, limits):
             return inner  # lark never matches it either: an unusable terminal
         offset = None if e.offset is None else max(e.offset - 3, 0)
         msg = e.msg.replace(" inside an atomic group (or possessive quantifier)", "")
         raise _pattern_error(rt, msg.replace(" is not supported", "") + _PAST_END, offset,
                              *where) from None
     past = _looks_past_end(node, False)
-    if past is not None and not _matches_nothing(inner, deadline, max_repeat):
+    if past is not None and not _matches_nothing(inner, deadline, limits):
         what, offset = past
         raise _pattern_error(rt, what + _PAST_END, None if offset is None else max(offset - 3, 0),
                              *where)
-    if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline, max_repeat):
+    if _looks_before_start(node, 0) and not _matches_nothing(inner, deadline, limits):
         raise _pattern_error(
             rt, "an assertion on the text before the terminal: lark tests it on the whole "
             "text for its first match and on the terminal alone for the others, which no "
             "constraint can follow", None, *where)
     if nullable(node):
-        dfa = build_char_dfa(parse_regex(part, max_repeat=max_repeat), max_states=_CHECK_STATES,
+        dfa = build_char_dfa(parse_regex(part, **limits), max_states=_CHECK_STATES,
                              deadline=deadline, pattern=part)
         if dfa.accepting[0]:
             raise GrammarError(f"terminal {rt.name} matches the empty string "
@@ -420,12 +415,12 @@ def _pattern_error(rt: _RawTerminal, msg: str, offset: int | None, line, column)
                         f"{msg} (pattern {rt.regexp[:80]!r}{at})", line, column)
 
 
-def _matches_nothing(regexp: str, deadline, max_repeat: int = MAX_REPEAT) -> bool:
+def _matches_nothing(regexp: str, deadline, limits: dict) -> bool:
     """Whether ``regexp`` (which parses) matches nowhere in any text: with any
     text around it, so that its assertions see what they would see in lark's
     (``a(?=b)`` matches ``a`` before a ``b``; ``a^b`` never matches)."""
     anywhere = f"(?s:.)*(?:{regexp})(?s:.)*"
-    return not build_char_dfa(parse_regex(anywhere, max_repeat=max_repeat), max_states=_CHECK_STATES,
+    return not build_char_dfa(parse_regex(anywhere, **limits), max_states=_CHECK_STATES,
                               deadline=deadline, pattern=regexp).accepting.any()
 
 
@@ -529,13 +524,13 @@ def _min_width(node) -> int:
     return min(_min_width(i) for i in node.items)  # Alt
 
 
-def _check_ignore(rt: _RawTerminal, part: str, text: str, deadline, max_repeat: int) -> None:
+def _check_ignore(rt: _RawTerminal, part: str, text: str, deadline, limits: dict) -> None:
     """Refuse an ignored terminal whose first match lark could only tell from
     more than the one character after it (``/a(bc)*/``: after ``a``, ``bc``
     would extend it): the ignored run is written into the next terminal, which
     may be that one character."""
     try:
-        build_char_dfa(parse_regex(part + "(?s:.)", max_repeat=max_repeat), max_states=_CHECK_STATES,
+        build_char_dfa(parse_regex(part + "(?s:.)", **limits), max_states=_CHECK_STATES,
                        deadline=deadline, pattern=part, strict_atomic_exits=True)
     except UndecidedAtomicExit:
         raise GrammarError(
@@ -576,7 +571,7 @@ def _check_nesting(text: str) -> None:
         elif c in "([{":
             depth += 1
             if depth > MAX_GRAMMAR_DEPTH:
-                raise _too_complex(f"groups are nested more than {MAX_GRAMMAR_DEPTH} deep",
+                raise too_complex_at(f"groups are nested more than {MAX_GRAMMAR_DEPTH} deep",
                                    line, i - col0 + 1)
         elif c in ")]}":
             depth = max(depth - 1, 0)
@@ -727,7 +722,7 @@ def _check_terminal_inlining(tree) -> None:
         name = max(size, key=size.get)
         tok = defs[name].children[0]
         shown = f"more than {MAX_TERMINAL_NODES:,}" if size[name] >= cap else f"{size[name]:,}"
-        raise _too_complex(
+        raise too_complex_at(
             f"terminal {name} would be written out by lark's loader into {shown} nodes (it "
             f"inlines every terminal a terminal uses; at most {MAX_TERMINAL_NODES:,} for a "
             f"grammar's terminals together): make the repeated part a rule",
@@ -761,12 +756,12 @@ def _check_expansion(tree, total: int = 0) -> int:
         total = sat(total + symbols)
         if alts > MAX_RULE_ALTERNATIVES:
             shown = "more than " + f"{big:,}" if alts >= big else f"{alts:,}"
-            raise _too_complex(
+            raise too_complex_at(
                 f"rule {name} would be expanded by lark's loader into {shown} alternatives "
                 f"(at most {MAX_RULE_ALTERNATIVES:,}): write its repeated or optional groups as "
                 f"rules of their own", getattr(name, "line", None), getattr(name, "column", None))
         if total > MAX_GRAMMAR_SYMBOLS:
-            raise _too_complex(
+            raise too_complex_at(
                 f"the grammar would be expanded by lark's loader into more than "
                 f"{MAX_GRAMMAR_SYMBOLS:,} symbols", getattr(name, "line", None),
                 getattr(name, "column", None))
@@ -916,7 +911,7 @@ def _llguidance_extensions(text: str) -> tuple[str, dict, dict]:
                 raise GrammarError(f"%json: invalid JSON ({e.msg})", *_position(text, e.pos)) \
                     from None
             except RecursionError:
-                raise _too_complex("%json: the schema is nested too deeply",
+                raise too_complex_at("%json: the schema is nested too deeply",
                                    *_position(text, at)) from None
             name = _JSON_PLACEHOLDER % len(schemas)
             schemas[name] = (schema, at)

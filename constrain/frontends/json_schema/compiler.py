@@ -57,8 +57,8 @@ _SCHEMA_OPTIONS = ("whitespace", "max_whitespace", "strict", "max_string_length"
                    "max_array_length", "formats", "resources")
 _DEFAULT_OPTIONS = Options()
 #: what compile_json_schema passes on to GrammarConstraint: its compiler, budgets
-_GRAMMAR_OPTIONS = frozenset({"compiler", "max_states", "max_repeat", "max_contexts", "max_width",
-                              "mask_cache_bytes", "max_items"})
+_GRAMMAR_OPTIONS = frozenset({"compiler", "max_states", "max_repeat", "max_positions", "max_contexts",
+                              "max_width", "mask_cache_bytes", "max_items"})
 
 
 def translate(schema, options: Options, exclusions: dict | None = None) -> Translation:
