@@ -223,6 +223,14 @@ def test_a_real_vocabulary_crosses_boundaries(smollm2_vocab, smollm2_tokenizer):
     # a budget error of the schema too (it named /minLength, the schema's own)
     (tag("<a>", schema({"type": "string", "minLength": 100_000}), "</a>"),
      "SchemaTooComplexError", "/content/json_schema/minLength"),
+    # and a pattern past max_repeat, found when its automaton is built (it named
+    # the embedded terminal, json0__STRING_7)
+    (tag("<a>", schema({"type": "string", "pattern": "^a{12000}$"}), "</a>"),
+     "SchemaTooComplexError", "/content/json_schema/pattern"),
+    ({"type": "structural_tag", "triggers": ["<f"],
+      "structures": [{"begin": "<f>", "schema": {"type": "string", "pattern": "^a{12000}$"},
+                      "end": "</f>"}]},
+     "SchemaTooComplexError", "/structures/0/schema/pattern"),
     ({"type": "regex", "pattern": "(a"}, "StructuralTagError", "/pattern"),
     ({"type": "repeat", "min": 3, "max": 2, "content": const("a")}, "StructuralTagError", "/max"),
     ({"type": "repeat", "min": -1, "max": 2, "content": const("a")}, "StructuralTagError", "/min"),

@@ -97,13 +97,16 @@ class IRBuilder:
 
     # -- other grammars -----------------------------------------------------------
 
-    def embed(self, ir: GrammarIR, hint: str) -> Sym:
+    def embed(self, ir: GrammarIR, hint: str, names: dict | None = None) -> Sym:
         """The start of a copy of ``ir`` (with its ignored terminals made
-        explicit, see the module docstring)."""
+        explicit, see the module docstring); ``names``, when given, receives
+        each terminal's name in the copy by its name in ``ir``."""
         base = len(self._terminals)
         nt_base = len(self._nonterminals)
         for k, t in enumerate(ir.terminals):
             name = f"{hint}{nt_base}__{t.name}"
+            if names is not None:
+                names[t.name] = name
             self._terminals.append(Terminal(name, t.pattern, t.flags, t.literal))
             if t.name in ir.exclusions:
                 self._exclusions[name] = ir.exclusions[t.name]

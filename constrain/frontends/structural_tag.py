@@ -89,6 +89,9 @@ class _Translator:
         self.alphabet = alphabet
         self.schema_options = schema_options
         self.deadline = deadline
+        #: terminal name -> (pointer in the spec, pattern) of an embedded
+        #: schema's ``pattern`` terminals (see compile_structural_tag)
+        self.pattern_at: dict[str, tuple[str, str]] = {}
 
     # -- fields ---------------------------------------------------------------------
 
@@ -168,11 +171,16 @@ class _Translator:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
                 raise StructuralTagError(f"json_schema is not valid JSON: {e}", where) from e
+        patterns: dict = {}
         try:
-            ir = json_schema_ir(schema, **self.schema_options)
+            ir = json_schema_ir(schema, patterns=patterns, **self.schema_options)
         except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
             raise type(e)(e.msg, where + e.pointer) from e
-        return self.g.embed(ir, "json")
+        names: dict = {}
+        sym = self.g.embed(ir, "json", names)
+        for name, (pointer, pattern) in patterns.items():
+            self.pattern_at[names[name]] = (where + pointer, pattern)
+        return sym
 
     def _grammar(self, node, path, ends) -> Sym:
         text = self._field(node, "grammar", path, str)
@@ -459,18 +467,25 @@ def _format_of(spec) -> tuple[object, tuple, bool]:
 
 
 def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
-                      **schema_options):
+                      patterns: dict | None = None, **schema_options):
     """The :class:`~constrain.cfg.ir.GrammarIR` of a structural tag (see the
     module docstring); ``schema_options`` go to every ``json_schema`` format
     (``whitespace``, ``strict``, ...). With ``alphabet`` (a token trie's), each
-    ``regex`` is compiled on the way, so that its errors name its format."""
+    ``regex`` is compiled on the way, so that its errors name its format.
+    ``patterns``, when given, receives ``terminal name -> (pointer, pattern)``
+    of the embedded schemas' ``pattern`` terminals (see
+    :func:`~constrain.frontends.json_schema.compiler.json_schema_ir`)."""
     from constrain.automata.deadline import Deadline
 
     node, path, legacy = _format_of(spec)
     t = _Translator(schema_options, Deadline.after(time_budget) if time_budget else None,
                     alphabet)
     try:
-        return t.g.build(t.format(node, path, ()))
+        ir = t.g.build(t.format(node, path, ()))
+        if patterns is not None:
+            patterns.update({name: (_legacy_pointer(where) if legacy else where, pattern)
+                             for name, (where, pattern) in t.pattern_at.items()})
+        return ir
     except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         # the legacy form is read as the triggered_tags it stands for: its
         # errors name the user's structures
@@ -540,11 +555,19 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
                         f"options {', '.join(_SCHEMA_OPTIONS)} and the fields of Limits)")
     # checked even where no json_schema format reads them (whitespace="banana")
     Options(**options)
+    patterns: dict = {}
     ir = compiler.schema_caches.run(lambda: structural_tag_ir(
-        spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet, **options))
+        spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet,
+        patterns=patterns, **options))
     try:
         return GrammarConstraint(ir, vocab, source="", compiler=compiler,
                                  **_grammar_budgets(limits))
+    except GrammarTooComplexError as e:
+        at = patterns.get(getattr(e, "terminal", None))
+        if at is None:
+            raise
+        # an embedded schema's pattern past a budget, told where it is written
+        raise SchemaTooComplexError(f"pattern {at[1]!r}: {e.detail}", at[0]) from None
     except GrammarError as e:
         if "derives no string" not in str(e):
             raise

@@ -140,17 +140,22 @@ def json_schema_to_lark(schema, *, whitespace: str = "compact",
     return text
 
 
-def json_schema_ir(schema, **options) -> GrammarIR:
+def json_schema_ir(schema, *, patterns: dict | None = None, **options) -> GrammarIR:
     """The :class:`~constrain.cfg.ir.GrammarIR` of ``schema``: what
     :func:`compile_json_schema` compiles, for front ends that embed a schema in
     a larger grammar (structural tags). ``options``: the schema options of
-    :func:`json_schema_to_lark` (``time_budget`` included)."""
+    :func:`json_schema_to_lark` (``time_budget`` included). ``patterns``, when
+    given, receives ``terminal name -> (JSON pointer, pattern)`` of the
+    terminals that spell a user's ``pattern`` (for telling a budget their
+    automaton passes at that pointer)."""
     opts = Options(**{k: options.pop(k) for k in (*_SCHEMA_OPTIONS, "time_budget") if k in options})
     if options:
         raise TypeError(f"unknown JSON Schema options: {', '.join(sorted(options))}")
     t = translate(schema, opts, exclusions={})
     ir = to_ir(t.grammar, "start", t.diag)
     t.diag.warn("compile_json_schema")
+    if patterns is not None:
+        patterns.update(t.grammar.pattern_at)
     return ir
 
 
