@@ -243,6 +243,24 @@ def test_a_real_vocabulary_crosses_boundaries(smollm2_vocab, smollm2_tokenizer):
     ({"type": "structural_tag", "triggers": ["<f"],
       "structures": [{"begin": "<g>", "schema": {"type": "string"}, "end": "</g>"}]},
      "StructuralTagError", "/structures/0/begin"),
+    # from a review against XGrammar 0.2.9: fields that asserted nothing, an
+    # int32 overflow, an empty exclude dropped
+    (tag("<a>", {"type": "json_schema", "json_schema": {"type": "string"}, "excludes": ["x"]},
+         "</a>"), "UnsupportedStructuralTagError", "/content/excludes"),
+    ({"type": "triggered_tags", "triggers": ["<f>"], "tags": [tag("<f>", const("x"), "</f>")],
+      "stop_after_frist": True}, "StructuralTagError", "/stop_after_frist"),
+    (tag("<a>", {"type": "const_string", "value": "x", "extra": 1}, "</a>"),
+     "StructuralTagError", "/content/extra"),
+    (tag("<a>", {"type": "any_text", "max_tokens": 2**31}, "</a>"), "StructuralTagError",
+     "/content/max_tokens"),
+    (tag("<a>", {"type": "any_text", "max_chars": -1}, "</a>"), "StructuralTagError",
+     "/content/max_chars"),
+    (tag("<a>", {"type": "any_text", "excludes": [""]}, "</a>"), "StructuralTagError",
+     "/content/excludes/0"),
+    ({"type": "grammar", "grammar": 'root ::= "a"', "syntax": "lark"}, "StructuralTagError",
+     "/grammar"),
+    ({"type": "grammar", "grammar": 'root ::= "a"', "syntax": "bnf"}, "StructuralTagError",
+     "/syntax"),
 ])
 def test_errors_name_the_place(spec, error, pointer):
     with pytest.raises(constrain.ConstraintError) as e:
@@ -290,3 +308,22 @@ def test_options_are_checked_without_a_json_schema_format(options, error):
     with pytest.raises(error):
         constrain.compile_structural_tag({"type": "const_string", "value": "a"}, byte_vocabulary(),
                                          **options)
+
+
+def test_xgrammar_fields_that_now_assert():
+    """max_whitespace_cnt was ignored (compact JSON only); any_text max_chars
+    above 1000 was refused, XGrammar's own example (4096) among them."""
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    g = constrain.compile_structural_tag(
+        {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 1}, byte_vocabulary())
+    assert g.matches('{"q": "ok"}') and g.matches('{"q":"ok"}') and not g.matches('{"q":  "ok"}')
+    g = constrain.compile_structural_tag(
+        {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": 0}, byte_vocabulary())
+    assert g.matches('{"q":"ok"}') and not g.matches('{"q": "ok"}')
+    g = constrain.compile_structural_tag(
+        tag("<t>", {"type": "any_text", "excludes": ["</t>"], "max_chars": 1500}, "</t>"),
+        byte_vocabulary())
+    assert g.matches("<t>" + "a" * 1500 + "</t>") and not g.matches("<t>" + "a" * 1501 + "</t>")
+    g = constrain.compile_structural_tag(
+        {"type": "grammar", "grammar": 'start: "a"', "syntax": "lark"}, byte_vocabulary())
+    assert g.matches("a")

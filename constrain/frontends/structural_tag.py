@@ -60,10 +60,32 @@ __all__ = ["StructuralTagError", "UnsupportedStructuralTagError", "compile_struc
 
 #: the most copies a ``repeat`` may expand to (its ``min`` and a finite ``max``)
 MAX_REPEAT = 1000
+#: the largest ``any_text`` ``max_chars`` compiled (XGrammar's own example
+#: uses 4096); past it the text's automaton grows past what is worth building
+MAX_CHARS = 10_000
 #: how deeply formats may nest
 MAX_DEPTH = 64
 
 _TOKEN_LEVEL = ("token", "exclude_token", "any_tokens", "token_triggered_tags", "token_dispatch")
+
+#: the fields of each text format (XGrammar 0.2.9's models): another one is a
+#: StructuralTagError, as a typo (``stop_after_frist``) asserted nothing before
+_FIELDS = {
+    "const_string": {"value"},
+    "json_schema": {"json_schema", "style", "any_order", "max_whitespace_cnt", "excludes"},
+    "any_text": {"excludes", "max_tokens", "max_chars"},
+    "grammar": {"grammar", "syntax"},
+    "regex": {"pattern"},
+    "sequence": {"elements"}, "or": {"elements"},
+    "tag": {"begin", "content", "end"},
+    "triggered_tags": {"triggers", "tags", "at_least_one", "stop_after_first", "excludes"},
+    "tags_with_separator": {"tags", "separator", "at_least_one", "stop_after_first"},
+    "optional": {"content"}, "plus": {"content"}, "star": {"content"},
+    "repeat": {"min", "max", "content"},
+    "dispatch": {"rules", "loop", "excludes"},
+}
+#: the largest ``max_tokens`` (a token budget's count) and ``max_chars``
+MAX_COUNT = 2**31 - 1
 
 
 class StructuralTagError(SchemaError):
@@ -123,6 +145,13 @@ class _Translator:
                 raise StructuralTagError(f"{name}[{i}] must be a string", _ptr(path + (name, i)))
         return list(values)
 
+    def _excludes(self, node: dict, path) -> list[str]:
+        excludes = self._strings(node, "excludes", path, [])
+        if "" in excludes:  # it was dropped: excluding nothing, silently
+            raise StructuralTagError("an excludes string is empty",
+                                     _ptr(path + ("excludes", excludes.index(""))))
+        return excludes
+
     # -- the formats --------------------------------------------------------------
 
     def format(self, node, path: tuple, ends: tuple) -> Sym:
@@ -145,6 +174,7 @@ class _Translator:
         visit = getattr(self, "_" + kind, None)
         if visit is None:
             raise StructuralTagError(f"unknown format type {kind!r}", _ptr(path + ("type",)))
+        _check_fields(node, kind, path)
         return visit(node, path, ends)
 
     def _const_string(self, node, path, ends) -> Sym:
@@ -162,18 +192,32 @@ class _Translator:
             raise UnsupportedStructuralTagError("json_schema any_order is not supported: "
                                                 "properties come in their declared order",
                                                 _ptr(path + ("any_order",)))
+        if self._excludes(node, path):
+            raise UnsupportedStructuralTagError("json_schema excludes (texts no string value may "
+                                                "hold) is not supported",
+                                                _ptr(path + ("excludes",)))
+        options = self.schema_options
+        cap = node.get("max_whitespace_cnt")
+        if cap is not None:
+            cap = self._field(node, "max_whitespace_cnt", path, int)
+            if cap < 0:
+                raise StructuralTagError("max_whitespace_cnt must be >= 0",
+                                         _ptr(path + ("max_whitespace_cnt",)))
+            # at most that much whitespace around the punctuation (none at 0)
+            options = {**options, "whitespace": "flexible" if cap else "compact",
+                       "max_whitespace": max(cap, 1)}
         if "json_schema" not in node:
             raise StructuralTagError("json_schema needs 'json_schema'", _ptr(path))
         schema = node["json_schema"]
         where = _ptr(path + ("json_schema",))
-        if isinstance(schema, str):  # XGrammar also takes the schema as JSON text
+        if isinstance(schema, str):  # JSON text is taken too (XGrammar's older API took it)
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
                 raise StructuralTagError(f"json_schema is not valid JSON: {e}", where) from e
         patterns: dict = {}
         try:
-            ir = json_schema_ir(schema, patterns=patterns, **self.schema_options)
+            ir = json_schema_ir(schema, patterns=patterns, **options)
         except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
             raise type(e)(e.msg, where + e.pointer) from e
         names: dict = {}
@@ -184,9 +228,13 @@ class _Translator:
 
     def _grammar(self, node, path, ends) -> Sym:
         text = self._field(node, "grammar", path, str)
+        syntax = self._field(node, "syntax", path, str, None)
+        if syntax not in (None, "ebnf", "lark"):
+            raise StructuralTagError(f"grammar syntax must be 'ebnf' or 'lark', not {syntax!r}",
+                                     _ptr(path + ("syntax",)))
         where = _ptr(path + ("grammar",))
         try:
-            ir = _load_grammar(text)
+            ir = _load_grammar(text, syntax)
         except GrammarError as e:
             place = f" (line {e.line}, column {e.column})" if e.line else ""
             raise StructuralTagError(f"{e.msg}{place}", where) from e
@@ -224,20 +272,23 @@ class _Translator:
         return self.g.choice(hint, [[], [self.g.terminal(char + reps, max_tokens=max_tokens)]])
 
     def _any_text(self, node, path, ends) -> Sym:
-        excludes = self._strings(node, "excludes", path, [])
+        excludes = self._excludes(node, path)
         max_tokens = node.get("max_tokens")
         if max_tokens is not None:
             max_tokens = self._field(node, "max_tokens", path, int)
-            if max_tokens < 0:
-                raise StructuralTagError("any_text max_tokens must be >= 0",
+            if not 0 <= max_tokens <= MAX_COUNT:  # (2**31 overflowed an int32 table)
+                raise StructuralTagError(f"any_text max_tokens must be between 0 and {MAX_COUNT}",
                                          _ptr(path + ("max_tokens",)))
         max_chars = node.get("max_chars")
         if max_chars is not None:
             max_chars = self._field(node, "max_chars", path, int)
-            if not 0 <= max_chars <= MAX_REPEAT:
+            if not 0 <= max_chars <= MAX_COUNT:
+                raise StructuralTagError(f"any_text max_chars must be between 0 and {MAX_COUNT}",
+                                         _ptr(path + ("max_chars",)))
+            if max_chars > MAX_CHARS:
                 raise UnsupportedStructuralTagError(
-                    f"any_text max_chars must be between 0 and {MAX_REPEAT}",
-                    _ptr(path + ("max_chars",)))
+                    f"any_text max_chars above {MAX_CHARS} is not supported (write a "
+                    f"max_tokens budget, or leave the text unbounded)", _ptr(path + ("max_chars",)))
         return self._free_text("any_text", excludes + list(ends), max_chars, max_tokens)
 
     def _elements(self, node, path) -> list:
@@ -323,6 +374,7 @@ class _Translator:
         if node.get("type", "tag") != "tag":
             raise StructuralTagError(f"expected a tag, not {node.get('type')!r}",
                                      _ptr(path + ("type",)))
+        _check_fields(node, "tag", path)
         begin = self._tag_begin(node, path)
         tag_ends = self._tag_ends(node, path)
         inner = tuple(e for e in tag_ends if e)
@@ -359,7 +411,7 @@ class _Translator:
         if not triggers or any(not t for t in triggers):
             raise StructuralTagError("triggers must be a non-empty list of non-empty strings",
                                      _ptr(path + ("triggers",)))
-        excludes = self._strings(node, "excludes", path, [])
+        excludes = self._excludes(node, path)
         at_least_one = self._field(node, "at_least_one", path, bool, False)
         stop = self._field(node, "stop_after_first", path, bool, False)
         tags, units = self._tags(node, path, ends)
@@ -394,7 +446,7 @@ class _Translator:
         if not rules:
             raise StructuralTagError("dispatch needs at least one rule", _ptr(path + ("rules",)))
         loop = self._field(node, "loop", path, bool, True)
-        excludes = self._strings(node, "excludes", path, [])
+        excludes = self._excludes(node, path)
         patterns, units = [], []
         for i, r in enumerate(rules):
             if not (isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and r[0]):
@@ -427,13 +479,28 @@ def _unbounded(node) -> bool:
     return False
 
 
-def _load_grammar(text: str):
-    """A grammar format's IR: GBNF (llama.cpp's, as XGrammar's EBNF is) when
-    its rules are written ``name ::= ...``, else Lark (start rule ``start``)."""
+def _check_fields(node: dict, kind: str, path: tuple) -> None:
+    """Refuse a field that format ``kind`` does not have."""
+    known = _FIELDS.get(kind)
+    if known is None:
+        return
+    extra = sorted(k for k in node if k != "type" and k not in known)
+    if extra:
+        raise StructuralTagError(f"unknown field {extra[0]!r} of a {kind} format (its fields: "
+                                 f"{', '.join(sorted(known))})", _ptr(path + (extra[0],)))
+
+
+def _load_grammar(text: str, syntax: str | None = None):
+    """A grammar format's IR: ``syntax`` ``"ebnf"``: GBNF (llama.cpp's, as
+    XGrammar's EBNF is, less its lookahead ``(= ...)``); ``"lark"``: Lark
+    (start rule ``start``); ``None``: GBNF when its rules are written
+    ``name ::= ...``, else Lark."""
     from constrain.frontends.gbnf import load_gbnf_grammar, looks_like_gbnf
     from constrain.frontends.lark import load_lark_grammar
 
-    return load_gbnf_grammar(text) if looks_like_gbnf(text) else load_lark_grammar(text)
+    if syntax is None:
+        syntax = "ebnf" if looks_like_gbnf(text) else "lark"
+    return load_gbnf_grammar(text) if syntax == "ebnf" else load_lark_grammar(text)
 
 
 def _format_of(spec) -> tuple[object, tuple, bool]:
