@@ -51,6 +51,15 @@ def test_greedy_batch_equals_single_calls(lm, rows):
                                             max_new_tokens=16, batch_size=4))
 
 
+def test_greedy_batch_penalises_every_row(lm):
+    """The batch's one argmax ran at its first greedy row, before the later rows
+    were penalised: row 1 came out as if repetition_penalty were 1."""
+    prompts = ["Say hello hello hello", "List the numbers one one one one one."]
+    batch = search.generate_batch(lm, prompts, max_new_tokens=15, repetition_penalty=1.8)
+    single = [search.generate(lm, p, max_new_tokens=15, repetition_penalty=1.8) for p in prompts]
+    assert [r.text for r in batch] == [r.text for r in single]
+
+
 def test_sampled_batch_with_controls_equals_single_calls(lm, rows):
     prompts, cons = rows
     prompts, cons = prompts[:8], cons[:8]

@@ -277,6 +277,12 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
                 alive = torch.isfinite(scores).any(dim=1).tolist()
             else:
                 alive = [True] * len(live)
+            if penalize:
+                # every row before the one argmax over the batch below (it ran at
+                # the first greedy row, before the later rows were penalised)
+                for k, i in enumerate(live):
+                    if alive[k]:
+                        controls.penalize(scores[k], rows[i].seen_ids)
             greedy = None
             going: list[int] = []  # batch rows that go on to the next step
             tokens: list[int] = []
@@ -287,12 +293,10 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
                     row.seconds = time.perf_counter() - t0
                     continue
                 forced = row.closing_token(lm, max_new_tokens - step) if row.close else None
-                if penalize:
-                    controls.penalize(scores[k], row.seen_ids)
                 if forced is not None:
                     tok = forced
                 elif row.generator is None:
-                    if greedy is None:  # one argmax over the batch, after the penalties
+                    if greedy is None:  # one argmax over the batch
                         greedy = torch.argmax(scores, dim=1).tolist()
                     tok = greedy[k]
                 else:
