@@ -122,3 +122,29 @@ def test_processor_resets_for_a_new_generation(lm):
     s = proc(torch.tensor([[7, 8, 9, 10]]), torch.zeros(1, V))
     assert _allowed(s[0]) == set(g.allowed_token_ids(g.initial_state()).tolist())
     assert proc.prompt_len == 4
+    # a new prompt that starts with the old one (a second chat turn) is a new
+    # call too, once the old one generated something: its new tokens were read
+    # as output, which the grammar refused
+    proc(torch.tensor([[7, 8, 9, 10, a]]), torch.zeros(1, V))
+    s = proc(torch.tensor([[7, 8, 9, 10, 11, 12]]), torch.zeros(1, V))
+    assert _allowed(s[0]) == set(g.allowed_token_ids(g.initial_state()).tolist())
+    assert proc.prompt_len == 6
+    # while a call on the last call's outputs continues them, one token or several
+    # at a time (chunked generation, an assistant's draft)
+    s = proc(torch.tensor([[7, 8, 9, 10, 11, 12, a]]), torch.zeros(1, V))
+    assert proc.prompt_len == 6
+    assert _allowed(s[0]) == set(g.allowed_token_ids(g.advance(g.initial_state(), a)).tolist())
+
+
+def test_a_second_turn_that_extends_the_first_prompt(lm):
+    """Reusing one processor: the second prompt is the first plus a few tokens."""
+    g = constrain.compile_regex(PHONE, lm.vocab)
+    proc = LogitsProcessor(g)
+    kw = dict(logits_processor=[proc], max_new_tokens=12, do_sample=False, pad_token_id=EOS,
+              eos_token_id=EOS)
+    p1 = lm.apply_chat_template("Give me a phone number")
+    lm.model.generate(input_ids=torch.tensor([p1]), **kw)
+    p2 = p1 + lm.encode("Sure")
+    out = lm.model.generate(input_ids=torch.tensor([p2]), **kw)[0, len(p2):].tolist()
+    text = lm.decode([t for t in out if t != EOS])
+    assert re.fullmatch(PHONE, text), text

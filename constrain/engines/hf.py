@@ -17,10 +17,15 @@ the first call — is looked up in a cache from generated-token tuples to gramma
 states, so rows may be reordered between steps (as beam search does) and each step
 costs one ``advance`` per row. Rows whose grammar state is terminated (EOS was
 chosen) or dead (a token the grammar refuses, e.g. one forced by another
-processor) allow only EOS and the pad id, so they end cleanly.
+processor) allow only EOS and the pad id, so they end cleanly -- unless another
+processor forbids EOS too (``min_new_tokens``, ``no_repeat_ngram_size``,
+``bad_words_ids``): then no token is left (greedy takes id 0, sampling raises),
+so do not combine them.
 
 Use one processor per ``generate`` call, or call :meth:`LogitsProcessor.reset`
-between calls; a call with prompts the processor has not seen resets it by itself.
+between calls; a call whose rows do not extend those of the processor's last
+step resets it by itself (a new prompt, also one that starts with an old one),
+while a call whose prompts are the last call's outputs continues them.
 """
 
 from __future__ import annotations
@@ -64,7 +69,10 @@ class LogitsProcessor(_Base):
     def reset(self) -> None:
         """Forget the rows of the previous ``generate`` call."""
         self.prompt_len: int | None = None
-        self._prompts: set | None = None
+        #: the rows of the last call and their length: a call whose rows do not
+        #: each start with one of them is a new generate call
+        self._last_rows: set | None = None
+        self._last_len = 0
         self._states: dict = {(): self.grammar.initial_state()}
         self._bitmask = None
         self._end_row = None
@@ -110,12 +118,17 @@ class LogitsProcessor(_Base):
         rows, seq = input_ids.shape
         ids = input_ids.tolist()
         if self.prompt_len is not None:
-            p = self.prompt_len
-            if seq < p or any(tuple(r[:p]) not in self._prompts for r in ids):
-                self.reset()  # a new generate call
+            # each step extends the last one's rows (beams reorder them, an
+            # assistant may add several tokens): else a new generate call. Only
+            # the prompts were checked before, so a new prompt that extends an
+            # old one (a second chat turn) read its new tokens as output
+            n = self._last_len
+            if seq < n or any(tuple(r[:n]) not in self._last_rows for r in ids):
+                self.reset()
         if self.prompt_len is None:
             self.prompt_len = seq
-            self._prompts = {tuple(r) for r in ids}
+        self._last_rows = {tuple(r) for r in ids}
+        self._last_len = seq
         p = self.prompt_len
 
         if self._bitmask is None or self._bitmask.shape[0] != rows:
