@@ -119,6 +119,35 @@ def test_numbers_are_checked(lm):
     rows = search.generate_batch(lm, ["hi", "yo"], seed=np.int64(3), max_new_tokens=2,
                                  temperature=0.5)
     assert len(rows) == 2
+    # each named (they were raw TypeErrors, a Jinja error, torch's overflow, or
+    # silently read: True as 1 token, seed 1.5 as 1)
+    for kwargs, words in [(dict(max_new_tokens=None), "max_new_tokens"),
+                          (dict(max_new_tokens="8"), "max_new_tokens"),
+                          (dict(max_new_tokens=2.5), "max_new_tokens"),
+                          (dict(max_new_tokens=True), "max_new_tokens"),
+                          (dict(temperature="0.7"), "temperature"),
+                          (dict(temperature=None), "temperature"),
+                          (dict(seed="abc"), "seed"), (dict(seed=1.5), "seed"),
+                          (dict(seed=2**64, temperature=0.5), "seed"),
+                          (dict(stop=5), "stop"), (dict(system=5), "system")]:
+        with pytest.raises(ValueError, match=words):
+            search.generate(lm, "hi", **{"max_new_tokens": 2, **kwargs})
+
+
+def test_model_inputs_are_checked(lm):
+    """Ids reached torch (IndexError: a device assert on CUDA) or were read by
+    int() (2.9 scored id 2); n=-1 failed after a counted forward pass."""
+    for prefix in ([1, -1], [1, lm.vocab_size], [1, 2.9]):
+        with pytest.raises((ValueError, TypeError)):
+            lm.logprobs([prefix])
+    calls = lm.calls
+    with pytest.raises(ValueError, match="n must be"):
+        lm.open_streams((1, 2), -1)
+    assert lm.calls == calls
+    with pytest.raises(ValueError, match="EOS"):
+        search.TransformersLM(lm.model, lm.tokenizer, eos_token_ids="12")
+    with pytest.raises(ValueError, match="outside"):
+        search.TransformersLM(lm.model, lm.tokenizer, eos_token_ids=[-1])
 
 
 def test_old_call_forms_say_how_many_arguments(lm, foreign):

@@ -148,3 +148,16 @@ def test_a_second_turn_that_extends_the_first_prompt(lm):
     out = lm.model.generate(input_ids=torch.tensor([p2]), **kw)[0, len(p2):].tolist()
     text = lm.decode([t for t in out if t != EOS])
     assert re.fullmatch(PHONE, text), text
+
+
+def test_processor_arguments_are_checked(lm):
+    """None was an AttributeError, '2' and 1.5 were read as pad ids, and ids past
+    the vocabulary were dropped (a finished row then allowed nothing)."""
+    g = constrain.compile_regex(PHONE, lm.vocab)
+    for kwargs in (dict(pad_token_id="2"), dict(pad_token_id=1.5), dict(pad_token_id=10**6),
+                   dict(eos_token_ids=[10**6])):
+        with pytest.raises(constrain.ConstraintError):
+            LogitsProcessor(g, **kwargs)
+    with pytest.raises(constrain.ConstraintError, match="compiled constraint"):
+        LogitsProcessor(None)
+    assert LogitsProcessor(g, pad_token_id=EOS).end_token_ids == [EOS]

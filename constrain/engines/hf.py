@@ -55,15 +55,27 @@ class LogitsProcessor(_Base):
     """
 
     def __init__(self, grammar, pad_token_id: int | None = None, eos_token_ids: Iterable[int] | None = None):
-        self.grammar = grammar
-        self.vocab_size = len(grammar.vocab)
+        from constrain.errors import ConstraintError, as_index
+        from constrain.protocol import Constraint
         from constrain.vocab.vocabulary import _token_ids
 
+        if not isinstance(grammar, Constraint):  # (None was an AttributeError)
+            raise ConstraintError(f"grammar must be a compiled constraint, not "
+                                  f"{type(grammar).__name__}")
+        self.grammar = grammar
+        self.vocab_size = len(grammar.vocab)
         ends = set(grammar.vocab.eos_token_ids) if eos_token_ids is None \
             else _token_ids("EOS", eos_token_ids)
         if pad_token_id is not None:
-            ends.add(int(pad_token_id))
-        self.end_token_ids = sorted(int(i) for i in ends if 0 <= int(i) < self.vocab_size)
+            # an id ("2" and 1.5 were read as ids)
+            ends.add(as_index(pad_token_id, lambda: ConstraintError(
+                f"pad_token_id must be a token id, not {pad_token_id!r}")))
+        outside = sorted(i for i in ends if not 0 <= i < self.vocab_size)
+        if outside:
+            # dropped silently before: a finished row then had no token at all
+            raise ConstraintError(f"token id {outside[0]} (EOS or pad) is outside the "
+                                  f"grammar's vocabulary of {self.vocab_size}")
+        self.end_token_ids = sorted(ends)
         self.reset()
 
     def reset(self) -> None:

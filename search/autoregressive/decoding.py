@@ -172,6 +172,11 @@ class Row:
 def make_generator(lm, temperature: float, seed):
     """A ``torch.Generator`` seeded with ``seed`` (``None``: a fresh seed) when
     sampling, ``None`` for greedy decoding."""
+    # an integer torch takes, checked even when greedy ("abc", 1.5 and 2**64 were
+    # a raw error, silently 1, torch's overflow)
+    if seed is not None and (isinstance(seed, bool) or not hasattr(seed, "__index__")
+                             or not -2**63 <= int(seed) < 2**64):
+        raise ValueError(f"seed must be an integer (or None), got {seed!r}")
     if temperature <= 0:
         return None
     import torch

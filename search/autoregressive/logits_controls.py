@@ -113,6 +113,8 @@ class StopStrings:
             stop = ()
         elif isinstance(stop, str):
             stop = (stop,)
+        elif not isinstance(stop, (list, tuple)):
+            raise ValueError(f"stop must be a string or a list of strings, got {stop!r}")
         stop = tuple(stop)
         for s in stop:
             if not isinstance(s, str) or not s:

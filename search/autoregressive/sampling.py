@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from search.arguments import count, finite
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_constraint
 from search.autoregressive.decoding import STOP_EOS, Row, decode, make_generator
@@ -210,10 +211,9 @@ def stream(
 
 
 def _check_call(temperature: float, max_new_tokens: int) -> None:
-    if not temperature >= 0 or temperature == float("inf"):  # NaN fails the first test
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    # (None, "8", 2.5 were raw TypeErrors; True ran as 1)
+    finite("temperature", temperature, at_least=0)
+    count("max_new_tokens", max_new_tokens)
 
 
 def _prompt_ids(lm, prompt, chat_template, system, where: str = "") -> list[int]:

@@ -26,8 +26,12 @@ def eos_ids(name: str, tokenizer, given=None, *more) -> tuple[int, ...]:
         found = set(_as_id_list(getattr(tokenizer, "eos_token_id", None)))
         for extra in more:
             found |= set(_as_id_list(extra))
-        given = found
-    out = tuple(sorted({int(i) for i in given}))
+        out = tuple(sorted({int(i) for i in found}))
+    else:
+        # ids, as the LM protocol reads them ("12" was ids 1 and 2)
+        from search.lm.protocol import _eos_tuple
+
+        out = _eos_tuple(given)
     if not out:
         raise ValueError(f"{name}: no EOS token id found; pass eos_token_ids=")
     return out
@@ -80,6 +84,8 @@ class TokenizerText:
         ``prompt`` and the assistant header, so that the model answers next."""
         if not self.is_chat:
             raise ValueError(f"{self.name} has no chat template")
+        if system is not None and not isinstance(system, str):  # (a Jinja error before)
+            raise ValueError(f"system must be a string or None, got {system!r}")
         messages = []
         if system is not None:
             messages.append({"role": "system", "content": system})

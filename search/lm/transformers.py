@@ -32,6 +32,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import threading
 from typing import Iterable, Sequence
@@ -40,6 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
+from search.arguments import count
 from search.lm.kv_tree import KVPrefixTree, common_length  # noqa: E402
 from search.lm.text import TokenizerText, eos_ids  # noqa: E402
 
@@ -121,6 +123,10 @@ class TransformersLM(TokenizerText):
         gen = getattr(model, "generation_config", None)
         self.eos_token_ids: tuple[int, ...] = eos_ids(self.name, tokenizer, eos_token_ids,
                                                       getattr(gen, "eos_token_id", None))
+        bad = [i for i in self.eos_token_ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"{self.name}: EOS id {bad[0]} is outside the model's "
+                             f"{self.vocab_size} ids")
         #: number of prefixes scored so far (see the module docstring)
         self.calls = 0
         #: tokens run through the model so far (padding not counted)
@@ -224,8 +230,7 @@ class TransformersLM(TokenizerText):
         the start of a sequence; it is extended in place). Returns ``(logits,
         past)``: the float32 next-token logits ``(V,)`` after the last id, on the
         model's device, and the extended cache. Counts one call."""
-        if len(token_ids) == 0:
-            raise ValueError("cannot score an empty prefix")
+        (token_ids,) = self._checked([token_ids])
         logits, cache = self.forward_batch([token_ids], past)
         return logits[0].float(), cache
 
@@ -243,16 +248,31 @@ class TransformersLM(TokenizerText):
         yet is run once. Every prefix counts one in :attr:`calls`, a repeated or
         cached one too; :attr:`tokens_computed` counts the tokens actually run.
         Thread-safe (one call at a time)."""
-        keys = [tuple(int(t) for t in p) for p in prefixes]
+        keys = self._checked(prefixes)
         if not keys:
             return np.zeros((0, self.vocab_size), dtype=np.float32)
-        if not all(keys):
-            raise ValueError("cannot score an empty prefix")
         with self._lock:
             self._kv_tree.budget = int(self.kv_cache_bytes)
             rows = self._score(set(keys), want=True)
             self._count(calls=len(keys))
         return np.stack([rows[k] for k in keys]).astype(np.float32, copy=False)
+
+    def _checked(self, prefixes) -> list[tuple[int, ...]]:
+        """``prefixes`` as tuples of ids, each non-empty and of integers within
+        the model's ids (``int()`` scored 2.9 as id 2, and an id past the
+        embeddings was torch's IndexError, a device assert on CUDA)."""
+        try:
+            keys = [tuple(map(operator.index, p)) for p in prefixes]
+        except TypeError:
+            raise TypeError("prefixes are sequences of integer token ids") from None
+        if keys:
+            if not all(keys):
+                raise ValueError("cannot score an empty prefix")
+            lo, hi = min(map(min, keys)), max(map(max, keys))
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(f"token id {lo if lo < 0 else hi} is outside the model's "
+                                 f"{self.vocab_size} ids")
+        return keys
 
     def logprobs(self, prefixes: Sequence[Sequence[int]]) -> np.ndarray:
         """Next-token log-probabilities after each prefix: a float32 array
@@ -429,9 +449,8 @@ class TransformersLM(TokenizerText):
         see :class:`KVStreams`. Counts one call."""
         import torch
 
-        head = tuple(int(t) for t in head)
-        if not head:
-            raise ValueError("cannot score an empty prefix")
+        (head,) = self._checked([head])
+        count("n", n, 1)  # before the pass (-1 was numpy's error after it, counted)
         with self._lock:
             self._kv_tree.budget = int(self.kv_cache_bytes)
             path, c = self._cached_start(head, len(head) - 1)
