@@ -255,6 +255,10 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
     live = list(range(len(rows)))  # the row behind each batch row of the cache
     words = max((bitmask_words(len(r.constraint.vocab)) for r in rows if r.matcher is not None),
                 default=0)
+    if words and any(r.matcher is None for r in rows):
+        # an unconstrained row's -1 reaches every logit (the columns past a
+        # constraint's narrower vocabulary were masked for it too)
+        words = max(words, bitmask_words(int(lm.vocab_size)))
     bitmask = allocate_bitmask(len(rows), 32 * words) if words else None
     # The next step's masks depend only on the tokens taken so far, so they are
     # filled on a worker thread while the model computes the step's logits: the
