@@ -102,3 +102,31 @@ def test_bad_calls_are_named(lm):
     assert search.generate_batch(lm, []) == []
     out = search.generate_batch(lm, ["a", "bb cc"], max_new_tokens=0)
     assert [r.text for r in out] == ["", ""] and {r.stop_reason for r in out} == {"max_new_tokens"}
+
+
+def test_an_unconstrained_row_beside_a_narrower_vocabulary():
+    """A model with 60 logits, a constraint over its 20-token tokenizer: the
+    unconstrained row lost the columns past the constraint's vocabulary."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    import constrain
+
+    words = ["[UNK]", "</s>", "<pad>", "a", "b", "c", "ab", "bc", "1", "2", "3", "{", "}", '"',
+             ":", ",", "x", "y", "z", " "]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]",
+                                                     eos_token="</s>", pad_token="<pad>")
+    config = transformers.LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, eos_token_id=1, pad_token_id=2)
+    torch.manual_seed(1)
+    lm = search.TransformersLM(transformers.LlamaForCausalLM(config).eval(), tokenizer)
+    g = constrain.compile_regex(r"[abc]+", constrain.Vocabulary.from_huggingface(
+        tokenizer, eos_token_ids=[1]))
+    single = search.generate(lm, [3, 4, 5], max_new_tokens=8).token_ids
+    batch = search.generate_batch(lm, [[3, 4, 5], [5, 4, 3]], constraints=[None, g],
+                                  max_new_tokens=8)
+    assert batch[0].token_ids == single and any(t >= 20 for t in single)
