@@ -161,3 +161,16 @@ def test_processor_arguments_are_checked(lm):
     with pytest.raises(constrain.ConstraintError, match="compiled constraint"):
         LogitsProcessor(None)
     assert LogitsProcessor(g, pad_token_id=EOS).end_token_ids == [EOS]
+
+
+def test_processor_keeps_the_rows_of_its_last_step_only(lm):
+    """Every generated suffix was kept: a cache quadratic in the output."""
+    g = constrain.compile_regex(r"(?a)[a-z ]{0,400}", lm.vocab)
+    proc = LogitsProcessor(g)
+    (a,) = lm.encode("a")
+    rows = [[5, 6], [5, 7]]
+    for _ in range(60):
+        proc(torch.tensor(rows), torch.zeros(2, lm.vocab_size))
+        rows = [r + [a] for r in rows]
+    assert len(proc._states) <= 3
+    assert proc.state_of((a,) * 10) == g.advance_many(g.initial_state(), [a] * 10)

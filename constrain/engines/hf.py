@@ -146,12 +146,17 @@ class LogitsProcessor(_Base):
         if self._bitmask is None or self._bitmask.shape[0] != rows:
             self._bitmask = allocate_bitmask(rows, self.vocab_size, backend="torch")
         bm = self._bitmask
+        kept = {(): self._states[()]}
         for r, row in enumerate(ids):
-            st = self._state(tuple(row[p:]))
+            suffix = tuple(row[p:])
+            st = kept[suffix] = self._state(suffix)
             if self._allows_only_end(st):
                 bm[r] = self._end_bits(bm)
             else:
                 self.grammar.fill_bitmask(st, bm, r)
+        # the next step extends these rows: every older suffix kept made the
+        # cache quadratic in the output (64 MB at 4,000 tokens)
+        self._states = kept
 
         apply_bitmask(scores, bm)  # moves the bitmask to the scores' device
         return scores
