@@ -23,9 +23,11 @@ processor forbids EOS too (``min_new_tokens``, ``no_repeat_ngram_size``,
 so do not combine them.
 
 Use one processor per ``generate`` call, or call :meth:`LogitsProcessor.reset`
-between calls; a call whose rows do not extend those of the processor's last
-step resets it by itself (a new prompt, also one that starts with an old one),
-while a call whose prompts are the last call's outputs continues them.
+between calls; a call with prompts the processor has not seen resets it by itself.
+A new prompt that starts with one it has seen (a second chat turn) is read as a
+continuation, its new tokens as output: call :meth:`LogitsProcessor.reset` there.
+(Telling the two apart from the rows alone would break assisted and prompt-lookup
+decoding, whose steps shorten and lengthen the rows.)
 """
 
 from __future__ import annotations
@@ -81,10 +83,7 @@ class LogitsProcessor(_Base):
     def reset(self) -> None:
         """Forget the rows of the previous ``generate`` call."""
         self.prompt_len: int | None = None
-        #: the rows of the last call and their length: a call whose rows do not
-        #: each start with one of them is a new generate call
-        self._last_rows: set | None = None
-        self._last_len = 0
+        self._prompts: set | None = None
         self._states: dict = {(): self.grammar.initial_state()}
         self._bitmask = None
         self._end_row = None
@@ -130,33 +129,23 @@ class LogitsProcessor(_Base):
         rows, seq = input_ids.shape
         ids = input_ids.tolist()
         if self.prompt_len is not None:
-            # each step extends the last one's rows (beams reorder them, an
-            # assistant may add several tokens): else a new generate call. Only
-            # the prompts were checked before, so a new prompt that extends an
-            # old one (a second chat turn) read its new tokens as output
-            n = self._last_len
-            if seq < n or any(tuple(r[:n]) not in self._last_rows for r in ids):
-                self.reset()
+            p = self.prompt_len
+            if seq < p or any(tuple(r[:p]) not in self._prompts for r in ids):
+                self.reset()  # a new generate call
         if self.prompt_len is None:
             self.prompt_len = seq
-        self._last_rows = {tuple(r) for r in ids}
-        self._last_len = seq
+            self._prompts = {tuple(r) for r in ids}
         p = self.prompt_len
 
         if self._bitmask is None or self._bitmask.shape[0] != rows:
             self._bitmask = allocate_bitmask(rows, self.vocab_size, backend="torch")
         bm = self._bitmask
-        kept = {(): self._states[()]}
         for r, row in enumerate(ids):
-            suffix = tuple(row[p:])
-            st = kept[suffix] = self._state(suffix)
+            st = self._state(tuple(row[p:]))
             if self._allows_only_end(st):
                 bm[r] = self._end_bits(bm)
             else:
                 self.grammar.fill_bitmask(st, bm, r)
-        # the next step extends these rows: every older suffix kept made the
-        # cache quadratic in the output (64 MB at 4,000 tokens)
-        self._states = kept
 
         apply_bitmask(scores, bm)  # moves the bitmask to the scores' device
         return scores
