@@ -42,7 +42,8 @@ import time
 from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cfg.ir import GrammarIR, Terminal
-from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, too_complex_at
+from constrain.errors import (GrammarError, GrammarSyntaxError, GrammarTooComplexError,
+                              too_complex_at)
 
 #: the characters of a terminal regex beyond which a regular rule is kept as a
 #: rule of its own (inlining copies a rule into every place it is used)
@@ -786,10 +787,9 @@ def locate_terminal(source: str, terminal: str) -> tuple[str, int, int] | None:
     generated regex); ``None`` when no rule fits."""
     head = terminal.rsplit("_", 1)[0]
     for m in _RULE_HEAD.finditer(source):
-        name = _NAME.search(source, m.start()).group()
-        if re.sub(r"[^A-Za-z0-9_]", "_", name).upper() == head:
-            at = _NAME.search(source, m.start()).start()
-            return (name, *position(source, at))
+        name = _NAME.search(source, m.start())
+        if re.sub(r"[^A-Za-z0-9_]", "_", name.group()).upper() == head:
+            return (name.group(), *position(source, name.start()))
     return None
 
 

@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
-from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, Alt, Assert, Atomic, Chars, Concat, Look, Repeat, \
-    nullable, parse_regex
+from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, Alt, Assert, Atomic, Chars, \
+    Concat, Look, Repeat, nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.cfg.lexer import _regex_alternatives, _regex_literal, symbol_position
 from constrain.errors import GrammarError, GrammarSyntaxError, GrammarTooComplexError, RegexError, \
@@ -96,7 +96,8 @@ def read_grammar_source(source) -> tuple[str, str | None]:
 
 
 def load_lark_grammar(source, start: str = "start", *, deadline=None,
-                      max_repeat: int = MAX_REPEAT, max_positions: int = MAX_POSITIONS) -> GrammarIR:
+                      max_repeat: int = MAX_REPEAT,
+                      max_positions: int = MAX_POSITIONS) -> GrammarIR:
     """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`
     with lark's ``dynamic_complete`` semantics (see the module docstring).
 

@@ -630,11 +630,10 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
         return GrammarConstraint(ir, vocab, source="", compiler=compiler,
                                  **_grammar_budgets(limits))
     except GrammarTooComplexError as e:
-        at = patterns.get(getattr(e, "terminal", None))
-        if at is None:
-            raise
+        from constrain.frontends.json_schema.compiler import at_pattern
+
         # an embedded schema's pattern past a budget, told where it is written
-        raise SchemaTooComplexError(f"pattern {at[1]!r}: {e.detail}", at[0]) from None
+        raise at_pattern(patterns, e) from None
     except GrammarError as e:
         if "derives no string" not in str(e):
             raise

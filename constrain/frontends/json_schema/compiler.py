@@ -35,8 +35,8 @@ Design (one module per pass):
 from __future__ import annotations
 
 from constrain.automata.deadline import Deadline
-from constrain.errors import (EmptySchemaError, GrammarTooComplexError, SchemaError, SchemaTooComplexError,
-                              UnsupportedSchemaError)
+from constrain.errors import (EmptySchemaError, GrammarTooComplexError, SchemaError,
+                              SchemaTooComplexError, UnsupportedSchemaError)
 # at module level: an import statement inside compile_json_schema cost ~30 us
 # of every compile on a cold cache (constrain imports the grammar engine anyway)
 from constrain.cfg.grammar import GrammarConstraint
@@ -190,14 +190,15 @@ def compile_json_schema(schema, vocab, **options):
     try:
         return GrammarConstraint(ir, vocab, source="", time_budget=left, **options)
     except GrammarTooComplexError as e:
-        raise _at_pattern(t, e) from None
+        raise at_pattern(t.grammar.pattern_at, e) from None
 
 
-def _at_pattern(t: Translation, e: GrammarTooComplexError) -> GrammarTooComplexError:
+def at_pattern(pattern_at: dict, e: GrammarTooComplexError) -> GrammarTooComplexError:
     """``e`` told at the user's ``pattern`` whose terminal passed a budget
-    (``max_repeat``: ``a{12000}``), where the translation knows one; else
-    ``e``."""
-    at = t.grammar.pattern_at.get(getattr(e, "terminal", None))
+    (``max_repeat``: ``a{12000}``), where ``pattern_at`` (terminal name ->
+    ``(pointer, pattern)``, see ``GrammarBuilder.note_pattern``) knows it;
+    else ``e``."""
+    at = pattern_at.get(getattr(e, "terminal", None))
     if at is None:
         return e
     where, pattern = at

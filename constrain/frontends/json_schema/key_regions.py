@@ -204,7 +204,9 @@ class KeyRegions:
         been reported, or the region's regex would be too large, and its keys
         are left out: the strict side)."""
         name = self._key(matched, declared)
-        first = min(matched or self._negatives(matched) or (None,), key=lambda i: (i is None, i))
+        # the region's first pattern (or, for the keys matching none, the first
+        # one they must not match): the terminal spells it
+        first = min(matched) if matched else next(iter(self._negatives(matched)), None)
         if first is not None:
             self.t.grammar.note_pattern(name, self.where[first], self.patterns[first])
         return name
