@@ -14,7 +14,7 @@ field                  read by     bounds
 ``max_states``         all         one automaton (a regex's character DFA, a
                                    grammar terminal's); a grammar's lexer
                                    automata together get eight times as many
-``time_budget``        all         seconds one compile may take
+``time_budget``        all         seconds of CPU time one compile may take (its thread's)
 ``max_mask_bytes``     regexes     precomputed token masks (past it: an LRU)
 ``max_contexts``       grammars    distinct parser chart columns
 ``max_width``          grammars    ways one token may split between terminals

@@ -13,7 +13,6 @@ into the dead state, so "not dead" means "a prefix of some string of the languag
 from __future__ import annotations
 
 import bisect
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import numpy as np
 from constrain.automata.liveness import trim_dead
 from constrain.automata.minimize_kernels import trim_minimize
 from constrain.automata.char_dfa import CharDFA
+from constrain.automata.deadline import now
 from constrain.errors import GrammarTooComplexError
 
 DEAD = 0
@@ -115,8 +115,9 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
                       deadline=None) -> ByteDFA:
     """Expand a :class:`CharDFA` into a byte DFA over UTF-8 (not yet minimised),
     raising :class:`GrammarTooComplexError` past ``max_states`` byte states or
-    the ``deadline`` (a ``time.perf_counter()`` value, checked per state with
-    non-ASCII transitions: each costs Python work per atom)."""
+    the ``deadline`` (a :func:`~constrain.automata.deadline.now` value: the
+    thread's CPU clock; checked per state with non-ASCII transitions: each
+    costs Python work per atom)."""
     n, n_atoms = dfa.table.shape
     b = _Builder(n, max_states)
     # ASCII: each byte belongs to at most one atom, so all ASCII rows are one
@@ -134,7 +135,7 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
     wide_atoms = [a for a in range(n_atoms) if wide[a]]
     if wide_atoms:
         for q in range(n):
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and now() > deadline:
                 raise GrammarTooComplexError(
                     "expanding the automaton to UTF-8 bytes exceeded the time budget "
                     "(pass time_budget= to raise it)")

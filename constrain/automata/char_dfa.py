@@ -15,12 +15,11 @@ finds one later.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.automata.deadline import Deadline, kernel_deadline, ready
+from constrain.automata.deadline import Deadline, kernel_deadline, now, ready
 # KERNEL_MAX_WORDS: the kernels keep an epsilon-closure bitset per NFA state,
 # bounded to 32 MiB; past that the Python construction (sets of ints) takes over
 from constrain.automata.determinize_kernels import (KERNEL_MAX_WORDS, OUT_OF_TIME, determinize,
@@ -314,7 +313,7 @@ def out_of_time(pattern: str) -> GrammarTooComplexError:
 
 def check_deadline(deadline, pattern: str) -> None:
     """Raise :func:`out_of_time` once ``deadline`` (``None``: none) has passed."""
-    if deadline is not None and time.perf_counter() > deadline:
+    if deadline is not None and now() > deadline:
         raise out_of_time(pattern)
 
 
@@ -331,7 +330,8 @@ def build_char_dfa(node, *, max_states: int = DEFAULT_MAX_STATES,
     :func:`build_nfa`, when already built).
 
     Raises :class:`GrammarTooComplexError` past ``max_states`` states or the
-    ``deadline`` (a ``time.perf_counter()`` value or a :class:`Deadline`, which
+    ``deadline`` (a :func:`~constrain.automata.deadline.now` value: the
+    thread's CPU clock; or a :class:`Deadline`, which
     the numba kernel's compilation moves later). With ``strict_atomic_exits``,
     :class:`UndecidedAtomicExit` where a thread reaches the end of the pattern
     with an atomic group's exit still undecided (``(?>X).``: whether the
@@ -901,7 +901,7 @@ class _StateIndex:
     def done(self, n_expanded: int) -> None:
         """Check the time budget after each expanded state (one state's closures
         can take long: the clock costs far less)."""
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+        if self.deadline is not None and now() > self.deadline:
             raise out_of_time(self.pattern)
 
 

@@ -1,13 +1,18 @@
 """A compile's time budget, shared by its phases and its numba kernels.
 
-``time_budget`` bounds a compile's own work. Loading a kernel from numba's disk
-cache, or compiling it (the first time on a machine: tens of seconds), is no
-part of that work: while any thread is inside numba's compiler (waiting for its
-lock included) the clock of every :class:`Deadline` stands still
-(:func:`compile_seconds`). One :class:`Deadline` object is passed through every
-phase of a compile (regex → character DFA → byte DFA → token automaton; every
-terminal of a grammar). It compares with floats as the ``time.perf_counter()``
-value it stands for now, so ``time.perf_counter() > deadline`` reads as before.
+``time_budget`` bounds a compile's own work, measured on the compiling
+thread's CPU clock (:func:`now`, ``time.thread_time()``): what other threads
+and processes run meanwhile does not count, so a compile that fits its budget
+on a quiet machine fits it on a loaded one (on the wall clock, SQL compiles of
+2-5 s ran past a 30 s budget at a load of 4). Loading a kernel from numba's
+disk cache, or compiling it (the first time on a machine: tens of seconds), is
+no part of that work either: the CPU time a thread spends inside numba's
+compiler is left out of its deadlines (:func:`compile_seconds`), and a thread
+waiting for another's compile spends none. One :class:`Deadline` object is
+passed through every phase of a compile, all on one thread (regex → character
+DFA → byte DFA → token automaton; every terminal of a grammar). It compares
+with floats as the :func:`now` value it stands for, so ``now() > deadline``
+reads as the check.
 
 Kernels whose loops can run long take the deadline as a float and look at the
 clock every few thousand iterations through :func:`clock` (on Linux a direct
@@ -33,76 +38,66 @@ from numba.core.errors import NumbaWarning
 from numba.extending import intrinsic
 
 
+def now() -> float:
+    """The clock of every :class:`Deadline`: the CPU seconds of the calling
+    thread (``time.thread_time()``)."""
+    return time.thread_time()
+
+
 class _CompileClock(_event.Listener):
-    """Seconds during which some thread was inside numba's compiler lock (the
-    union of those intervals: two threads compiling at once count once)."""
+    """CPU seconds each thread has spent inside numba's compiler lock (its own
+    count, kept thread-local: only the thread itself reads or moves it)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._depth: dict[int, int] = {}  # thread -> nested acquisitions
-        self._inside = 0  # threads inside
-        self._since = 0.0
-        self._total = 0.0
+        self._local = threading.local()
+
+    def _mine(self):
+        mine = self._local
+        if not hasattr(mine, "depth"):
+            mine.depth, mine.since, mine.total = 0, 0.0, 0.0
+        return mine
 
     def on_start(self, event) -> None:
-        tid = threading.get_ident()
-        with self._lock:
-            depth = self._depth.get(tid, 0)
-            self._depth[tid] = depth + 1
-            if depth == 0:
-                if self._inside == 0:
-                    self._since = time.perf_counter()
-                self._inside += 1
+        mine = self._mine()
+        if mine.depth == 0:
+            mine.since = time.thread_time()
+        mine.depth += 1
 
     def on_end(self, event) -> None:
-        tid = threading.get_ident()
-        with self._lock:
-            if tid not in self._depth:  # it entered before this module was imported
-                return
-            depth = self._depth.pop(tid) - 1
-            if depth:
-                self._depth[tid] = depth
-                return
-            # the total first: a reader that sees no thread inside (seconds,
-            # without the lock) sees the interval that just ended
-            if self._inside == 1:
-                self._total += time.perf_counter() - self._since
-            self._inside -= 1
+        mine = self._mine()
+        if mine.depth == 0:  # it entered before this module was imported
+            return
+        mine.depth -= 1
+        if mine.depth == 0:
+            mine.total += time.thread_time() - mine.since
 
     def seconds(self) -> float:
-        # no thread inside (nearly always): the total, without the lock (a
-        # with-lock block cost ~10 us of a cold compile, which reads this
-        # several times)
-        if not self._inside:
-            return self._total
-        with self._lock:
-            if self._inside:
-                return self._total + time.perf_counter() - self._since
-            return self._total
+        mine = self._mine()
+        if mine.depth:
+            return mine.total + time.thread_time() - mine.since
+        return mine.total
 
 
 _COMPILE_CLOCK = _CompileClock()
-# the lock's event starts before it is acquired: a thread waiting for another's
-# compile is paused too
 _event.register("numba:compiler_lock", _COMPILE_CLOCK)
 
 
 def compile_seconds() -> float:
-    """Seconds this process has spent in numba's compiler so far (compiling
-    kernels or loading them from the disk cache; the clock of every
-    :class:`Deadline` stops meanwhile)."""
+    """CPU seconds the calling thread has spent in numba's compiler so far
+    (compiling kernels or loading them from the disk cache; its deadlines
+    leave them out)."""
     return _COMPILE_CLOCK.seconds()
 
 
-#: CPython's perf_counter is CLOCK_MONOTONIC on Linux (1 there; a 64-bit
+#: CPython's thread_time is CLOCK_THREAD_CPUTIME_ID on Linux (3 there; a 64-bit
 #: timespec on 64-bit builds)
-_LINUX_MONOTONIC = sys.platform.startswith("linux") and sys.maxsize > 2 ** 32
+_LINUX_THREAD_CLOCK = sys.platform.startswith("linux") and sys.maxsize > 2 ** 32
 
 
 @intrinsic
-def _monotonic(typingctx):
-    """``clock_gettime(CLOCK_MONOTONIC)`` in seconds, called straight from
-    compiled code (the symbol is resolved when the kernel is loaded, so the
+def _thread_cpu_time(typingctx):
+    """``clock_gettime(CLOCK_THREAD_CPUTIME_ID)`` in seconds, called straight
+    from compiled code (the symbol is resolved when the kernel is loaded, so the
     kernel stays cacheable)."""
     def codegen(context, builder, signature, args):
         i32, i64, f64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
@@ -110,7 +105,7 @@ def _monotonic(typingctx):
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(i32, [i32, timespec.as_pointer()]), "clock_gettime")
         ts = cgutils.alloca_once(builder, timespec)
-        builder.call(fn, [ir.Constant(i32, 1), ts])
+        builder.call(fn, [ir.Constant(i32, 3), ts])
         sec = builder.sitofp(builder.load(cgutils.gep_inbounds(builder, ts, 0, 0)), f64)
         nsec = builder.sitofp(builder.load(cgutils.gep_inbounds(builder, ts, 0, 1)), f64)
         return builder.fadd(sec, builder.fmul(nsec, ir.Constant(f64, 1e-9)))
@@ -118,26 +113,28 @@ def _monotonic(typingctx):
     return numba.types.float64(), codegen
 
 
-if _LINUX_MONOTONIC:
+if _LINUX_THREAD_CLOCK:
     @numba.njit(cache=True, nogil=True)
     def clock() -> float:
-        """``time.perf_counter()``, callable from a numba kernel (~30 ns)."""
-        return _monotonic()
+        """:func:`now`, callable from a numba kernel (a system call: ~0.3 µs)."""
+        return _thread_cpu_time()
 else:
     @numba.njit(cache=True, nogil=True)
     def clock() -> float:
-        """``time.perf_counter()``, callable from a numba kernel (``objmode``:
-        ~1 µs, and numba compiles the block in every process that first runs
-        it, ~30 ms: Linux has the direct call instead)."""
+        """:func:`now`, callable from a numba kernel (``objmode``: ~1 µs, and
+        numba compiles the block in every process that first runs it, ~30 ms:
+        Linux has the direct call instead)."""
         with numba.objmode(t="float64"):
-            t = time.perf_counter()
+            t = time.thread_time()
         return t
 
 
 class Deadline:
-    """A point on ``time.perf_counter()``'s clock past which a compile stops
-    (``at``), moved later by the time numba spends compiling or loading
-    kernels from the moment the deadline is made."""
+    """A point on the clock of :func:`now` (the thread's CPU seconds) past
+    which a compile stops (``at``), moved later by the time the thread spends
+    compiling or loading numba kernels from the moment the deadline is made.
+    A deadline belongs to the thread that made it: another thread's clock
+    reads another count."""
 
     __slots__ = ("_at", "_paused")
 
@@ -147,7 +144,7 @@ class Deadline:
 
     @property
     def at(self) -> float:
-        """The ``time.perf_counter()`` value past which the deadline has passed,
+        """The ``now()`` value past which the deadline has passed,
         as of now."""
         return self._at + (compile_seconds() - self._paused)
 
@@ -155,7 +152,7 @@ class Deadline:
     def of(cls, deadline) -> "Deadline | None":
         """``deadline`` as a :class:`Deadline` (``None`` stays ``None``; a
         :class:`Deadline` is shared, not copied; a float is a
-        ``time.perf_counter()`` value, kernel time counted from now)."""
+        ``now()`` value, kernel time counted from now)."""
         if deadline is None or isinstance(deadline, Deadline):
             return deadline
         return cls(deadline)
@@ -163,15 +160,15 @@ class Deadline:
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
         """The deadline ``seconds`` from now (``inf``: none)."""
-        return cls(time.perf_counter() + seconds)
+        return cls(now() + seconds)
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""
-        return time.perf_counter() > self.at
+        return now() > self.at
 
     def remaining(self) -> float:
         """Seconds left (0 once passed)."""
-        return max(self.at - time.perf_counter(), 0.0)
+        return max(self.at - now(), 0.0)
 
     def ready(self, kernel, *args) -> None:
         """Make sure ``kernel`` is compiled (or loaded from numba's cache) for
@@ -201,7 +198,7 @@ class Deadline:
         return self.at >= float(other)
 
     def __repr__(self) -> str:
-        return f"Deadline(in {self.at - time.perf_counter():.3f} s)"
+        return f"Deadline(in {self.at - now():.3f} s)"
 
 
 #: (kernel, call site) pairs whose signature is known to be compiled

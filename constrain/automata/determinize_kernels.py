@@ -531,7 +531,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
     an epsilon closure. Returns ``(table, accepting, n)``: ``table[d, a]`` is the
     successor of DFA state ``d`` on atom ``a`` (-1: none), state 0 the start;
     ``n`` is :data:`TOO_MANY_STATES` when more than ``max_states`` states would
-    be needed, :data:`OUT_OF_TIME` past ``deadline`` (a ``time.perf_counter()``
+    be needed, :data:`OUT_OF_TIME` past ``deadline`` (a ``now()``
     value; the clock is read at the first step and every :data:`_CLOCK_EVERY`
     steps: the epsilon closures alone are quadratic in a long chain of optional
     copies)."""

@@ -37,11 +37,11 @@ Syntax errors are :class:`GrammarSyntaxError` with the line and column.
 from __future__ import annotations
 
 import re
-import time
 
 from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cfg.ir import GrammarIR, Terminal
+from constrain.automata.deadline import now
 from constrain.errors import (GrammarError, GrammarSyntaxError, GrammarTooComplexError,
                               too_complex_at)
 
@@ -607,7 +607,7 @@ class _Builder:
                 syms = self.sequence(seq[1])
                 if syms is not None:
                     self.out.append((lhs, syms))
-            if self.deadline is not None and time.perf_counter() > self.deadline:
+            if self.deadline is not None and now() > self.deadline:
                 raise GrammarTooComplexError("loading the grammar exceeded its time budget "
                                              "(pass time_budget= to raise it)")
         self._check_productive()
@@ -723,7 +723,8 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
     :class:`GrammarIR` (see the module docstring for the language).
 
     ``start``: the rule to start from (GBNF's is ``root``). ``deadline``: a
-    ``time.perf_counter()`` value the loading must finish by. ``max_repeat``:
+    :func:`~constrain.automata.deadline.now` value (the thread's CPU clock)
+    the loading must finish by. ``max_repeat``:
     the largest repetition count ``{m,n}`` (:class:`constrain.Limits`).
 
     Raises:

@@ -42,10 +42,10 @@ import ast
 import dataclasses
 import os
 import re
-import time
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
+from constrain.automata.deadline import now
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, Alt, Assert, Atomic, Chars, \
     Concat, Look, Repeat, nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
@@ -101,7 +101,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None,
     """Load a Lark grammar (text, or a path to a ``.lark`` file) into a :class:`GrammarIR`
     with lark's ``dynamic_complete`` semantics (see the module docstring).
 
-    ``deadline``: a ``time.perf_counter()`` value (or a
+    ``deadline``: a value of :func:`~constrain.automata.deadline.now`, the thread's CPU clock (or a
     :class:`~constrain.automata.deadline.Deadline`) the loading must finish by.
     ``max_repeat``: the largest count of a terminal regex's ``{m,n}``;
     ``max_positions``: the most character positions it may expand to
@@ -163,7 +163,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None,
 
 
 def _check_deadline(deadline) -> None:
-    if deadline is not None and time.perf_counter() > deadline:
+    if deadline is not None and now() > deadline:
         raise GrammarTooComplexError("loading the grammar exceeded its time budget "
                                      "(pass time_budget= to raise it)")
 
@@ -1080,7 +1080,7 @@ def _splice_json(ir: GrammarIR, schemas: dict, text: str, deadline) -> GrammarIR
         if isinstance(schema, dict) and "x-guidance" in schema:
             schema = dict(schema)
             options.update(_guidance_options(schema.pop("x-guidance"), text, at))
-        left = None if deadline is None else max(0.0, float(deadline) - time.perf_counter())
+        left = None if deadline is None else max(0.0, float(deadline) - now())
         try:
             sub_ir = json_schema_ir(schema, time_budget=left, **options)
         except ConstraintError as e:

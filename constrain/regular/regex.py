@@ -417,7 +417,8 @@ def regex_byte_dfa(pattern: str, alphabet: np.ndarray, *, flags: int = 0,
     reading only the bytes in ``alphabet`` (256 booleans). Raises what
     :func:`compile_regex` raises.
 
-    ``deadline``: a ``time.perf_counter()`` value, or a :class:`Deadline` shared
+    ``deadline``: a :func:`~constrain.automata.deadline.now` value (the
+    thread's CPU clock), or a :class:`Deadline` shared
     with the compile's other phases; every phase checks it, the numba kernels
     as they run. Loading or compiling a kernel moves it later (numba's cost,
     not the pattern's)."""

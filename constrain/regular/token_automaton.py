@@ -25,14 +25,13 @@ from __future__ import annotations
 import operator
 import sys
 import threading
-import time
 from collections import OrderedDict
 
 import numpy as np
 
 from constrain.cache import check_budget
 from constrain.errors import GrammarTooComplexError, InvalidStateError
-from constrain.automata.deadline import Deadline, ready
+from constrain.automata.deadline import Deadline, now, ready
 from constrain.regular.token_kernels import (ROW_ALIGN, ROW_SLACK, aligned_rows,
                                              coreachable_states, row_spans, token_transitions)
 # row_writer's rules: rows shorter than _PACK_MIN_BYTES are plain copies, the
@@ -80,7 +79,7 @@ class TokenAutomaton:
             returned stays); when token-level liveness needs every row and
             they do not fit: :class:`~constrain.errors.GrammarTooComplexError`.
         deadline: when the rows walked at compile time must be done (a
-            ``time.perf_counter()`` value or a
+            value of :func:`~constrain.automata.deadline.now` (the thread's CPU clock) or a
             :class:`~constrain.automata.deadline.Deadline`), checked between
             chunks of states; past it, ``GrammarTooComplexError``.
         eager: ``True``: walk every state now (if the rows and transitions fit
@@ -303,7 +302,7 @@ class TokenAutomaton:
                         f"the token masks and transitions of {n} states need more than "
                         f"{self.max_mask_bytes} bytes (pass max_mask_bytes= to raise the limit)")
                 return None
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and now() > deadline:
                 raise GrammarTooComplexError(
                     f"computing the token masks of {n} states exceeded the time budget "
                     f"(pass time_budget= to raise it)")
