@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrain import Vocabulary, VocabularyError
+from constrain import EmptyLanguageError, Vocabulary, VocabularyError, compile_regex
 
 tokenizers = pytest.importorskip("tokenizers")
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers  # noqa: E402
@@ -292,17 +292,70 @@ def llama_style():
 
 @pytest.fixture(scope="module")
 def unigram_metaspace():
-    """A Unigram model with byte fallback and a ``Metaspace`` pre-tokenizer and
-    decoder (T5/ALBERT-style, plus ``<0xNN>`` pieces)."""
+    """A Unigram model with byte fallback, a ``Metaspace`` pre-tokenizer and a
+    ``ByteFallback`` + ``Metaspace`` decoder (T5/ALBERT-style, plus ``<0xNN>``
+    pieces)."""
     pieces = [("<unk>", 0.0), ("<pad>", 0.0), ("</s>", 0.0)]
     pieces += [(p, -30.0) for p in _byte_tokens(0)]
     pieces += [(c, -5.0) for c in [_SP] + sorted(set("".join(_WORDS)))]
     pieces += [(_SP + w, -2.0) for w in _WORDS] + [(w, -3.0) for w in _WORDS]
     tok = Tokenizer(models.Unigram(pieces, unk_id=0, byte_fallback=True))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=_SP, prepend_scheme="always")
-    tok.decoder = decoders.Metaspace(replacement=_SP, prepend_scheme="always")
+    tok.decoder = decoders.Sequence([decoders.ByteFallback(),
+                                     decoders.Metaspace(replacement=_SP, prepend_scheme="always")])
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<pad>", "</s>")])
     return tok
+
+
+def test_byte_fallback_pieces_are_bytes_only_where_the_decoder_says_so(unigram_metaspace):
+    # the same model with a Metaspace decoder alone decodes <0xC3> as that text:
+    # so does Trellis (as bytes, é would be let through where the tokenizer
+    # shows "<0xC3><0xA9>")
+    tok = Tokenizer.from_str(unigram_metaspace.to_str())
+    tok.decoder = decoders.Metaspace(replacement=_SP, prepend_scheme="always")
+    v = Vocabulary.from_huggingface(tok, eos_token_ids=[2])
+    enc = tok.encode("the ab\u00e9", add_special_tokens=False)
+    assert "<0xC3>" in enc.tokens
+    assert v.token_bytes(tok.token_to_id("<0xC3>")) == b"<0xC3>"
+    assert v.decode(enc.ids).decode() == " " + tok.decode(enc.ids)  # the dummy prefix
+    with pytest.raises(EmptyLanguageError):
+        compile_regex("[a-z]*\u00e9", v)  # no token spells é in that decode
+
+
+def test_tokenizer_shapes_read_as_the_tokenizer_decodes():
+    # ids with a gap: the largest id + 1, not the count of entries
+    gap = Tokenizer(models.BPE({"a": 0, "b": 1, "</s>": 2, "ab": 5}, [("a", "b")]))
+    gap.add_special_tokens([AddedToken("</s>", special=True)])
+    v = Vocabulary.from_huggingface(gap, eos_token_ids=2)
+    assert len(v) == 6 and v.token_bytes(5) == b"ab" and gap.encode("ab").ids == [5]
+    with pytest.raises(VocabularyError, match="smaller"):
+        Vocabulary.from_huggingface(gap, eos_token_ids=2, vocab_size=4)
+    # no decoder, whitespace dropped by the pre-tokenizer: no text to stand for
+    words = Tokenizer(models.WordLevel({"[UNK]": 0, "hi": 1, "there": 2, "</s>": 3}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(VocabularyError, match="drops the text's whitespace"):
+        Vocabulary.from_huggingface(words, eos_token_ids=3)
+
+
+def test_normalized_added_token_is_read_normalized(llama_style):
+    # `add_tokens` normalizes by default: the tokenizer keeps "▁<tool>" and
+    # decodes it as " <tool>"
+    tok = Tokenizer.from_str(llama_style.to_str())
+    tok.add_tokens([AddedToken("<tool>", special=False, normalized=True)])
+    i, a = tok.token_to_id("<tool>"), tok.token_to_id("a")
+    v = Vocabulary.from_huggingface(tok, eos_token_ids=2)
+    assert v.token_bytes(i) == b" <tool>" and tok.decode([a, i, a]) == "a <tool>a"
+
+
+def test_python_tokenizers_are_checked_against_their_decode():
+    transformers = pytest.importorskip("transformers")
+    # ByT5's entries are chr(byte): read as text they would be wrong bytes
+    with pytest.raises(VocabularyError, match="disagree with its own decode"):
+        Vocabulary.from_huggingface(transformers.ByT5Tokenizer())
+    canine = getattr(transformers, "CanineTokenizer", None)
+    if canine is not None:  # lone surrogates among its entries
+        with pytest.raises(VocabularyError, match="lone surrogate"):
+            Vocabulary.from_huggingface(canine())
 
 
 def test_sentencepiece_llama_style(llama_style):
@@ -484,7 +537,7 @@ def test_slow_byte_level_and_verification():
     def bad(ids, **kw):
         return "".join(table[inv[i]].upper() for i in ids)
 
-    with pytest.raises(VocabularyError, match="disagree with its decode"):
+    with pytest.raises(VocabularyError, match="disagree with its own decode"):
         Vocabulary.from_huggingface(_SlowByteLevel(bad))
     assert Vocabulary.from_huggingface(_SlowByteLevel(bad), verify=False).tokens == v.tokens
 

@@ -191,12 +191,25 @@ class Vocabulary:
         * a ``ByteLevel`` decoder or pre-tokenizer (GPT-2, SmolLM2, Llama 3, Qwen):
           GPT-2's byte-to-unicode table is inverted (``Ġ`` is a space);
         * ``Metaspace`` / ``Replace`` decoders (SentencePiece models): ``▁`` is a
-          space, and with byte fallback ``<0xNN>`` is the single byte ``NN``;
-        * no decoder: token strings are plain text (their UTF-8 bytes).
+          space, and with a ``ByteFallback`` decoder step ``<0xNN>`` is the
+          single byte ``NN`` (without one the tokenizer decodes it as the text
+          ``<0xNN>``, and so does Trellis);
+        * no decoder: token strings are the text as the encoder split it (their
+          UTF-8 bytes; ``tokenizers``' own decode would join them with spaces).
+          A pre-tokenizer that drops whitespace (``Whitespace``, BERT's) leaves
+          no text to stand for: :class:`VocabularyError`.
+
+        A tokenizer without that JSON (a Python "slow" tokenizer) is read from
+        ``get_vocab()`` (SentencePiece pieces with an ``sp_model``, byte-level
+        strings, ``bytes``, or plain text) and, when it has ``decode``, always
+        checked against it: a convention it does not follow (ByT5's one-byte
+        ids) is a :class:`VocabularyError`, never wrong bytes.
 
         A SentencePiece "dummy prefix" is a property of a whole encoding, not of a
         token: ``▁Hello`` is ``b" Hello"`` here even though a decode of that token
-        alone drops the space.
+        alone drops the space. Likewise a ``BPEDecoder``'s word suffix
+        (``</w>``) is a space here, though a decode drops the last one of a text.
+        Both differ from a decode at the ends of a text only.
 
         Added tokens flagged special (``<|im_start|>``, ``<pad>``…) and the
         model's unknown token match no text: they become ``special_token_ids``
@@ -593,18 +606,31 @@ def _decode_steps(spec: dict) -> list[tuple]:
     else:
         # No decoder: infer what the encoding side did to the text.
         for p in _flatten(spec.get("pre_tokenizer"), "pretokenizers"):
-            if p.get("type") == "ByteLevel":
+            kind = p.get("type")
+            if kind == "ByteLevel":
                 steps.append(("bytelevel",))
-            elif p.get("type") == "Metaspace":
+            elif kind == "Metaspace":
                 steps.append(("replace", ("str", p.get("replacement", "\u2581")), " "))
+            elif kind in _DROPS_WHITESPACE or (kind == "Split" and p.get("behavior") == "Removed"):
+                raise VocabularyError(
+                    f"the tokenizer has no decoder and its {kind} pre-tokenizer drops the "
+                    "text's whitespace: its tokens do not stand for exact bytes of the text")
         for n in _flatten(spec.get("normalizer"), "normalizers"):
             if n.get("type") == "Replace":
                 kind, pat = _pattern(n, "normalizer")
                 if kind == "str" and pat == " " and n.get("content"):
                     steps.append(("replace", ("str", n["content"]), " "))
-    if model.get("byte_fallback") and ("bytefallback",) not in steps:
-        steps.insert(0, ("bytefallback",))
+        # what the encoder does: a byte it has no piece for becomes <0xNN>
+        if model.get("byte_fallback"):
+            steps.insert(0, ("bytefallback",))
+    # With a decoder, <0xNN> is a byte only if the decoder says so (a ByteFallback
+    # step): without one, the tokenizer decodes it as the text "<0xNN>".
     return steps
+
+
+#: pre-tokenizers that split the text at whitespace and drop it
+_DROPS_WHITESPACE = frozenset({"Whitespace", "WhitespaceSplit", "BertPreTokenizer",
+                               "CharDelimiterSplit"})
 
 
 def _apply_steps(strings: list[str], steps: list[tuple]) -> list[bytes]:
@@ -627,7 +653,21 @@ def _apply_steps(strings: list[str], steps: list[tuple]) -> list[bytes]:
                 items = [t.replace(pat, content) if isinstance(t, str) and pat in t else t for t in items]
             else:
                 items = [pat.sub(lambda _m: content, t) if isinstance(t, str) else t for t in items]
-    return [t.encode("utf-8") if isinstance(t, str) else t for t in items]
+    try:
+        return [t.encode("utf-8") if isinstance(t, str) else t for t in items]
+    except UnicodeEncodeError:
+        bad = next(t for t in items if isinstance(t, str) and not _encodable(t))
+        raise VocabularyError(
+            f"the token {bad!r} is not text that UTF-8 can encode (a lone surrogate): "
+            "it stands for no bytes") from None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _backend_of(tokenizer: Any):
@@ -752,14 +792,13 @@ def _fast_tokens(backend):
     spec = _tokenizer_spec(backend)
     model = spec.get("model") or {}
     if model.get("type") == "WordPiece":
-        raise VocabularyError(
-            "WordPiece tokenizers (BERT-style) are not supported: their tokens do not stand "
-            "for exact bytes of the text (spaces and '##' prefixes are lost)"
-        )
+        raise VocabularyError(_WORDPIECE)
     steps = _decode_steps(spec)
 
     added = backend.get_added_tokens_decoder()
-    n = max(backend.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
+    # the largest id, not the count of entries: ids may leave gaps
+    n = max(backend.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1,
+            max(backend.get_vocab(with_added_tokens=True).values(), default=-1) + 1)
     id_to_token = backend.id_to_token
     while id_to_token(n) is not None:  # ids beyond the reported size (holes below)
         n += 1
@@ -781,7 +820,9 @@ def _fast_tokens(backend):
             tokens[i] = content.encode("utf-8")
         else:
             checked_added.append(i)
-            if token_to_id(content) != i:  # not a piece of the model's own vocabulary
+            # not a piece of the model's own vocabulary, and kept as its content
+            # (a normalized one is kept normalized, "▁<tool>": what the decoder sees)
+            if token_to_id(content) != i and strings[i] in (None, content):
                 tokens[i] = content.encode("utf-8")
 
     unk = model.get("unk_token")
@@ -791,7 +832,9 @@ def _fast_tokens(backend):
         special.add(token_to_id(unk))
 
     if not spec.get("decoder"):
-        return tokens, special, None  # decode would join tokens with spaces: nothing to check
+        # decode would join the tokens with spaces, which is no text the encoder
+        # read: the tokens stand for the text as the encoder splits it
+        return tokens, special, None
 
     fallback_ids: set[int] = set()
     if ("bytefallback",) in steps:
@@ -801,9 +844,28 @@ def _fast_tokens(backend):
         def decode_batch(seqs):
             return backend.decode_batch(seqs, skip_special_tokens=False)
 
-        _verify(tokens, excluded | fallback_ids, checked_added, decode_batch)
+        _verify(tokens, excluded | fallback_ids, checked_added, decode_batch,
+                _fallback_groups(token_to_id) if fallback_ids else ())
 
     return tokens, special, check
+
+
+_WORDPIECE = ("WordPiece tokenizers (BERT-style) are not supported: their tokens do not stand "
+              "for exact bytes of the text (spaces and '##' prefixes are lost)")
+
+#: characters whose UTF-8 bytes, as byte-fallback pieces, are decoded in
+#: context to check that the decoder joins them (1 to 4 bytes)
+_FALLBACK_CHECKS = ("A", "\u00e9", "\u65e5", "\U0001f600")
+
+
+def _fallback_groups(token_to_id) -> list[tuple[str, list[int]]]:
+    """``(character, ids of its <0xNN> pieces)`` for :data:`_FALLBACK_CHECKS`."""
+    groups = []
+    for ch in _FALLBACK_CHECKS:
+        ids = [token_to_id(f"<0x{b:02X}>") for b in ch.encode("utf-8")]
+        if all(i is not None for i in ids):
+            groups.append((ch, ids))
+    return groups
 
 
 def _is_byte_level_alphabet(s: str) -> bool:
@@ -826,6 +888,8 @@ def _slow_tokens(tokenizer):
             f"{type(tokenizer).__name__} is not a Hugging Face tokenizer: it has neither "
             "backend_tokenizer, to_str() nor get_vocab()"
         )
+    if hasattr(tokenizer, "wordpiece_tokenizer"):
+        raise VocabularyError(_WORDPIECE)
     vocab = dict(get_vocab())
     added = dict(getattr(tokenizer, "added_tokens_decoder", None) or {})
     if not vocab and not added:
@@ -870,11 +934,13 @@ def _slow_tokens(tokenizer):
             if vocab.get(content) != i:
                 tokens[i] = content.encode("utf-8")
 
+    # plain text is a guess too (ByT5's entries are chr(byte), not text): the
+    # tokenizer's decode is checked whatever the guess
     decode = getattr(tokenizer, "decode", None)
-    if decode is None or not steps:
+    if decode is None:
         return tokens, special, None
 
-    fallback_ids = {vocab[s] for s in _BYTE_FALLBACK if s in vocab}
+    fallback_ids = {vocab[s] for s in _BYTE_FALLBACK if s in vocab} if steps else set()
 
     def decode_one(ids):
         try:
@@ -883,7 +949,8 @@ def _slow_tokens(tokenizer):
             return decode(ids)
 
     def check(tokens: list[bytes | None], excluded: set[int]) -> None:
-        _verify(tokens, excluded | fallback_ids, checked_added, lambda seqs: [decode_one(s) for s in seqs])
+        _verify(tokens, excluded | fallback_ids, checked_added, lambda seqs: [decode_one(s) for s in seqs],
+                _fallback_groups(vocab.get) if fallback_ids else ())
 
     return tokens, special, check
 
@@ -891,11 +958,13 @@ def _slow_tokens(tokenizer):
 _VERIFY_SAMPLE = 2048
 
 
-def _verify(tokens, excluded, extra_ids, decode_batch) -> None:
+def _verify(tokens, excluded, extra_ids, decode_batch, groups=()) -> None:
     """Decode ``[anchor, i, anchor]`` for a sample of regular tokens ``i`` with the
     tokenizer itself and compare with the derived bytes. The anchor (a one-letter
     token) keeps ``i`` away from the start and end of the text, where decoders
-    strip SentencePiece's dummy-prefix space or a word suffix."""
+    strip SentencePiece's dummy-prefix space or a word suffix. ``groups``:
+    ``(character, ids)`` whose ids decode together to the character (byte
+    fallback pieces, which alone are no UTF-8)."""
     singles: dict[bytes, int] = {}
     for i, t in enumerate(tokens):
         if t is not None and len(t) == 1 and i not in excluded:
@@ -913,15 +982,22 @@ def _verify(tokens, excluded, extra_ids, decode_batch) -> None:
             cases.append((i, (ab + tokens[i] + ab).decode("utf-8")))
         except UnicodeDecodeError:
             continue  # a partial UTF-8 sequence: the decoder would show U+FFFD
+    seqs = [[anchor, i, anchor] for i, _ in cases]
+    for ch, ids in groups:
+        if all(tokens[i] is not None for i in ids):
+            cases.append((ids[0] if len(ids) == 1 else ids, (ab + b"".join(tokens[i] for i in ids) + ab)
+                          .decode("utf-8", "replace")))
+            seqs.append([anchor, *ids, anchor])
     if not cases:
         return
-    got = decode_batch([[anchor, i, anchor] for i, _ in cases])
+    got = decode_batch(seqs)
     bad = [(i, exp, g) for (i, exp), g in zip(cases, got) if g != exp]
     if bad:
         shown = "; ".join(
-            f"token {i}: decodes to {g[1:-1]!r}, derived {e[1:-1]!r}" for i, e, g in bad[:5]
+            f"token{'s' if isinstance(i, list) else ''} {i}: decodes to {g[1:-1]!r}, "
+            f"derived {e[1:-1]!r}" for i, e, g in bad[:5]
         )
         raise VocabularyError(
-            f"the token bytes derived from the tokenizer's JSON disagree with its decode for "
+            f"the token bytes derived from the tokenizer disagree with its own decode for "
             f"{len(bad)} of {len(cases)} sampled tokens ({shown}); pass verify=False to accept them"
         )
