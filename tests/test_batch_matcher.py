@@ -142,6 +142,47 @@ def test_accept_token_is_all_or_nothing(cases, smollm2_vocab):
     assert (a.num_accepted, b.num_accepted) == (1, 0)
 
 
+@pytest.mark.parametrize("ids", [[0, True], [True, 0], [0, 1.5], [0, 2 ** 63], [0, None],
+                                 np.array([0, 1.5]), np.array([True, False])])
+def test_each_token_id_is_checked_as_given(cases, ids):
+    """np.asarray read [0, True] as ids 0 and 1 (the bool accepted) and blamed
+    the 0 of [0, 1.5]: each id is checked as it came."""
+    from constrain import InvalidStateError
+
+    a, b = (Matcher(cases[0][0]()) for _ in range(2))
+    with pytest.raises(InvalidStateError) as e:
+        BatchMatcher(threads=1).accept_token([a, b], ids)
+    if isinstance(ids, list):  # the message names the bad id, not its neighbour
+        bad = next(x for x in ids if type(x) is not int or x >= 2 ** 32)
+        assert str(bad) in str(e.value)
+    assert a.num_accepted == b.num_accepted == 0
+
+
+def test_torch_counts_and_misused_arguments(cases, smollm2_vocab):
+    torch = pytest.importorskip("torch")
+    matchers = [Matcher(cases[0][0]()) for _ in range(2)]
+    for m in matchers:
+        m.accept_tokens(cases[0][1][:3])
+    batch = BatchMatcher(threads=1)
+    batch.rollback(matchers, torch.tensor([1, 2]))
+    batch.rollback(matchers, torch.tensor(1))
+    matchers[0].rollback(torch.tensor(1))
+    assert [m.num_accepted for m in matchers] == [0, 0]
+    with pytest.raises(ConstraintError, match="integer"):
+        batch.rollback(matchers, torch.tensor([True, False]))
+    batch.rollback(matchers, (c for c in [0, 0]))  # a generator: one count per matcher
+    with pytest.raises(ConstraintError, match="counts"):
+        batch.rollback(matchers, (c for c in [0]))
+    assert batch.accept_token(matchers, torch.tensor(cases[0][1][:1] * 2)).all()
+    bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
+    with pytest.raises(ConstraintError, match="indices"):
+        batch.fill_next_token_bitmask(matchers[:1], bm, 1)
+    with pytest.raises(ConstraintError, match="flat sequence"):
+        matchers[0].accept_tokens(None)
+    with pytest.raises(ConstraintError, match="flat sequence"):
+        matchers[0].validate_tokens(5)
+
+
 @pytest.mark.parametrize("counts", [[0.9], [1.7], [True], "1", 1.0, True, None, [None]])
 def test_rollback_counts_are_integers(cases, counts):
     """``int()`` took 1.7 for 1, 0.9 for 0 and True for 1: refused as a

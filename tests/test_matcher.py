@@ -181,6 +181,29 @@ def test_jump_forward_string_keeps_whole_characters(smollm2_vocab):
     assert m.find_jump_forward_string(max_bytes=1) == ""
 
 
+@pytest.mark.parametrize("pattern,text", [
+    (r"x  [0-9]", "x  7"),
+    (r"Answer:\n\n[A-Z][a-z]{0,8}", "Answer:\n\nYes"),
+    (r"## Summary\n\n[A-Z][a-z ]{0,20}\n\n## Score\n\n[0-9]", "## Summary\n\nAll good\n\n## Score\n\n7"),
+])
+def test_jump_forward_leaves_a_final_whitespace_run_to_the_model(smollm2_tokenizer, smollm2_vocab,
+                                                                 pattern, text):
+    """SmolLM2's pre-tokenizer splits a run of whitespace by what follows it
+    ('\n\nYes' is '\n' '\n' 'Yes', though '\n\n' is one token): forced
+    text ending in such a run was jumped as '\n\n', a split the tokenizer
+    never makes. Along the tokenizer's own encoding of a valid output, every
+    jump is a prefix of the tokenizer's encoding of the rest."""
+    m = Matcher(compile_regex(pattern, smollm2_vocab))
+    ids = smollm2_tokenizer.encode(text, add_special_tokens=False)
+    for k, t in enumerate(ids):
+        jump = m.jump_forward_tokens(smollm2_tokenizer)
+        assert jump == ids[k:k + len(jump)], (k, jump, ids[k:])
+        assert m.accept_token(t)
+    whole = Matcher(compile_regex("x  5", smollm2_vocab))  # nothing may follow: kept whole
+    assert whole.jump_forward_tokens(smollm2_tokenizer) == smollm2_tokenizer.encode(
+        "x  5", add_special_tokens=False)
+
+
 def test_jump_forward_tokens_are_the_tokenizers_own(person, smollm2_tokenizer, smollm2_vocab):
     """Along a whole generation: wherever bytes are forced, the tokens are the
     tokenizer's encoding of their bytes, a prefix of its encoding of the forced

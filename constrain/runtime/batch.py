@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from constrain.errors import BitmaskError, ConstraintError, InvalidLimitError
-from constrain.runtime.matcher import Matcher
+from constrain.runtime.matcher import Matcher, _id_list
 
 
 def default_threads() -> int:
@@ -93,8 +93,16 @@ class BatchMatcher:
             matchers = list(matchers)
         # rows as given: fill_bitmask takes any index (int() of each was ~0.2 us
         # a row of a batch step) and refuses what is none
-        rows = range(len(matchers)) if indices is None else \
-            indices.tolist() if isinstance(indices, np.ndarray) else list(indices)
+        if indices is None:
+            rows = range(len(matchers))
+        elif isinstance(indices, np.ndarray):
+            rows = indices.tolist()
+        else:
+            try:
+                rows = list(indices)
+            except TypeError:
+                raise ConstraintError(
+                    f"indices is a sequence of bitmask rows, one per matcher, not {indices!r}") from None
         if len(rows) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(rows)} indices")
         if indices is not None and len(set(rows)) != len(rows):
@@ -132,13 +140,16 @@ class BatchMatcher:
         stepped before any matcher changes, so a bad id (or a grammar's
         limit) leaves the whole batch as it was. A matcher may appear once."""
         matchers = _distinct(matchers)
-        token_ids = np.asarray(token_ids)
-        if token_ids.ndim != 1 or len(token_ids) != len(matchers):
-            raise ConstraintError(f"{len(matchers)} matchers need as many tokens in a flat "
-                                  f"sequence, not an array of shape {token_ids.shape}")
+        # each id as given (np.asarray would read [0, True] as [0, 1] and blame
+        # the 0 of [0, 1.5]); Matcher._token refuses what is no token id
+        if not isinstance(token_ids, list):
+            token_ids = _id_list(token_ids)
+        if len(token_ids) != len(matchers):
+            raise ConstraintError(f"{len(matchers)} matchers need as many tokens, "
+                                  f"not {len(token_ids)}")
         try:
             nexts = [m.grammar.advance(m._history[-1], m._token(t))
-                     for m, t in zip(matchers, token_ids.tolist())]
+                     for m, t in zip(matchers, token_ids)]
         except AttributeError:
             raise ConstraintError("BatchMatcher advances Matcher objects, not "
                                   + ", ".join(sorted({type(m).__name__ for m in matchers
@@ -157,8 +168,12 @@ class BatchMatcher:
         if isinstance(counts, (str, bytes)):
             raise ConstraintError(f"counts is an int or a sequence of ints, not "
                                   f"{type(counts).__name__}")
-        # one value for all (each then checked as a count below)
-        counts = list(counts) if hasattr(counts, "__len__") else [counts] * len(matchers)
+        # one value for all (each then checked as a count below): an int, a
+        # numpy or torch scalar, or anything not iterable
+        if getattr(counts, "ndim", None) == 0 or not hasattr(counts, "__iter__"):
+            counts = [counts] * len(matchers)
+        else:
+            counts = list(counts)
         if len(counts) != len(matchers):
             raise ConstraintError(f"{len(matchers)} matchers but {len(counts)} counts")
         checked = []

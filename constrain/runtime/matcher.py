@@ -91,7 +91,7 @@ class Matcher:
         """Accept several tokens, all or nothing: when one is refused (or raises),
         the matcher is as it was before the call."""
         if not isinstance(token_ids, (list, tuple, np.ndarray)):
-            token_ids = list(token_ids)  # an iterator: counted below
+            token_ids = _id_list(token_ids)  # an iterator: counted below
         states = self._walk(token_ids)
         if len(states) < len(token_ids):
             return False
@@ -107,6 +107,8 @@ class Matcher:
         """The states after each token of the longest accepted prefix."""
         advance = self.grammar.advance
         state, out = self._history[-1], []
+        if not isinstance(token_ids, (list, tuple, np.ndarray)):
+            token_ids = _id_list(token_ids)
         for t in token_ids:
             state = advance(state, self._token(t))
             if state is None:
@@ -133,8 +135,11 @@ class Matcher:
         """``n`` as a count :meth:`rollback` can undo, else
         :class:`~constrain.ConstraintError` (``int()`` would take ``1.7`` and
         ``True`` for 1)."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not \
-                0 <= n <= len(self._history) - 1:
+        if getattr(n, "ndim", None) == 0 and hasattr(n, "item"):
+            n = n.item()  # a torch or numpy scalar (a bool one stays refused)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise ConstraintError(f"a rollback count is an integer, not {n!r}")
+        if not 0 <= n <= len(self._history) - 1:
             raise ConstraintError(
                 f"cannot roll back {n!r} tokens: only {len(self._history) - 1} can be undone")
         return int(n)
@@ -207,7 +212,8 @@ class Matcher:
     def find_jump_forward_bytes(self, max_bytes: int = MAX_JUMP_FORWARD_BYTES) -> bytes:
         """The bytes every completion of the output must start with: the
         longest run of next bytes that the constraint leaves no choice about
-        (empty when EOS is allowed, or two bytes may follow). At most
+        (empty when EOS is allowed, or two bytes may follow, or a token budget
+        counts the bytes walked: see :meth:`GrammarConstraint.advance_bytes`). At most
         ``max_bytes``. The matcher does not change."""
         if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, (int, np.integer)) \
                 or max_bytes < 0:
@@ -289,6 +295,12 @@ class Matcher:
         # cannot run past them
         cut = next((p for p in range(max(0, len(data) - longest + 1), len(data))
                     if _runs_past(g, end, data[p:], tokens, follow, budget)), len(data))
+        # a run of whitespace at the end is split by what follows it (GPT-2's
+        # and Llama 3's pre-tokenizers: '\s+(?!\S)' writes '\n' '\n' 'Yes' for
+        # '\n\nYes' but '\n\n' at the end), so it is left to the model
+        run = len(data) - len(data.rstrip(b" \t\n\r\x0b\x0c"))
+        if run >= 2 and (follow is None or follow):
+            cut = min(cut, len(data) - run)
         at, keep = 0, 0
         for i in ids:
             at += len(vocab.token_bytes(i))
@@ -298,6 +310,19 @@ class Matcher:
         ids = ids[:keep]
         # the grammar allows them (the bytes are forced): checked all the same
         return ids[:self.validate_tokens(ids)]
+
+
+def _id_list(token_ids) -> list:
+    """``token_ids`` (any iterable; a torch tensor or numpy array by its
+    elements) as a list, or :class:`~constrain.ConstraintError`."""
+    if getattr(token_ids, "ndim", None) == 1 and hasattr(token_ids, "tolist"):
+        return token_ids.tolist()  # a bool or float array's items stay refused one by one
+    if isinstance(token_ids, (str, bytes)) or getattr(token_ids, "ndim", 1) != 1:
+        raise ConstraintError(f"token ids come as a flat sequence of ints, not {token_ids!r}")
+    try:
+        return list(token_ids)
+    except TypeError:
+        raise ConstraintError(f"token ids come as a flat sequence of ints, not {token_ids!r}") from None
 
 
 def _grammar_tokens(vocab: Vocabulary) -> tuple[list, int]:
