@@ -44,8 +44,10 @@ import math
 import os
 import re
 import struct
+import sys
 import tempfile
 import threading
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,15 +70,21 @@ REASONS = ("missing", "truncated", "corrupt", "format", "version", "vocabulary",
 @functools.lru_cache(maxsize=1)
 def trellis_version() -> str:
     """This Trellis, as a digest of its source files (``constrain/**/*.py``:
-    their paths and bytes), computed once per process (~2 ms): a file written
-    by any other code -- another release, an edited checkout -- is never
-    trusted, even under the same version number."""
+    their paths and bytes) and of the Python and Unicode versions it runs on
+    (``\\w`` and case folding are read off this Python's ``re``), computed
+    once per process (~2 ms): a file written by any other code -- another
+    release, an edited checkout, another Python -- is never trusted, even
+    under the same version number."""
     root = os.path.dirname(os.path.abspath(__file__))
     files = []
     for folder, subfolders, names in os.walk(root):
         subfolders[:] = [d for d in subfolders if d != "__pycache__"]
         files += [os.path.join(folder, n) for n in names if n.endswith(".py")]
     h = hashlib.blake2b(digest_size=10)
+    # character classes and case folding come from this Python's re and its
+    # Unicode tables: another Python builds other automata from the same source
+    h.update(f"python {sys.version_info[0]}.{sys.version_info[1]} "
+             f"unicode {unicodedata.unidata_version}\0".encode())
     for path in sorted(files):
         h.update(os.path.relpath(path, root).replace(os.sep, "/").encode())
         h.update(b"\0")
@@ -208,12 +216,21 @@ class Payload:
             # a view of the file's bytes, which the loader owns (a bytearray:
             # writable, as the kernels need)
             return a
-        if not isinstance(cap, int) or isinstance(cap, bool) or cap < a.shape[0]:
+        # tables grow by doubling (or to one call's need, which it then uses):
+        # a capacity far past the rows used is no table's
+        if not isinstance(cap, int) or isinstance(cap, bool) or \
+                not a.shape[0] <= cap <= _MAX_CAP_FACTOR * a.shape[0] + _MAX_CAP_SLACK:
             raise CacheFileError(f"the capacity of {key!r} is {cap!r}", "corrupt")
         shape = (cap,) + a.shape[1:]
         out = np.empty(shape, dtype=dtype) if fill is None else np.full(shape, fill, dtype=dtype)
         out[:a.shape[0]] = a
         return out
+
+
+#: the largest capacity :meth:`Payload.get` restores: this many times the rows
+#: saved, plus this many
+_MAX_CAP_FACTOR = 4
+_MAX_CAP_SLACK = 1 << 16
 
 
 def _types(kind) -> tuple:
@@ -392,9 +409,9 @@ def loads(data, vocab, *, compiler=None, key: str | None = None, where: str = "t
         return restore(payload, vocab, compiler)
     except CacheFileError as e:
         raise CacheFileError(f"{where}: {e.msg}", e.reason) from None
-    except (ValueError, KeyError, IndexError, TypeError) as e:
-        # a table inconsistent with another (a checksum cannot tell a bug
-        # that wrote it so): refused, never half-built
+    except (ValueError, KeyError, IndexError, TypeError, MemoryError) as e:
+        # a table inconsistent with another, or sized past reason (a checksum
+        # cannot tell a bug that wrote it so): refused, never half-built
         raise CacheFileError(f"{where} holds inconsistent tables ({type(e).__name__}: {e})",
                              "corrupt") from None
 
@@ -613,6 +630,8 @@ class DiskCache:
         constraint = build()
         constraint._prepare_for_cache()
         try:
+            # the folder may have been deleted since (a clean-up): made again
+            path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, dumps(constraint, key=key))
         except OSError:
             self._count("write_errors")

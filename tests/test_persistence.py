@@ -226,9 +226,26 @@ def test_inconsistent_tables_are_refused(kinds, tmp_path, monkeypatch):
     def retype(arrays, meta, name):
         arrays[name] = arrays[name].astype(np.int64)
 
+    def every(value):
+        def change(arrays, meta, name):
+            a = arrays[name].copy()
+            a.reshape(-1)[:] = value
+            arrays[name] = a
+        return change
+
+    def huge_capacity(arrays, meta, name):
+        meta[name + "#cap"] = 2 ** 40  # np.full of 2**40 rows was a MemoryError
+
+    # the Earley recognizer's tables: its kernels index with them unchecked
+    # (pred_rd past the dotted rules was a segfault in a walk)
+    earley = [(f"parser.{name}", every(v)) for name in
+              ("rd_next", "lhs_rd", "lhs_off", "pred_rd", "pred_sym", "pred_off", "c_ioff",
+               "c_roff", "roots", "htab") for v in (2 ** 62, -5)]
     cases = [("terms.table", big), ("lexer.trans", big), ("parser.next", big),
              ("ctx_start", big), ("lexer.walk_state", big), ("mask_configs", big),
-             ("parser.c_exp", drop), ("lexer.pairs", retype)]
+             ("parser.c_exp", drop), ("lexer.pairs", retype), ("parser.items", huge_capacity),
+             ("parser.pred_rd", huge_capacity), ("parser.nullable", every(True)),
+             ("parser.htab", every(0)), *earley]  # no free slot: a lookup would never end
     for name, change in cases:
         data = tamper(name, change)
         try:
@@ -351,6 +368,26 @@ def test_failed_write_still_compiles(tmp_path, monkeypatch):
     c = Compiler(pt.vocab(), cache_dir=tmp_path)
     assert accepts(c.compile_regex(pt.REGEX), "12.5")
     assert c.disk_cache.stats().write_errors == 1 and _entries(tmp_path) == []
+
+
+def test_cache_dir_deleted_in_use_is_made_again(tmp_path):
+    import shutil
+
+    c = Compiler(pt.vocab(), cache_dir=tmp_path / "cache")
+    c.compile_regex(pt.REGEX)
+    shutil.rmtree(tmp_path / "cache")  # a clean-up while the server runs
+    c.compile_regex("[a-c]+")
+    assert c.disk_cache.stats().write_errors == 0 and len(_entries(tmp_path / "cache")) == 1
+
+
+def test_another_python_or_unicode_is_another_version(monkeypatch):
+    # \w and case folding are read off this Python's re: a file written under
+    # another Unicode version holds other automata
+    import unicodedata
+
+    mine = persist.trellis_version.__wrapped__()
+    monkeypatch.setattr(unicodedata, "unidata_version", "99.0.0")
+    assert persist.trellis_version.__wrapped__() != mine
 
 
 def test_cache_dir_is_made_and_checked(tmp_path):

@@ -53,6 +53,37 @@ _LITTLE = sys.byteorder == "little"
 DEFAULT_MAX_ITEMS = 1024
 
 
+def _tables(ir: GrammarIR, usable, max_contexts: int, max_items: int) -> tuple:
+    """:func:`~constrain.cfg.earley_kernels.earley_tables` for ``ir`` (its
+    rules as one flat array: left-hand sides, offsets, right-hand sides, the
+    augmented start rule S' -> start last), with ``usable`` the terminals the
+    vocabulary can spell (``None``: all)."""
+    n_t = ir.n_terminals
+    lhs: list[int] = []
+    off = [0]
+    flat: list[int] = []
+    for left, rhs in ir.rules:
+        lhs.append(left)
+        flat += rhs
+        off.append(len(flat))
+    lhs.append(len(ir.nonterminals))
+    flat.append(n_t + ir.start)
+    off.append(len(flat))
+    n_r = len(lhs)
+    flat_rules = np.array(lhs + off + flat, dtype=np.int64)
+    if usable is None:
+        spelled = np.ones(max(n_t, 1), dtype=np.bool_)
+    elif isinstance(usable, np.ndarray) and usable.dtype == np.bool_:
+        spelled = usable
+    else:
+        spelled = np.asarray(usable, dtype=np.bool_)
+    # bytes, not spelled.all(): the ufunc reduction's first call costs ~20 us
+    # on a cold compile
+    check = not (ir.productive and (usable is None or 0 not in spelled.tobytes()))
+    return ek.earley_tables(flat_rules[:n_r], flat_rules[n_r:2 * n_r + 1], flat_rules[2 * n_r + 1:],
+                            n_t, spelled, check, max_contexts, max_items)
+
+
 class EarleyRecognizer:
     """Earley recognition over the terminal ids of a :class:`GrammarIR`.
 
@@ -73,39 +104,9 @@ class EarleyRecognizer:
         max_contexts = check_budget("max_contexts", max_contexts)
         max_items = check_budget("max_items", max_items)
         self.ir = ir
-        n_t = ir.n_terminals
-        self.n_t = n_t
-        n_nt = len(ir.nonterminals)
-        rules = ir.rules
+        self.n_t = ir.n_terminals
         self.max_contexts = max_contexts
-        # the rules as one flat array (left-hand sides, offsets, right-hand
-        # sides), the augmented start rule S' -> start last; the kernel does
-        # the rest
-        lhs: list[int] = []
-        off = [0]
-        flat: list[int] = []
-        for left, rhs in rules:
-            lhs.append(left)
-            flat += rhs
-            off.append(len(flat))
-        lhs.append(n_nt)
-        flat.append(n_t + ir.start)
-        off.append(len(flat))
-        n_r = len(lhs)
-        flat_rules = np.array(lhs + off + flat, dtype=np.int64)
-        # per terminal, whether the vocabulary can spell it
-        if usable is None:
-            spelled = np.ones(max(n_t, 1), dtype=np.bool_)
-        elif isinstance(usable, np.ndarray) and usable.dtype == np.bool_:
-            spelled = usable
-        else:
-            spelled = np.asarray(usable, dtype=np.bool_)
-        # bytes, not spelled.all(): the ufunc reduction's first call costs ~20 us
-        # on a cold compile
-        check = not (ir.productive and (usable is None or 0 not in spelled.tobytes()))
-        tables = ek.earley_tables(flat_rules[:n_r], flat_rules[n_r:2 * n_r + 1],
-                                  flat_rules[2 * n_r + 1:], n_t, spelled, check, max_contexts,
-                                  max_items)
+        tables = _tables(ir, usable, max_contexts, max_items)
         if not tables[0]:
             name = ir.nonterminals[ir.start]
             raise GrammarError(f"the start symbol {name!r} derives no "
@@ -157,8 +158,12 @@ class EarleyRecognizer:
         payload.put("union_out", np.array([self._unions[k] for k in keys], dtype=np.int64))
 
     @classmethod
-    def restore(cls, payload, ir: GrammarIR) -> "EarleyRecognizer":
-        """The recognizer :meth:`snapshot` wrote, for ``ir``."""
+    def restore(cls, payload, ir: GrammarIR, usable=None) -> "EarleyRecognizer":
+        """The recognizer :meth:`snapshot` wrote, for ``ir`` (``usable``: the
+        terminals the vocabulary can spell, as the constructor takes them).
+        Every index the kernels follow is checked (they trust them): the
+        grammar's tables against those ``ir`` makes, the predictions and
+        columns to be in range. A table that fails raises ``ValueError``."""
         def arrays(specs):
             return [payload.get(name, dtype, ndim, fill=fill) for name, dtype, ndim, fill in specs]
 
@@ -190,7 +195,50 @@ class EarleyRecognizer:
         if not 0 < n <= self._ctx[5].shape[0] or \
                 not all(0 <= c < n and 0 <= t < self.n_t and -1 <= v < n for c, t, v in nxt):
             raise ValueError("the recognizer's contexts do not fit")
+        self._check_tables(_tables(ir, usable, self.max_contexts, self._max_items))
         return self
+
+    def _check_tables(self, fresh) -> None:
+        """Raise ``ValueError`` unless the loaded tables are the grammar's
+        (``fresh``: what :func:`_tables` makes for it) and every index in the
+        predictions and columns is in range (a file that passed its digest
+        but was written wrong would send the kernels out of their arrays)."""
+        meta, grammar = self._meta, self._grammar
+        for name, a, b in zip(("rd_next", "nullable", "lhs_off", "lhs_rd"), grammar, fresh[2]):
+            if a.shape != b.shape or not np.array_equal(a, b):
+                raise ValueError(f"the recognizer's {name} is not the grammar's")
+        for m in (ek.M_N_T, ek.M_N_RD, ek.M_ACCEPT_ITEM):
+            if meta[m] != fresh[1][m]:
+                raise ValueError("the recognizer's counters are not the grammar's")
+        n_t, n_rd = self.n_t, int(meta[ek.M_N_RD])
+        n_sym = grammar[2].shape[0] - 1
+        words = max(1, (n_t + 63) // 64)
+        pred_off, pred_len, pred_sym, pred_rd, pexp = self._pred
+        used = int(meta[ek.M_PRED])
+
+        def within(a, lo, hi) -> bool:
+            return a.size == 0 or (int(a.min()) >= lo and int(a.max()) < hi)
+
+        if not (pred_off.shape == pred_len.shape == (n_sym,) and pexp.shape == (n_sym, words)
+                and 0 <= used <= pred_sym.shape[0] == pred_rd.shape[0]
+                and within(pred_len, 0, used + 1) and within(pred_off, -1, used)
+                and bool(np.all((pred_off < 0) | (pred_off + pred_len <= used)))
+                and within(pred_sym[:used], 0, n_t + n_sym) and within(pred_rd[:used], 0, n_rd)):
+            raise ValueError("the recognizer's predictions do not fit")
+        c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab = self._ctx
+        n, cap = self.num_contexts, c_acc.shape[0]
+        if not (c_ioff.shape == c_roff.shape == (cap + 1,) and c_hash.shape == (cap,)
+                and c_exp.shape == (cap, words) and n <= cap):
+            raise ValueError("the recognizer's columns do not fit")
+        for off, data, lo, hi in ((c_ioff, items, 0, n_rd * (n + 1)),
+                                  (c_roff, roots, n_t, n_t + n_sym)):
+            bounds = off[:n + 1]
+            if bounds[0] != 0 or bool(np.any(np.diff(bounds) < 0)) or bounds[n] > data.shape[0] \
+                    or not within(data[:bounds[n]], lo, hi):
+                raise ValueError("the recognizer's columns do not fit")
+        size = htab.shape[0]
+        if size & (size - 1) or not within(htab, -1, n) or not bool(np.any(htab < 0)):
+            raise ValueError("the recognizer's column table does not fit")
 
     # -- grammar analysis ---------------------------------------------------------
 

@@ -280,7 +280,7 @@ class GrammarConstraint(Constraint):
         trie = TokenTrie.of(vocab)
         words = (len(vocab) + 31) // 32
         terms = TerminalAutomata.restore(payload.part("terms"), ir, trie.alphabet, compiler)
-        parser = EarleyRecognizer.restore(payload.part("parser"), ir)
+        parser = EarleyRecognizer.restore(payload.part("parser"), ir, terms.usable)
         lexer = LexerTables.restore(payload.part("lexer"), terms, ir.n_terminals, trie,
                                     words32=words)
         self = cls.__new__(cls)
