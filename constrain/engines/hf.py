@@ -84,7 +84,16 @@ class LogitsProcessor(_Base):
         """Forget the rows of the previous ``generate`` call."""
         self.prompt_len: int | None = None
         self._prompts: set | None = None
-        self._states: dict = {(): self.grammar.initial_state()}
+        # the states of every generated suffix seen, as a trie: node ids, a
+        # node's state, and (parent node, token) -> child. A dict keyed by the
+        # suffixes themselves held every prefix of every row: 16 MB at 2,000
+        # tokens, 64 MB at 4,000, where the trie holds one entry per token
+        self._node_states: list = [self.grammar.initial_state()]
+        self._children: dict = {}
+        # the suffixes of the last call's rows -> their nodes (a row's parent
+        # is one of them: the walk from the root is for the rows it is not,
+        # e.g. after prompt-lookup decoding rolled candidates back)
+        self._recent: dict = {(): 0}
         self._bitmask = None
         self._end_row = None
 
@@ -97,24 +106,37 @@ class LogitsProcessor(_Base):
         return None if st is _DEAD else st
 
     def _state(self, suffix: tuple[int, ...]):
-        st = self._states.get(suffix)
-        if st is not None:
-            return st
-        # walk back to the longest known prefix (normally the parent, one token up)
-        k = len(suffix) - 1
-        while k > 0 and suffix[:k] not in self._states:
-            k -= 1
-        st = self._states[suffix[:k]]
-        g = self.grammar
-        for i in range(k, len(suffix)):
+        return self._node_states[self._node(suffix)]
+
+    def _node(self, suffix: tuple[int, ...]) -> int:
+        """The trie node of ``suffix``, made (and its state computed) if new."""
+        recent = self._recent
+        node = recent.get(suffix)
+        if node is not None:
+            return node
+        # normally the parent is a row of the last call, one token up
+        parent = recent.get(suffix[:-1]) if suffix else None
+        if parent is not None:
+            return self._child(parent, suffix[-1])
+        node = 0
+        for t in suffix:
+            node = self._child(node, t)
+        return node
+
+    def _child(self, node: int, token: int) -> int:
+        key = (node, token)
+        child = self._children.get(key)
+        if child is None:
+            st = self._node_states[node]
             if st is not _DEAD:
-                if g.is_terminated(st):
+                if self.grammar.is_terminated(st):
                     st = _DEAD
                 else:
-                    nxt = g.advance(st, suffix[i])
+                    nxt = self.grammar.advance(st, token)
                     st = _DEAD if nxt is None else nxt
-            self._states[suffix[: i + 1]] = st
-        return st
+            child = self._children[key] = len(self._node_states)
+            self._node_states.append(st)
+        return child
 
     def _allows_only_end(self, st) -> bool:
         return st is _DEAD or self.grammar.is_terminated(st)
@@ -140,13 +162,18 @@ class LogitsProcessor(_Base):
         if self._bitmask is None or self._bitmask.shape[0] != rows:
             self._bitmask = allocate_bitmask(rows, self.vocab_size, backend="torch")
         bm = self._bitmask
+        recent = {}
+        states = self._node_states
         for r, row in enumerate(ids):
-            st = self._state(tuple(row[p:]))
+            suffix = tuple(row[p:])
+            node = recent[suffix] = self._node(suffix)
+            st = states[node]
             if self._allows_only_end(st):
                 bm[r] = self._end_bits(bm)
             else:
                 self.grammar.fill_bitmask(st, bm, r)
 
+        self._recent = recent
         apply_bitmask(scores, bm)  # moves the bitmask to the scores' device
         return scores
 
