@@ -298,6 +298,15 @@ def test_a_tag_that_matches_nothing_says_so():
 
     with pytest.raises(EmptyLanguageError, match="structural tag matches no text"):
         constrain.compile_structural_tag(NOTHING, byte_vocabulary())
+    # the formats that match nothing are named by pointer (there was none)
+    spec = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": "a"}, {"type": "const_string", "value": "\ud800"}]}}
+    with pytest.raises(EmptyLanguageError, match="/format/elements/1/value"):
+        constrain.compile_structural_tag(spec, byte_vocabulary())
+    spec = {"type": "structural_tag", "format": {"type": "tag", "begin": "<a>", "end": "</a>",
+                                                 "content": NOTHING}}
+    with pytest.raises(EmptyLanguageError, match="/format/content/pattern"):
+        constrain.compile_structural_tag(spec, byte_vocabulary())
 
 
 @pytest.mark.parametrize("options, error", [(dict(max_state=1), TypeError), (dict(foo=0), TypeError),

@@ -114,6 +114,9 @@ class _Translator:
         #: terminal name -> (pointer in the spec, pattern) of an embedded
         #: schema's ``pattern`` terminals (see compile_structural_tag)
         self.pattern_at: dict[str, tuple[str, str]] = {}
+        #: pointers of the formats that match no text (dropped as alternatives,
+        #: named if the whole tag then matches nothing)
+        self.empty_at: list[str] = []
 
     # -- fields ---------------------------------------------------------------------
 
@@ -179,6 +182,11 @@ class _Translator:
 
     def _const_string(self, node, path, ends) -> Sym:
         value = self._field(node, "value", path, str)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no bytes spell it
+            self.empty_at.append(_ptr(path + ("value",)))
+            return self.g.choice("const", [])
         return self.g.choice("const", [self.g.literal(value)])
 
     def _json_schema(self, node, path, ends) -> Sym:
@@ -252,6 +260,7 @@ class _Translator:
             except EmptyLanguageError:
                 # no text: this alternative is gone, the others of an "or" stay
                 # (as in a grammar); a format left with none is refused whole
+                self.empty_at.append(_ptr(path + ("pattern",)))
                 return self.g.choice("regex", [])
             except RegexError as e:
                 raise StructuralTagError(str(e), _ptr(path + ("pattern",))) from e
@@ -534,14 +543,16 @@ def _format_of(spec) -> tuple[object, tuple, bool]:
 
 
 def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
-                      patterns: dict | None = None, **schema_options):
+                      patterns: dict | None = None, empty: list | None = None, **schema_options):
     """The :class:`~constrain.cfg.ir.GrammarIR` of a structural tag (see the
     module docstring); ``schema_options`` go to every ``json_schema`` format
     (``whitespace``, ``strict``, ...). With ``alphabet`` (a token trie's), each
     ``regex`` is compiled on the way, so that its errors name its format.
     ``patterns``, when given, receives ``terminal name -> (pointer, pattern)``
     of the embedded schemas' ``pattern`` terminals (see
-    :func:`~constrain.frontends.json_schema.compiler.json_schema_ir`)."""
+    :func:`~constrain.frontends.json_schema.compiler.json_schema_ir`), and
+    ``empty`` the pointers of the formats that match no text (a ``regex``
+    with no match the alphabet spells, a ``const_string`` no UTF-8 spells)."""
     from constrain.automata.deadline import Deadline
 
     node, path, legacy = _format_of(spec)
@@ -552,6 +563,8 @@ def structural_tag_ir(spec, *, time_budget: float | None = 30.0, alphabet=None,
         if patterns is not None:
             patterns.update({name: (_legacy_pointer(where) if legacy else where, pattern)
                              for name, (where, pattern) in t.pattern_at.items()})
+        if empty is not None:
+            empty.extend(_legacy_pointer(where) if legacy else where for where in t.empty_at)
         return ir
     except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         # the legacy form is read as the triggered_tags it stands for: its
@@ -623,9 +636,10 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
     # checked even where no json_schema format reads them (whitespace="banana")
     Options(**options)
     patterns: dict = {}
+    empty: list = []
     ir = compiler.schema_caches.run(lambda: structural_tag_ir(
         spec, time_budget=limits.time_budget, alphabet=compiler.trie.alphabet,
-        patterns=patterns, **options))
+        patterns=patterns, empty=empty, **options))
     try:
         return GrammarConstraint(ir, vocab, source="", compiler=compiler,
                                  **_grammar_budgets(limits))
@@ -640,6 +654,7 @@ def compile_structural_tag(spec, vocab, *, compiler=None, **options):
         # named by its generated rule before: the format as a whole
         from constrain.regular.regex import EmptyLanguageError
 
+        named = f" (formats that match none: {', '.join(empty[:5])})" if empty else ""
         raise EmptyLanguageError("the structural tag matches no text the vocabulary can "
-                                 "spell") from None
+                                 f"spell{named}") from None
 
