@@ -79,6 +79,21 @@ class BatchMatcher:
                 pool = self._pool
         return pool
 
+    def _submit(self, *args):
+        """``submit(*args)`` to the pool, to a new one if another thread
+        closed it meanwhile (close() between _executor and submit raised
+        'cannot schedule new futures after shutdown', with this call's own rows
+        not yet filled)."""
+        for _ in range(3):
+            pool = self._executor()
+            try:
+                return pool.submit(*args)
+            except RuntimeError:
+                with self._pool_lock:
+                    if self._pool is pool:
+                        self._pool = None
+        return self._executor().submit(*args)  # (at interpreter exit: its error)
+
     # -- filling ----------------------------------------------------------------------
 
     def fill_next_token_bitmask(self, matchers, bitmask, indices=None) -> None:
@@ -123,8 +138,7 @@ class BatchMatcher:
         work = sorted(groups.values(), key=len)  # popped from the end: biggest first
         errors: list = []
         helpers = min(self.threads, len(work)) - 1
-        futures = [self._executor().submit(_fill_groups, work, bitmask, errors)
-                   for _ in range(helpers)]
+        futures = [self._submit(_fill_groups, work, bitmask, errors) for _ in range(helpers)]
         _fill_groups(work, bitmask, errors)
         for f in futures:
             f.result()
