@@ -374,6 +374,39 @@ def test_a_reused_exclusion_name_is_another_terminal(vocab):
                                                   for t in range(len(vocab))]
 
 
+def test_one_pattern_built_two_ways_gets_two_terminal_ids(smollm2_vocab):
+    """A bounded string's template (max_states 50,000) and its regex DFA
+    (max_states 500) both have 564 states, numbered apart: under one terminal
+    id the second compile reused the first's walks and failed its fourth fill
+    ('lexer state (8, 563) is not in this grammar'). Both orders, against each
+    grammar on a compiler of its own; and through a save and load."""
+    from constrain import Matcher, persist
+
+    schema = {"type": "object", "required": ["s"],
+              "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 40}}}
+    ids = smollm2_vocab.encoder('{"s":"' + "abcdefghij" * 3 + '"}')
+
+    def masks(g):
+        m, bm, out = Matcher(g), allocate_bitmask(1, len(smollm2_vocab), backend="numpy"), []
+        for t in ids:
+            m.fill_next_token_bitmask(bm, 0)
+            out.append(bm[0].copy())
+            assert m.accept_token(t)
+        return out
+
+    own = {ms: masks(Compiler(smollm2_vocab).compile_json_schema(schema, max_states=ms))
+           for ms in (50_000, 500)}
+    for order in ((50_000, 500), (500, 50_000)):
+        shared = Compiler(smollm2_vocab)
+        for ms in order:
+            g = shared.compile_json_schema(schema, max_states=ms)
+            assert all((a == b).all() for a, b in zip(masks(g), own[ms])), (order, ms)
+            loaded = persist.loads(persist.dumps(g), smollm2_vocab, compiler=shared)
+            assert loaded.terms.uids == g.terms.uids
+    assert bool(g.terms.templates) != bool(
+        Compiler(smollm2_vocab).compile_json_schema(schema, max_states=500).terms.templates)
+
+
 def test_grammar_fingerprint_tells_exclusions_apart():
     """Two IRs that differ only in an exclusion (the stand-in pattern is the
     same) have different fingerprints, so the content-keyed caches built on it

@@ -81,13 +81,19 @@ def symbol_position(source: str, name: str, raw: str | None = None, *,
     return None, None
 
 
-def terminal_key(term: Terminal, alphabet_key: bytes, exclusion: tuple | None) -> tuple:
+def terminal_key(term: Terminal, alphabet_key: bytes, exclusion: tuple | None,
+                 states: int | None = None, template: bool = False) -> tuple:
     """What names a terminal's automaton across grammars: its pattern, flags,
     literal and exclusion (an exclusion terminal's pattern is only a stand-in
-    name, which two IRs may give different exclusions), and the alphabet
-    (``alphabet.tobytes()``) it is built over. The key of a compiler's terminal
-    ids (:meth:`constrain.Compiler.terminal_id`)."""
-    return (term.pattern, term.flags, term.literal, alphabet_key, exclusion)
+    name, which two IRs may give different exclusions), the alphabet
+    (``alphabet.tobytes()``) it is built over, its number of ``states``, and
+    whether it is a length-bounded string's ``template``: one pattern may be
+    built two ways (the template, or the regex pipeline's DFA when
+    ``max_states`` leaves no room for the template; at maxLength 40 both have
+    564 states), numbered apart, and walks are shared by terminal id and state.
+    The key of a compiler's terminal ids
+    (:meth:`constrain.Compiler.terminal_id`)."""
+    return (term.pattern, term.flags, term.literal, alphabet_key, exclusion, states, template)
 
 
 def automaton_bytes(key, dfa) -> int:
@@ -375,7 +381,6 @@ class TerminalAutomata:
         #: per character counted), for LexerTables' periodic walks
         self.bounded: dict[int, tuple[int, int]] = {}
         alphabet_key = alphabet.tobytes()
-        self._share(ir, alphabet_key, compiler)
         automata = None if compiler is None else compiler.terminal_automata
         # literals (most of a JSON Schema's terminals: member names,
         # punctuation), JSON lexemes and "any key but the declared ones" are
@@ -519,6 +524,10 @@ class TerminalAutomata:
         # many rows as virtual ones: every terminal is its own rows)
         self.accepting = acc if physical == total else acc[vmap[:, 0]]
         self.kernel_arrays = (table, self.offsets, self.accepting, usable, vmap)
+        #: the terminals built as a length-bounded string's template (their
+        #: ids are not those of the same pattern's DFA)
+        self.templates = frozenset(self.bounded)
+        self._share(ir, alphabet_key, compiler)
 
     def rows_of(self, t: int | None = None) -> np.ndarray:
         """Terminal ``t``'s transitions as ``[rows, 256]`` int32 local states,
@@ -538,9 +547,10 @@ class TerminalAutomata:
             self.walks = None
         else:
             exclusions = ir.exclusions
+            states = np.diff(self.offsets).tolist()
             self.uids = compiler.terminal_ids_of([terminal_key(
-                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None)
-                for term in ir.terminals])
+                term, alphabet_key, exclusions.get(term.name) if term.flags == 0 else None,
+                states[t], t in self.templates) for t, term in enumerate(ir.terminals)])
             self.walks = compiler.lexer_walks
 
     def snapshot(self, payload) -> None:
@@ -551,6 +561,7 @@ class TerminalAutomata:
         payload.put("offsets", self.offsets)
         payload.put("accepting", self.accepting)
         payload.put("usable", self.usable)
+        payload.put("templates", np.array(sorted(self.templates), dtype=np.int64))
 
     @classmethod
     def restore(cls, payload, ir: GrammarIR, alphabet: np.ndarray,
@@ -577,6 +588,10 @@ class TerminalAutomata:
         # not stored: a file cannot be trusted to say which rows repeat (walks
         # of a loaded grammar's bounded strings are not shared, only slower)
         self.bounded = {}
+        templates = payload.get("templates", np.int64).tolist()
+        if not all(0 <= t < ir.n_terminals for t in templates):
+            raise ValueError("the terminal templates do not fit the grammar")
+        self.templates = frozenset(templates)
         self._share(ir, alphabet.tobytes(), compiler)
         return self
 
