@@ -72,6 +72,11 @@ CASES = [
     # three accepted "a", "ab" and " ")
     r"(?:(?:\b\b|a)++|b)", r"(?>(?:\b\b|ab)+)|a+", r"x?(?>(?:\B\B| )+)x?",
     r"(?>(?:\b\b\b|a)*)b", r"(?>(?:(?:\b\b)*|a)+)a?",
+    # a possessive count: re commits each iteration once it has matched, so an
+    # iteration short of the minimum does not undo the one before (read as
+    # (?>x{m,n}), "aba" matched the first four)
+    r"(?:a|ab){2}+", r"(?:a|ab){2,3}+b?", r"(?:a.*b){2}+", r"(?:a(?:b|$)??){2}+",
+    r"(?:ab|a){2}+b?", r"(?:b|a+){2,}+b?", r"(?:a|b?){3}+a?", r"[ab]{2,3}+b",
 ]
 
 

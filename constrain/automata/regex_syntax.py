@@ -54,6 +54,15 @@ class Chars:
     charset: CharSet
 
 
+def _one_way(node) -> bool:
+    """Whether ``node`` matches a text in at most one way, consuming a fixed
+    count of characters (a class, or classes in a row): then committing to an
+    iteration's match changes nothing."""
+    if isinstance(node, Chars):
+        return True
+    return isinstance(node, Concat) and all(isinstance(x, Chars) for x in node.items)
+
+
 @dataclass(slots=True)
 class Concat:
     items: tuple
@@ -532,6 +541,14 @@ class _Converter:
             self.enter("atomic", "a possessive quantifier", offset)
             node = self.repeat(av, flags, False)
             self._inside.pop()
+            if node.lo >= 2 and not _one_way(node.item):
+                # re commits each iteration once it has matched: an iteration
+                # that fails before the minimum is not retried by undoing the
+                # one before ((?:a|ab){2}+ does not match "aba", though
+                # (?>(?:a|ab){2}) does); past the minimum a failed iteration
+                # ends the loop, as (?>x{0,n}) does
+                rest = Repeat(node.item, 0, None if node.hi is None else node.hi - node.lo)
+                return Concat((Atomic(node.item, offset),) * node.lo + (Atomic(rest, offset),))
             return Atomic(node, offset)
         if op is sre_c.AT:
             return self.at(av, flags)
