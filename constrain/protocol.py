@@ -38,7 +38,7 @@ from typing import Hashable
 
 import numpy as np
 
-from constrain.errors import InvalidStateError, as_index
+from constrain.errors import ConstraintError, InvalidStateError, as_index
 from constrain.vocab.vocabulary import Vocabulary
 
 State = Hashable
@@ -55,6 +55,28 @@ def check_token_id(token_id, vocab_size: int) -> int:
     if not 0 <= t < vocab_size:
         raise InvalidStateError(f"token id {t} is outside the vocabulary of {vocab_size}")
     return t
+
+
+def as_bytes(data) -> bytes:
+    """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
+    byte string (a ``str`` would be read as characters):
+    :class:`~constrain.errors.ConstraintError`."""
+    if data.__class__ is bytes:
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise ConstraintError(f"expected bytes, not {type(data).__name__}")
+
+
+def text_bytes(text) -> bytes | None:
+    """``text`` (a ``str``, or bytes-like) as UTF-8 bytes; ``None`` for a
+    ``str`` that UTF-8 cannot encode (a lone surrogate: in no language)."""
+    if isinstance(text, str):
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+    return as_bytes(text)
 
 
 class Constraint(abc.ABC):

@@ -15,6 +15,7 @@ from constrain import (
     RegexTooLargeError,
     UnsupportedRegexError,
     Vocabulary,
+    compile_grammar,
     compile_regex,
 )
 
@@ -42,6 +43,14 @@ def vocab():
     (r"x{20001}", RegexTooLargeError, 1, "repetition bound 20001"),
     (r"a{5,20000000}", RegexTooLargeError, 1, "repetition bound"),
     (r"(?:ab{1000}){1000}", RegexTooLargeError, 12, "expands to more than"),
+    # past re's own count (an OverflowError there): a count past max_repeat too
+    (r"ab{4294967295}", RegexTooLargeError, 2, "repetition bound 4294967295"),
+    # a scoped (?x:...) comment is no pattern text: the offsets pointed into it
+    ("(?x:a # {20000}\n)b{20000}", RegexTooLargeError, 18, "repetition bound 20000"),
+    ("(?x:a # (?<=b+)\n)(?<=c+)", RegexSyntaxError, 17, "fixed-width"),
+    ("(?x:# \\1\n)(a)\\1", UnsupportedRegexError, 13, "backreference"),
+    ("(?x:# (?>\n)(?>(?>a))", UnsupportedRegexError, 14, "atomic group inside"),
+    ("(?x:# x\n)(?-x:# {20000})b{20000}", RegexTooLargeError, 16, "repetition bound"),
 ])
 def test_bad_regexes_name_problem_and_offset(vocab, pattern, error, offset, words):
     t = time.perf_counter()
@@ -137,3 +146,10 @@ def _accepts(pattern, text):
     except Exception:
         return False
     return dfa.matches(text.encode("utf-8"))
+
+
+def test_a_str_no_utf8_spells_is_in_no_language(vocab):
+    """matches('\\ud800') raised UnicodeEncodeError: it is simply no string of
+    the language."""
+    assert not compile_regex(r"[\s\S]*", vocab).matches("\ud800")
+    assert not compile_grammar('start: /[\\s\\S]+/', vocab).matches("a\ud800")

@@ -197,7 +197,17 @@ def _parse(pattern: str, flags: int, max_repeat: int, max_positions: int):
         tree = sre_parse.parse(pattern, int(flags))
     except re.error as e:
         raise RegexSyntaxError(e.msg, pattern, e.pos) from None
-    except (OverflowError, RecursionError, ValueError, TypeError) as e:
+    except OverflowError as e:
+        # a count past re's own (2**32 - 1): past max_repeat too, so told as
+        # any other count past it, at its quantifier
+        big = next((c for c in _scan(pattern, bool(flags & _X)) if c[0] == "repeat"
+                    and max(c[2], c[3] or 0) > max_repeat), None)
+        if big is None:
+            raise RegexSyntaxError(str(e), pattern, None) from None
+        raise RegexTooLargeError(
+            f"repetition bound {max(big[2], big[3] or 0)} exceeds the limit of {max_repeat} "
+            f"(pass max_repeat= to raise it)", pattern, big[1]) from None
+    except (RecursionError, ValueError, TypeError) as e:
         raise RegexSyntaxError(str(e), pattern, None) from None
     flags = tree.state.flags
     # source offsets are only needed for error messages: scanned on demand
@@ -788,15 +798,31 @@ class _PositionCount:
 _QUANT = re.compile(r"\{(\d*)(,?)(\d*)\}")
 
 
+#: ``?flags:`` or ``?flags-flags:`` after a group's parenthesis
+_SCOPED_FLAGS = re.compile(r"\?([aiLmsux]*)(?:-([imsx]*))?:")
+
+
 def _scan(p: str, verbose: bool) -> list:
     """Source offsets of the constructs error messages point at, in order:
     ``(kind, offset)``, and ``("repeat", offset, lo, hi)`` for every quantifier
-    (``*`` is ``(0, None)``)."""
+    (``*`` is ``(0, None)``). ``verbose``: the pattern's global ``re.X``; a
+    scoped ``(?x:...)`` (or ``(?-x:...)``) turns comments on (off) inside it."""
     out: list = []
     n = len(p)
     i = 0
+    outer: list[bool] = []  # the verbose flag outside each open group
     while i < n:
         c = p[i]
+        if c == "(" and not p.startswith("?#", i + 1):
+            outer.append(verbose)
+            m = _SCOPED_FLAGS.match(p, i + 1)
+            if m is not None:
+                if "x" in m.group(1):
+                    verbose = True
+                if m.group(2) and "x" in m.group(2):
+                    verbose = False
+        elif c == ")" and outer:
+            verbose = outer.pop()
         if c == "\\":
             if i + 1 < n and p[i + 1] in "123456789":
                 out.append(("backref", i))

@@ -55,7 +55,7 @@ from constrain.cfg.ir import GrammarIR, Terminal, TokenRef
 from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.regular.token_automaton import mask_writer
 from constrain.limits import Limits
-from constrain.protocol import Constraint, check_token_id
+from constrain.protocol import Constraint, as_bytes, check_token_id, text_bytes
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
 
@@ -704,7 +704,7 @@ class GrammarConstraint(Constraint):
         never match a token reference (``<[id]>``), whose token only
         :meth:`advance` takes."""
         state = self.check_state(state)
-        data = _as_bytes(data)
+        data = as_bytes(data)
         if state == TERMINATED:
             return None
         if not data:
@@ -772,7 +772,9 @@ class GrammarConstraint(Constraint):
 
     def matches(self, text) -> bool:
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
-        data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
+        data = text_bytes(text)
+        if data is None:  # a lone surrogate: no UTF-8 text, in no language
+            return False
         fresh, configs = self._initial
         with self._lock:
             if data:
@@ -1152,16 +1154,6 @@ def _canonical(fresh, configs, width: int):
     except (TypeError, ValueError, OverflowError):
         return None
     return (bool(fresh == True), tuple(out))  # noqa: E712
-
-
-def _as_bytes(data) -> bytes:
-    """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
-    byte string (a ``str`` would be read as characters)."""
-    if data.__class__ is bytes:
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
 def compile_grammar(source, vocab: Vocabulary, start: str | None = None, *,

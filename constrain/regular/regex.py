@@ -25,7 +25,7 @@ from constrain.automata.determinize_kernels import (NOT_SIMPLE, OUT_OF_TIME, asc
 from constrain.automata.char_dfa import (DEFAULT_MAX_STATES, ascii_nfa_arrays, build_char_dfa,
                                          build_nfa, check_deadline, out_of_time, too_many_states)
 from constrain.errors import ConstraintError, InvalidStateError
-from constrain.protocol import Constraint, check_token_id
+from constrain.protocol import Constraint, as_bytes, check_token_id, text_bytes
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, parse_regex
 from constrain.regular.token_automaton import DEFAULT_MAX_MASK_BYTES, TokenAutomaton
 from constrain.vocab.vocabulary import Vocabulary
@@ -189,7 +189,7 @@ class DFAConstraint(Constraint):
         """The DFA state after the bytes ``data``, or ``None`` when they leave
         the language's prefixes."""
         state = self.check_state(state)
-        data = _as_bytes(data)
+        data = as_bytes(data)
         if state == TERMINATED:
             return None
         trans = self._trans
@@ -307,7 +307,9 @@ class DFAConstraint(Constraint):
 
     def matches(self, text: str | bytes) -> bool:
         """Whether ``text`` (str or UTF-8 bytes) is a complete string of the language."""
-        data = text.encode("utf-8") if isinstance(text, str) else _as_bytes(text)
+        data = text_bytes(text)
+        if data is None:  # a lone surrogate: no UTF-8 text, in no language
+            return False
         return self.dfa.matches(data)
 
 
@@ -331,16 +333,6 @@ def _flat_int32(a: np.ndarray) -> memoryview:
         return memoryview(a).cast("B").cast("i")
     except TypeError:  # not C-contiguous
         return memoryview(np.ascontiguousarray(a)).cast("B").cast("i")
-
-
-def _as_bytes(data) -> bytes:
-    """``data`` (bytes, bytearray, memoryview) as bytes; anything else is no
-    byte string (a ``str`` would be read as characters)."""
-    if data.__class__ is bytes:
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise ConstraintError(f"expected bytes, not {type(data).__name__}")
 
 
 #: compile_regex's default time budget, Limits' (constrain.limits imports this
