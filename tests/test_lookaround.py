@@ -79,6 +79,21 @@ CASES = [
     r"(?:ab|a){2}+b?", r"(?:b|a+){2,}+b?", r"(?:a|b?){3}+a?", r"[ab]{2,3}+b",
 ]
 
+# an atomic body with a star under an unbounded lookahead: each character read
+# added a waiting match like the ones before it, so no two states were the same
+# and these ran out of the 30 s budget (max_states 200 ran out at once)
+ATOMIC_LOOKAHEADS = [
+    r"(?>(?=a+b)a*)b", r"(?>(?=\d+px)\d*)px", r"(?>a*(?=a*b))b", r"(?>(?!a*c)a*)b",
+    r"(?:(?=a+b)a)*+b", r"(?>(?=a*b)(?:a|ab)*)b?", r"(?>(?=.*c)[ab]*)c", r"(?>(?:a(?=a*b))*)b",
+    r"(?>(?=a+b)a*|b)+b?",
+]
+CASES += ATOMIC_LOOKAHEADS
+
+
+@pytest.mark.parametrize("pattern", ATOMIC_LOOKAHEADS)
+def test_atomic_bodies_under_unbounded_lookaheads_stay_small(pattern):
+    assert byte_dfa(pattern, max_states=200).transitions.shape[0] < 100
+
 
 @pytest.mark.parametrize("pattern", CASES)
 def test_lookaround_cases_agree_with_re(pattern):

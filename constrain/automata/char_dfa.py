@@ -735,7 +735,13 @@ class _Engine:
             out.append((m, n, o | {("P", k, tuple(rest))} if rest else o))
             if m == ALL and not n and not o:
                 break
-            rest.append((_DONE, m, n, o))
+            done = (_DONE, m, n, o)
+            # a waiting match the same as an earlier-ranked one decides
+            # nothing: if their conditions hold the earlier one matched first
+            # (kept, a* under an unbounded lookahead added one per character
+            # read, and no two states were ever the same)
+            if done not in rest:
+                rest.append(done)
         if all(th[0] == _DONE for th in rest):
             rest = []  # no thread left to find another match
         return out, tuple(rest)
@@ -760,6 +766,7 @@ class _Engine:
         ALL = self.ALL
         out: list = []
         seen: set = set()
+        waiting: set = set()
         for s, mask, nte, obls in run:
             if not mask & low:
                 continue
@@ -769,9 +776,14 @@ class _Engine:
                 if obls is None:
                     continue
             if s == _DONE or s == final:
-                out.append((_DONE, after, False, obls))
                 if after == ALL and not obls:
+                    out.append((_DONE, after, False, obls))
                     return tuple(out)
+                # (a copy of an earlier-ranked waiting match decides nothing:
+                # see exits)
+                if (after, obls) not in waiting:
+                    waiting.add((after, obls))
+                    out.append((_DONE, after, False, obls))
                 continue
             for emask, t in self.edges[s]:
                 if emask & low and self._pvisit((t, after, False, obls), final, prev, behind,
