@@ -157,6 +157,15 @@ class Constraint(abc.ABC):
         self.check_state(state)
         return False
 
+    @property
+    def byte_steps_are_tokens(self) -> bool:
+        """Whether :meth:`advance_bytes` counts each call as one token (a
+        grammar's ``rule[max_tokens=N]`` budgets): a walk byte by byte then
+        spends a token per byte, and prunes paths a real tokenization keeps
+        (jump-forward walks such a constraint's bytes in one call instead).
+        ``False`` here."""
+        return False
+
     def save(self, path) -> None:
         """Write this constraint, as it is now (masks computed so far
         included), to the file ``path``, atomically, for

@@ -423,3 +423,19 @@ def test_infilling_refuses_budgets():
         fim_allowed(grammar, [0], [">"], vocab=vocab)
     # the same grammar without its budget is fine
     assert fim_allowed(grammar.replace("[max_tokens=2]", ""), [0], [">"], vocab=vocab)
+
+
+def test_jump_forward_finds_nothing_under_token_budgets():
+    """Byte by byte, each advance_bytes call spent a token: r's budget ran out
+    after 'ab', and jump-forward forced 'abz' though the token 'abc' (r whole)
+    is allowed."""
+    from constrain import Matcher, Vocabulary, compile_grammar
+
+    toks = [b"abc", b"abz", b"a", b"b", b"c", b"z", b"</s>"]
+    v = Vocabulary.from_tokens(toks, [6])
+    g = compile_grammar('start: r | "abz"\nr[max_tokens=1]: "abc"\n', v)
+    m = Matcher(g)
+    assert g.byte_steps_are_tokens and 0 in m.allowed_token_ids().tolist()
+    assert m.find_jump_forward_bytes() == b""
+    plain = compile_grammar('start: r | "abz"\nr: "abc"\n', v)
+    assert not plain.byte_steps_are_tokens and Matcher(plain).find_jump_forward_bytes() == b"ab"

@@ -713,6 +713,12 @@ class GrammarConstraint(Constraint):
             out = self._step(state[1], data)
         return (False, out) if out else None
 
+    @property
+    def byte_steps_are_tokens(self) -> bool:
+        """Whether :meth:`advance_bytes` counts each call as one token: with
+        ``rule[max_tokens=N]`` budgets (see :class:`~constrain.Constraint`)."""
+        return self._budgets is not None
+
     def allowed_bytes(self, state) -> np.ndarray:
         """``[256]`` bool: the bytes that may come next -- those that continue a
         terminal in progress, or start the next one where a terminal may end

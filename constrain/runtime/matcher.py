@@ -212,9 +212,14 @@ class Matcher:
     def find_jump_forward_bytes(self, max_bytes: int = MAX_JUMP_FORWARD_BYTES) -> bytes:
         """The bytes every completion of the output must start with: the
         longest run of next bytes that the constraint leaves no choice about
-        (empty when EOS is allowed, or two bytes may follow, or a token budget
-        counts the bytes walked: see :meth:`GrammarConstraint.advance_bytes`). At most
-        ``max_bytes``. The matcher does not change."""
+        (empty when EOS is allowed, or two bytes may follow). At most
+        ``max_bytes``. The matcher does not change. Empty, too, for a
+        constraint whose ``advance_bytes`` counts a call as a token
+        (:attr:`~constrain.Constraint.byte_steps_are_tokens`: token budgets):
+        a walk of its bytes, one call or many, spends tokens no tokenization
+        spends mid-token, so it prunes paths a token keeps (byte by byte,
+        ``start: r | "abz"`` with ``r[max_tokens=1]: "abc"`` forced ``abz``,
+        though the token ``abc`` is allowed)."""
         if isinstance(max_bytes, (bool, np.bool_)) or not isinstance(max_bytes, (int, np.integer)) \
                 or max_bytes < 0:
             raise InvalidLimitError(f"max_bytes must be a count >= 0, not {max_bytes!r}",
@@ -222,6 +227,8 @@ class Matcher:
         g = self.grammar
         state = self._history[-1]
         out = bytearray()
+        if g.byte_steps_are_tokens:
+            return bytes(out)
         # a grammar's token reference (<[id]>) may take the next token whole,
         # whatever bytes are forced otherwise
         refs = getattr(g, "allows_token_reference", None)

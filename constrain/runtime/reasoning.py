@@ -336,6 +336,12 @@ class ReasoningConstraint(Constraint):
             p = ls + m
         return (_THINK, p, count)
 
+    @property
+    def byte_steps_are_tokens(self) -> bool:
+        """The wrapped constraint's (the section's own budget counts tokens
+        only: bytes do not spend it)."""
+        return self.inner.byte_steps_are_tokens
+
     def allowed_bytes(self, state) -> np.ndarray:
         """``[256]`` bool: the bytes :meth:`advance_bytes` takes next -- the
         start marker's next byte where it is spelled as text, every byte in the
