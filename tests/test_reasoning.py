@@ -75,10 +75,16 @@ def test_tokens_across_the_end_marker():
     v = byte_vocabulary(EXTRA)
     c = constrain.with_reasoning(constrain.compile_regex(ANSWER, v), max_tokens=6)
     ids = {tok: i for i, tok in enumerate(v.tokens)}
-    tight = constrain.with_reasoning(constrain.compile_regex(ANSWER, v), max_tokens=5)
-    # "</" leaves "think>" to write, 3 tokens ("t", "h", "ink>"): over a budget of 5
-    assert tight.advance(tight.advance_many(tight.initial_state(), [ids[b"<th"], ids[b"ink>"]]),
-                         ids[b"</"]) is None
+    # after "</" the end is one token away: "</think>" begins the end marker
+    # again and completes it (spelling the rest, "t" "h" "ink>", takes 3): the
+    # section "<th" "ink>" "</" "</think>" fits 4 tokens, not 3
+    for budget, fits in ((3, False), (4, True)):
+        tight = constrain.with_reasoning(constrain.compile_regex(ANSWER, v), max_tokens=budget)
+        s = tight.advance(tight.advance_many(tight.initial_state(), [ids[b"<th"], ids[b"ink>"]]),
+                          ids[b"</"])
+        assert (s is not None) == fits
+        if fits:
+            assert tight.advance(s, ids[b"</think>"])[0] == "answer"
     state = c.advance(c.initial_state(), ids[b"<th"])
     state = c.advance(state, ids[b"ink>"])
     state = c.advance(state, ids[b"</"])
@@ -181,3 +187,27 @@ def test_with_the_default_model(lm):
         section = next(i for i in range(1, len(r.token_ids) + 1)
                        if "</think>" in lm.decode(r.token_ids[:i]))
         assert section <= 24
+
+
+def test_budget_counts_the_cheapest_way_to_finish():
+    """need[p] counted only the tokens that spell the rest of a marker exactly:
+    a section whose text is '<' was refused under max_tokens=3 (<t> < </t>),
+    a budget of 2 was refused outright though '<' 't></t>' writes both markers,
+    and a start marker spelled only whole ('<think>') was 'unspellable'."""
+    tokens = [b"<t>", b"</t>", b"<", b"/", b"t", b">", b"t>", b"t></t>", b"a", b"</s>"]
+    v = constrain.Vocabulary.from_tokens(tokens, [9])
+    ids = {tok: i for i, tok in enumerate(tokens)}
+    inner = constrain.compile_regex("a", v)
+    c = constrain.with_reasoning(inner, "<t>", "</t>", max_tokens=3)
+    s = c.advance_many(c.initial_state(), [ids[b"<t>"], ids[b"<"], ids[b"</t>"], ids[b"a"]])
+    assert s is not None and c.is_accepting(s)
+    two = constrain.with_reasoning(inner, "<t>", "</t>", max_tokens=2)
+    s = two.advance_many(two.initial_state(), [ids[b"<"], ids[b"t></t>"], ids[b"a"]])
+    assert s is not None and two.is_accepting(s)
+    with pytest.raises(constrain.InvalidLimitError, match=">= 2"):
+        constrain.with_reasoning(inner, "<t>", "</t>", max_tokens=1)
+    whole = constrain.Vocabulary.from_tokens([b"<think>", b"</think>", b"a", b"</s>"], [3])
+    r = constrain.with_reasoning(constrain.compile_regex("a", whole))
+    assert r.advance_many(r.initial_state(), [0, 1, 2]) is not None
+    with pytest.raises(constrain.ConstraintError, match="cannot spell"):
+        constrain.with_reasoning(constrain.compile_regex("a", whole), "<x>", "</think>")

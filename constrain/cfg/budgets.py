@@ -188,6 +188,10 @@ class TokenBudgets:
 _UNSUPPORTED_ATTRIBUTES = ("lazy", "stop", "suffix", "temperature", "capture")
 
 
+#: the largest ``max_tokens`` of a rule (the budget tables are int32)
+MAX_BUDGET = 2 ** 31 - 1
+
+
 def max_tokens_attribute(attributes: str, text: str, at: int) -> int:
     """The ``max_tokens`` of a rule's attribute list ``attributes`` (the text
     between ``[`` and ``]``, at offset ``at`` of the grammar ``text``), which
@@ -200,10 +204,15 @@ def max_tokens_attribute(attributes: str, text: str, at: int) -> int:
         offset += len(item) + 1
         key, _, value = (x.strip() for x in item.partition("="))
         if key == "max_tokens":
+            if n is not None:
+                raise GrammarError("max_tokens is given twice", *_position(text, where))
             if not re.fullmatch(r"[0-9]+", value) or int(value) < 1:
                 raise GrammarError(f"max_tokens must be a whole number >= 1, not {value!r}",
                                    *_position(text, where))
             n = int(value)
+            if n > MAX_BUDGET:  # the tables count in int32
+                raise GrammarError(f"max_tokens must be at most {MAX_BUDGET}, not {value}",
+                                   *_position(text, where))
         elif key in _UNSUPPORTED_ATTRIBUTES:
             raise GrammarError(f"the rule attribute {key!r} is not supported (Trellis "
                                f"enforces max_tokens; llguidance's {', '.join(_UNSUPPORTED_ATTRIBUTES)} "
@@ -234,11 +243,15 @@ def budget_rule(source: str, name: str) -> tuple[str, int | None, int | None]:
     rule = name[len(BUDGETED):]
     if not source or not name.startswith(BUDGETED):
         return rule, None, None
-    m = re.search(r"(?im)^[ \t]*[?!]?(" + re.escape(rule) + r")[ \t]*\[", source)
+    # as written first (GBNF's names are case-sensitive: x and X are two
+    # rules), then in any case (Lark's upper-cased where it wants a terminal)
+    head = r"^[ \t]*[?!]?(" + re.escape(rule) + r")[ \t]*\["
+    m = re.search(head, source, re.M) or re.search(head, source, re.M | re.I)
     if m is None:
         return rule, None, None
     i = m.start(1)
     return m.group(1), source.count("\n", 0, i) + 1, i - (source.rfind("\n", 0, i) + 1) + 1
 
 
-__all__ = ["TokenBudgets", "MAX_FINISH_WORK", "BUDGETED", "budget_rule", "max_tokens_attribute"]
+__all__ = ["TokenBudgets", "MAX_FINISH_WORK", "MAX_BUDGET", "BUDGETED", "budget_rule",
+           "max_tokens_attribute"]

@@ -835,6 +835,7 @@ def _position(text: str, i: int) -> tuple[int, int]:
 
 _JSON_PLACEHOLDER = "JSONSCHEMA__%d"
 _TOKEN_PLACEHOLDER = "TOKENREF__%d"
+_PLACEHOLDER_NAME = re.compile(r"(?:JSONSCHEMA|TOKENREF)__[0-9]+")
 _COMMON_STAR = re.compile(r"(?m)^([ \t]*)%import[ \t]+common\.\*[ \t]*(?=$|//)")
 _DEFINITION = re.compile(r"(?m)^[ \t]*[?!]?([_a-zA-Z][_a-zA-Z0-9]*)(?:\{[^}\n]*\})?(?:\.-?\d+)?[ \t]*:")
 
@@ -1041,6 +1042,12 @@ def _check_lexeme_body(text: str, begin: int, end: int, name: str) -> None:
         if kind == "arrow":
             raise GrammarError(f"rule {name!r} has max_tokens: it is one terminal, which "
                                f"takes no alias", *_position(text, i))
+        if kind == "name" and _PLACEHOLDER_NAME.fullmatch(m.group()):
+            # (a reference was dropped from the terminal before: the rule's
+            # language silently lost it)
+            what = "a token reference" if m.group().startswith("TOKENREF") else "%json"
+            raise GrammarError(f"rule {name!r} has max_tokens: it is one terminal, and {what} "
+                               f"cannot be part of a terminal; use it in a rule", *_position(text, i))
         i = m.end()
 
 

@@ -36,6 +36,8 @@ from constrain.runtime.reasoning_kernels import walk_section
 __all__ = ["ReasoningConstraint", "with_reasoning"]
 
 _OPEN, _THINK, _ANSWER = "open", "think", "answer"
+#: the need of a section position from which no tokens finish it
+_NEVER = 2 ** 62
 
 
 def with_reasoning(constraint: Constraint, start: str | None = "<think>", end: str = "</think>",
@@ -71,21 +73,6 @@ def _special_id(vocab, marker: str | None) -> int | None:
         if vocab.token_bytes(t) == raw:
             return int(t)
     return None
-
-
-def _fewest_tokens(vocab, text: bytes) -> int | None:
-    """The fewest text tokens that spell ``text`` (``None``: none do)."""
-    tokens = vocab.derived("reasoning.text_tokens", lambda: frozenset(
-        vocab.token_bytes(t) for t in range(len(vocab)) if vocab.grammar_token_list[t]))
-    n = len(text)
-    best = [0] + [None] * n  # best[i]: tokens for text[:i]
-    for i in range(n):
-        if best[i] is None:
-            continue
-        for j in range(i + 1, n + 1):
-            if text[i:j] in tokens and (best[j] is None or best[i] + 1 < best[j]):
-                best[j] = best[i] + 1
-    return best[n]
 
 
 def _kmp(end: bytes) -> np.ndarray:
@@ -129,24 +116,18 @@ class ReasoningConstraint(Constraint):
         self._kmp = _kmp(end.encode()) if self.end_id is None else np.zeros((2, 256), np.int64)
         ls, le = len(self._start), self._kmp.shape[0] - 1
         self._ls = ls
-        # need[p]: the fewest tokens that finish the section from position p
-        end_need = 1 if self.end_id is not None else _fewest_tokens(vocab, end.encode())
-        if end_need is None:
-            raise ConstraintError(f"the vocabulary cannot spell the end marker {end!r}")
-        # (spelling the rest of a marker exactly is always a way to finish; a
-        # position whose rest the vocabulary cannot spell is never entered under
-        # a budget)
-        need = []
-        for p in range(ls + le):
-            if p < ls:
-                k = _fewest_tokens(vocab, bytes(self._start[p:]))
-                if k is None:
-                    raise ConstraintError(f"the vocabulary cannot spell the start marker {start!r}")
-                need.append(k + end_need)
-            else:
-                k = 1 if self.end_id is not None else _fewest_tokens(vocab, end.encode()[p - ls:])
-                need.append(len(vocab) if k is None else k)
-        self._need = np.array(need, np.int64)
+        self._words = bitmask_words(len(vocab))
+        self._inner0 = inner.initial_state()
+        self._walks: dict[int, tuple] = {}
+        self._masks: dict[tuple, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self._need = self._fewest_to_finish(ls + le)
+        if self._need[0] >= _NEVER:
+            which = "end marker" if ls == 0 else "markers"
+            raise ConstraintError(f"the vocabulary cannot spell the {which} "
+                                  f"{' then '.join(repr(m) for m in (start, end) if m)}")
+        #: the largest finite need: a budget at least this large binds nothing
+        self._cap = int(self._need[self._need < _NEVER].max())
         first = int(self._need[0]) + (self.start_id is not None)
         if max_tokens is not None:
             if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) \
@@ -156,11 +137,6 @@ class ReasoningConstraint(Constraint):
                     f"the markers), not {max_tokens!r}", "max_tokens")
             max_tokens = int(max_tokens)
         self.max_tokens = max_tokens
-        self._words = bitmask_words(len(vocab))
-        self._inner0 = inner.initial_state()
-        self._walks: dict[int, tuple] = {}
-        self._masks: dict[tuple, np.ndarray] = {}
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"ReasoningConstraint({self.inner!r}, start={self.start!r}, end={self.end!r}, "
@@ -177,6 +153,31 @@ class ReasoningConstraint(Constraint):
         self._lock = threading.Lock()
 
     # -- the section's walks --------------------------------------------------------
+
+    def _fewest_to_finish(self, positions: int) -> np.ndarray:
+        """``need[p]``: the fewest tokens that take position ``p`` of the
+        section through the end marker into an answer the wrapped constraint
+        takes (:data:`_NEVER` where none do), over the tokens' own walks: a
+        token may finish the start marker and run on, or start the end marker
+        again (after '<' of '</t>', '</t>' is one token, not the '/t>' that
+        spelling the rest would take)."""
+        succ, need = [], np.full(positions, _NEVER, np.int64)
+        for p in range(positions):
+            after, _, spill = self._walk(p)
+            succ.append(np.unique(after[after >= 0]))
+            if any(s is not None for s in spill.values()) or \
+                    (self.end_id is not None and p >= self._ls):
+                need[p] = 1
+        for _ in range(positions):  # shortest paths over at most that many steps
+            changed = False
+            for p, qs in enumerate(succ):
+                if len(qs):
+                    best = int(need[qs].min()) + 1
+                    if best < need[p]:
+                        need[p], changed = best, True
+            if not changed:
+                break
+        return need
 
     def _walk(self, p: int) -> tuple:
         """``(after, split, spill)`` of every token from position ``p``;
@@ -201,8 +202,9 @@ class ReasoningConstraint(Constraint):
 
     def _mask(self, p: int, count: int) -> np.ndarray:
         left = self._left_after(count)
-        cap = int(self._need.max())
-        key = (p, None if left is None or left >= cap else left)
+        # past the largest finite need a budget binds alike (only the
+        # positions that never finish stay out)
+        key = (p, None if left is None else min(left, self._cap))
         hit = self._masks.get(key)
         if hit is not None:
             return hit
@@ -302,7 +304,7 @@ class ReasoningConstraint(Constraint):
         if state[0] == _OPEN:
             return True
         left = self._left_after(state[2])
-        key = (state[1], None if left is None or left >= int(self._need.max()) else left)
+        key = (state[1], None if left is None else min(left, self._cap))
         return key in self._masks
 
     def fill_cached_bitmask(self, state, bitmask, row: int = 0) -> bool:
