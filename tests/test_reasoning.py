@@ -211,3 +211,9 @@ def test_budget_counts_the_cheapest_way_to_finish():
     assert r.advance_many(r.initial_state(), [0, 1, 2]) is not None
     with pytest.raises(constrain.ConstraintError, match="cannot spell"):
         constrain.with_reasoning(constrain.compile_regex("a", whole), "<x>", "</think>")
+
+
+def test_a_marker_utf8_cannot_spell_is_refused():
+    v = byte_vocabulary(EXTRA)
+    with pytest.raises(constrain.ConstraintError, match="lone surrogate"):
+        constrain.with_reasoning(constrain.compile_regex(ANSWER, v), "<think>", "</th\udce9>")

@@ -439,3 +439,44 @@ def test_jump_forward_finds_nothing_under_token_budgets():
     assert m.find_jump_forward_bytes() == b""
     plain = compile_grammar('start: r | "abz"\nr: "abc"\n', v)
     assert not plain.byte_steps_are_tokens and Matcher(plain).find_jump_forward_bytes() == b"ab"
+
+
+@pytest.mark.parametrize("source,fmt,words,line,column", [
+    # a reference inside a budgeted rule was dropped from its terminal silently
+    ('start: r "b"\nr[max_tokens=2]: "a" | <[7]>\n', None, "token reference cannot be part", 2, 24),
+    ('start: r\nr[max_tokens=9]: "a" <|sp|>\n', None, "token reference cannot be part", 2, 22),
+    # past the int32 tables: an OverflowError before
+    ('start: r\nr[max_tokens=2147483648]: "a"\n', None, "at most 2147483647", 2, 3),
+    ('root ::= r\nr[max_tokens=99999999999999999999] ::= "a"\n', "gbnf", "at most", 2, 3),
+    # given twice: the last won
+    ('start: r\nr[max_tokens=3, max_tokens=1]: "a"\n', None, "given twice", 2, 17),
+])
+def test_budget_and_reference_errors_name_their_place(source, fmt, words, line, column):
+    from constrain import GrammarError, Vocabulary, compile_grammar
+
+    toks = [b"a", b"b", b"<", b"[", b"1", b"]", b">", b"<|sp|>", b"</s>"]
+    v = Vocabulary.from_tokens(toks, [8], [7])
+    with pytest.raises(GrammarError) as e:
+        compile_grammar(source, v, format=fmt)
+    assert words in str(e.value) and (e.value.line, e.value.column) == (line, column), str(e.value)
+
+
+def test_gbnf_budget_errors_name_the_rule_of_their_case():
+    """x and X are two GBNF rules: the error named x's line for X's budget."""
+    from constrain import GrammarError, Vocabulary, compile_grammar
+
+    v = Vocabulary.from_tokens([b"a", b"b", b"-", b"</s>"], [3])
+    with pytest.raises(GrammarError) as e:
+        compile_grammar('root ::= x "-" X\nx[max_tokens=5] ::= "a"+\nX[max_tokens=1] ::= "bb"\n',
+                        v, format="gbnf")
+    assert e.value.line == 3 and "'X'" in str(e.value), str(e.value)
+
+
+def test_a_reference_to_padding_matches_no_token():
+    from constrain import GrammarError, Vocabulary, compile_grammar
+
+    v = Vocabulary.from_tokens([b"a", b"b", b"</s>", None, None], [2])
+    with pytest.raises(GrammarError, match="matches no token"):
+        compile_grammar('start: "a" <[3]>\n', v)
+    g = compile_grammar('start: "a" <[1-4]>\n', v)  # a range keeps its tokens, not padding
+    assert g.allowed_token_ids(g.advance(g.initial_state(), 0)).tolist() == [1, 2]

@@ -136,10 +136,15 @@ def token_ids(ref, vocab) -> np.ndarray:
         keep[sorted(picked)] = False
         out = np.flatnonzero(keep).astype(np.int64)
     else:
-        out = np.array(sorted(picked), dtype=np.int64)
+        # a padding or empty id is no token: never allowed, named or not
+        usable = vocab.grammar_token_mask
+        special = vocab.special_token_ids
+        eos = vocab.eos_token_set
+        out = np.array(sorted(i for i in picked if usable[i] or i in special or i in eos),
+                       dtype=np.int64)
     if not out.size:
         raise GrammarError(f"the token reference {ref.shown} matches no token of the "
-                           f"vocabulary {vocab.name}", *where)
+                           f"vocabulary {vocab.name} (padding and empty ids are none)", *where)
     return out
 
 

@@ -29,7 +29,7 @@ import threading
 import numpy as np
 
 from constrain.errors import ConstraintError, InvalidLimitError, InvalidStateError
-from constrain.protocol import Constraint, check_token_id
+from constrain.protocol import Constraint, check_token_id, text_bytes
 from constrain.runtime.bitmask import bitmask_words, check_bitmask, write_row
 from constrain.runtime.reasoning_kernels import walk_section
 
@@ -106,6 +106,10 @@ class ReasoningConstraint(Constraint):
             raise ConstraintError("the end marker must be a non-empty string")
         if start is not None and (not isinstance(start, str) or not start):
             raise ConstraintError("the start marker must be a non-empty string or None")
+        for marker in (start, end):
+            if marker is not None and text_bytes(marker) is None:
+                raise ConstraintError(f"the marker {marker!r} is no text UTF-8 spells "
+                                      f"(a lone surrogate)")
         vocab = self.vocab = inner.vocab
         self.inner, self.start, self.end = inner, start, end
         self.start_id = _special_id(vocab, start)
