@@ -47,6 +47,7 @@ from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
 from constrain.automata.deadline import Deadline
 from constrain.persist import DiskCache, grammar_spec, regex_spec, schema_spec
+from constrain.automata.regex_syntax import check_flags
 from constrain.regular.regex import DFAConstraint, regex_byte_dfa
 from constrain.vocab.trie import TokenTrie
 from constrain.vocab.vocabulary import Vocabulary
@@ -148,6 +149,7 @@ class Compiler:
     def compile_regex(self, pattern: str, *, flags: int = 0, **overrides) -> DFAConstraint:
         """:func:`constrain.compile_regex` over this compiler's vocabulary;
         ``overrides``: fields of :class:`~constrain.Limits`."""
+        flags = check_flags(flags)
         limits = self._limits(overrides)
 
         def build():

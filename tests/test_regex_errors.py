@@ -112,6 +112,11 @@ def test_flags_argument(vocab):
     assert g.matches("123") and not g.matches("١٢٣")
     assert compile_regex(r"\d+", vocab).matches("١٢٣")
     assert compile_regex("abc", vocab, flags=re.IGNORECASE).matches("AbC")
+    # re.DEBUG printed the parse tree, re.TEMPLATE (under which re refuses a*),
+    # True and unknown bits were taken silently
+    for bad in (re.DEBUG, re.TEMPLATE, True, 1 << 20, -1, "i", re.LOCALE):
+        with pytest.raises(UnsupportedRegexError, match="flags"):
+            compile_regex("a*", vocab, flags=bad)
 
 
 def test_fast_parser_code_escapes_match_re():

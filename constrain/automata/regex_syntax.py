@@ -153,6 +153,27 @@ def _class_flags(flags: int) -> int:
     return (flags & _I) | (0 if flags & _U else _A)
 
 
+#: the ``re`` flags a regex may be compiled with (``re.LOCALE`` is refused by
+#: ``re`` itself for a str pattern)
+SUPPORTED_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII | re.UNICODE
+
+
+def check_flags(flags) -> int:
+    """``flags`` as an ``int`` of :data:`SUPPORTED_FLAGS`, else
+    :class:`~constrain.errors.UnsupportedRegexError` (``re.DEBUG`` printed the
+    parse tree, ``re.TEMPLATE`` is a flag under which ``re`` refuses ``a*``,
+    and an unknown bit or ``True`` was taken silently)."""
+    if isinstance(flags, bool) or not isinstance(flags, (int, re.RegexFlag)):
+        raise UnsupportedRegexError(f"flags are re flags (re.I | re.A ...), not {flags!r}", "")
+    other = int(flags) & ~int(SUPPORTED_FLAGS)
+    if other or flags < 0:
+        shown = re.RegexFlag(other) if 0 < other < (1 << 10) else int(flags)
+        raise UnsupportedRegexError(
+            f"the flags {shown!r} are not supported (re.I, re.M, re.S, re.X, re.A and re.U are)",
+            "")
+    return int(flags)
+
+
 def parse_regex(pattern: str, *, flags: int = 0, max_repeat: int = MAX_REPEAT,
                 max_positions: int = MAX_POSITIONS):
     """Parse ``pattern`` (Python ``re`` syntax, with ``re`` ``flags`` such as
