@@ -20,7 +20,7 @@ import numpy as np
 from constrain.automata.liveness import trim_dead
 from constrain.automata.minimize_kernels import trim_minimize
 from constrain.automata.char_dfa import CharDFA
-from constrain.automata.deadline import now
+from constrain.automata.deadline import passed
 from constrain.errors import GrammarTooComplexError
 
 DEAD = 0
@@ -135,7 +135,7 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
     wide_atoms = [a for a in range(n_atoms) if wide[a]]
     if wide_atoms:
         for q in range(n):
-            if deadline is not None and now() > deadline:
+            if deadline is not None and passed(deadline):
                 raise GrammarTooComplexError(
                     "expanding the automaton to UTF-8 bytes exceeded the time budget "
                     "(pass time_budget= to raise it)")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from constrain.automata.deadline import Deadline, kernel_deadline, now, ready
+from constrain.automata.deadline import Deadline, kernel_deadline, passed, ready
 # KERNEL_MAX_WORDS: the kernels keep an epsilon-closure bitset per NFA state,
 # bounded to 32 MiB; past that the Python construction (sets of ints) takes over
 from constrain.automata.determinize_kernels import (KERNEL_MAX_WORDS, OUT_OF_TIME, determinize,
@@ -313,7 +313,7 @@ def out_of_time(pattern: str) -> GrammarTooComplexError:
 
 def check_deadline(deadline, pattern: str) -> None:
     """Raise :func:`out_of_time` once ``deadline`` (``None``: none) has passed."""
-    if deadline is not None and now() > deadline:
+    if deadline is not None and passed(deadline):
         raise out_of_time(pattern)
 
 
@@ -913,7 +913,7 @@ class _StateIndex:
     def done(self, n_expanded: int) -> None:
         """Check the time budget after each expanded state (one state's closures
         can take long: the clock costs far less)."""
-        if self.deadline is not None and now() > self.deadline:
+        if self.deadline is not None and passed(self.deadline):
             raise out_of_time(self.pattern)
 
 

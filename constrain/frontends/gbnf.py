@@ -41,7 +41,7 @@ import re
 from constrain.automata.json_encoding import MAX_CP, class_re, iv_complement, iv_norm, lit
 from constrain.automata.regex_syntax import MAX_REPEAT
 from constrain.cfg.ir import GrammarIR, Terminal
-from constrain.automata.deadline import now
+from constrain.automata.deadline import passed
 from constrain.errors import (GrammarError, GrammarSyntaxError, GrammarTooComplexError,
                               too_complex_at)
 
@@ -607,7 +607,7 @@ class _Builder:
                 syms = self.sequence(seq[1])
                 if syms is not None:
                     self.out.append((lhs, syms))
-            if self.deadline is not None and now() > self.deadline:
+            if self.deadline is not None and passed(self.deadline):
                 raise GrammarTooComplexError("loading the grammar exceeded its time budget "
                                              "(pass time_budget= to raise it)")
         self._check_productive()

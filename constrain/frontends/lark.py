@@ -45,7 +45,7 @@ import re
 from pathlib import Path
 
 from constrain.automata.char_dfa import UndecidedAtomicExit, build_char_dfa
-from constrain.automata.deadline import now
+from constrain.automata.deadline import now, passed
 from constrain.automata.regex_syntax import MAX_POSITIONS, MAX_REPEAT, Alt, Assert, Atomic, Chars, \
     Concat, Look, Repeat, nullable, parse_regex
 from constrain.cfg.ir import GrammarIR, Terminal
@@ -163,7 +163,7 @@ def load_lark_grammar(source, start: str = "start", *, deadline=None,
 
 
 def _check_deadline(deadline) -> None:
-    if deadline is not None and now() > deadline:
+    if deadline is not None and passed(deadline):
         raise GrammarTooComplexError("loading the grammar exceeded its time budget "
                                      "(pass time_budget= to raise it)")
 

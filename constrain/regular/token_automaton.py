@@ -31,7 +31,7 @@ import numpy as np
 
 from constrain.cache import check_budget
 from constrain.errors import GrammarTooComplexError, InvalidStateError
-from constrain.automata.deadline import Deadline, now, ready
+from constrain.automata.deadline import Deadline, passed, ready
 from constrain.regular.token_kernels import (ROW_ALIGN, ROW_SLACK, aligned_rows,
                                              coreachable_states, row_spans, token_transitions)
 # row_writer's rules: rows shorter than _PACK_MIN_BYTES are plain copies, the
@@ -302,7 +302,7 @@ class TokenAutomaton:
                         f"the token masks and transitions of {n} states need more than "
                         f"{self.max_mask_bytes} bytes (pass max_mask_bytes= to raise the limit)")
                 return None
-            if deadline is not None and now() > deadline:
+            if deadline is not None and passed(deadline):
                 raise GrammarTooComplexError(
                     f"computing the token masks of {n} states exceeded the time budget "
                     f"(pass time_budget= to raise it)")

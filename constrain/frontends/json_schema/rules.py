@@ -4,7 +4,7 @@ keep a schema from growing without end."""
 
 from __future__ import annotations
 
-from constrain.automata.deadline import now
+from constrain.automata.deadline import passed
 from constrain.errors import GrammarTooComplexError, SchemaTooComplexError
 from constrain.automata.json_encoding import JSON_NUMBER, JSON_STRING, encodable
 from constrain.frontends.json_schema.options import MAX_RULES
@@ -28,7 +28,7 @@ class Budget:
     def tick(self, where) -> None:
         """Raise :class:`~constrain.errors.SchemaTooComplexError` past the
         deadline (``where``: the node being translated, its pointer)."""
-        if self.deadline is not None and now() > self.deadline:
+        if self.deadline is not None and passed(self.deadline):
             raise SchemaTooComplexError(
                 "translating the schema exceeded its time budget (pass time_budget= to raise it)",
                 where if isinstance(where, str) else "")
