@@ -3,8 +3,10 @@ near their language, for testing the regex compiler against ``re`` itself."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 
+from hypothesis import reject
 from hypothesis import strategies as st
 
 # Characters the generated regexes and strings draw from: ASCII, Latin-1, Greek,
@@ -65,7 +67,15 @@ def regex_and_string(draw, flags: bool = True):
     kind = draw(st.sampled_from(["match", "match", "mutate", "random"]))
     if kind == "random":
         return pattern, draw(st.text(st.sampled_from(ALPHABET), max_size=8))
-    s = draw(st.from_regex(pattern, fullmatch=True))[:60]  # a cut string rarely matches: fine
+    # hypothesis filters its draws with re.fullmatch, which backtracks for ever
+    # on nested quantifiers ((?:\D+[^a]+)+? inside {2,}): such a pattern is
+    # dropped, as the oracle drops one it times out on (the example sequence
+    # depends on timing, so one run of the suite drew it and spun for hours)
+    try:
+        with time_limit(2.0, pattern):
+            s = draw(st.from_regex(pattern, fullmatch=True))[:60]  # a cut string rarely matches
+    except OracleTimeout:
+        reject()
     if kind == "mutate" and s:
         i = draw(st.integers(0, len(s) - 1))
         op = draw(st.sampled_from(["drop", "insert", "replace"]))
@@ -83,6 +93,14 @@ def fullmatch_oracle(pattern: str, text: str, seconds: float = 0.5) -> bool:
     matcher is exponential on nested quantifiers (``(a+)+b`` on ``aaaa…``), and it
     checks for signals as it runs, so an alarm stops it. Raises
     :class:`OracleTimeout`; callers discard such examples."""
+    with time_limit(seconds, pattern):
+        return re.fullmatch(pattern, text) is not None
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, pattern: str):
+    """Raise :class:`OracleTimeout` in the block once ``seconds`` have passed
+    (``re`` checks for signals as it backtracks, so an alarm stops it)."""
     import signal
 
     def on_alarm(signum, frame):
@@ -93,7 +111,7 @@ def fullmatch_oracle(pattern: str, text: str, seconds: float = 0.5) -> bool:
     # exception swallowed there, and the next one ends the match
     signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     try:
-        return re.fullmatch(pattern, text) is not None
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
