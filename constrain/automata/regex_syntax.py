@@ -163,10 +163,10 @@ def check_flags(flags) -> int:
     :class:`~constrain.errors.UnsupportedRegexError` (``re.DEBUG`` printed the
     parse tree, ``re.TEMPLATE`` is a flag under which ``re`` refuses ``a*``,
     and an unknown bit or ``True`` was taken silently)."""
-    if isinstance(flags, bool) or not isinstance(flags, (int, re.RegexFlag)):
+    if isinstance(flags, bool) or not isinstance(flags, int):  # (a RegexFlag is an int)
         raise UnsupportedRegexError(f"flags are re flags (re.I | re.A ...), not {flags!r}", "")
-    other = int(flags) & ~int(SUPPORTED_FLAGS)
-    if other or flags < 0:
+    other = int(flags) & ~int(SUPPORTED_FLAGS)  # (a negative value has such bits)
+    if other:
         shown = re.RegexFlag(other) if 0 < other < (1 << 10) else int(flags)
         raise UnsupportedRegexError(
             f"the flags {shown!r} are not supported (re.I, re.M, re.S, re.X, re.A and re.U are)",

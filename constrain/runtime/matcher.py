@@ -225,10 +225,10 @@ class Matcher:
             raise InvalidLimitError(f"max_bytes must be a count >= 0, not {max_bytes!r}",
                                     "max_bytes")
         g = self.grammar
+        if g.byte_steps_are_tokens:
+            return b""
         state = self._history[-1]
         out = bytearray()
-        if g.byte_steps_are_tokens:
-            return bytes(out)
         # a grammar's token reference (<[id]>) may take the next token whole,
         # whatever bytes are forced otherwise
         refs = getattr(g, "allows_token_reference", None)
