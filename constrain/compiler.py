@@ -37,6 +37,7 @@ import itertools
 from pathlib import Path
 
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
+from constrain.cfg.budgets import BUDGETED
 from constrain.cfg.grammar import GrammarConstraint
 from constrain.cfg.lexer import automaton_bytes, terminal_id_bytes, walk_bytes
 from constrain.errors import ConstraintError, GrammarTooComplexError, too_complex_at
@@ -45,7 +46,7 @@ from constrain.frontends.json_schema.caches import SchemaCaches
 from constrain.frontends.gbnf import load_gbnf_grammar, locate_terminal, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
-from constrain.automata.deadline import Deadline
+from constrain.automata.deadline import Deadline, passed
 from constrain.persist import DiskCache, grammar_spec, regex_spec, schema_spec
 from constrain.automata.regex_syntax import check_flags
 from constrain.regular.regex import DFAConstraint, regex_byte_dfa
@@ -70,6 +71,14 @@ def _grammar_budgets(limits: Limits) -> dict:
             "time_budget": limits.time_budget,
             "max_contexts": limits.max_contexts, "max_width": limits.max_width,
             "mask_cache_bytes": limits.mask_cache_bytes, "max_items": limits.max_items}
+
+
+def _budgets_left(limits: Limits, deadline) -> dict:
+    """:func:`_grammar_budgets` with the time ``deadline`` leaves (loading
+    the grammar took the rest)."""
+    budgets = _grammar_budgets(limits)
+    budgets["time_budget"] = max(deadline.remaining(), 1e-9)
+    return budgets
 
 
 class Compiler:
@@ -175,24 +184,34 @@ class Compiler:
         def build():
             # loading is under the same time budget: what it leaves goes on
             deadline = Deadline.after(limits.time_budget)
-            if fmt == "gbnf":
-                ir = load_gbnf_grammar(source, start="root" if start is None else start,
-                                       deadline=deadline, max_repeat=limits.max_repeat)
-            else:
+            if fmt != "gbnf":
                 ir = load_lark_grammar(source, start="start" if start is None else start,
                                        deadline=deadline, max_repeat=limits.max_repeat,
                                        max_positions=limits.max_positions)
-            budgets = _grammar_budgets(limits)
-            budgets["time_budget"] = max(deadline.remaining(), 1e-9)
-            try:
-                return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self, **budgets)
-            except GrammarTooComplexError as e:
-                at = locate_terminal(ir.source, getattr(e, "terminal", "")) \
-                    if fmt == "gbnf" and getattr(e, "terminal", None) else None
-                if at is None:
-                    raise
-                # told at the rule, not by the generated terminal's regex
-                raise too_complex_at(f"rule {at[0]!r}: {e.detail}", at[1], at[2]) from None
+                return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self,
+                                         **_budgets_left(limits, deadline))
+            split: frozenset = frozenset()
+            while True:
+                ir = load_gbnf_grammar(source, start="root" if start is None else start,
+                                       deadline=deadline, max_repeat=limits.max_repeat,
+                                       split_rules=split)
+                try:
+                    return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self,
+                                             **_budgets_left(limits, deadline))
+                except GrammarTooComplexError as e:
+                    terminal = getattr(e, "terminal", None)
+                    at = locate_terminal(ir.source, terminal) if terminal else None
+                    if at is None:
+                        raise
+                    if at[0] not in split and not terminal.startswith(BUDGETED) \
+                            and not passed(deadline):
+                        # a GBNF author wrote no lexer: a run too large as one
+                        # automaton is the same language as rules (a budgeted
+                        # rule is one terminal)
+                        split |= {at[0]}
+                        continue
+                    # told at the rule, not by the generated terminal's regex
+                    raise too_complex_at(f"rule {at[0]!r}: {e.detail}", at[1], at[2]) from None
 
         return self._cached("grammar", lambda: grammar_spec(source, start, fmt, limits), build)
 

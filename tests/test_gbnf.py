@@ -505,9 +505,10 @@ def test_format_detection(vocab, tmp_path):
     # a lone CR ends a line for the parser, and now for the position too
     ('root ::= "a"\rfoo ::= "b" $', 2, 13, GrammarSyntaxError, "expected the end of the line"),
     ('root ::= "a\x00b"', 1, 12, GrammarError, "a NUL in a literal"),
-    # the automaton of a rule's regular run, at the rule (it named ROOT_0)
-    ('x ::= "q"\nmy-rule ::= [a-z]* "a" [a-z]{16}\nroot ::= my-rule "!"', 3, 1,
-     GrammarTooComplexError, "rule 'root': the regex"),
+    # the automaton of a budgeted rule (one terminal, never built as rules),
+    # at the rule: it named BUDGETED__my-rule
+    ('x ::= "q"\nmy-rule[max_tokens=50] ::= [a-z]* "a" [a-z]{16}\nroot ::= my-rule "!"',
+     2, 1, GrammarTooComplexError, "rule 'my-rule': the regex"),
 ])
 def test_errors_name_the_place(text, line, column, kind, message, vocab):
     with pytest.raises(kind, match=re.escape(message)) as info:
@@ -574,11 +575,14 @@ def test_limits(vocab):
                    "aa")
     # the size of a regular run's regex is a budget the grammar path takes (it
     # advised max_positions=, which compile_grammar did not accept)
-    big = 'root ::= ([a-z]{10} "\\n"){10001}'
-    with pytest.raises(GrammarTooComplexError, match="max_positions="):
+    # (a budgeted rule's: any other run past a budget is built as rules)
+    big = 'root ::= r\nr[max_tokens=100000] ::= ([a-z]{10} "\\n"){10001}'
+    with pytest.raises(GrammarTooComplexError, match="rule 'r'.*max_positions="):
         constrain.compile_grammar(big, vocab, max_repeat=20_000)
-    with pytest.raises(GrammarTooComplexError, match="max_states="):
+    with pytest.raises(GrammarTooComplexError, match="rule 'r'.*max_states="):
         constrain.compile_grammar(big, vocab, max_repeat=20_000, max_positions=10**6)
+    g = constrain.compile_grammar('root ::= ([a-z]{10} "\\n"){10001}', vocab, max_repeat=20_000)
+    assert accepts(g, "abcdefghij\n" * 10001) and not accepts(g, "abcdefghij\n" * 10000)
     with pytest.raises(GrammarTooComplexError, match="expand"):
         load_gbnf_grammar("root ::= " + " ".join(["x{0,9000}"] * 30) + '\nx ::= "(" x ")" | ""')
     # a count past max_repeat, named where it is written (it named the generated
@@ -595,6 +599,59 @@ def test_limits(vocab):
     assert "w" in ir.nonterminals
     g = constrain.compile_grammar(text, vocab)
     assert accepts(g, "y" * 8) and not accepts(g, "y" * 7)
+
+
+@pytest.mark.parametrize("text", [
+    'root ::= [a-z]* "a" [a-z]{16}',
+    'root ::= x "a" y "."\nx ::= [ab]*\ny ::= z z\nz ::= [ab]{9}',
+    'root ::= ("b" | [ab]* "a" [ab]{16}) "!"',
+    'root ::= w\nw ::= [ab]* "a" [ab]{16} | "c"',
+])
+def test_runs_too_large_for_one_automaton_are_rules(text, vocab):
+    """A run whose one automaton needs 2^16 states or more (llama.cpp's matcher
+    takes it) was a GrammarTooComplexError; it is built again as rules, the
+    same language."""
+    g = constrain.compile_grammar(text, vocab)
+    assert g.ir.n_terminals <= 6  # classes and literals, not the runs
+    agree(text, vocab, n_samples=60)
+    oracle, rng = Oracle(text), random.Random(3)
+    for _ in range(200):  # long members and near misses, which samples rarely reach
+        s = "".join(rng.choice("ab") for _ in range(rng.randint(0, 6))) + "a" + \
+            "".join(rng.choice("ab") for _ in range(rng.randint(15, 19)))
+        for tail in ("", ".", "!"):
+            assert ours_longest(g, s + tail) == oracle.longest_viable(s + tail), s + tail
+
+
+def _split_run_viable(text: str) -> bool:
+    """Whether ``text`` starts some string of ``[a-z]*a[a-z]{16}\\.``."""
+    if text.endswith("."):
+        return re.fullmatch(r"[a-z]*a[a-z]{16}\.", text) is not None
+    return re.fullmatch(r"[a-z]*", text) is not None
+
+
+def test_a_split_run_over_smollm2(smollm2_vocab):
+    """Over a real vocabulary a token spans many of the split run's terminals:
+    along random walks every allowed token keeps the text viable and a sample
+    of refused ones does not; what ends accepting is in the language."""
+    g = constrain.compile_grammar('root ::= [a-z]* "a" [a-z]{16} "."', smollm2_vocab)
+    rng = random.Random(2)
+    tokens, eos = smollm2_vocab.tokens, set(smollm2_vocab.eos_token_ids)
+    text_token = smollm2_vocab.grammar_token_list
+    for _walk in range(3):
+        state, prefix = g.initial_state(), b""
+        for _step in range(30):
+            allowed = set(g.allowed_token_ids(state).tolist()) - eos
+            for t in rng.sample(sorted(allowed), min(25, len(allowed))) + \
+                    rng.sample(range(len(smollm2_vocab)), 25):
+                if t not in eos and text_token[t]:
+                    data = (prefix + tokens[t]).decode("latin-1")
+                    assert (t in allowed) == _split_run_viable(data), (prefix, tokens[t])
+            if not allowed:
+                break
+            t = rng.choice(sorted(allowed))
+            state, prefix = g.advance(state, t), prefix + tokens[t]
+        assert g.is_accepting(state) == (re.fullmatch(
+            r"[a-z]*a[a-z]{16}\.", prefix.decode("latin-1")) is not None)
 
 
 def test_generation_with_the_default_model(default_lm):

@@ -528,8 +528,10 @@ class _Builder:
     """The IR of the non-regular rules, the regular runs as terminals."""
 
     def __init__(self, rules: dict[str, tuple], reg: _Regular, text: str, parser: _Parser,
-                 deadline):
+                 deadline, split: frozenset = frozenset()):
         self.rules = rules
+        #: rules whose regular runs are built item by item (load_gbnf_grammar)
+        self.split = split
         self.reg = reg
         self.text = text
         self.parser = parser
@@ -655,8 +657,11 @@ class _Builder:
                 out.append(("n", opt))
             return True
 
+        # a rule built item by item: each regular rule it uses is a rule of
+        # its own, each class and literal a terminal
+        split = self.current in self.split
         for item in items:
-            if reg.is_regular(item):
+            if not split and reg.is_regular(item):
                 run.append(item)
                 continue
             if not flush():
@@ -668,8 +673,15 @@ class _Builder:
         return out if flush() else None
 
     def item(self, node) -> tuple | None:
-        """The symbol of a non-regular item; ``None`` if it matches nothing."""
+        """The symbol of a non-regular item, or of a regular one in a rule
+        built item by item; ``None`` if it matches nothing."""
         kind = node[0]
+        if kind in ("lit", "cls"):
+            if self.reg.nullable(node):
+                return self._empty()
+            full = self.reg.full(node)
+            return None if full is None else self.terminal(
+                full, node[1] if kind == "lit" else None)
         if kind == "ref":
             return ("n", self.nonterminal(node[1]))
         if kind == "tok":
@@ -718,7 +730,8 @@ class _Builder:
 
 
 def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
-                      max_repeat: int = MAX_REPEAT) -> GrammarIR:
+                      max_repeat: int = MAX_REPEAT,
+                      split_rules: frozenset = frozenset()) -> GrammarIR:
     """Load a GBNF grammar (text, or a path to a ``.gbnf`` file) into a
     :class:`GrammarIR` (see the module docstring for the language).
 
@@ -726,6 +739,15 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
     :func:`~constrain.automata.deadline.now` value (the thread's CPU clock)
     the loading must finish by. ``max_repeat``:
     the largest repetition count ``{m,n}`` (:class:`constrain.Limits`).
+    ``split_rules``: names of rules to build item by item, not as maximal
+    regular runs: each regular rule they use becomes a rule of its own, each
+    literal and class a terminal, and repetitions rules over those. The
+    language is the same; the automata are smaller, since llama.cpp-style
+    runs such as ``[a-z]* "a" [a-z]{16}`` need 2^16 states as one automaton
+    and a few as rules. :meth:`Compiler.compile_grammar
+    <constrain.compiler.Compiler.compile_grammar>` asks for this when a
+    run's automaton passes a limit. (A rule with ``max_tokens`` stays one
+    terminal.)
 
     Raises:
         GrammarSyntaxError: the text is not GBNF, with the line and column.
@@ -772,7 +794,8 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
                                parser.where[name], GrammarError)
     _limit_inlining(rules, regular, reg)
     try:
-        return _Builder(rules, reg, source, parser, deadline).build(start)
+        return _Builder(rules, reg, source, parser, deadline,
+                        frozenset(split_rules)).build(start)
     except RecursionError:
         # the passes over the rules recurse per level of nesting too: a deep
         # caller's stack can run out below MAX_DEPTH
@@ -785,11 +808,21 @@ def locate_terminal(source: str, terminal: str) -> tuple[str, int, int] | None:
     became ``terminal`` (named by the builder: the rule's name, upper case,
     then ``_<index>``), for an error raised when its automaton is built (a
     state or size limit, which named the terminal and an offset in the
-    generated regex); ``None`` when no rule fits."""
-    head = terminal.rsplit("_", 1)[0]
+    generated regex); ``None`` when no rule fits. A rule with ``max_tokens``
+    is one terminal, named after the rule as written."""
+    from constrain.cfg.budgets import BUDGETED
+
+    if terminal.startswith(BUDGETED):
+        def same(name: str) -> bool:
+            return name == terminal[len(BUDGETED):]
+    else:
+        head = terminal.rsplit("_", 1)[0]
+
+        def same(name: str) -> bool:
+            return re.sub(r"[^A-Za-z0-9_]", "_", name).upper() == head
     for m in _RULE_HEAD.finditer(source):
         name = _NAME.search(source, m.start())
-        if re.sub(r"[^A-Za-z0-9_]", "_", name.group()).upper() == head:
+        if same(name.group()):
             return (name.group(), *position(source, name.start()))
     return None
 
