@@ -286,6 +286,10 @@ def test_files_that_cannot_be_read(nothing_loads, tmp_path, capsys):
         bad = _write(tmp_path, "bad.json", '{"type": "object", "minProperties": ')
         assert cli.main(["generate", flag, bad, "hi"]) == 2
         assert "is not JSON" in capsys.readouterr().err
+        # json's parser recursed out of the stack: a traceback and exit 1
+        deep = _write(tmp_path, "deep.json", "[" * 100_000)
+        assert cli.main(["generate", flag, deep, "hi"]) == 2
+        assert "nests too deeply to read" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:  # at most one constraint
         cli.main(["search", "beam", "--regex", "a", "--schema", "x", "hi"])
     assert exc.value.code == 2

@@ -221,6 +221,20 @@ def test_response_format():
         constrain.from_response_format({"type": "json_schema", "json_schema": {
             "name": "x", "schema": {"type": "string", "minLength": 100_000}}}, BYTES)
     assert e.value.pointer == "/json_schema/schema/minLength"
+    # a null schema read as {"type": "text"}: no constraint at all
+    with pytest.raises(SchemaError, match="not null") as e:
+        constrain.from_response_format({"type": "json_schema", "json_schema": {
+            "name": "x", "schema": None}}, BYTES)
+    assert e.value.pointer == "/json_schema/schema"
+    # bytes not UTF-8 and nesting past json's parser were a raw UnicodeDecodeError
+    # and RecursionError
+    with pytest.raises(SchemaError, match="not UTF-8"):
+        constrain.from_response_format(b"\xff", BYTES)
+    with pytest.raises(SchemaTooComplexError, match="nests too deeply"):
+        constrain.from_response_format("[" * 100_000, BYTES)
+    with pytest.raises(SchemaError, match="NaN is no JSON number"):
+        constrain.from_response_format('{"type": "json_schema", "json_schema": {"schema": NaN}}',
+                                       BYTES)
 
 
 def test_generate_returns_validated_objects(lm):

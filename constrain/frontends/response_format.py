@@ -25,6 +25,7 @@ import json
 import re
 
 from constrain.errors import ConstraintError, SchemaError, SchemaTooComplexError, UnsupportedSchemaError
+from constrain.frontends.json_schema.document import read_json_text
 
 __all__ = ["compile_choice", "from_response_format"]
 
@@ -57,12 +58,11 @@ def compile_choice(choices, vocab, **options):
 
 def load_request(value, what: str, error=SchemaError):
     """``value`` itself, or the object its JSON text (``str`` or ``bytes``)
-    holds; malformed JSON raises ``error`` naming ``what``."""
+    holds; text that is not JSON (bytes not UTF-8 among it) raises ``error``
+    naming ``what``, text nested too deeply for Python's parser (~100,000
+    levels) :class:`SchemaTooComplexError`."""
     if isinstance(value, (str, bytes)):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as e:
-            raise error(f"the {what} is not valid JSON: {e}", "") from e
+        return read_json_text(value, what, error)
     return value
 
 
@@ -102,7 +102,13 @@ def read_response_format(rf) -> tuple[object, bool]:
         if key in spec and not isinstance(spec[key], str):
             raise SchemaError(f"json_schema.{key} must be a string, not "
                               f"{type(spec[key]).__name__}", f"/json_schema/{key}")
-    return spec["schema"], strict
+    schema = spec["schema"]
+    if not isinstance(schema, (dict, bool, str, bytes)):
+        # (None here would read as {"type": "text"}: no constraint at all)
+        raise SchemaError(f"json_schema.schema must be a JSON Schema (an object or a boolean), "
+                          f"not {'null' if schema is None else type(schema).__name__}",
+                          "/json_schema/schema")
+    return schema, strict
 
 
 def within_response_format(error: ConstraintError, schema_pointer: str = "/json_schema/schema"):

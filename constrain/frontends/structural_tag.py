@@ -48,12 +48,12 @@ format they are in.
 
 from __future__ import annotations
 
-import json
 import re
 
 from constrain.cfg.compose import IRBuilder, Sym
 from constrain.errors import (GrammarError, GrammarTooComplexError, SchemaError, SchemaTooComplexError,
                               UnsupportedSchemaError)
+from constrain.frontends.json_schema.document import read_json_text
 
 __all__ = ["StructuralTagError", "UnsupportedStructuralTagError", "compile_structural_tag",
            "structural_tag_ir"]
@@ -219,10 +219,7 @@ class _Translator:
         schema = node["json_schema"]
         where = _ptr(path + ("json_schema",))
         if isinstance(schema, str):  # JSON text is taken too (XGrammar's older API took it)
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as e:
-                raise StructuralTagError(f"json_schema is not valid JSON: {e}", where) from e
+            schema = read_json_text(schema, "json_schema", StructuralTagError, where)
         patterns: dict = {}
         try:
             ir = json_schema_ir(schema, patterns=patterns, **options)

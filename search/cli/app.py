@@ -414,6 +414,8 @@ def _read_json(path: str, what: str):
     except json.JSONDecodeError as e:
         raise CliError(f"the {what} {_stdin_name(path)} is not JSON: {e.msg} (line {e.lineno}, "
                        f"column {e.colno})") from None
+    except RecursionError:  # json's own parser, ~100,000 levels deep
+        raise CliError(f"the {what} {_stdin_name(path)} nests too deeply to read") from None
 
 
 def read_constraint(args) -> ConstraintSpec | None:

@@ -58,13 +58,7 @@ def load_schema(schema):
         SchemaError: not JSON, or none of those.
     """
     if isinstance(schema, (str, bytes)):
-        try:
-            return json.loads(schema, parse_constant=_no_constant)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"the schema is not valid JSON: {e}", "") from e
-        except RecursionError:  # json's own parser, on arrays or objects ~100,000 deep
-            raise SchemaTooComplexError("the schema's JSON text nests too deeply to read", "") \
-                from None
+        return read_json_text(schema, "schema")
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         # closed where the model ignores unknown fields (see python_types)
         from constrain.frontends.python_types import type_schema
@@ -79,10 +73,29 @@ def load_schema(schema):
                       f"class, not {type(schema).__name__}", "")
 
 
+def read_json_text(text, what: str, error=SchemaError, pointer: str = ""):
+    """The JSON value of ``text`` (``str`` or ``bytes``), its ``NaN`` and
+    ``Infinity`` refused (no JSON). Raises ``error`` (at ``pointer``) for text
+    that is not JSON, :class:`SchemaTooComplexError` for nesting Python's
+    parser cannot read."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise error(f"the {what} is not valid JSON: {e}", pointer) from None
+    except UnicodeDecodeError as e:
+        raise error(f"the {what} is not UTF-8 text ({e.reason} at byte {e.start})",
+                    pointer) from None
+    except ValueError as e:  # _no_constant's
+        raise error(f"the {what} is not valid JSON: {e}", pointer) from None
+    except RecursionError:  # json's own parser, on arrays or objects ~100,000 deep
+        raise SchemaTooComplexError(f"the {what}'s JSON text nests too deeply to read",
+                                    pointer) from None
+
+
 def _no_constant(name: str):
     # json.loads reads NaN and Infinity, which are no JSON: ``const: NaN``
     # equals no value, and was compiled to a terminal matching the empty text
-    raise SchemaError(f"{name} is no JSON number", "")
+    raise ValueError(f"{name} is no JSON number")
 
 
 def _load_resources(resources) -> tuple:
