@@ -267,3 +267,65 @@ def test_cli_response_format_and_choice(lm, tmp_path, capsys):
         "type": "array", "uniqueItems": True}}}))
     assert cli.main(["generate", "--response-format", str(bad), "hi"]) == 2
     assert "/json_schema/schema/uniqueItems" in capsys.readouterr().err
+
+
+class _TagDefault(BaseModel):
+    t: Literal["a"] = "a"
+    x: int
+
+
+class _TagRequired(BaseModel):
+    t: Literal["b"]
+    y: str
+
+
+class _HoldsTagged(BaseModel):
+    item: Annotated[Union[_TagDefault, _TagRequired], Field(discriminator="t")]
+    plain: _TagDefault
+
+
+def test_a_discriminated_union_needs_its_tag():
+    """Pydantic reads the tag before it picks a branch: a branch whose tag has a
+    default left it out of ``required``, and ``{"x": 1}`` was accepted, which
+    Pydantic refuses. The model used on its own keeps its default."""
+    from pydantic import TypeAdapter
+
+    c = constrain.compile_type(_HoldsTagged, BYTES)
+    adapter = TypeAdapter(_HoldsTagged)
+    for text in ('{"item":{"t":"a","x":1},"plain":{"x":2}}', '{"item":{"x":1},"plain":{"x":2}}',
+                 '{"item":{"t":"b","y":"q"},"plain":{"t":"a","x":2}}',
+                 '{"item":{"t":"b","x":1},"plain":{"x":2}}'):
+        try:
+            adapter.validate_json(text)
+            valid = True
+        except ValueError:
+            valid = False
+        assert accepts(c, text) == valid, text
+
+
+def test_fields_named_like_keywords():
+    """A field named ``properties`` was taken for an object schema and closed:
+    the member ``additionalProperties`` became a declared field."""
+    class Open(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        properties: int
+        enum: Optional[int] = None
+
+    assert set(type_schema(Open)["properties"]) == {"properties", "enum"}
+    c = constrain.compile_type(Open, BYTES)
+    assert accepts(c, '{"properties":1,"additionalProperties":5}')
+    assert accepts(c, '{"properties":1,"enum":2}') and not accepts(c, '{"properties":"x"}')
+
+
+def test_new_types_and_aliases_are_types():
+    """``NewType`` and ``TypeAliasType`` objects have no origin: they were passed
+    on uncompiled, and a Matcher refused them."""
+    from typing import NewType
+
+    from typing_extensions import TypeAliasType
+
+    user_id = NewType("UserId", int)
+    ids = TypeAliasType("Ids", list[int])
+    assert is_python_type(user_id) and is_python_type(ids)
+    assert accepts(constrain.compile_type(user_id, BYTES), "12")
+    assert accepts(constrain.compile_type(ids, BYTES), "[1,2]")

@@ -61,7 +61,9 @@ def is_python_type(obj) -> bool:
         from constrain.protocol import Constraint
 
         return not issubclass(obj, Constraint)
-    return typing.get_origin(obj) is not None
+    # NewType("UserId", int) and TypeAliasType objects have no origin
+    return typing.get_origin(obj) is not None or isinstance(obj, typing.NewType) \
+        or type(obj).__name__ == "TypeAliasType"
 
 
 def type_schema(tp, *, closed: bool = True) -> dict:
@@ -76,30 +78,66 @@ def type_schema(tp, *, closed: bool = True) -> dict:
         schema = adapter.json_schema(mode="validation")
     except Exception as e:
         raise SchemaError(f"Pydantic cannot write a JSON Schema for {_name(tp)}: {e}", "") from e
-    if closed:
-        schema = copy.deepcopy(schema)
-        _close_objects(schema)
+    schema = copy.deepcopy(schema)
+    for node in _subschemas(schema):
+        _require_tags(node)
+        if closed:
+            _close_object(node)
     return schema
 
 
-def _close_objects(schema) -> None:
-    """``additionalProperties: false`` on every object schema (in place) that
-    declares properties and says nothing about other members."""
+#: the keywords whose value is a schema, a list of schemas, a map of schemas
+_ONE = ("additionalProperties", "additionalItems", "items", "not", "if", "then", "else",
+        "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
+        "contentSchema")
+_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _subschemas(schema):
+    """Every schema object in ``schema``, itself included, by the keywords
+    that hold schemas (a property named ``properties`` or ``enum`` is a name,
+    not a keyword; ``default`` and ``examples`` are data)."""
     stack = [schema]
     while stack:
         node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
         if not isinstance(node, dict):
             continue
-        if ("properties" in node and node.get("type", "object") == "object"
-                and not {"additionalProperties", "unevaluatedProperties",
-                         "patternProperties"} & node.keys()):
-            node["additionalProperties"] = False
-        for key, value in node.items():
-            if key not in ("enum", "const", "default", "examples") and isinstance(value, (dict, list)):
-                stack.append(value)
+        yield node
+        for key in _ONE:
+            if isinstance(node.get(key), dict):
+                stack.append(node[key])
+        for key in _LIST:
+            if isinstance(node.get(key), list):
+                stack.extend(node[key])
+        for key in _MAP:
+            if isinstance(node.get(key), dict):
+                stack.extend(node[key].values())
+
+
+def _close_object(node: dict) -> None:
+    """``additionalProperties: false`` on ``node`` when it declares properties
+    and says nothing about other members."""
+    if ("properties" in node and node.get("type", "object") == "object"
+            and not {"additionalProperties", "unevaluatedProperties",
+                     "patternProperties"} & node.keys()):
+        node["additionalProperties"] = False
+
+
+def _require_tags(node: dict) -> None:
+    """A discriminated union's tag required in each branch: Pydantic reads the
+    tag before it picks a branch, so a branch whose tag has a default (left
+    out of its ``required``) still needs it written."""
+    tag = node.get("discriminator")
+    branches = node.get("oneOf", node.get("anyOf"))
+    if not isinstance(tag, dict) or not isinstance(tag.get("propertyName"), str) \
+            or not isinstance(branches, list):
+        return
+    for i, branch in enumerate(branches):
+        if isinstance(branch, dict):
+            # a branch of its own: the model it refers to may be used
+            # elsewhere, where its tag may be left out
+            branches[i] = {"allOf": [branch], "required": [tag["propertyName"]]}
 
 
 class OutputType:
