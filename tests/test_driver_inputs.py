@@ -134,6 +134,66 @@ def test_numbers_are_checked(lm):
             search.generate(lm, "hi", **{"max_new_tokens": 2, **kwargs})
 
 
+def test_search_arguments_are_named():
+    """smc and the beams took a count of None, 2.5, inf or True, a NaN reward
+    (every priority NaN: beams in any order) or a critic returning None, with
+    raw TypeErrors, OverflowErrors or silently."""
+    v = constrain.Vocabulary.from_tokens([b"a", b"b", b"</s>"], [2])
+    c = constrain.compile_regex("[ab]+", v)
+    lm = search.CallableLM(lambda p: np.log(np.array([0.5, 0.3, 0.2])), 3, 2)
+    run = {"smc": lambda **k: search.smc(lm, [], constraint=c, **{
+               "n_particles": 2, "max_new_tokens": 2, **k}),
+           "beam": lambda **k: search.beam_search(lm, [], constraint=c, **{
+               "beam_size": 2, "max_new_tokens": 2, **k}),
+           "best": lambda **k: search.best_first_beam_search(lm, [], constraint=c, **{
+               "beam_size": 2, "max_new_tokens": 2, **k})}
+    for call, kwargs, name in [
+            ("smc", dict(max_new_tokens=None), "max_new_tokens"),
+            ("smc", dict(max_new_tokens=2.5), "max_new_tokens"),
+            ("smc", dict(max_new_tokens=True), "max_new_tokens"),
+            ("smc", dict(ess_threshold="0.5"), "ess_threshold"),
+            ("smc", dict(critic=lambda t: None), "critic"),
+            ("beam", dict(max_new_tokens=float("inf")), "max_new_tokens"),
+            ("beam", dict(beam_size=float("nan")), "beam_size"),
+            ("beam", dict(patience=None), "patience"),
+            ("beam", dict(length_reward=float("nan")), "length_reward"),
+            ("beam", dict(length_penalty=float("nan")), "length_penalty"),
+            ("best", dict(batch_size=None), "batch_size"),
+            ("best", dict(queue_factor="x"), "queue_factor")]:
+        with pytest.raises(ValueError, match=name):
+            run[call](**kwargs)
+    with pytest.raises(ValueError, match="negative"):
+        search.smc(lm, [-1], constraint=c, n_particles=2, max_new_tokens=2)
+    # an int seed, as AWRS takes one
+    assert search.awrs_step(np.log([0.5, 0.3, 0.2]), c, c.initial_state(), 0).token in (0, 1)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_log_probabilities_are_refused(bad):
+    """A NaN (even on a token the constraint refuses) made smc report log_z
+    -inf, no valid string at all, and awrs draw token 0 with a NaN weight;
+    beam search dropped NaN and scored +inf."""
+    v = constrain.Vocabulary.from_tokens([b"a", b"b", b"c", b"</s>"], [3])
+    c = constrain.compile_regex("[ab]+", v)
+    row = np.log(np.array([0.5, 0.3, 0.1, 0.1]))
+    row[2] = bad
+    lm = search.CallableLM(lambda p: row, 4, 3)
+    with pytest.raises(ValueError, match="finite or -inf"):
+        search.smc(lm, [], constraint=c, n_particles=4, max_new_tokens=3, seed=0)
+    with pytest.raises(ValueError, match="finite or -inf"):
+        search.beam_search(lm, [], constraint=c, beam_size=2, max_new_tokens=3)
+    with pytest.raises(ValueError, match="finite or -inf"):
+        search.awrs_step(row, c, c.initial_state(), np.random.default_rng(0))
+
+
+def test_an_ess_threshold_of_one_resamples_every_step():
+    v = constrain.Vocabulary.from_tokens([b"a", b"b", b"c", b"</s>"], [3])
+    lm = search.CallableLM(lambda p: np.log(np.full(4, 0.25)), 4, 3)
+    r = search.smc(lm, [], constraint=constrain.compile_regex("[abc]*", v), n_particles=8,
+                   max_new_tokens=5, ess_threshold=1.0, seed=0)
+    assert r.resampled_at == list(range(1, len(r.ess_history) + 1))
+
+
 def test_model_inputs_are_checked(lm):
     """Ids reached torch (IndexError: a device assert on CUDA) or were read by
     int() (2.9 scored id 2); n=-1 failed after a counted forward pass."""

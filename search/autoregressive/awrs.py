@@ -194,7 +194,7 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
         constraint: a :class:`constrain.Constraint` (only ``advance``,
             ``is_accepting`` and ``is_terminated`` are used; never a mask).
         state: the constraint state before the token.
-        rng: a ``numpy.random.Generator``.
+        rng: a ``numpy.random.Generator`` or a seed.
         eos_token_ids: the ids that end the text (default: the constraint
             vocabulary's EOS ids). They are allowed iff ``is_accepting(state)``.
 
@@ -204,7 +204,19 @@ def awrs_step(logprobs, constraint, state, rng: np.random.Generator, *,
         ``E[exp(log_weight) * 1{token = a}] = p(a) * 1{a allowed}`` for every ``a``.
         When nothing is allowed, ``token`` is ``None`` and the weight is 0.
     """
-    row = np.asarray(logprobs, dtype=np.float64).reshape(-1)
+    row = np.asarray(logprobs, dtype=np.float64)
+    if row.ndim != 1 and row.size != row.shape[-1]:
+        raise ValueError(f"logprobs is one row of log-probabilities, not an array of shape "
+                         f"{row.shape}")
+    row = row.reshape(-1)
+    # a NaN or +inf poisons the row's total: every key NaN, token 0 drawn, and
+    # SMC read the weight as 0 (no valid string at all)
+    bad = np.isnan(row) | (row == np.inf)
+    if bad.any():
+        t = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"logprobs[{t}] is {row[t]} (a log-probability is finite or -inf)")
+    if not isinstance(rng, np.random.Generator):
+        rng = np.random.default_rng(rng)
     vocab = getattr(constraint, "vocab", None)
     n_tokens = row.shape[0] if vocab is None else len(vocab)
     if row.shape[0] < n_tokens:

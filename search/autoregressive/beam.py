@@ -37,6 +37,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
+from search.arguments import count, finite
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_lm, constraint_eos_ids, decoder, prompt_token_ids
 from search.results import SearchResult
@@ -144,8 +145,14 @@ class _Expander:
             else:
                 ids = np.asarray(c.allowed_token_ids(h.state), dtype=np.int64)
                 ids = ids[ids < V]
+            bad = np.isnan(row) | (row == np.inf)
+            if bad.any():
+                # (NaN had been dropped as -inf; +inf scored inf)
+                t = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"the model's log-probability of token {t} is {row[t]} "
+                                 f"(a log-probability is finite or -inf)")
             vals = row[ids].astype(np.float64, copy=False)
-            ok = vals > -np.inf  # drops -inf and NaN
+            ok = vals > -np.inf
             ids, vals = ids[ok], vals[ok]
             if self.limit is not None and len(ids) > self.limit:
                 # keep the `limit` best by (priority desc, id asc), ties at the cut included
@@ -183,17 +190,15 @@ class _Expander:
         return [dataclasses.replace(h, text=decode(h.token_ids)) for h in hyps]
 
 
-def _check_args(beam_size, max_new_tokens, patience, allow_none: bool = True):
-    if beam_size is None:
-        if not allow_none:
-            raise ValueError("beam_size must be a positive integer")
-    elif isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer or None, got {beam_size!r}")
-    if isinstance(max_new_tokens, bool) or int(max_new_tokens) != max_new_tokens \
-            or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
-    if not patience > 0:
-        raise ValueError(f"patience must be > 0, got {patience!r}")
+def _check_args(beam_size, max_new_tokens, patience, length_penalty=None, length_reward=None,
+                allow_none: bool = True):
+    count("beam_size", beam_size, 1, optional=allow_none)
+    count("max_new_tokens", max_new_tokens)
+    finite("patience", patience, above=0)
+    # (a NaN reward made every priority NaN: the beams came out in any order)
+    for name, value in (("length_penalty", length_penalty), ("length_reward", length_reward)):
+        if value is not None:
+            finite(name, value)
 
 
 def _patience_counts(patience: float, beam_size: int | None) -> tuple[float, float]:
@@ -260,7 +265,7 @@ def beam_search(lm, prompt, *, constraint=None, beam_size: int | None, max_new_t
         the final beam, best first (a list of :class:`Hypothesis`, with their
         ``text`` when the model can decode).
     """
-    _check_args(beam_size, max_new_tokens, patience)
+    _check_args(beam_size, max_new_tokens, patience, length_penalty, length_reward)
     ex = _Expander(lm, prompt, constraint, beam_size, length_reward, max_new_tokens)
     key = _key_fn(_priority_fn(length_reward, int(max_new_tokens)))
     n_more, n_less = _patience_counts(patience, beam_size)
@@ -333,15 +338,14 @@ def best_first_beam_search(lm, prompt, *, constraint=None, beam_size: int | None
         when the model can decode); the empty hypothesis when ``max_new_tokens ==
         0``.
     """
-    _check_args(beam_size, max_new_tokens, patience)
+    _check_args(beam_size, max_new_tokens, patience, length_penalty, length_reward)
     if length_penalty is not None:
         raise NotImplementedError(
             "best_first_beam_search cannot rank by score / len ** alpha (not monotone); use "
             "length_reward (Meister et al.'s monotone stand-in) or beam_search")
-    if queue_factor is not None and not queue_factor > 0:
-        raise ValueError(f"queue_factor must be > 0, got {queue_factor!r}")
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if queue_factor is not None:
+        finite("queue_factor", queue_factor, above=0)
+    count("batch_size", batch_size, 1)
     ex = _Expander(lm, prompt, constraint, beam_size, length_reward, max_new_tokens)
     priority = _priority_fn(length_reward, int(max_new_tokens))
     n_more, n_less = _patience_counts(patience, beam_size)

@@ -32,11 +32,12 @@ import dataclasses
 import math
 import sys
 from dataclasses import dataclass, field
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Callable, Sequence
 
 import numpy as np
 
+from search.arguments import count, finite
 from search.autoregressive.awrs import AWRS
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import as_lm, check_constraint_vocabulary, decoder, prompt_token_ids
@@ -221,9 +222,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
     """
     if isinstance(n_particles, bool) or not isinstance(n_particles, Integral) or n_particles < 1:
         raise ValueError(f"n_particles must be an integer >= 1, got {n_particles!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if not 0.0 <= ess_threshold <= 1.0:
+    max_new_tokens = count("max_new_tokens", max_new_tokens)
+    if not 0.0 <= finite("ess_threshold", ess_threshold) <= 1.0:
         raise ValueError(f"ess_threshold must be in [0, 1], got {ess_threshold}")
     if resampling not in RESAMPLING_SCHEMES:
         raise ValueError(f"unknown resampling scheme {resampling!r}; expected one of {RESAMPLING_SCHEMES}")
@@ -245,9 +245,11 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
         try:
             return critic_cache[tokens]
         except KeyError:
-            v = float(critic(tokens))
-            if math.isnan(v) or v == math.inf:
-                raise ValueError(f"critic returned {v} for {tokens}")
+            v = critic(tokens)
+            if isinstance(v, bool) or not isinstance(v, Real) or math.isnan(v) or v == math.inf:
+                raise ValueError(f"critic returned {v!r} for {tokens}: a log-potential is a "
+                                 f"number below +inf")
+            v = float(v)
             critic_cache[tokens] = v
             return v
 
@@ -293,7 +295,8 @@ def smc(lm, prompt: str | Sequence[int], *, constraint, n_particles: int, ess_th
         ess_history.append(ess)
         log_weight_history.append(tuple(float(x) for x in log_w))
         still_live = any(not finished[i] and log_w[i] > -math.inf for i in range(n))
-        resample_now = ess > 0.0 and still_live and ess < ess_threshold * n
+        # (1 resamples every step: equal weights have ess == n exactly)
+        resample_now = ess > 0.0 and still_live and (ess_threshold >= 1.0 or ess < ess_threshold * n)
         if progress:
             alive = sum(1 for i in range(n) if not finished[i] and log_w[i] > -math.inf)
             print(f"smc: step {steps}/{max_new_tokens}: {alive} alive, {int(finished.sum())} finished, "

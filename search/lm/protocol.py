@@ -256,7 +256,8 @@ def check_prompt_ids(prompt, vocab_size: int | None) -> list[int]:
         if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
             raise TypeError(f"a prompt's token ids are integers, not {t!r}")
         if t < 0 or (vocab_size is not None and t >= vocab_size):
-            raise ValueError(f"prompt token id {int(t)} is outside the model's {vocab_size} ids")
+            raise ValueError(f"prompt token id {int(t)} is negative" if t < 0 else
+                             f"prompt token id {int(t)} is outside the model's {vocab_size} ids")
         ids.append(int(t))
     return ids
 
