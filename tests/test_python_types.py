@@ -329,3 +329,24 @@ def test_new_types_and_aliases_are_types():
     assert is_python_type(user_id) and is_python_type(ids)
     assert accepts(constrain.compile_type(user_id, BYTES), "12")
     assert accepts(constrain.compile_type(ids, BYTES), "[1,2]")
+
+
+def test_what_pydantic_checks_beyond_its_schema_is_warned():
+    """Pydantic's JSON Schema for these says less than it validates: the
+    constraint lets through outputs that fail to parse, so it says so."""
+    import decimal
+
+    from pydantic import NaiveDatetime
+
+    from constrain.frontends.python_types import unenforced
+
+    class Gaps(BaseModel):
+        by_id: dict[int, str]
+        when: NaiveDatetime
+        amount: decimal.Decimal
+
+    gaps = unenforced(Gaps)
+    assert len(gaps) == 3 and "dict keys of type int" in gaps[0]
+    with pytest.warns(UserWarning, match="may still fail to parse.*dict keys of type int"):
+        constrain.compile_type(dict[int, str], BYTES)
+    assert unenforced(Address) == [] and unenforced(dict[str, int]) == []

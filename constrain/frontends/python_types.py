@@ -24,11 +24,13 @@ from __future__ import annotations
 import copy
 import threading
 import typing
+import warnings
 
 from constrain.cache import BoundedCache, registry
 from constrain.errors import SchemaError
 
-__all__ = ["OutputType", "type_schema", "compile_type", "parse_output", "is_python_type"]
+__all__ = ["OutputType", "type_schema", "compile_type", "parse_output", "is_python_type",
+           "unenforced"]
 
 #: (type, closed, options, vocabulary) -> compiled constraint; shared by serving
 #: threads (BoundedCache locks itself), cleared by constrain.clear_caches()
@@ -200,6 +202,11 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
     def build():
         constraint = _compile_merging_sets(type_schema(tp, closed=closed), vocab, options)
         constraint.output_type = OutputType(tp, closed)
+        gaps = unenforced(tp)
+        if gaps:
+            warnings.warn(f"compile_type({_name(tp)}): Pydantic checks what its JSON Schema "
+                          f"does not state, so a complete output may still fail to parse: "
+                          f"{'; '.join(gaps)}", UserWarning, stacklevel=4)
         return constraint
 
     key = (tp, closed, tuple(sorted(options.items(), key=lambda kv: kv[0])), vocab.fingerprint)
@@ -208,6 +215,54 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
     except TypeError:  # an unhashable type or option value: not cached
         return build()
     return _COMPILED.get_or_build(key, build)
+
+
+def unenforced(tp) -> list[str]:
+    """What Pydantic validates in ``tp`` beyond the JSON Schema it writes for
+    it (so beyond what :func:`compile_type` enforces), one description each:
+    read off its core schema. User validators (``field_validator``) are not
+    listed: the docs of :meth:`OutputType.parse` say so once."""
+    from collections import deque
+
+    gaps: list[str] = []
+    queue = deque([_type_adapter(tp).core_schema])  # breadth first: fields in order
+    seen: set[int] = set()
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, list):
+            queue.extend(node)
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        gap = _gap(node)
+        if gap is not None and gap not in gaps:
+            gaps.append(gap)
+        queue.extend(v for v in node.values() if isinstance(v, (dict, list)))
+    return gaps
+
+
+def _gap(node: dict) -> str | None:
+    """The check of core-schema node ``node`` that its JSON Schema leaves out."""
+    kind = node.get("type")
+    if kind == "dict":
+        keys = node.get("keys_schema", {}).get("type", "any")
+        if keys not in ("str", "any"):
+            return f"dict keys of type {keys} (any string key is written)"
+    elif kind in ("datetime", "time") and node.get("tz_constraint") == "naive":
+        return (f"a naive {kind} (the schema's format requires an offset, which Pydantic "
+                f"refuses: no output parses)")
+    elif kind == "decimal":
+        return "a Decimal's string form, digits and places (any string is written)"
+    elif kind == "json":
+        return "the value inside a Json[...] string"
+    elif kind == "complex":
+        return "a complex number's string form"
+    elif kind in ("url", "multi-host-url") and node.get("allowed_schemes"):
+        return f"URL schemes ({', '.join(node['allowed_schemes'])})"
+    elif kind == "bytes" and ("max_length" in node or "min_length" in node):
+        return "bytes lengths (counted in characters, not bytes)"
+    return None
 
 
 def _compile_merging_sets(schema: dict, vocab, options: dict):
