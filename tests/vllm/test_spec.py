@@ -160,3 +160,49 @@ def test_backend_stop_tokens_follow_acceptance():
     other = constrain.allocate_bitmask(2, len(vocab), backend="torch")
     grammar.fill_bitmask(other, 0)
     assert {t for t in stops if other[0].numpy().view("uint32")[t >> 5] >> (t & 31) & 1} == stops
+
+
+def test_specs_nested_too_deeply_are_refused_by_name():
+    """Past Python's recursion both were a RecursionError, which vLLM does not
+    turn into a validation error."""
+    from constrain.engines.vllm.logits_processor import request_spec
+
+    deep: dict = {}
+    node = deep
+    for _ in range(3000):
+        node["items"] = {}
+        node = node["items"]
+    with pytest.raises(constrain.SchemaTooComplexError, match="nests too deeply"):
+        parse_spec({"json_schema": deep})
+
+    class Params:
+        extra_args = {"trellis": '{"json_schema": ' + "[" * 100_000}
+
+    with pytest.raises(SpecError, match="nests too deeply"):
+        request_spec(Params())
+
+
+def test_the_processor_loads_under_model_runner_v2():
+    """vLLM's Model Runner V2 (the GPU build's default) loads every installed
+    logits-processor plugin through its own interface and refused this one:
+    no engine in the environment could start. Now it loads, declines every
+    request, and its front end refuses a Trellis spec with the way out."""
+    pytest.importorskip("vllm.v1.worker.gpu.sample.logits_processor.loader")
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.worker.gpu.sample.logits_processor.loader import (
+        _load_v2_logitsprocs, build_custom_logits_processors_params_validator)
+
+    from constrain.engines.vllm.logits_processor import TrellisLogitsProcessor
+
+    assert TrellisLogitsProcessor in _load_v2_logitsprocs(None)
+    validate = build_custom_logits_processors_params_validator(())
+    validate(SamplingParams(max_tokens=4))  # no spec: untouched
+    with pytest.raises(VLLMValidationError, match="VLLM_USE_V2_MODEL_RUNNER=0"):
+        validate(SamplingParams(max_tokens=4, extra_args={"trellis": {"regex": "[0-9]+"}}))
+    processor = TrellisLogitsProcessor(object(), object())  # (vllm_config, req_states)
+    assert processor.add_request(0, SamplingParams(max_tokens=4)) is False
+    import torch
+
+    logits = torch.zeros(2, 5)
+    assert processor.apply(logits, object()) is logits

@@ -78,7 +78,9 @@ class TrellisBackend(StructuredOutputBackend):
     backend), a cache of compiled constraints, and a matcher per request."""
 
     def __post_init__(self):
-        self.json_whitespace = sources.backend_json_whitespace()
+        so_config = getattr(self.vllm_config, "structured_outputs_config", None)
+        self.json_whitespace = sources.backend_json_whitespace(
+            bool(getattr(so_config, "disable_any_whitespace", False)))
         self.source = sources.source_for(self.tokenizer, self.vocab_size,
                                          json_whitespace=self.json_whitespace, warm=True)
         spec_config = self.vllm_config.speculative_config

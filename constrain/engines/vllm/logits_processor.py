@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import numpy as np
 
@@ -31,6 +32,17 @@ from vllm.v1.sample.logits_processor import (  # noqa: E402
     LogitsProcessor,
     MoveDirectionality,
 )
+
+try:  # Model Runner V2's interface (import-light by vLLM's design)
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import (  # noqa: E402
+        LogitsProcessor as _V2LogitsProcessor,
+    )
+except ImportError:  # pragma: no cover - a vLLM without the V2 runner
+    _V2LogitsProcessor = None
+
+#: the module whose params validator calls ``validate_params`` under Model
+#: Runner V2 (``build_custom_logits_processors_params_validator``)
+_V2_LOADER = "vllm.v1.worker.gpu.sample.logits_processor.loader"
 
 from constrain.engines.vllm import sources  # noqa: E402
 from constrain.engines.vllm.spec import (  # noqa: E402
@@ -63,6 +75,11 @@ def request_spec(sampling_params):
         except json.JSONDecodeError as exc:
             raise SpecError(f"the {EXTRA_ARGS_KEY!r} spec is not valid JSON: {exc.msg} "
                             f"(line {exc.lineno}, column {exc.colno})") from None
+        except UnicodeDecodeError as exc:
+            raise SpecError(f"the {EXTRA_ARGS_KEY!r} spec is not UTF-8 text ({exc.reason} at "
+                            f"byte {exc.start})") from None
+        except RecursionError:  # json's own parser, ~100,000 levels deep
+            raise SpecError(f"the {EXTRA_ARGS_KEY!r} spec nests too deeply to read") from None
     return parse_spec(raw)
 
 
@@ -96,9 +113,28 @@ class _Row:
         self.dead = False
 
 
-class TrellisLogitsProcessor(LogitsProcessor):
+def _called_by_v2_runner(depth: int = 2) -> bool:
+    """Whether the caller ``depth`` frames up is Model Runner V2's params
+    validator: :meth:`TrellisLogitsProcessor.validate_params` is shared by
+    both runners' front ends, and only the frame that calls it says which."""
+    frame = sys._getframe(depth)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame is not None and frame.f_globals.get("__name__") == _V2_LOADER
+
+
+class TrellisLogitsProcessor(*(b for b in (LogitsProcessor, _V2LogitsProcessor) if b is not None)):
     """Masks the logits of every request that carries a Trellis spec so that
     its output follows the spec's constraint; other rows are left untouched.
+
+    A vLLM V1-interface processor. vLLM's Model Runner V2 (the default of GPU
+    builds with Triton) loads every installed ``vllm.logits_processors``
+    plugin through its own interface and refused this one, which stopped
+    every engine in the environment from starting, Trellis used or not. So
+    the class also has V2's interface, where it constrains nothing: there
+    :meth:`validate_params` refuses a request with a Trellis spec, naming the
+    routes that work (``VLLM_USE_V2_MODEL_RUNNER=0``, or the structured-output
+    backend), and every other request passes untouched.
 
     Rows follow the :class:`BatchUpdate` of each step exactly (removed, then
     added, then moved, swaps included), and each row's matcher catches up with
@@ -110,7 +146,11 @@ class TrellisLogitsProcessor(LogitsProcessor):
     once, off the GIL), else row by row.
     """
 
-    def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool):
+    def __init__(self, vllm_config, *args):
+        # V1: (vllm_config, device, is_pin_memory); V2: (vllm_config, req_states)
+        self.v2 = len(args) == 1
+        if self.v2:
+            return
         from vllm.tokenizers import cached_tokenizer_from_config
 
         model_config = vllm_config.model_config
@@ -138,6 +178,11 @@ class TrellisLogitsProcessor(LogitsProcessor):
         spec = request_spec(sampling_params)
         if spec is None:
             return
+        if _called_by_v2_runner():
+            raise SpecError("this engine runs vLLM's Model Runner V2, where the Trellis logits "
+                            "processor constrains nothing, so the 'trellis' spec would be "
+                            "ignored: start the engine with VLLM_USE_V2_MODEL_RUNNER=0, or ask "
+                            "through structured_outputs with the trellis backend")
         fe = sources.front_end()
         if fe is not None and fe.tokenizer is None:
             raise SpecError("a 'trellis' spec needs the model's tokenizer, but the engine was "
@@ -212,9 +257,14 @@ class TrellisLogitsProcessor(LogitsProcessor):
                 break
             row.consumed += 1
 
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mask the rows with a spec in place; other rows keep their logits."""
-        if not self.rows:
+    def add_request(self, req_idx: int, sampling_params) -> bool:
+        """Model Runner V2: decline every request (its specs were refused)."""
+        return False
+
+    def apply(self, logits: torch.Tensor, ctx=None) -> torch.Tensor:
+        """Mask the rows with a spec in place; other rows keep their logits.
+        (Model Runner V2 passes ``ctx``: there nothing is masked.)"""
+        if self.v2 or not self.rows:
             return logits
         n = logits.shape[0]
         bitmask = self.bitmask[:n]

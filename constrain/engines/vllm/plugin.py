@@ -129,6 +129,8 @@ def _validate_trellis_request(params, model_config, tokenizer) -> None:
     so._backend = "trellis"
     so._backend_was_auto = False
     check_json_nesting(so.json)
+    # (as vLLM's own validation does: a tag 2,000 deep was a RecursionError)
+    check_json_nesting(so.structural_tag, structural_tag=True)
     try:
         spec = spec_from_key(*get_structured_output_key(so), backend_json_whitespace())
         source_for(tokenizer, model_config.get_vocab_size(),

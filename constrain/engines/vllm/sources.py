@@ -59,10 +59,13 @@ def warm_kernels(vocab: Vocabulary) -> float:
     return warm_up(vocab)
 
 
-def backend_json_whitespace() -> str:
+def backend_json_whitespace(disable_any_whitespace: bool = False) -> str:
     """The JSON style of the backend route: ``$TRELLIS_VLLM_JSON_WHITESPACE``
-    (``compact`` or ``flexible``), default ``flexible``."""
-    value = os.environ.get(JSON_WHITESPACE_ENV, "flexible")
+    (``compact`` or ``flexible``) when set, else ``compact`` when vLLM's
+    ``structured_outputs_config.disable_any_whitespace`` is (as xgrammar's
+    backend reads it), else ``flexible``."""
+    value = os.environ.get(JSON_WHITESPACE_ENV) or (
+        "compact" if disable_any_whitespace else "flexible")
     if value not in ("compact", "flexible"):
         from constrain.errors import ConstraintError
 

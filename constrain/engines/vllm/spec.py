@@ -27,7 +27,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from constrain.compiler import DEFAULT_CACHE_BYTES, Compiler
-from constrain.errors import ConstraintError, SchemaError
+from constrain.errors import ConstraintError, SchemaError, SchemaTooComplexError
+from constrain.frontends.json_schema.document import read_json_text
 from constrain.limits import Limits
 from constrain.protocol import Constraint
 from constrain.vocab.vocabulary import Vocabulary
@@ -123,15 +124,9 @@ def _check_option(kind: str, name: str, value):
 def _schema_text(value, kind: str = "json_schema") -> str:
     """A schema or structural tag (dict, bool or JSON text) as JSON text, key
     order kept (it is the order of the generated properties)."""
-    if isinstance(value, (bytes, bytearray)):
-        value = value.decode("utf-8")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            what = "JSON schema" if kind == "json_schema" else "structural tag"
-            raise SchemaError(f"the {what} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                              f"column {exc.colno}", "") from None
+    what = "JSON schema" if kind == "json_schema" else "structural tag"
+    if isinstance(value, (str, bytes, bytearray)):
+        value = read_json_text(value, what)
     if not isinstance(value, (dict, bool)):
         raise SpecError(f"{kind!r} must be a JSON object, a boolean or its JSON text, not "
                         f"{type(value).__name__}")
@@ -139,6 +134,8 @@ def _schema_text(value, kind: str = "json_schema") -> str:
         return json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{kind!r} is not JSON data: {exc}") from None
+    except RecursionError:  # json.dumps, past ~1,000 levels
+        raise SchemaTooComplexError(f"the {what} nests too deeply to compile", "") from None
 
 
 def _check_choices(value) -> list[str]:
