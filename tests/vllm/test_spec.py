@@ -143,7 +143,7 @@ def test_backend_stop_tokens_follow_acceptance():
     stops = {ord("b"), 40, 63}
     grammar = TrellisGrammar(g, stop_token_ids=stops | {256})
     bitmask = constrain.allocate_bitmask(2, len(vocab), backend="torch")
-    for text in ("", "a", "ab", "abbc"):
+    for text in ("", "a", "ac"):
         grammar.reset()
         assert grammar.accept_tokens("r", list(text.encode()))
         grammar.fill_bitmask(bitmask, 1)
@@ -156,6 +156,15 @@ def test_backend_stop_tokens_follow_acceptance():
         if g.is_accepting(state):
             expected |= stops
         assert allowed == expected, text
+    # a stop token is never text, as the mask says: validate and accept took b
+    # as text where the mask refused it (xgrammar's backend refuses it too)
+    grammar.reset()
+    assert grammar.validate_tokens(list(b"abc")) == [ord("a")]
+    assert not grammar.accept_tokens("r", list(b"ab"))
+    grammar.reset()
+    assert grammar.accept_tokens("r", list(b"acb")) and grammar.is_terminated()
+    grammar.reset()
+    assert grammar.accept_tokens("r", list(b"ac"))
     # a tensor the grammar has not seen (vLLM keeps one; a new one is viewed anew)
     other = constrain.allocate_bitmask(2, len(vocab), backend="torch")
     grammar.fill_bitmask(other, 0)

@@ -134,8 +134,10 @@ class TrellisGrammar(StructuredOutputGrammar):
 
     def _accept(self, token: int) -> bool:
         m = self.matcher
-        if token in self._stops and m.is_accepting():
-            return m.accept_token(self._eos)
+        if token in self._stops:
+            # a stop token ends the output, never text: its mask bit says the
+            # same (validate and accept took one as text where the mask refused it)
+            return m.is_accepting() and m.accept_token(self._eos)
         return m.accept_token(token)
 
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
@@ -163,9 +165,9 @@ class TrellisGrammar(StructuredOutputGrammar):
         accepted = []
         for t in tokens:
             t = int(t)
-            if probe.is_terminated() or not (probe.accept_token(self._eos)
-                                             if t in self._stops and probe.is_accepting()
-                                             else probe.accept_token(t)):
+            if probe.is_terminated() or not (
+                    (probe.is_accepting() and probe.accept_token(self._eos)) if t in self._stops
+                    else probe.accept_token(t)):
                 break
             accepted.append(t)
         return accepted
