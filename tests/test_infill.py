@@ -24,6 +24,7 @@ import pytest
 
 from constrain import (
     GrammarError,
+    InvalidStateError,
     GrammarTooComplexError,
     Vocabulary,
     clear_caches,
@@ -409,7 +410,8 @@ def test_fim_allowed():
     assert 6 in fim_allowed(BRACKETS, [4], [], vocab=vocab, candidates=[6])
     assert 6 not in fim_allowed(BRACKETS, [0], [], vocab=vocab, candidates=[6])
     g = compile_regex(r"\(\[\]\)|\(\)", vocab)
-    assert fim_allowed(g, [0], [")"], vocab=vocab) == [2]   # "(" "[" … ")": only "([])"
+    # "(" "[" … ")": only "([])"; and EOS, a default candidate: "()" is complete
+    assert fim_allowed(g, [0], [")"], vocab=vocab) == [2, 6]
 
 
 def test_grammar_errors():
@@ -459,3 +461,88 @@ def test_terminals_are_what_lark_matches():
         parser.parse("120")
     assert can_complete("start: A\nA: /120|12/", ["120"])
     assert Oracle("start: A\nA: /120|12/")("120")
+
+
+# -- budgets, hangs and inputs (a review against brute force found each) -------------------
+
+
+def test_long_regex_holes_end():
+    """Hole(0, N) stepped N times over a DFA with a cycle (Hole(0, 10**9): hours);
+    Hole(N, ...) stepped N times too."""
+    v = Vocabulary.from_tokens([b"a", b"b", b"</s>"], eos_token_ids=[2])
+    c = compile_regex("(ab)*a?", v)
+    for hole in (Hole(0, 10**9), Hole(10**9), Hole(10**9 + 1, 10**9 + 5), Hole(10**9, 10**9)):
+        assert can_complete_regex(c, ["a", hole, "b"])
+    assert not can_complete_regex(c, ["a", Hole(10**9, 10**9), "a"])  # only ...ab(ab)*: even
+    # exact against a walk of every filling for small bounds
+    for lo, hi in itertools.product(range(5), range(5)):
+        if hi < lo:
+            continue
+        for text in ("", "a", "b", "ab", "ba"):
+            expected = any(re.fullmatch("(ab)*a?", "a" + "".join(m) + text)
+                           for n in range(lo, hi + 1) for m in itertools.product("ab", repeat=n))
+            assert can_complete_regex(c, ["a", Hole(lo, hi), text]) == expected, (lo, hi, text)
+
+
+def test_the_infilling_check_budgets_its_tables_and_witness():
+    """_fixpoint wrote two n x n tables per symbol before any step (4.9 GB and a
+    bare MemoryError for 60 symbols over 3,000 states); a witness may be
+    exponentially long (n_i: n_{i+1} n_{i+1}) and was built leaf by leaf."""
+    rules = "".join(f"n{i}: n{i + 1} n{i + 1}\n" for i in range(30)) + 'n30: "a"\nstart: n0\n'
+    assert can_complete(rules, [Hole()])
+    with pytest.raises(GrammarTooComplexError, match="max_work"):
+        find_completion(rules, [Hole()])
+    many = "start: " + " ".join(f"r{i}" for i in range(60)) + "\n" + \
+        "".join(f'r{i}: "a" | "b"\n' for i in range(60))
+    with pytest.raises(GrammarTooComplexError, match="max_work"):
+        can_complete(many, [Hole(0, 750)], vocab=Vocabulary.from_tokens(
+            [b"a", b"b", b"ab", b"ba", b"</s>"], eos_token_ids=[4]))
+
+
+def test_runs_through_eos_special_and_padding_ids_fill_nothing():
+    """The grammar path spelled EOS as the text '</s>', a special token as its
+    text and a padding id as nothing; the regex path dropped such runs, and the
+    compiled grammar refuses them."""
+    v = Vocabulary.from_tokens([b"a", b"</s>", b"<sp>", None, b"<", b"/", b"s", b">", b"p"],
+                               eos_token_ids=[1], special_token_ids=[2])
+    for text, run in (("a</s>", [0, 1]), ("a<sp>", [0, 2]), ("a", [0, 3])):
+        grammar = "start: /" + text.replace("/", "\\/") + "/"
+        assert not can_complete(grammar, [run], vocab=v)
+        assert can_complete(grammar, [text], vocab=v)
+
+
+def test_fim_candidates_and_bounds():
+    v = Vocabulary.from_tokens([b"a", b"b", b"</s>"], eos_token_ids=[2])
+    g = 'start: "a" "b"?'
+    # EOS is a default candidate: "a" is complete (it was never offered)
+    assert fim_allowed(g, [0], [], vocab=v) == [1, 2]
+    # no room for a candidate (0 returned [0], -3 too)
+    assert fim_allowed(g, [], [], vocab=v, max_middle_tokens=0) == []
+    assert fim_allowed(g, [0], [], vocab=v, max_middle_tokens=0) == [2]
+    for bad in (-3, 1.5, "2"):
+        with pytest.raises(ValueError, match="max_middle_tokens"):
+            fim_allowed(g, [], [], vocab=v, max_middle_tokens=bad)
+    # an id past the vocabulary was an IndexError, -1 read it from the end, 1.9 was 1
+    for bad in ([3], [-1], [1.9]):
+        with pytest.raises(ValueError, match="candidate"):
+            fim_allowed(g, [0], [], vocab=v, candidates=bad)
+
+
+def test_analysis_inputs_are_checked():
+    v = Vocabulary.from_tokens([b"a", b"</s>"], eos_token_ids=[1])
+    c = compile_regex("a+", v)
+    for state in (1.7, "1"):  # int() took both for state 1
+        with pytest.raises(InvalidStateError):
+            can_complete_regex(c, [Hole()], state=state)
+    with pytest.raises(TypeError, match="segment 0"):
+        can_complete_regex(c, [5], state=-1)  # (TERMINATED: len(5) was the error)
+    with pytest.raises(TypeError, match="DFAConstraint"):
+        can_complete_regex(compile_grammar('start: "a"', v), ["a"])
+    for name in ("max_states", "max_work"):
+        with pytest.raises(ValueError, match=name):
+            can_complete('start: "a"', ["a"], **{name: None})
+    with pytest.raises(TypeError, match="Vocabulary"):
+        can_complete('start: "a"', [Hole(1, 1)], vocab="x")
+    # a check of the text cannot see token budgets: refused, as fim_allowed does
+    with pytest.raises(GrammarError, match="token budgets"):
+        can_complete('start[max_tokens=1]: "a"+', ["aaa"])

@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from constrain.analysis.partial_output import DEFAULT_MAX_STATES, PartialOutput, partial_output
-from constrain.analysis.prepared import PreparedGrammar, prepare
-from constrain.errors import GrammarTooComplexError
+from constrain.analysis.prepared import PreparedGrammar, prepare, refuse_budgets
+from constrain.errors import GrammarTooComplexError, as_index
 
 #: Default work budget: elementary steps (product-automaton edges + bytes of packed
 #: rows combined). About 4 million steps a second were measured on this team's
@@ -107,6 +107,10 @@ def _fixpoint(g: PreparedGrammar, P: PartialOutput, budget: _Budget, stop_early:
     derived at time ``t`` rests only on facts of smaller times, which makes
     witness extraction well-founded."""
     n = P.n
+    # two n x n tables per symbol (9 bytes a cell), written whole before any
+    # step: 60 symbols over a 3,000-state partial output were 4.9 GB, and a
+    # bare MemoryError
+    budget.spend(n * n * (len(g.dfas) + len(g.nonterminals)))
     R: list = [None] * g.n_symbols
     T: list = [None] * g.n_symbols
     for t, dfa in g.dfas.items():
@@ -172,12 +176,21 @@ def _terminal_witness(trans, accepting, P: PartialOutput, p: int, p2: int) -> by
     raise AssertionError("terminal relation without a witness")
 
 
-def _witness(g: PreparedGrammar, P: PartialOutput, R, T, sym: int, p: int, p2: int) -> bytes:
+#: the work a witness charges per symbol it expands (~25 us each, where the
+#: budget's steps are ~0.25 us)
+_WITNESS_STEP = 100
+
+
+def _witness(g: PreparedGrammar, P: PartialOutput, R, T, sym: int, p: int, p2: int,
+             budget: _Budget) -> bytes:
     """A string derived from ``sym`` spanning ``p → p2`` (iterative, by
-    decreasing derivation time)."""
+    decreasing derivation time). It may be exponentially long in the
+    grammar's size (``n_i: n_{i+1} n_{i+1}``), so each expansion counts
+    against ``budget``."""
     out = []
     stack = [(sym, p, p2)]
     while stack:
+        budget.spend(_WITNESS_STEP)
         s, a, b = stack.pop()
         if s in g.dfas:
             trans, acc = g.dfas[s]
@@ -230,11 +243,15 @@ def find_completion(grammar, segments: Sequence, *, vocab=None,
         vocab: a :class:`constrain.Vocabulary`: token runs are spelled through it
             and holes count its tokens (without it, holes count characters).
         max_states: the partial output's largest automaton.
-        max_work: the fixpoint's largest number of elementary steps.
+        max_work: the largest number of elementary steps: the fixpoint's, its
+            tables' (two per symbol, as many cells as the partial output has
+            states squared) and the witness's (which may be exponentially
+            long in the grammar's size: ``n_i: n_{i+1} n_{i+1}``).
 
     Raises:
         constrain.GrammarTooComplexError: a budget was exceeded.
-        constrain.GrammarError: the grammar is rejected.
+        constrain.GrammarError: the grammar is rejected, or has token budgets
+            (``rule[max_tokens=N]``), which a check of the text cannot see.
     """
     return _decide(grammar, segments, vocab, max_states, max_work, witness=True)
 
@@ -252,16 +269,22 @@ def can_complete(grammar, segments: Sequence, *, vocab=None,
 
 def _decide(grammar, segments, vocab, max_states, max_work, witness):
     g = prepare(grammar)
+    if g.budgets:
+        refuse_budgets(grammar, "find_completion" if witness else "can_complete")
+    for name, value in (("max_states", max_states), ("max_work", max_work)):
+        if as_index(value, lambda: ValueError(f"{name} must be a count, not {value!r}")) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
     P = partial_output(segments, vocab, max_states=max_states)
     if not P.accepting.any():
         return None
-    R, T = _fixpoint(g, P, _Budget(max_work), stop_early=not witness)
+    budget = _Budget(max_work)
+    R, T = _fixpoint(g, P, budget, stop_early=not witness)
     finals = np.flatnonzero(R[g.top][0] & P.accepting)
     if not len(finals):
         return None
     if not witness:
         return b""
-    return _witness(g, P, R, T, g.top, 0, int(finals[0]))
+    return _witness(g, P, R, T, g.top, 0, int(finals[0]), budget)
 
 
 __all__ = ["can_complete", "find_completion", "DEFAULT_MAX_WORK"]

@@ -8,6 +8,7 @@ from typing import Sequence
 from constrain.analysis.emptiness import can_complete
 from constrain.analysis.partial_output import Hole
 from constrain.analysis.regular import can_complete_regex
+from constrain.errors import as_index
 from constrain.regular.regex import DFAConstraint
 
 
@@ -31,7 +32,8 @@ def fim_allowed(grammar, prefix: Sequence[int], suffix: Sequence, *, vocab,
         suffix: segments after the middle (``str``, ``bytes``, token-id lists).
         vocab: the vocabulary; candidates default to all its grammar tokens.
         candidates: the token ids to check.
-        max_middle_tokens: the longest middle, the candidate included.
+        max_middle_tokens: the longest middle, the candidate included (0: none,
+            so only EOS can be allowed).
         budgets: ``max_states`` / ``max_work``, passed to :func:`can_complete`.
 
     Raises:
@@ -43,16 +45,29 @@ def fim_allowed(grammar, prefix: Sequence[int], suffix: Sequence, *, vocab,
         from constrain.analysis.prepared import refuse_budgets
 
         refuse_budgets(grammar, "fim_allowed")
+    n = len(vocab)
     if candidates is None:
-        candidates = [i for i in range(len(vocab)) if vocab.grammar_token_list[i]]
-    rest = None if max_middle_tokens is None else max(0, max_middle_tokens - 1)
+        # EOS too: it is allowed when prefix + suffix is complete
+        candidates = [i for i in range(n) if vocab.grammar_token_list[i]
+                      or i in vocab.eos_token_set]
+    if max_middle_tokens is not None:
+        max_middle_tokens = as_index(max_middle_tokens, lambda: ValueError(
+            f"max_middle_tokens must be a count, not {max_middle_tokens!r}"))
+        if max_middle_tokens < 0:
+            raise ValueError(f"max_middle_tokens must be >= 0, got {max_middle_tokens}")
+    # (0 left no room for the candidate itself: only EOS fits)
+    rest = None if not max_middle_tokens else max_middle_tokens - 1
     middle = Hole(0, rest)
     out = []
     for t in candidates:
-        t = int(t)
+        # (an id past the vocabulary was an IndexError, -1 read it from the end,
+        # 1.9 was token 1)
+        t = as_index(t, lambda: ValueError(f"candidate {t!r} is not a token id"))
+        if not 0 <= t < n:
+            raise ValueError(f"candidate {t} is not one of the vocabulary's 0..{n - 1}")
         if t in vocab.eos_token_set:
             segs = [list(prefix), *suffix]
-        elif not vocab.grammar_token_list[t]:
+        elif not vocab.grammar_token_list[t] or max_middle_tokens == 0:
             continue
         else:
             segs = [list(prefix) + [t], middle, *suffix]

@@ -201,6 +201,9 @@ def partial_output(segments: Sequence, vocab=None, *,
     language, fewer states; the subset construction can blow up on long token
     holes, hence off by default).
 
+    A run through an id that is no grammar token (EOS, a special or padding
+    id) spells no text of the language: the automaton is then empty.
+
     Raises:
         GrammarTooComplexError: more than ``max_states`` states.
         ValueError: a token run without ``vocab``, a token id outside it, or
@@ -210,6 +213,10 @@ def partial_output(segments: Sequence, vocab=None, *,
     nb = _NFABuilder(max_states)
     tokens = None
     if vocab is not None:
+        from constrain.vocab.vocabulary import Vocabulary
+
+        if not isinstance(vocab, Vocabulary):
+            raise TypeError(f"vocab must be a constrain.Vocabulary, not {type(vocab).__name__}")
         tokens = [bytes(vocab.tokens[i]) for i in range(len(vocab)) if vocab.grammar_token_list[i]]
     start = cur = nb.new()
     for k, seg in enumerate(segments):
@@ -249,6 +256,12 @@ def partial_output(segments: Sequence, vocab=None, *,
                 i = as_index(t, bad)
                 if not 0 <= i < n:
                     raise bad()
+                if not vocab.grammar_token_list[i]:
+                    # EOS, a special or a padding id spells no text of the
+                    # language: nothing fills a run through one (it read EOS
+                    # as the text "</s>"), as can_complete_regex drops it
+                    cur = nb.new()  # unreachable: the language is empty
+                    continue
                 cur = nb.chain(cur, vocab.tokens[i])
         else:
             raise bad_segment(k, seg)

@@ -24,7 +24,16 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
     Reachability over the token transition graph (the DFA view of Mündler et al.
     2025's check; DINGO, Suresh et al. 2025, uses the same graph).
     """
-    start = grammar.initial_state() if state is None else int(state)
+    from constrain.regular.regex import DFAConstraint
+
+    if not isinstance(grammar, DFAConstraint):
+        raise TypeError(f"can_complete_regex takes a DFAConstraint (a compiled regex), not "
+                        f"{type(grammar).__name__}: use can_complete for grammars")
+    # (int() took 1.7 and '1' for state 1)
+    start = grammar.initial_state() if state is None else grammar.check_state(state)
+    for k, seg in enumerate(segments):
+        if not isinstance(seg, (str, bytes, bytearray, Hole, list, tuple, np.ndarray)):
+            raise bad_segment(k, seg)
     if grammar.is_terminated(start):
         # after EOS only the empty continuation remains
         return all((isinstance(s, Hole) and s.min_tokens == 0)
@@ -40,34 +49,51 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
         return nxt
 
     for k, seg in enumerate(segments):
-        if not isinstance(seg, (str, bytes, bytearray, Hole, list, tuple, np.ndarray)):
-            raise bad_segment(k, seg)
         if not cur:
             return False
         if isinstance(seg, (str, bytes, bytearray)):
             data = text_bytes(k, seg) if isinstance(seg, str) else bytes(seg)
             cur = {q for q in (dfa.walk(data, q) for q in cur) if q != DEAD}
         elif isinstance(seg, Hole):
-            for _ in range(seg.min_tokens):
-                cur = step(cur)
+            cur = _steps(step, cur, seg.min_tokens)
+            # then up to max - min more: breadth first from cur, each state once
+            # (a state within m steps is one whose distance is at most m), so at
+            # most one layer per state (Hole(0, 10**9) stepped 10**9 times)
             total = set(cur)
             layer = set(cur)
-            if seg.max_tokens is None:
-                while layer:
-                    layer = step(layer) - total
-                    total |= layer
-            else:
-                for _ in range(seg.max_tokens - seg.min_tokens):
-                    if not layer:
-                        break
-                    layer = step(layer)
-                    total |= layer
+            left = None if seg.max_tokens is None else seg.max_tokens - seg.min_tokens
+            while layer and (left is None or left > 0):
+                layer = step(layer) - total
+                total |= layer
+                if left is not None:
+                    left -= 1
             cur = total
         else:
             # a run through EOS is dropped: the segments are text of the language, EOS is not
             cur = {q for q in (grammar.advance_many(q, seg) for q in cur)
                    if q is not None and not grammar.is_terminated(q)}
     return any(grammar.is_accepting(q) for q in cur)
+
+
+def _steps(step, cur: set, n: int) -> set:
+    """``step`` applied ``n`` times to ``cur``: the sets repeat with a period
+    (``step`` is a function of the set), so once one comes back the rest of
+    the ``n`` steps is that many steps of the cycle."""
+    seen: dict[frozenset, int] = {}
+    i = 0
+    while i < n:
+        key = frozenset(cur)
+        if key in seen:
+            period = i - seen[key]
+            for _ in range((n - i) % period):
+                cur = step(cur)
+            return cur
+        seen[key] = i
+        cur = step(cur)
+        i += 1
+        if not cur:
+            return cur
+    return cur
 
 
 __all__ = ["can_complete_regex"]
