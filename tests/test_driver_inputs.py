@@ -327,3 +327,42 @@ def test_answers_keep_their_digits():
     assert extract_answer("#### 9007199254740993") == "9007199254740993"
     assert [extract_answer(t) for t in ("#### 36.0", "#### 1,234", "so 3.50", "#### -0")] == \
         ["36", "1234", "3.5", "0"]
+
+
+@pytest.mark.parametrize("method", ["none", "dingo"])
+def test_diffusion_with_every_token_impossible_ends(tiny, method):
+    """A position whose every score is -inf (a temperature so small that
+    logp / T overflows, or a model giving every token probability zero): argmax
+    picked the mask id, the position stayed masked, and the block's loop ran for
+    ever. Now the position is filled and the result says it is invalid."""
+    grammar = constrain.compile_regex(r"[a-z]{4}", tiny.vocab)
+
+    class Impossible:
+        mask_token_id = tiny.mask_token_id
+        vocab_size = tiny.vocab_size
+
+        def logprobs(self, canvas):
+            return np.full((1, np.asarray(canvas).shape[1], self.vocab_size), -np.inf)
+
+    r = diffusion_generate(Impossible(), constraint=grammar, gen_length=4, steps=4, method=method)
+    assert tiny.mask_token_id not in r.token_ids and r.valid is False
+    # an overflowing temperature is the argmax, as the other drivers read it
+    r = diffusion_generate(tiny, constraint=constrain.compile_regex(r"[a-z]{24}", tiny.vocab),
+                           gen_length=24, method=method, temperature=1e-310)
+    assert tiny.mask_token_id not in r.token_ids
+
+
+def test_diffusion_model_and_vocabulary_must_agree(tiny):
+    grammar = constrain.compile_regex(r"[a-z]{4}", tiny.vocab)
+
+    class Wider:
+        mask_token_id = tiny.mask_token_id
+        vocab_size = tiny.vocab_size + 1
+
+        def logprobs(self, canvas):
+            return np.zeros((1, np.asarray(canvas).shape[1], self.vocab_size))
+
+    with pytest.raises(ValueError, match="vocab_size"):
+        diffusion_generate(Wider(), constraint=grammar, gen_length=4, method="dingo")
+    with pytest.raises(ValueError, match="temperature"):
+        diffusion_generate(tiny, constraint=grammar, gen_length=4, temperature="1")

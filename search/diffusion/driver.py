@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from search.arguments import finite
 from search.legacy import accepts_old_call_forms
 from search.lm.protocol import prompt_token_ids
 from search.results import SearchResult
@@ -322,8 +323,7 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
                 or value < least:
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    if not temperature >= 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    finite("temperature", temperature, at_least=0)
     if vocab is None:
         vocab = getattr(constraint, "vocab", None) or getattr(lm, "vocab", None)
     block_length = gen_length if block_length is None else block_length
@@ -335,6 +335,15 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
         raise ValueError("steps must be a multiple of the number of blocks")
     spb = steps // n_blocks
     mask_id = lm.mask_token_id
+    V = lm.vocab_size
+    if isinstance(mask_id, (bool, np.bool_)) or not isinstance(mask_id, (int, np.integer)) \
+            or not 0 <= mask_id < V:
+        raise ValueError(f"the model's mask_token_id {mask_id!r} is not one of its {V} ids")
+    if vocab is not None and constraint is not None and V != len(vocab):
+        # (a column past the vocabulary reached DINGO as its mask column and
+        # wrote -1 into the canvas; fewer columns were an error naming neither)
+        raise ValueError(f"the model scores {V} ids (its vocab_size) but the constraint's "
+                         f"vocabulary has {len(vocab)}: they must be the same ids")
     eos_ids = np.asarray(vocab.eos_token_ids if vocab is not None else
                          getattr(lm, "eos_token_ids", ()), dtype=np.int64)
     eos_set = set(eos_ids.tolist())
@@ -342,7 +351,6 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
     prompt = prompt_token_ids(lm, prompt)
     P0 = len(prompt)
     canvas = np.array(list(prompt) + [mask_id] * gen_length, dtype=np.int64)
-    V = lm.vocab_size
     score = 0.0
     history = []
     stuck = None
@@ -378,25 +386,30 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
             turn += 1
             lp = np.asarray(lm.logprobs(canvas[None, :]), dtype=np.float64)[0, P0:]
             lp[:, mask_id] = -np.inf
+            scores = lp.copy()
             if temperature > 0:
-                scores = lp / temperature + rng.gumbel(size=lp.shape)
-            else:
-                scores = lp.copy()
+                with np.errstate(over="ignore"):
+                    scaled = lp / temperature
+                # a temperature so small that logp / T overflows (1e-310) is the
+                # argmax, the softmax's limit (every score was -inf: no token)
+                noise = rng.gumbel(size=lp.shape)
+                if np.isfinite(scaled[np.isfinite(lp)]).all():
+                    scores = scaled + noise
             rand = rng.random(size=gen_length)  # drawn every step: same stream for all methods
             x0 = {}
             if method == "none" or stuck is not None:
                 # past completion (or without a constraint): the model's own choice
                 for i in masked:
-                    x0[i] = int(np.argmax(scores[i]))
+                    x0[i] = _model_choice(scores[i], mask_id)
             elif method == "naive":
                 ok, masks = position_masks(constraint, list(gen), mask_id, masked)
                 for i in masked:
                     m = masks[i]
-                    x0[i] = int(m[np.argmax(scores[i, m])]) if len(m) else int(np.argmax(scores[i]))
+                    x0[i] = int(m[np.argmax(scores[i, m])]) if len(m) else _model_choice(scores[i], mask_id)
             elif method == "dingo":
                 x0 = dingo_proposal(constraint, gen, scores, s, e, mask_id, eos_ids, V)
                 if x0 is None:  # no completion left: the model's own choice
-                    x0 = {i: int(np.argmax(scores[i])) for i in masked}
+                    x0 = {i: _model_choice(scores[i], mask_id) for i in masked}
             kept = None
             if method == "infill" and stuck is None:
                 kept, rejected = _infill_keep(gen, masked, scores, lp, k, rand, remasking,
@@ -407,7 +420,7 @@ def diffusion_generate(lm, prompt: str | Sequence[int] = (), *, constraint=None,
                     # trailing_exact): stuck from this step on, which then
                     # keeps the model's own choices as the other methods do
                     stuck = step_no + 1
-                    x0 = {i: int(np.argmax(scores[i])) for i in masked}
+                    x0 = {i: _model_choice(scores[i], mask_id) for i in masked}
             if not kept:
                 kept = [(i, x0[i]) for i in _keep_order(masked, x0, lp, rand, remasking)[:k]]
             for i, t in kept:
@@ -487,11 +500,23 @@ def _keep_order(masked, proposal, lp, rand, remasking: str) -> list[int]:
     return sorted(masked, key=lambda i: (-conf[i], i))
 
 
+def _model_choice(row: np.ndarray, mask_id: int) -> int:
+    """The best real token of a position's scores (the mask's are -inf): where
+    every score is -inf (the model gives every token probability zero) the
+    position is still filled, with the lowest real id, and the output is then
+    invalid; argmax's 0 could be the mask id, which left the position masked
+    and the block's loop running for ever."""
+    t = int(np.argmax(row))
+    if t == mask_id:
+        t = 1 if mask_id == 0 else 0
+    return t
+
+
 def _infill_keep(gen, masked, scores, lp, k, rand, remasking, max_tries, completable, mask_id):
     """Keep ``k`` positions, in confidence order, each with the most probable token
     that passes the infilling check. Returns ``(kept, rejected)``."""
     work = np.array(gen, dtype=np.int64)
-    best = {i: int(np.argmax(scores[i])) for i in masked}
+    best = {i: _model_choice(scores[i], mask_id) for i in masked}
     order = _keep_order(masked, best, lp, rand, remasking)
     kept, rejected = [], 0
     deferred = []
