@@ -243,7 +243,55 @@ def install() -> bool:
         _IMPL._locator_classes.insert(0, _KernelLocator)
     return loader and locator
 
+
+def _probe_kernel():  # a function of a kernel module's folder, for ensure_cache_location
+    pass
+
+
+def ensure_cache_location() -> str | None:
+    """Where no folder can hold the kernels' cache (a read-only install, a
+    read-only home, ``NUMBA_CACHE_DIR`` unset or a file: the usual read-only
+    container), numba refuses ``cache=True`` when the kernels are defined, and
+    ``import constrain`` died with its ``RuntimeError``. Then the kernels
+    compile into a new temporary folder (``NUMBA_CACHE_DIR`` set to it, for
+    child processes too), with one warning naming the variable that keeps
+    them; the folder, or ``None`` when numba has a place of its own."""
+    if _IMPL is None:
+        return None
+    probe = os.path.join(os.path.dirname(os.path.abspath(__file__)), "automata", "bits.py")
+    for cls in _IMPL._locator_classes:
+        if cls is _KernelLocator:
+            continue
+        try:
+            found = cls.from_function(_probe_kernel, probe)
+        except Exception:  # a locator that cannot tell: the next one
+            continue
+        if found is not None:
+            return None
+    import tempfile
+    import warnings
+
+    folder = tempfile.mkdtemp(prefix="trellis-numba-")
+    config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"] = folder
+    owner = os.getpid()
+
+    def remove() -> None:  # by this process only (a forked child inherits the hook)
+        if os.getpid() == owner:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+    atexit.register(remove)
+    warnings.warn(f"no folder can keep Trellis's compiled kernels (the install and the home "
+                  f"folder are read-only, NUMBA_CACHE_DIR is unset or not a folder): they "
+                  f"compile into {folder} for this process (about 40 s of CPU); set "
+                  f"NUMBA_CACHE_DIR to a writable folder to keep them", RuntimeWarning,
+                  stacklevel=2)
+    return folder
+
+
 install()
+ensure_cache_location()
 
 
 #: the kernels that reading a vocabulary, compiling a first JSON Schema,

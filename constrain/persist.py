@@ -456,17 +456,42 @@ def _read_file(path: Path) -> bytearray:
     return data
 
 
+def process_umask() -> int:
+    """This process's umask, read without changing it where Linux says it
+    (``/proc/self/status``); else set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def as_created(path, directory: bool = False) -> None:
+    """Give ``path`` (made by ``tempfile``, which makes files 0600 and folders
+    0700 whatever the umask) the mode a plain ``open`` or ``mkdir`` would: a
+    cache built by one user is then readable by the others the umask lets
+    read it (a folder shared by two users never hit: each missed, rewrote and
+    took the other's entries)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~process_umask())
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder,
     flushed to disk, then renamed over ``path`` (``os.replace``): readers
     (other threads, other processes) see the old file or the new one, never
-    part of one."""
+    part of one. The file gets the mode the umask gives new files."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".trellis")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        as_created(tmp)
         os.replace(tmp, path)
     except BaseException:
         try:

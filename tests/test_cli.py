@@ -621,3 +621,13 @@ def test_a_caller_keeps_its_collector(monkeypatch):
     assert cli.main() == 0
     assert seen == [False, True]
     assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_a_model_cache_that_cannot_be_made_exits_4(monkeypatch, tmp_path, capsys):
+    """A raw FileExistsError traceback and exit 1 (documented as "cut off by
+    --max-new-tokens"); 4 is "the model could not be loaded"."""
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path / "file"))
+    assert cli.main(["generate", "--regex", "ab", "hi"]) == 4
+    err = capsys.readouterr().err
+    assert "cannot make the model cache folder" in err and "TRELLIS_CACHE_DIR" in err

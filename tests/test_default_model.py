@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -30,6 +31,38 @@ def test_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.delenv("TRELLIS_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert smollm2.cache_dir() == tmp_path / "x" / "trellis"
+
+
+def test_a_cache_folder_that_cannot_be_made_is_named(monkeypatch, tmp_path):
+    """A file in its place was a raw FileExistsError (a traceback and exit 1
+    from the CLI); with HOME unset and no passwd entry the cache went into a
+    folder named "~" under the working directory."""
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("TRELLIS_CACHE_DIR", str(tmp_path / "file"))
+    with pytest.raises(smollm2.ModelCacheError, match="TRELLIS_CACHE_DIR"):
+        smollm2.cache_dir()
+    monkeypatch.delenv("TRELLIS_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(smollm2.os.path, "expanduser", lambda p: p)
+    with pytest.raises(smollm2.ModelCacheError, match="no home folder"):
+        smollm2.cache_dir()
+
+
+def test_installed_cache_folders_follow_the_umask(tmp_path):
+    """mkdtemp makes 0700: a cache built by root was unreadable to every other
+    user of the machine."""
+    tmp = tmp_path / "t.tmp-1"
+    (tmp / "sub").mkdir(parents=True)
+    (tmp / "sub" / "f").write_text("x")
+    tmp.chmod(0o700)
+    (tmp / "sub" / "f").chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        smollm2._install_dir(tmp, tmp_path / "t")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "t").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "t" / "sub" / "f").stat().st_mode & 0o777 == 0o644
 
 
 def test_default_cache_layout(lm):

@@ -94,3 +94,29 @@ def test_an_edited_callee_in_another_module_recompiles_its_callers(tmp_path):
     (pkg / "a.py").write_text(_CALLEE.format(2))
     assert run() == (20, 0)  # numba's own locator: (10, 1), the stale code
     assert run() == (20, 1)
+
+
+def test_no_writable_cache_location_compiles_into_a_temporary_folder(monkeypatch):
+    """numba refuses cache=True when no folder can hold the cache (a read-only
+    install and home: the usual read-only container), and `import constrain`
+    died with its RuntimeError."""
+    import os
+    import warnings
+
+    from numba.core import config
+
+    class NoLocators:
+        _locator_classes = []
+
+    monkeypatch.setattr(kernel_loading, "_IMPL", NoLocators)
+    monkeypatch.setattr(config, "CACHE_DIR", config.CACHE_DIR)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "unchanged")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        folder = kernel_loading.ensure_cache_location()
+    assert folder and os.path.isdir(folder) and config.CACHE_DIR == folder
+    assert os.environ["NUMBA_CACHE_DIR"] == folder
+    assert any("NUMBA_CACHE_DIR" in str(w.message) for w in caught)
+    os.rmdir(folder)
+    monkeypatch.undo()
+    assert kernel_loading.ensure_cache_location() is None  # this machine has a place

@@ -464,3 +464,16 @@ def test_disk_cache_repr_and_key_inputs(tmp_path):
         d.key("regex", {"pattern": ("a",)}, v)
     with pytest.raises(persist.Uncacheable):
         d.key("regex", {1: "a"}, v)
+
+
+def test_saved_files_follow_the_umask(tmp_path):
+    """mkstemp makes 0600: in a cache folder two users share, each missed the
+    other's entries, rewrote them and took them over."""
+    c = constrain.compile_regex("[0-9]+", constrain.Vocabulary.from_tokens(
+        [bytes([b]) for b in range(256)] + [b"</s>"], eos_token_ids=[256]))
+    old = os.umask(0o022)
+    try:
+        c.save(tmp_path / "c.trellis")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "c.trellis").stat().st_mode & 0o777 == 0o644

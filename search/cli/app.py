@@ -560,8 +560,11 @@ def load_vocabulary(info=None):
                 eos = json.load(f).get("eos_token")
         except Exception:  # a damaged cache (tokenizers raises plain Exceptions): the slow way
             tok, eos = smollm2.load_tokenizer(), None
-    except smollm2.DefaultModelNotInstalled as e:
+    except (smollm2.DefaultModelNotInstalled, smollm2.ModelCacheError) as e:
         raise CliError(str(e), EXIT_MODEL) from None
+    except OSError as e:  # a cache another user made and this one cannot read
+        raise CliError(f"cannot read the default model's cache: {e}; set TRELLIS_CACHE_DIR to "
+                       f"a folder of your own", EXIT_MODEL) from None
     eos = eos.get("content") if isinstance(eos, dict) else eos
     eos_id = tok.token_to_id(eos) if isinstance(eos, str) else None
     vocab = constrain.Vocabulary.from_huggingface(tok, eos_token_ids=None if eos_id is None else [eos_id],
@@ -827,8 +830,11 @@ def _load_model(args, info):
     t = time.perf_counter()
     try:
         lm = smollm2.load_default_model(device=args.device, dtype=args.dtype, verbose=not args.quiet)
-    except smollm2.DefaultModelNotInstalled as e:
+    except (smollm2.DefaultModelNotInstalled, smollm2.ModelCacheError) as e:
         raise CliError(str(e), EXIT_MODEL) from None
+    except OSError as e:  # a cache another user made and this one cannot read
+        raise CliError(f"cannot read the default model's cache: {e}; set TRELLIS_CACHE_DIR to "
+                       f"a folder of your own", EXIT_MODEL) from None
     except RuntimeError as e:  # e.g. a device index that does not exist
         raise CliError(f"cannot load the model on --device {args.device}: {e}", EXIT_MODEL) from None
     info(f"loaded {lm.name} in {time.perf_counter() - t:.2f} s ({lm.device}, {args.dtype})")

