@@ -299,6 +299,13 @@ def test_errors(ab):
         dingo(np.full((2, 4), np.nan), ab, 1)
     with pytest.raises(ConstraintError, match="real numbers"):
         dingo(np.array([["a"] * 4]), ab, 1)
+    # a ragged list was numpy's ValueError; scores whose block sum overflows gave
+    # None ("no valid block") or fsum's OverflowError
+    with pytest.raises(ConstraintError, match="2-D array"):
+        dingo([[0.0] * 4, [0.0] * 3], ab, 1)
+    for big in (1e308, -1e308):
+        with pytest.raises(ConstraintError, match="overflows"):
+            dingo(np.full((3, 4), big), ab, 1)
     for bad in (0, 99, -2, "1", None):
         with pytest.raises(InvalidStateError):
             dingo(lp, ab, bad)

@@ -362,7 +362,10 @@ def dingo(block_logprobs, grammar, state: int) -> DingoResult | None:
         raise TypeError(
             f"dingo needs a regular constraint (constrain.DFAConstraint from compile_regex), "
             f"not {type(grammar).__name__}")
-    lp = np.asarray(block_logprobs)
+    try:
+        lp = np.asarray(block_logprobs)
+    except ValueError as e:  # a ragged list
+        raise ConstraintError(f"block_logprobs is no 2-D array of numbers: {e}") from None
     n_vocab = len(grammar.vocab)
     if lp.ndim != 2:
         raise ConstraintError(
@@ -382,6 +385,11 @@ def dingo(block_logprobs, grammar, state: int) -> DingoResult | None:
     lp = np.ascontiguousarray(lp)
     if lp.size and (np.isnan(lp).any() or np.isposinf(lp).any()):
         raise ConstraintError("block_logprobs contains NaN or +inf")
+    finite = lp[np.isfinite(lp)]
+    if finite.size and float(np.abs(finite).max()) * lp.shape[0] > 1e307:
+        # (a block's sum overflowed: -inf read as "no valid block", fsum raised)
+        raise ConstraintError("block_logprobs holds scores so large that a block's sum "
+                              "overflows")
     state = _check_state(grammar, state)
     d = lp.shape[0]
     eos = np.asarray(grammar.vocab.eos_token_ids, dtype=np.int64)
