@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import constrain
 from constrain import (BatchMatcher, ConstraintError, GrammarTooComplexError, Matcher,
                        allocate_bitmask, compile_grammar, compile_json_schema, compile_regex)
 from constrain.runtime.batch import default_threads
@@ -297,3 +298,40 @@ def test_close_from_another_thread_never_fails_a_fill(smollm2_vocab):
         batch.fill_next_token_bitmask(matchers, bm)
         assert (bm == _single(matchers, smollm2_vocab)).all()
     batch.close()
+
+
+def test_a_row_named_twice_in_a_tensor_of_indices_is_refused():
+    """list(tensor) gives 0-d tensors, which hash by identity: the check for a
+    row named twice passed, and the row got the first visit's mask, not the
+    last matcher's."""
+    torch = pytest.importorskip("torch")
+    v = constrain.Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+    matchers = [constrain.Matcher(constrain.compile_regex("a+", v)),
+                constrain.Matcher(constrain.compile_regex("b+", v))]
+    bm = constrain.allocate_bitmask(2, len(v), backend="torch")
+    with pytest.raises(constrain.BitmaskError, match="named twice"):
+        constrain.BatchMatcher(threads=1).fill_next_token_bitmask(matchers, bm, torch.tensor([0, 0]))
+    constrain.BatchMatcher(threads=1).fill_next_token_bitmask(matchers, bm, torch.tensor([1, 0]))
+    assert set(constrain.bitmask_to_ids(bm[0], len(v)).tolist()) == {ord("b")}
+
+
+def test_logits_with_autograd_history_are_masked():
+    torch = pytest.importorskip("torch")
+    v = constrain.Vocabulary.from_tokens([bytes([b]) for b in range(256)] + [b"</s>"], [256])
+    m = constrain.Matcher(constrain.compile_regex("a+", v))
+    bm = constrain.allocate_bitmask(1, len(v), backend="torch")
+    m.fill_next_token_bitmask(bm)
+    leaf = torch.zeros(1, len(v), requires_grad=True)
+    logits = leaf * 2  # numpy() refused a tensor with history: torch's RuntimeError
+    constrain.apply_bitmask(logits, bm)
+    assert torch.isfinite(logits[0]).nonzero().flatten().tolist() == [ord("a")]
+    logits.sum().backward()  # (what is masked has no gradient)
+    with pytest.raises(constrain.ConstraintError, match="leaf"):
+        constrain.apply_bitmask(leaf, bm)
+    # a sparse bitmask was torch's raw RuntimeError, a meta one was taken
+    for bad in (bm.to_sparse(), torch.zeros(1, bm.shape[1], dtype=torch.int32, device="meta")):
+        with pytest.raises(constrain.BitmaskError, match="dense tensor"):
+            m.fill_next_token_bitmask(bad)
+    # Python's bools are no states (np.True_ was refused, True read as state 1)
+    with pytest.raises(constrain.InvalidStateError):
+        constrain.compile_regex("a+", v).fill_bitmask(True, bm)

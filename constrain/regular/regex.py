@@ -151,7 +151,7 @@ class DFAConstraint(Constraint):
         returns and which allows nothing). Else
         :class:`~constrain.errors.InvalidStateError`."""
         if state.__class__ is not int:
-            if isinstance(state, np.bool_):
+            if isinstance(state, (bool, np.bool_)):
                 raise InvalidStateError(f"{state!r} is not a state of {self!r}")
             try:
                 state = operator.index(state)

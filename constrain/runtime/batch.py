@@ -110,8 +110,12 @@ class BatchMatcher:
         # a row of a batch step) and refuses what is none
         if indices is None:
             rows = range(len(matchers))
-        elif isinstance(indices, np.ndarray):
+        elif isinstance(indices, np.ndarray) or hasattr(indices, "tolist"):
+            # (a torch tensor too: its 0-d elements hash by identity, so a row
+            # named twice passed the check below)
             rows = indices.tolist()
+            if rows.__class__ is not list:
+                rows = [rows]
         else:
             try:
                 rows = list(indices)

@@ -95,8 +95,13 @@ def apply_bitmask(logits, bitmask) -> None:
     lg = logits if logits.dim() == 2 else logits.unsqueeze(0)
     bm = bitmask if bitmask.dim() == 2 else bitmask.unsqueeze(0)
     _check_batch(lg.shape[0], bm.shape[0])
+    if lg.requires_grad and lg.is_leaf:
+        raise ConstraintError("logits that are a leaf requiring grad cannot be masked in "
+                              "place: mask them under torch.no_grad(), or a copy")
     if (lg.device.type == "cpu" and lg.dtype in (torch.float32, torch.float64)
-            and lg.is_contiguous() and bm.device.type == "cpu"):
+            and lg.is_contiguous() and bm.device.type == "cpu" and not lg.requires_grad):
+        # (numpy() refuses a tensor with autograd history: that one goes by
+        # masked_fill_ below, which autograd records)
         apply_bitmask_rows(lg.numpy(), bm.numpy(), -np.inf)
         return
     v = lg.shape[-1]
@@ -240,6 +245,11 @@ def _target(bitmask) -> Target:
         if torch is None or not isinstance(bitmask, torch.Tensor):
             raise BitmaskError(f"a bitmask must be a numpy array or torch tensor, not "
                                f"{type(bitmask).__name__}")
+        if bitmask.layout != torch.strided or bitmask.device.type == "meta":
+            # (a sparse tensor was torch's raw RuntimeError; a meta one, with no
+            # memory, was taken and nothing written)
+            raise BitmaskError(f"a bitmask is a dense tensor with memory, not a "
+                               f"{bitmask.layout} tensor on {bitmask.device}")
         ptr = bitmask.data_ptr()
         if hit is not None and hit[0] is bitmask and hit[3] == ptr and \
                 hit[4] == tuple(bitmask.shape) and bitmask.is_contiguous():
