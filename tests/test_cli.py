@@ -631,3 +631,16 @@ def test_a_model_cache_that_cannot_be_made_exits_4(monkeypatch, tmp_path, capsys
     assert cli.main(["generate", "--regex", "ab", "hi"]) == 4
     err = capsys.readouterr().err
     assert "cannot make the model cache folder" in err and "TRELLIS_CACHE_DIR" in err
+
+
+def test_a_structural_tag_that_no_strict_compiles_gets_that_hint(no_model, tmp_path, capsys):
+    """The hint named docs/structural_tags.md, though --no-strict gets past an
+    embedded schema's keyword as it does for a schema."""
+    tag = {"type": "structural_tag", "format": {"type": "json_schema", "json_schema": {
+        "type": "string", "pattern": "(a)\\1"}}}
+    for flag in ("--response-format", "--structural-tag"):
+        f = _write(tmp_path, "t.json", json.dumps(tag))
+        assert cli.main(["generate", flag, f, "hi"]) == 2
+        assert "hint: --no-strict" in capsys.readouterr().err
+        assert cli.main(["generate", flag, f, "--no-strict", "hi"]) == REACHED_MODEL
+        capsys.readouterr()

@@ -700,12 +700,20 @@ def _strict_is_the_reason(spec: ConstraintSpec) -> bool:
     from constrain import ConstraintError
     from constrain.frontends.json_schema import json_schema_to_lark
     from constrain.frontends.response_format import read_response_format
+    from constrain.frontends.structural_tag import structural_tag_ir
 
+    value = spec.value
+    tag = spec.kind == "structural tag" or (
+        spec.kind == "response format" and isinstance(value, dict)
+        and value.get("type") == "structural_tag")
     try:
-        schema = spec.value if spec.kind == "schema" else read_response_format(spec.value)[0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            json_schema_to_lark(schema, strict=False)
+            if tag:  # (its json_schema formats take --no-strict too)
+                structural_tag_ir(value, strict=False)
+            else:
+                schema = value if spec.kind == "schema" else read_response_format(value)[0]
+                json_schema_to_lark(schema, strict=False)
     except ConstraintError:
         return False
     return True
@@ -725,13 +733,12 @@ def explain(e, spec: ConstraintSpec, args) -> tuple[str, int, str | None]:
         return f"compile budget exceeded{where}: {_cli_advice(str(e), args)}", EXIT_BUDGET, None
     if isinstance(e, constrain.EmptySchemaError):
         return f"unsatisfiable {kind}{src}: {e}", EXIT_USAGE, None
-    if isinstance(e, constrain.UnsupportedStructuralTagError):
-        return (f"unsupported {kind}{src}: {e}", EXIT_USAGE,
-                "docs/structural_tags.md lists what Trellis enforces")
-    if isinstance(e, constrain.UnsupportedSchemaError):
-        if spec.kind in ("schema", "response format") and not args.no_strict \
+    if isinstance(e, constrain.UnsupportedSchemaError):  # a structural tag's too
+        if spec.kind in ("schema", "response format", "structural tag") and not args.no_strict \
                 and _strict_is_the_reason(spec):
             hint = "--no-strict ignores the keywords Trellis cannot enforce (a warning names them)"
+        elif isinstance(e, constrain.UnsupportedStructuralTagError):
+            hint = "docs/structural_tags.md lists what Trellis enforces"
         else:
             hint = "docs/json_schema.md lists what Trellis enforces"
         return f"unsupported {kind}{src}: {e}", EXIT_USAGE, hint
