@@ -245,11 +245,8 @@ def _target(bitmask) -> Target:
         if torch is None or not isinstance(bitmask, torch.Tensor):
             raise BitmaskError(f"a bitmask must be a numpy array or torch tensor, not "
                                f"{type(bitmask).__name__}")
-        if bitmask.layout != torch.strided or bitmask.device.type == "meta":
-            # (a sparse tensor was torch's raw RuntimeError; a meta one, with no
-            # memory, was taken and nothing written)
-            raise BitmaskError(f"a bitmask is a dense tensor with memory, not a "
-                               f"{bitmask.layout} tensor on {bitmask.device}")
+        if bitmask.layout != torch.strided:  # (a sparse one was torch's raw RuntimeError)
+            raise BitmaskError(f"a bitmask is a dense tensor, not a {bitmask.layout} one")
         ptr = bitmask.data_ptr()
         if hit is not None and hit[0] is bitmask and hit[3] == ptr and \
                 hit[4] == tuple(bitmask.shape) and bitmask.is_contiguous():
