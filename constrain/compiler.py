@@ -43,7 +43,7 @@ from constrain.cfg.lexer import automaton_bytes, terminal_id_bytes, walk_bytes
 from constrain.errors import ConstraintError, GrammarTooComplexError, too_complex_at
 from constrain.frontends.json_schema import compile_json_schema as _json_schema_front_end
 from constrain.frontends.json_schema.caches import SchemaCaches
-from constrain.frontends.gbnf import load_gbnf_grammar, locate_terminal, looks_like_gbnf
+from constrain.frontends.gbnf import load_gbnf_grammar_located, looks_like_gbnf
 from constrain.frontends.lark import load_lark_grammar
 from constrain.limits import Limits
 from constrain.automata.deadline import Deadline, passed
@@ -192,15 +192,15 @@ class Compiler:
                                          **_budgets_left(limits, deadline))
             split: frozenset = frozenset()
             while True:
-                ir = load_gbnf_grammar(source, start="root" if start is None else start,
-                                       deadline=deadline, max_repeat=limits.max_repeat,
-                                       split_rules=split)
+                ir, located = load_gbnf_grammar_located(
+                    source, start="root" if start is None else start, deadline=deadline,
+                    max_repeat=limits.max_repeat, split_rules=split)
                 try:
                     return GrammarConstraint(ir, self.vocab, source=ir.source, compiler=self,
                                              **_budgets_left(limits, deadline))
                 except GrammarTooComplexError as e:
                     terminal = getattr(e, "terminal", None)
-                    at = locate_terminal(ir.source, terminal) if terminal else None
+                    at = located.get(terminal) if terminal else None
                     if at is None:
                         raise
                     if at[0] not in split and not terminal.startswith(BUDGETED) \

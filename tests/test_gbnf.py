@@ -622,6 +622,17 @@ def test_runs_too_large_for_one_automaton_are_rules(text, vocab):
             assert ours_longest(g, s + tail) == oracle.longest_viable(s + tail), s + tail
 
 
+@pytest.mark.parametrize("names", [("A", "a"), ("a-b", "a_b")])
+def test_a_run_too_large_is_found_by_its_rule_not_its_name(names, vocab):
+    """Terminal names alone collide (rules "a" and "A" both give A_1): the
+    split went to the first rule of that name, a no-op, and the grammar was
+    refused at the wrong rule."""
+    small, big = names
+    text = f'root ::= {small} "-" {big}\n{small} ::= "x"\n{big} ::= [ab]* "a" [ab]{{16}}'
+    g = constrain.compile_grammar(text, vocab)
+    assert accepts(g, "x-" + "a" * 17) and not accepts(g, "x-" + "b" * 17)
+
+
 def _split_run_viable(text: str) -> bool:
     """Whether ``text`` starts some string of ``[a-z]*a[a-z]{16}\\.``."""
     if text.endswith("."):

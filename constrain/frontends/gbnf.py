@@ -545,6 +545,8 @@ class _Builder:
         self.current = ""
         self.budgets: dict[int, int] = {}
         self.tokens: dict = {}
+        #: terminal name -> the rule whose run it is
+        self.rule_of: dict[str, str] = {}
 
     def nonterminal(self, name: str) -> int:
         if name not in self.nt_of:
@@ -570,6 +572,8 @@ class _Builder:
                 name = BUDGETED + self.current
                 self.budgets[t] = max_tokens
             self.terminals.append(Terminal(name, pattern, 0, literal))
+            # names alone collide (rules "a" and "A", "a-b" and "a_b")
+            self.rule_of[name] = self.current
         return ("t", t)
 
     def token(self, ref) -> tuple:
@@ -755,6 +759,18 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
             ``start``) rule, a start rule that matches nothing.
         GrammarTooComplexError: nesting, expansion or time past a limit.
     """
+    return load_gbnf_grammar_located(source, start, deadline=deadline, max_repeat=max_repeat,
+                                     split_rules=split_rules)[0]
+
+
+def load_gbnf_grammar_located(source, start: str = "root", *, deadline=None,
+                              max_repeat: int = MAX_REPEAT,
+                              split_rules: frozenset = frozenset()):
+    """:func:`load_gbnf_grammar`, and where each terminal made of a rule's
+    regular run comes from: ``(ir, located)``, ``located`` mapping the
+    terminal's name to ``(rule, line, column)`` of the rule's definition (the
+    compiler's errors and its splitting of a run too large for one automaton
+    name the rule by it: names alone collide, ``a`` and ``A`` both give ``A_1``)."""
     from pathlib import Path
 
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
@@ -794,37 +810,16 @@ def load_gbnf_grammar(source, start: str = "root", *, deadline=None,
                                parser.where[name], GrammarError)
     _limit_inlining(rules, regular, reg)
     try:
-        return _Builder(rules, reg, source, parser, deadline,
-                        frozenset(split_rules)).build(start)
+        builder = _Builder(rules, reg, source, parser, deadline, frozenset(split_rules))
+        ir = builder.build(start)
+        located = {t: (rule, *position(source, parser.where[rule]))
+                   for t, rule in builder.rule_of.items() if rule in parser.where}
+        return ir, located
     except RecursionError:
         # the passes over the rules recurse per level of nesting too: a deep
         # caller's stack can run out below MAX_DEPTH
         raise GrammarTooComplexError(f"the grammar's groups nest too deeply to compile "
                                      f"(at most {MAX_DEPTH} levels)") from None
-
-
-def locate_terminal(source: str, terminal: str) -> tuple[str, int, int] | None:
-    """``(rule, line, column)`` of the definition of the rule whose regular run
-    became ``terminal`` (named by the builder: the rule's name, upper case,
-    then ``_<index>``), for an error raised when its automaton is built (a
-    state or size limit, which named the terminal and an offset in the
-    generated regex); ``None`` when no rule fits. A rule with ``max_tokens``
-    is one terminal, named after the rule as written."""
-    from constrain.cfg.budgets import BUDGETED
-
-    if terminal.startswith(BUDGETED):
-        def same(name: str) -> bool:
-            return name == terminal[len(BUDGETED):]
-    else:
-        head = terminal.rsplit("_", 1)[0]
-
-        def same(name: str) -> bool:
-            return re.sub(r"[^A-Za-z0-9_]", "_", name).upper() == head
-    for m in _RULE_HEAD.finditer(source):
-        name = _NAME.search(source, m.start())
-        if same(name.group()):
-            return (name.group(), *position(source, name.start()))
-    return None
 
 
 def _limit_inlining(rules: dict, regular: set, reg: _Regular) -> None:
