@@ -37,7 +37,6 @@ import itertools
 from pathlib import Path
 
 from constrain.cache import BoundedCache, CacheStats, check_budget, registry
-from constrain.cfg.budgets import BUDGETED
 from constrain.cfg.grammar import GrammarConstraint
 from constrain.cfg.lexer import automaton_bytes, terminal_id_bytes, walk_bytes
 from constrain.errors import ConstraintError, GrammarTooComplexError, too_complex_at
@@ -203,8 +202,8 @@ class Compiler:
                     at = located.get(terminal) if terminal else None
                     if at is None:
                         raise
-                    if at[0] not in split and not terminal.startswith(BUDGETED) \
-                            and not passed(deadline):
+                    budgeted = any(ir.terminals[t].name == terminal for t in ir.budgets)
+                    if at[0] not in split and not budgeted and not passed(deadline):
                         # a GBNF author wrote no lexer: a run too large as one
                         # automaton is the same language as rules (a budgeted
                         # rule is one terminal)

@@ -471,13 +471,16 @@ def process_umask() -> int:
     return old
 
 
-def as_created(path, directory: bool = False) -> None:
+def as_created(path, directory: bool = False, umask: int | None = None) -> None:
     """Give ``path`` (made by ``tempfile``, which makes files 0600 and folders
     0700 whatever the umask) the mode a plain ``open`` or ``mkdir`` would: a
     cache built by one user is then readable by the others the umask lets
     read it (a folder shared by two users never hit: each missed, rewrote and
-    took the other's entries)."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~process_umask())
+    took the other's entries). ``umask``: :func:`process_umask`, when the
+    caller read it already."""
+    if umask is None:
+        umask = process_umask()
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

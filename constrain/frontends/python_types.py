@@ -88,33 +88,17 @@ def type_schema(tp, *, closed: bool = True) -> dict:
     return schema
 
 
-#: the keywords whose value is a schema, a list of schemas, a map of schemas
-_ONE = ("additionalProperties", "additionalItems", "items", "not", "if", "then", "else",
-        "contains", "propertyNames", "unevaluatedItems", "unevaluatedProperties",
-        "contentSchema")
-_LIST = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-
-
 def _subschemas(schema):
     """Every schema object in ``schema``, itself included, by the keywords
-    that hold schemas (a property named ``properties`` or ``enum`` is a name,
-    not a keyword; ``default`` and ``examples`` are data)."""
+    that hold schemas (:func:`~constrain.frontends.json_schema.wellformed.subschemas`)."""
+    from constrain.frontends.json_schema.wellformed import subschemas
+
     stack = [schema]
     while stack:
         node = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        yield node
-        for key in _ONE:
-            if isinstance(node.get(key), dict):
-                stack.append(node[key])
-        for key in _LIST:
-            if isinstance(node.get(key), list):
-                stack.extend(node[key])
-        for key in _MAP:
-            if isinstance(node.get(key), dict):
-                stack.extend(node[key].values())
+        if isinstance(node, dict):
+            yield node
+            stack.extend(subschemas(node))
 
 
 def _close_object(node: dict) -> None:

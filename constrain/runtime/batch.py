@@ -110,9 +110,9 @@ class BatchMatcher:
         # a row of a batch step) and refuses what is none
         if indices is None:
             rows = range(len(matchers))
-        elif isinstance(indices, np.ndarray) or hasattr(indices, "tolist"):
-            # (a torch tensor too: its 0-d elements hash by identity, so a row
-            # named twice passed the check below)
+        elif hasattr(indices, "tolist"):
+            # a numpy array, or a torch tensor (whose 0-d elements, unlisted,
+            # hash by identity: a row named twice passed the check below)
             rows = indices.tolist()
             if rows.__class__ is not list:
                 rows = [rows]

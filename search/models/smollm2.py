@@ -138,14 +138,15 @@ def _install_dir(tmp: Path, target: Path) -> None:
     stale ``target`` if there is one; its folders and files get the modes the
     umask gives (``mkdtemp`` makes 0700: a cache built as root was unreadable
     to every other user)."""
-    from constrain.persist import as_created
+    from constrain.persist import as_created, process_umask
 
-    as_created(tmp, directory=True)
+    umask = process_umask()
+    as_created(tmp, directory=True, umask=umask)
     for folder, subfolders, files in os.walk(tmp):
         for name in subfolders:
-            as_created(os.path.join(folder, name), directory=True)
+            as_created(os.path.join(folder, name), directory=True, umask=umask)
         for name in files:
-            as_created(os.path.join(folder, name))
+            as_created(os.path.join(folder, name), umask=umask)
     if target.exists():
         trash = Path(tempfile.mkdtemp(prefix=f"{target.name}.old-", dir=target.parent))
         os.rename(target, trash / "d")

@@ -132,8 +132,10 @@ class TrellisGrammar(StructuredOutputGrammar):
         # (bitmask, its data_ptr, its uint32 view): vLLM fills one tensor all along
         self._view = (None, 0, None)
 
-    def _accept(self, token: int) -> bool:
-        m = self.matcher
+    def _accept(self, token: int, m: Matcher | None = None) -> bool:
+        """``token`` accepted by ``m`` (default: the request's matcher)."""
+        if m is None:
+            m = self.matcher
         if token in self._stops:
             # a stop token ends the output, never text: its mask bit says the
             # same (validate and accept took one as text where the mask refused it)
@@ -165,9 +167,7 @@ class TrellisGrammar(StructuredOutputGrammar):
         accepted = []
         for t in tokens:
             t = int(t)
-            if probe.is_terminated() or not (
-                    (probe.is_accepting() and probe.accept_token(self._eos)) if t in self._stops
-                    else probe.accept_token(t)):
+            if probe.is_terminated() or not self._accept(t, probe):
                 break
             accepted.append(t)
         return accepted

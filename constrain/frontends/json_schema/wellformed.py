@@ -105,6 +105,24 @@ MAX_SCHEMA_DEPTH = 96
 MAX_SCHEMA_VALUES = 1_000_000
 
 
+def subschemas(node: dict):
+    """The values directly inside the schema object ``node`` that are
+    subschemas, by the keywords that hold them (:data:`_KIND`): a member
+    *named* ``properties`` or ``enum`` is a name, ``default`` and ``examples``
+    are data."""
+    for key, value in node.items():
+        kind = _KIND.get(key)
+        if kind is None:
+            continue
+        if kind in (_MAP_KIND, _DEPS_KIND):
+            if isinstance(value, dict):
+                yield from value.values()  # (a dependency's string array is no dict)
+        elif isinstance(value, list):  # _LIST_KIND, items as an array
+            yield from value
+        else:
+            yield value
+
+
 def check_json_value(root, prefix: str = "") -> None:
     """Raise :class:`SchemaError` at the JSON pointer of the first part of
     ``root`` (a schema given as a Python object) that is no JSON value: a key
