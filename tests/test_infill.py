@@ -546,3 +546,18 @@ def test_analysis_inputs_are_checked():
     # a check of the text cannot see token budgets: refused, as fim_allowed does
     with pytest.raises(GrammarError, match="token budgets"):
         can_complete('start[max_tokens=1]: "a"+', ["aaa"])
+
+
+def test_a_long_hole_whose_states_do_not_repeat_soon_is_refused(monkeypatch):
+    """The sets a hole's minimum walks through repeat with a period that can be
+    the product of the DFA's cycle lengths; past MAX_HOLE_STEPS without a
+    repeat the check says so, where time and memory grew with the minimum."""
+    import constrain.analysis.regular as regular
+
+    v = Vocabulary.from_tokens([b"a", b"</s>"], eos_token_ids=[1])
+    c = compile_regex("(?:aa)+|(?:aaa)+|(?:aaaaa)+|(?:aaaaaaa)+", v)  # period 210
+    assert can_complete_regex(c, [Hole(10**9)])
+    monkeypatch.setattr(regular, "MAX_HOLE_STEPS", 100)
+    with pytest.raises(GrammarTooComplexError, match="do not repeat"):
+        can_complete_regex(c, [Hole(10**9)])
+    assert can_complete_regex(c, [Hole(99)])

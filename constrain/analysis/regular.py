@@ -9,6 +9,7 @@ import numpy as np
 
 from constrain.analysis.partial_output import Hole, bad_segment, text_bytes
 from constrain.automata.byte_dfa import DEAD
+from constrain.errors import GrammarTooComplexError
 
 
 def can_complete_regex(grammar, segments: Sequence, state: int | None = None) -> bool:
@@ -75,13 +76,27 @@ def can_complete_regex(grammar, segments: Sequence, state: int | None = None) ->
     return any(grammar.is_accepting(q) for q in cur)
 
 
+#: the most steps :func:`_steps` walks looking for its sets to repeat (their
+#: period can be the product of the DFA's cycle lengths: time and memory grew
+#: with a hole's minimum)
+MAX_HOLE_STEPS = 10_000
+
+
 def _steps(step, cur: set, n: int) -> set:
     """``step`` applied ``n`` times to ``cur``: the sets repeat with a period
     (``step`` is a function of the set), so once one comes back the rest of
-    the ``n`` steps is that many steps of the cycle."""
+    the ``n`` steps is that many steps of the cycle.
+
+    Raises:
+        GrammarTooComplexError: no set came back within :data:`MAX_HOLE_STEPS`
+            steps of a longer hole."""
     seen: dict[frozenset, int] = {}
     i = 0
     while i < n:
+        if i == MAX_HOLE_STEPS:
+            raise GrammarTooComplexError(
+                f"a hole of at least {n:,} tokens: the states it reaches do not repeat within "
+                f"{MAX_HOLE_STEPS:,} steps")
         key = frozenset(cur)
         if key in seen:
             period = i - seen[key]
