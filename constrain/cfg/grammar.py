@@ -855,6 +855,13 @@ class GrammarConstraint(Constraint):
 
     def _new_mask_row(self, state) -> np.ndarray:
         fresh, configs = state
+        if not fresh and len(configs) == 1 and self._tokens is None and self._budgets is None:
+            row = self._inside_row(configs[0])
+            if row is not None:
+                self._masks[state] = row
+                if len(self._masks) > self._max_masks:
+                    self._masks.popitem(last=False)
+                return row
         accepting = self._accepting(fresh, configs)
         if self._budgets is not None:
             row = self._counted_mask(configs[0])
@@ -882,6 +889,29 @@ class GrammarConstraint(Constraint):
         self._masks[state] = row
         if len(self._masks) > self._max_masks:
             self._masks.popitem(last=False)
+        return row
+
+    def _inside_row(self, cfg):
+        """The mask of a state whose one configuration ``cfg`` is inside its
+        terminals (none ends there; not fresh, no token budgets or references,
+        so no EOS), when cached or when no terminal ends inside a token from
+        it either: the mask is then the walk's row, with none of
+        :meth:`_config_row`'s steps between. Else ``None``.
+
+        Most first visits of a tool-calling schema's walk are such positions
+        (a key's or an enum value's letters)."""
+        lex = self.lexer
+        s = cfg[1]
+        if lex.has_acc.item(s) or (lex.terms.bounded and lex._near_bound(s) is not None):
+            return None  # (a bounded string's far positions share masks: _config_mask)
+        row = self._config_masks.get(cfg)
+        if row is None:
+            row, nodes, _ = lex.walk(s)
+            if len(nodes):
+                return None
+            self._config_masks[cfg] = row
+            if len(self._config_masks) > self._max_masks:
+                self._config_masks.popitem(last=False)
         return row
 
     def _counted_mask(self, cfg) -> np.ndarray:

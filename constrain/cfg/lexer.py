@@ -827,6 +827,9 @@ class LexerTables:
                            self.good, self.live, self._scratch, *self.trie.packed())
         #: the live tokens from which a walk is broad (shared across grammars)
         self._share_min = max(1, self.trie.num_tokens // 8)
+        tr, sm = self.trie.kernel_arrays()
+        # lexer_walk_narrow's arguments before the state
+        self._narrow_args = (self.trans, self.walk_flags, tr[0], tr[2], sm[0], sm[1])
 
     # the per-state tables: (name, dtype, columns (None: one dimension;
     # "terminals": a bitset of them), fill past the states)
@@ -1002,13 +1005,17 @@ class LexerTables:
         row = np.zeros(t.row_words + 1, dtype=np.uint32)
         out = self._walk_out
         key = entry = None
-        # a walk into text (a string body, an object's keys) is broad: its
-        # route is looked for below, once no other grammar's walk serves
-        route = _NO_ROUTE
-        n = gk.lexer_walk_rows(*self._walk_args, s, row, out, self._share_min,
-                               self.trie.multilingual, *route)
-        if n <= gk.PENDING_BASE:
-            n = self._walk_expanding(s, row, out, n, self._share_min, route)
+        # most first walks are narrow (inside or at the end of a literal)
+        n = self._narrow(s, row, out)
+        if n == gk.NOT_NARROW:
+            row[:] = 0
+            # a walk into text (a string body, an object's keys) is broad: its
+            # route is looked for below, once no other grammar's walk serves
+            route = _NO_ROUTE
+            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, self._share_min,
+                                   self.trie.multilingual, *route)
+            if n <= gk.PENDING_BASE:
+                n = self._walk_expanding(s, row, out, n, self._share_min, route)
         if n == gk.WALK_SHARED:
             if shared is not None:
                 key = self._names.key(s)
@@ -1037,6 +1044,17 @@ class LexerTables:
             if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
         return self._keep(s, (row, nodes, states))
+
+    def _narrow(self, s: int, row, out) -> int:
+        """:func:`~constrain.cfg.lexer_kernels.lexer_walk_narrow` from ``s``,
+        expanding the states it reports: the number of boundary nodes, or
+        ``NOT_NARROW`` (``row`` then to be cleared)."""
+        while True:
+            n = gk.lexer_walk_narrow(*self._narrow_args, s, row, out)
+            if n > gk.PENDING_BASE:
+                return n
+            self.ensure(gk.PENDING_BASE - n)  # the tables may grow: new arguments
+            row[:] = 0
 
     def _keep(self, s: int, hit: tuple) -> tuple:
         """``hit``, the walk of ``s``, kept in the LRU of walks."""

@@ -1,0 +1,151 @@
+"""The narrow walk (``lexer_kernels.lexer_walk_narrow``, which
+``LexerTables.walk`` tries first): where it answers, its row, boundary nodes
+and their states are the general walk's (``lexer_walk_rows``, finding its
+own way). Checked at every lexer state that random walks reach in grammars
+with keys, enum values, literals beside wider terminals, numbers, strings with
+and without length bounds, over SmolLM2's vocabulary and a multilingual one
+with tokens that share their bytes, with lexers that expand one state at a
+time (the narrow walk then meets states not expanded yet). And whole masks:
+a grammar with the narrow walk gives the masks of one without it."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from constrain import Compiler, allocate_bitmask
+from constrain.cfg import lexer as lexer_module
+from constrain.cfg import lexer_kernels as gk
+from constrain.cfg.lexer import _NO_ROUTE
+
+SCHEMAS = {
+    "tool": {"type": "object",
+             "properties": {"function_name": {"enum": ["get_weather", "get_time", "geocode"]},
+                            "location": {"type": "string"},
+                            "unit": {"enum": ["celsius", "fahrenheit"]},
+                            "days": {"type": "integer", "minimum": 1},
+                            "detailed": {"type": "boolean"}},
+             "required": ["function_name", "location"], "additionalProperties": False},
+    "open": {"type": "object", "properties": {"nickname": {"type": "string", "maxLength": 12},
+                                              "name": {"type": "string", "minLength": 2}},
+             "additionalProperties": {"type": "number"}},
+    "array": {"type": "array", "items": {"anyOf": [{"const": "alpha beta"}, {"type": "null"},
+                                                   {"type": "string", "pattern": "^[a-z]{2,5}$"}]}},
+}
+GRAMMARS = {
+    # literals that are prefixes of each other and of a wider terminal
+    "keywords": 'start: (KW | WORD | NUM) (" " (KW | WORD | NUM))*\n'
+                'KW: "select" | "selection" | "from"\nWORD: /[a-z]{7,9}/\nNUM: /[0-9]+(\\.[0-9]+)?/\n',
+    "tags": 'start: "<" NAME ">" TEXT "</" NAME ">"\nNAME: /[a-z]+/\nTEXT: /[^<]{1,20}/\n',
+}
+
+
+def _compile(kind, source, vocab, chunk, monkeypatch):
+    monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", chunk)
+    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
+    c = Compiler(vocab)
+    return c.compile_json_schema(source) if kind == "schema" else c.compile_grammar(source)
+
+
+def _general(lex, s):
+    t = lex.trie
+    row = np.zeros(t.row_words + 1, dtype=np.uint32)
+    out = np.empty((2, t.num_nodes), dtype=np.int32)
+    n = lex._walk_expanding(s, row, out, None, -1, _NO_ROUTE)
+    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
+
+
+def _narrow(lex, s):
+    row = np.zeros(lex.trie.row_words + 1, dtype=np.uint32)
+    out = np.empty((2, 1024), dtype=np.int32)
+    n = lex._narrow(s, row, out)
+    if n == gk.NOT_NARROW:
+        return None
+    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
+
+
+def _random_states(g, vocab, seed, steps):
+    rng = random.Random(seed)
+    state = g.initial_state()
+    for _ in range(steps):
+        yield state
+        ids = [t for t in g.allowed_token_ids(state).tolist() if t not in vocab.eos_token_set]
+        if not ids:
+            return
+        # short tokens half the time: the walk stops inside the literals
+        short = [t for t in ids if len(vocab.tokens[t]) <= 2]
+        state = g.advance(state, rng.choice(short if short and rng.random() < 0.5 else ids))
+
+
+CASES = [("schema", n) for n in sorted(SCHEMAS)] + [("grammar", n) for n in sorted(GRAMMARS)]
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
+@pytest.mark.parametrize("chunk", [1, 10 ** 9])
+@pytest.mark.parametrize("kind,name", CASES)
+def test_narrow_walk_is_the_general_walk(kind, name, chunk, vocab_name, request, monkeypatch):
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
+    g = _compile(kind, source, vocab, chunk, monkeypatch)
+    lex = g.lexer
+    seen, answered, with_nodes, declined = set(), 0, 0, 0
+    for seed in range(3):
+        for state in _random_states(g, vocab, seed, 60):
+            for cfg in state[1]:
+                s = cfg[1]
+                if s in seen:
+                    continue
+                seen.add(s)
+                lex.ensure(s)
+                narrow = _narrow(lex, s)
+                general = _general(lex, s)
+                if narrow is None:
+                    declined += 1
+                    continue
+                answered += 1
+                with_nodes += len(narrow[1]) > 0
+                for got, want in zip(narrow, general):
+                    assert np.array_equal(got, want), (state, s, got[:8], want[:8])
+    # neither side vacuous: literal positions answered, broad states (a
+    # string's body) declined, and boundaries (a literal's end) answered
+    assert answered >= 2, answered
+    if name in ("tool", "open"):
+        assert declined >= 1 and with_nodes >= 1, (declined, with_nodes)
+
+
+@pytest.mark.parametrize("kind,name", CASES)
+def test_masks_with_and_without_narrow_walks(kind, name, smollm2_vocab, monkeypatch):
+    source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
+    fast = _compile(kind, source, smollm2_vocab, 5, monkeypatch)
+    plain = _compile(kind, source, smollm2_vocab, 5, monkeypatch)
+    plain.lexer._narrow = lambda s, row, out: gk.NOT_NARROW
+    answered = []
+    real = fast.lexer._narrow
+
+    def counted(s, row, out):
+        n = real(s, row, out)
+        answered.append(n != gk.NOT_NARROW)
+        return n
+
+    fast.lexer._narrow = counted
+    vocab = smollm2_vocab
+    bm = allocate_bitmask(1, len(vocab), backend="numpy")
+    for seed in range(3):
+        rng = random.Random(seed)
+        a, b = fast.initial_state(), plain.initial_state()
+        for _ in range(80):
+            want = plain.mask_row(b)
+            fast.fill_bitmask(a, bm, 0)
+            assert np.array_equal(bm[0].view(np.uint32), want), a
+            assert np.array_equal(fast.mask_row(a), want)
+            assert fast.is_accepting(a) == plain.is_accepting(b)
+            ids = [t for t in plain.allowed_token_ids(b).tolist() if t not in vocab.eos_token_set]
+            if not ids:
+                break
+            short = [t for t in ids if len(vocab.tokens[t]) <= 2]
+            pick = rng.choice(short if short and rng.random() < 0.5 else ids)
+            a, b = fast.advance(a, pick), plain.advance(b, pick)
+    if name in ("tool", "open", "tags"):  # keys, enum values, tag names
+        assert any(answered), "no state took the narrow walk"
