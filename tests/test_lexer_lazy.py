@@ -15,6 +15,7 @@ import pytest
 
 from constrain import Compiler, allocate_bitmask
 from constrain.cfg import lexer as lexer_module
+from lexer_testing import compile_expanding
 
 SCHEMAS = {
     "bounded": {"type": "object",
@@ -29,13 +30,6 @@ GRAMMARS = {
     "words": 'start: X ("," X)*\nX: /[a-z0-9]{2,60}/\n',
     "text": 'start: "<" T ">" (" " N)?\nT: /[^<>]{1,200}/\nN: /[0-9]{1,12}/\n',
 }
-
-
-def _compile(kind, source, vocab, chunk, monkeypatch):
-    monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", chunk)
-    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
-    c = Compiler(vocab)
-    return c.compile_json_schema(source) if kind == "schema" else c.compile_grammar(source)
 
 
 def _walk_both(lazy, full, vocab, seed, steps):
@@ -83,10 +77,10 @@ def _steps_alone(lazy, full, tokens):
 @pytest.mark.parametrize("name", sorted(SCHEMAS) + sorted(GRAMMARS))
 def test_lazy_expansion_gives_the_same_masks(name, chunk, smollm2_vocab, monkeypatch):
     kind, source = ("schema", SCHEMAS[name]) if name in SCHEMAS else ("grammar", GRAMMARS[name])
-    full = _compile(kind, source, smollm2_vocab, 10 ** 9, monkeypatch)
-    lazy = _compile(kind, source, smollm2_vocab, chunk, monkeypatch)
+    full = compile_expanding(kind, source, smollm2_vocab, 10 ** 9, monkeypatch)
+    lazy = compile_expanding(kind, source, smollm2_vocab, chunk, monkeypatch)
     assert lazy.lexer.chunk == chunk
-    fresh = _compile(kind, source, smollm2_vocab, chunk, monkeypatch)
+    fresh = compile_expanding(kind, source, smollm2_vocab, chunk, monkeypatch)
     for seed in range(3):
         _steps_alone(fresh, full, _walk_both(lazy, full, smollm2_vocab, seed, 120))
     # the lazy lexer asked for states as it went; the long bounds it left

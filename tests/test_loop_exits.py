@@ -17,6 +17,7 @@ from constrain import Vocabulary, allocate_bitmask, compile_grammar, compile_jso
 from constrain.cfg import lexer_kernels as gk
 from constrain.cfg.lexer import _NO_ROUTE
 from constrain.vocab.trie_kernels import loop_exits, utf8_next
+from lexer_testing import plain_walk
 
 GRAMMARS = {
     "string": ("schema", {"type": "object", "properties": {"a": {"type": "string"}},
@@ -61,14 +62,6 @@ def _states(g, name):
                 yield data[:k + 1], state
 
 
-def _walk(lex, s, route):
-    t = lex.trie
-    row = np.zeros(t.row_words + 1, dtype=np.uint32)
-    out = np.empty((2, t.num_nodes), dtype=np.int32)
-    n = lex._walk_expanding(s, row, out, None, -1, route)
-    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
-
-
 def _keep_every_exit(monkeypatch, trie):
     """Every loop set's exits, past the share of the nodes above which
     ``TokenTrie.loop_exits`` keeps none (the small multilingual vocabulary is
@@ -96,7 +89,7 @@ def test_exit_walks_equal_plain_walks(name, vocab_name, request, monkeypatch):
             target = route[2]
             assert target != s or lex.walk_flags[s] == gk.F_LOOP and lex.reads_utf8[s] == 1
             into.add(target != s)
-            got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
+            got, want = plain_walk(lex, s, route), plain_walk(lex, s, _NO_ROUTE)
             assert np.array_equal(got[0], want[0]), (prefix, np.flatnonzero(got[0] != want[0])[:5])
             # the same boundary nodes, in trie order, into the same states
             assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2]), prefix
@@ -207,7 +200,7 @@ def test_exits_inside_a_character(monkeypatch):
     route = lex._text_route(s)
     partial = {tuple(r[2:2 + r[1]]) for r in route[0].tolist() if r[1]}
     assert {tuple(zhong[:2]), tuple(smile[:3]), tuple(zhong[:1])} <= partial
-    got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
+    got, want = plain_walk(lex, s, route), plain_walk(lex, s, _NO_ROUTE)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) \
         and np.array_equal(got[2], want[2])
     state = g.advance_bytes(g.initial_state(), b'{"a":"x')
@@ -241,7 +234,7 @@ def test_declared_names_with_multibyte_first_characters(monkeypatch):
     for first in (0xE4, 0xC3, 0xF0, ord("a")):
         assert route[1][first] == 0
     assert route[1][0xE6] == 1 and route[1][ord("x")] == 1
-    got, want = _walk(lex, s, route), _walk(lex, s, _NO_ROUTE)
+    got, want = plain_walk(lex, s, route), plain_walk(lex, s, _NO_ROUTE)
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
     want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
     mask = _mask(g, state)

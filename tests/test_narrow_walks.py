@@ -15,10 +15,10 @@ import random
 import numpy as np
 import pytest
 
-from constrain import Compiler, allocate_bitmask
-from constrain.cfg import lexer as lexer_module
+from constrain import allocate_bitmask
 from constrain.cfg import lexer_kernels as gk
 from constrain.cfg.lexer import _NO_ROUTE
+from lexer_testing import compile_expanding, plain_walk
 
 SCHEMAS = {
     "tool": {"type": "object",
@@ -40,21 +40,6 @@ GRAMMARS = {
                 'KW: "select" | "selection" | "from"\nWORD: /[a-z]{7,9}/\nNUM: /[0-9]+(\\.[0-9]+)?/\n',
     "tags": 'start: "<" NAME ">" TEXT "</" NAME ">"\nNAME: /[a-z]+/\nTEXT: /[^<]{1,20}/\n',
 }
-
-
-def _compile(kind, source, vocab, chunk, monkeypatch):
-    monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", chunk)
-    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
-    c = Compiler(vocab)
-    return c.compile_json_schema(source) if kind == "schema" else c.compile_grammar(source)
-
-
-def _general(lex, s):
-    t = lex.trie
-    row = np.zeros(t.row_words + 1, dtype=np.uint32)
-    out = np.empty((2, t.num_nodes), dtype=np.int32)
-    n = lex._walk_expanding(s, row, out, None, -1, _NO_ROUTE)
-    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
 
 
 def _narrow(lex, s):
@@ -88,7 +73,7 @@ CASES = [("schema", n) for n in sorted(SCHEMAS)] + [("grammar", n) for n in sort
 def test_narrow_walk_is_the_general_walk(kind, name, chunk, vocab_name, request, monkeypatch):
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
-    g = _compile(kind, source, vocab, chunk, monkeypatch)
+    g = compile_expanding(kind, source, vocab, chunk, monkeypatch)
     lex = g.lexer
     seen, answered, with_nodes, declined = set(), 0, 0, 0
     for seed in range(3):
@@ -100,7 +85,7 @@ def test_narrow_walk_is_the_general_walk(kind, name, chunk, vocab_name, request,
                 seen.add(s)
                 lex.ensure(s)
                 narrow = _narrow(lex, s)
-                general = _general(lex, s)
+                general = plain_walk(lex, s, _NO_ROUTE)
                 if narrow is None:
                     declined += 1
                     continue
@@ -118,8 +103,8 @@ def test_narrow_walk_is_the_general_walk(kind, name, chunk, vocab_name, request,
 @pytest.mark.parametrize("kind,name", CASES)
 def test_masks_with_and_without_narrow_walks(kind, name, smollm2_vocab, monkeypatch):
     source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
-    fast = _compile(kind, source, smollm2_vocab, 5, monkeypatch)
-    plain = _compile(kind, source, smollm2_vocab, 5, monkeypatch)
+    fast = compile_expanding(kind, source, smollm2_vocab, 5, monkeypatch)
+    plain = compile_expanding(kind, source, smollm2_vocab, 5, monkeypatch)
     plain.lexer._narrow = lambda s, row, out: gk.NOT_NARROW
     answered = []
     real = fast.lexer._narrow

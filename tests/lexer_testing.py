@@ -1,0 +1,28 @@
+"""Test helpers for the lexer's tables and walks (``constrain.cfg.lexer``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from constrain import Compiler
+from constrain.cfg import lexer as lexer_module
+
+
+def compile_expanding(kind, source, vocab, chunk, monkeypatch):
+    """A grammar (``kind`` ``"schema"`` or ``"grammar"``) compiled by a fresh
+    compiler whose lexer expands at most ``chunk`` states per call."""
+    monkeypatch.setattr(lexer_module, "EXPAND_CHUNK", chunk)
+    monkeypatch.setattr(lexer_module, "EXPAND_PER_BYTE", 0)
+    c = Compiler(vocab)
+    return c.compile_json_schema(source) if kind == "schema" else c.compile_grammar(source)
+
+
+def plain_walk(lex, s, route):
+    """``(row, nodes, states)`` of ``lexer_walk_rows`` from lexer state ``s``
+    with ``route`` (``lexer._NO_ROUTE``: the walk finds its own way), with room
+    for every boundary node and no shared walk."""
+    t = lex.trie
+    row = np.zeros(t.row_words + 1, dtype=np.uint32)
+    out = np.empty((2, t.num_nodes), dtype=np.int32)
+    n = lex._walk_expanding(s, row, out, None, -1, route)
+    return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
