@@ -6,7 +6,9 @@ with keys, enum values, literals beside wider terminals, numbers, strings with
 and without length bounds, over SmolLM2's vocabulary and a multilingual one
 with tokens that share their bytes, with lexers that expand one state at a
 time (the narrow walk then meets states not expanded yet). And whole masks:
-a grammar with the narrow walk gives the masks of one without it."""
+a grammar with the narrow walk gives the masks of one without it (over o200k too, whose 25 KB rows are written by the spans the
+narrow walk finds from the tokens it sets: ``token_spans`` is checked against
+``row_spans`` on random rows)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import pytest
 from constrain import allocate_bitmask
 from constrain.cfg import lexer_kernels as gk
 from constrain.cfg.lexer import _NO_ROUTE
+from constrain.cfg import grammar as grammar_module
+from constrain.regular.token_kernels import row_spans
 from lexer_testing import compile_expanding, plain_walk
 
 SCHEMAS = {
@@ -100,13 +104,21 @@ def test_narrow_walk_is_the_general_walk(kind, name, chunk, vocab_name, request,
         assert declined >= 1 and with_nodes >= 1, (declined, with_nodes)
 
 
-@pytest.mark.parametrize("kind,name", CASES)
-def test_masks_with_and_without_narrow_walks(kind, name, smollm2_vocab, monkeypatch):
+WIDE_CASES = [("schema", "tool"), ("grammar", "tags")]
+
+
+@pytest.mark.parametrize("kind,name,vocab_name",
+                         [(k, n, "smollm2") for k, n in CASES]
+                         + [(k, n, "o200k") for k, n in WIDE_CASES])
+def test_masks_with_and_without_narrow_walks(kind, name, vocab_name, request, monkeypatch):
+    # over o200k, rows are written by their spans (25 KB rows), which a
+    # narrow walk finds from the tokens it sets (LexerTables.walk_spans)
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
     source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
-    fast = compile_expanding(kind, source, smollm2_vocab, 5, monkeypatch)
-    plain = compile_expanding(kind, source, smollm2_vocab, 5, monkeypatch)
+    fast = compile_expanding(kind, source, vocab, 5, monkeypatch)
+    plain = compile_expanding(kind, source, vocab, 5, monkeypatch)
     plain.lexer._narrow = lambda s, row, out: gk.NOT_NARROW
-    answered = []
+    answered, spans_taken = [], []
     real = fast.lexer._narrow
 
     def counted(s, row, out):
@@ -115,13 +127,20 @@ def test_masks_with_and_without_narrow_walks(kind, name, smollm2_vocab, monkeypa
         return n
 
     fast.lexer._narrow = counted
-    vocab = smollm2_vocab
+    real_writer = grammar_module.mask_writer
+
+    def writer(row, spans=None):
+        spans_taken.append(spans is not None)
+        return real_writer(row, spans)
+
+    monkeypatch.setattr(grammar_module, "mask_writer", writer)
     bm = allocate_bitmask(1, len(vocab), backend="numpy")
     for seed in range(3):
         rng = random.Random(seed)
         a, b = fast.initial_state(), plain.initial_state()
         for _ in range(80):
             want = plain.mask_row(b)
+            bm[0] = -1  # every byte of the row written
             fast.fill_bitmask(a, bm, 0)
             assert np.array_equal(bm[0].view(np.uint32), want), a
             assert np.array_equal(fast.mask_row(a), want)
@@ -134,3 +153,37 @@ def test_masks_with_and_without_narrow_walks(kind, name, smollm2_vocab, monkeypa
             a, b = fast.advance(a, pick), plain.advance(b, pick)
     if name in ("tool", "open", "tags"):  # keys, enum values, tag names
         assert any(answered), "no state took the narrow walk"
+    # spans come with wide rows only (a tag grammar's narrow states are
+    # accepting: their masks are unions, not walk rows)
+    if vocab_name == "smollm2":
+        assert not any(spans_taken)
+    elif name == "tool":
+        assert any(spans_taken)
+
+
+def test_token_spans_are_row_spans():
+    rng = np.random.default_rng(0)
+    counts = set()
+    for trial in range(3000):
+        words = int(rng.integers(1, 800))
+        m = int(rng.integers(0, 40))
+        if trial % 3 == 0:  # anywhere, the scratch word past the row too
+            toks = rng.integers(0, 32 * words + 32, m)
+        elif trial % 3 == 1:  # close together: few spans
+            toks = np.minimum(int(rng.integers(0, 32 * words)) + rng.integers(0, 600, m),
+                              32 * words + 31)
+        else:
+            toks = rng.integers(0, 32 * words, m)
+        toks = toks.astype(np.int32)
+        row = np.zeros(words + 1, np.uint32)
+        for t in toks.tolist():
+            row[t >> 5] |= np.uint32(1 << (t & 31))
+        want = np.zeros(17, np.int64)
+        row_spans(row[:words], 64, 8, want)
+        got = np.zeros(17, np.int64)
+        gk.token_spans(toks, m, 4 * words, 64, got)
+        k = int(want[0])
+        counts.add(k)
+        assert int(got[0]) == k and np.array_equal(got[1:1 + 2 * max(k, 0)],
+                                                    want[1:1 + 2 * max(k, 0)]), (words, toks)
+    assert counts >= set(range(-1, 9))  # none, 1-8 spans, one span past 8, dense

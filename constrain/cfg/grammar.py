@@ -1060,7 +1060,12 @@ class GrammarConstraint(Constraint):
     def _writer(self, state):
         if len(self._writers) >= self._max_masks:
             self._writers.clear()
-        w = self._writers[state] = mask_writer(self.mask_row(state))
+        row = self.mask_row(state)
+        # a narrow walk's row, which is the mask of a state inside a literal,
+        # comes with its spans (LexerTables.walk_spans; read without the
+        # lock: a tuple read whole, and spans of another row are not taken)
+        hint = self.lexer.walk_spans
+        w = self._writers[state] = mask_writer(row, hint[1] if hint[0] is row else None)
         return w
 
     def _fill_other(self, state, bitmask, row) -> None:

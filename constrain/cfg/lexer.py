@@ -40,6 +40,7 @@ from constrain.cfg.lexemes import (CP_LAYER, LAYER, LEXEME_ACCEPTING, LEXEME_ROW
 from constrain.cfg.ir import GrammarIR, Terminal
 from constrain.vocab.trie_kernels import EXIT_COLUMNS
 from constrain.regular.regex import EmptyLanguageError, regex_byte_dfa
+from constrain.runtime.bitmask import _MAX_SPANS, _PACK_MIN_BYTES, _SPAN_GAP
 from constrain.vocab.trie import TokenTrie
 
 if gk.BOUNDED_LAYER != LAYER:  # the kernels divide by a constant
@@ -680,6 +681,10 @@ class LexerTables:
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
+        #: ``(row, spans)`` of the last narrow walk of a wide row: its
+        #: ``row_spans`` (as a list), for the grammar's row writer, which checks
+        #: ``row`` is its row (:meth:`walk`)
+        self.walk_spans = (None, None)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
@@ -830,6 +835,14 @@ class LexerTables:
         tr, sm = self.trie.kernel_arrays()
         # lexer_walk_narrow's arguments before the state
         self._narrow_args = (self.trans, self.walk_flags, tr[0], tr[2], sm[0], sm[1])
+        # where it writes a wide row's spans (bitmask.row_writer's): rows of
+        # 14 KB and more (o200k's 25 KB) are written by spans, and scanning
+        # one for them was 2.1 us of a narrow first fill; none where tokens
+        # share bytes (add_duplicates sets more bits after the walk)
+        t = self.trie
+        self._span_buf = np.zeros(
+            2 * _MAX_SPANS + 1 if 4 * t.row_words >= _PACK_MIN_BYTES and not t.has_duplicates
+            else 0, dtype=np.int64)
 
     # the per-state tables: (name, dtype, columns (None: one dimension;
     # "terminals": a bitset of them), fill past the states)
@@ -956,6 +969,10 @@ class LexerTables:
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
+        #: ``(row, spans)`` of the last narrow walk of a wide row: its
+        #: ``row_spans`` (as a list), for the grammar's row writer, which checks
+        #: ``row`` is its row (:meth:`walk`)
+        self.walk_spans = (None, None)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
@@ -1007,7 +1024,8 @@ class LexerTables:
         key = entry = None
         # most first walks are narrow (inside or at the end of a literal)
         n = self._narrow(s, row, out)
-        if n == gk.NOT_NARROW:
+        narrow = n >= 0
+        if not narrow:
             row[:] = 0
             # a walk into text (a string body, an object's keys) is broad: its
             # route is looked for below, once no other grammar's walk serves
@@ -1043,6 +1061,8 @@ class LexerTables:
             row.setflags(write=False)
             if key is not None:
                 shared.setdefault(key, (row, nodes, states, self._names))
+            if narrow and len(self._span_buf):
+                self.walk_spans = (row, self._span_buf.tolist())
         return self._keep(s, (row, nodes, states))
 
     def _narrow(self, s: int, row, out) -> int:
@@ -1050,7 +1070,7 @@ class LexerTables:
         expanding the states it reports: the number of boundary nodes, or
         ``NOT_NARROW`` (``row`` then to be cleared)."""
         while True:
-            n = gk.lexer_walk_narrow(*self._narrow_args, s, row, out)
+            n = gk.lexer_walk_narrow(*self._narrow_args, s, row, out, self._span_buf, _SPAN_GAP)
             if n > gk.PENDING_BASE:
                 return n
             self.ensure(gk.PENDING_BASE - n)  # the tables may grow: new arguments

@@ -466,8 +466,9 @@ class TokenAutomaton:
 
 def mask_writer(row: np.ndarray, spans: np.ndarray | None = None):
     """``bitmask.row_writer`` of the uint32 mask row ``row`` (C-contiguous),
-    from its spans as ``token_kernels.row_spans`` finds them: ``spans`` when
-    the walk kernel found them already, else that kernel's here. Its one pass
+    from its spans as ``token_kernels.row_spans`` finds them: ``spans`` (an
+    array or a list) when a walk kernel found them already, else that
+    kernel's here. Its one pass
     over the words costs a few us on a 25 KB o200k row where row_writer's numpy
     scan costs 20-30 us on a first walk's cold caches (a grammar makes one
     writer per state it fills)."""
@@ -477,7 +478,7 @@ def mask_writer(row: np.ndarray, spans: np.ndarray | None = None):
             return mv
         spans = np.empty(2 * _MAX_SPANS + 1, np.int64)
         row_spans(row, _SPAN_GAP, _MAX_SPANS, spans)
-    count, *ends = spans.tolist()
+    count, *ends = spans.tolist() if isinstance(spans, np.ndarray) else spans
     if count < 0:
         return mv
     return span_writer(mv, ends[0:2 * count:2], ends[1:2 * count:2])
