@@ -6,9 +6,10 @@ with keys, enum values, literals beside wider terminals, numbers, strings with
 and without length bounds, over SmolLM2's vocabulary and a multilingual one
 with tokens that share their bytes, with lexers that expand one state at a
 time (the narrow walk then meets states not expanded yet). And whole masks:
-a grammar with the narrow walk gives the masks of one without it (over o200k too, whose 25 KB rows are written by the spans the
-narrow walk finds from the tokens it sets: ``token_spans`` is checked against
-``row_spans`` on random rows)."""
+a grammar with the narrow walk gives the masks of one without it, over
+o200k too, whose 25 KB rows are written by the spans the narrow walk finds
+from the tokens it sets (``token_spans``, checked against ``row_spans`` on
+random rows)."""
 
 from __future__ import annotations
 
