@@ -309,7 +309,8 @@ PRELOAD = (
     # a state met unexpanded (a long length bound) or named by a shared walk
     ("cfg.lexer_kernels", "expand_states"),
     ("cfg.lexer_kernels", "settle_reads_utf8"),
-    # a position inside a literal (LexerTables.narrow_walk), then the others
+    # a lexer state's walk: the narrow one first (a literal's positions), then
+    # the general one
     ("cfg.lexer_kernels", "lexer_walk_narrow"),
     ("cfg.lexer_kernels", "lexer_walk_rows"),
     # a walk into a string body's text (TokenTrie.loop_exits): the body's,

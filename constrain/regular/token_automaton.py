@@ -464,14 +464,13 @@ class TokenAutomaton:
         return state != 0
 
 
-def mask_writer(row: np.ndarray, spans: np.ndarray | None = None):
+def mask_writer(row: np.ndarray, spans: np.ndarray | list | None = None):
     """``bitmask.row_writer`` of the uint32 mask row ``row`` (C-contiguous),
     from its spans as ``token_kernels.row_spans`` finds them: ``spans`` (an
     array or a list) when a walk kernel found them already, else that
-    kernel's here. Its one pass
-    over the words costs a few us on a 25 KB o200k row where row_writer's numpy
-    scan costs 20-30 us on a first walk's cold caches (a grammar makes one
-    writer per state it fills)."""
+    kernel's here. Its one pass over the words costs a few us on a 25 KB
+    o200k row where row_writer's numpy scan costs 20-30 us on a first walk's
+    cold caches (a grammar makes one writer per state it fills)."""
     mv = memoryview(row).cast("B")
     if spans is None:
         if len(mv) < _PACK_MIN_BYTES:
