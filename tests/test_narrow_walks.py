@@ -188,3 +188,19 @@ def test_token_spans_are_row_spans():
         assert int(got[0]) == k and np.array_equal(got[1:1 + 2 * max(k, 0)],
                                                     want[1:1 + 2 * max(k, 0)]), (words, toks)
     assert counts >= set(range(-1, 9))  # none, 1-8 spans, one span past 8, dense
+
+
+def test_pairs_sort_as_numpy_does():
+    # the narrow walk's boundary nodes and span tokens: by insertion when few,
+    # by argsort past 32 (both branches), values kept with their keys
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 2, 5, 32, 33, 100, 640):
+        keys = rng.permutation(10 * n + 1)[:n].astype(np.int32)
+        values = keys * 7 + 1
+        k2, v2 = np.concatenate([keys, [-5]]).astype(np.int32), np.concatenate([values, [-9]])
+        gk._sort_pairs(k2, v2, n)
+        assert k2[:n].tolist() == sorted(keys.tolist()) and (v2[:n] == k2[:n] * 7 + 1).all()
+        assert k2[n] == -5 and v2[n] == -9  # past n untouched
+        same = keys.copy()
+        gk._sort_pairs(same, same, n)
+        assert same.tolist() == sorted(keys.tolist())

@@ -855,13 +855,19 @@ class GrammarConstraint(Constraint):
 
     def _new_mask_row(self, state) -> np.ndarray:
         fresh, configs = state
+        row = None
         if not fresh and len(configs) == 1 and self._tokens is None and self._budgets is None:
             row = self._inside_row(configs[0])
-            if row is not None:
-                self._masks[state] = row
-                if len(self._masks) > self._max_masks:
-                    self._masks.popitem(last=False)
-                return row
+        if row is None:
+            row = self._combined_row(fresh, configs)
+        self._masks[state] = row
+        if len(self._masks) > self._max_masks:
+            self._masks.popitem(last=False)
+        return row
+
+    def _combined_row(self, fresh: bool, configs) -> np.ndarray:
+        """The mask of a state: the OR of its configurations' masks, with EOS
+        where it accepts (read-only; not cached here)."""
         accepting = self._accepting(fresh, configs)
         if self._budgets is not None:
             row = self._counted_mask(configs[0])
@@ -886,9 +892,6 @@ class GrammarConstraint(Constraint):
         # flags.writeable = False)
         if len(configs) > 1 or accepting:
             row.setflags(write=False)
-        self._masks[state] = row
-        if len(self._masks) > self._max_masks:
-            self._masks.popitem(last=False)
         return row
 
     def _inside_row(self, cfg):

@@ -605,7 +605,13 @@ class LexerTables:
         acc: ``[n, W]`` uint64 bitsets of the terminals accepting in each state.
         has_acc: ``[n]`` whether some terminal accepts.
         kernel_arrays: the tables as the kernels take them (see :meth:`_pack`).
+        walk_spans: ``(row, spans)`` of the last narrow walk of a wide row: its
+            ``row_spans`` (as a list), for the grammar's row writer, which
+            checks ``row`` is its row (:meth:`walk`).
     """
+
+    #: (an instance sets its own on its first narrow walk of a wide row)
+    walk_spans = (None, None)
 
     def __init__(self, terms: TerminalAutomata, n_terminals: int, trie: TokenTrie, *,
                  words32: int, max_states: int, max_rows_bytes: int, complete: bool = False):
@@ -681,10 +687,6 @@ class LexerTables:
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
-        #: ``(row, spans)`` of the last narrow walk of a wide row: its
-        #: ``row_spans`` (as a list), for the grammar's row writer, which checks
-        #: ``row`` is its row (:meth:`walk`)
-        self.walk_spans = (None, None)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
@@ -969,10 +971,6 @@ class LexerTables:
         #: where lexer_walk_rows writes the boundary nodes and their states (the
         #: grammar's lock serialises walks), grown to the trie's size when short
         self._walk_out = np.empty((2, 1024), dtype=np.int32)
-        #: ``(row, spans)`` of the last narrow walk of a wide row: its
-        #: ``row_spans`` (as a list), for the grammar's row writer, which checks
-        #: ``row`` is its row (:meth:`walk`)
-        self.walk_spans = (None, None)
         self._below = trie.subtree_bytes()[0]
         self._pack()
         self.words32 = words32
