@@ -206,6 +206,11 @@ class GrammarConstraint(Constraint):
         # exist (check_state)
         self._last_out = self._initial
         self._n_ctx = self.parser.num_contexts
+        # boundary_walk's scratch, made on its first call
+        self._pair_scratch = None
+        # no token budgets or references: a state's configurations are pairs,
+        # and one inside its terminals may take its walk's row (_new_mask_row)
+        self._plain = self._budgets is None and self._tokens is None
 
     def __repr__(self) -> str:
         return (f"GrammarConstraint(terminals={self.ir.n_terminals}, "
@@ -854,10 +859,24 @@ class GrammarConstraint(Constraint):
             return self._new_mask_row(state)
 
     def _new_mask_row(self, state) -> np.ndarray:
+        """The mask of ``state``, not cached yet (under the lock), cached.
+
+        A state whose one configuration is inside its terminals (none ends
+        there; not fresh, no token budgets or references, so no EOS) and from
+        which no terminal ends inside a token either has the walk's row as its
+        mask (kept in the lexer's LRU of walks, which every context shares),
+        with none of :meth:`_config_row`'s steps between. Most first visits of
+        a tool-calling schema's walk are such positions (a key's or an enum
+        value's letters), so that test is inline (a call cost ~0.3 us of a
+        ~7 us fill)."""
         fresh, configs = state
         row = None
-        if not fresh and len(configs) == 1 and self._tokens is None and self._budgets is None:
-            row = self._inside_row(configs[0])
+        if not fresh and len(configs) == 1 and self._plain:
+            s = configs[0][1]
+            lex = self.lexer
+            # (a bounded string's far positions share masks: _config_mask)
+            if not lex.has_acc.item(s) and not (lex.terms.bounded and lex._near_bound(s) is not None):
+                row = lex.inside_walk(s)
         if row is None:
             row = self._combined_row(fresh, configs)
         self._masks[state] = row
@@ -878,9 +897,10 @@ class GrammarConstraint(Constraint):
         elif len(configs) == 1:
             row = self._config_mask(*configs[0])
             if accepting:
-                row = row.copy()
+                row = self._copy(row)
         else:
-            row = self._config_mask(*configs[0]) | self._config_mask(*configs[1])
+            row = np.bitwise_or(self._config_mask(*configs[0]), self._config_mask(*configs[1]),
+                                out=self._new_row())
             for c, s in configs[2:]:
                 row |= self._config_mask(c, s)
         if accepting:
@@ -894,28 +914,17 @@ class GrammarConstraint(Constraint):
             row.setflags(write=False)
         return row
 
-    def _inside_row(self, cfg):
-        """The mask of a state whose one configuration ``cfg`` is inside its
-        terminals (none ends there; not fresh, no token budgets or references,
-        so no EOS), when cached or when no terminal ends inside a token from
-        it either: the mask is then the walk's row, with none of
-        :meth:`_config_row`'s steps between. Else ``None``.
+    def _new_row(self) -> np.ndarray:
+        """A mask row to write (not cleared), from the lexer's slabs
+        (:meth:`LexerTables._new_row`: a first visit's rows were malloc's
+        slow path)."""
+        return self.lexer._new_row()[:self.words]
 
-        Most first visits of a tool-calling schema's walk are such positions
-        (a key's or an enum value's letters)."""
-        lex = self.lexer
-        s = cfg[1]
-        if lex.has_acc.item(s) or (lex.terms.bounded and lex._near_bound(s) is not None):
-            return None  # (a bounded string's far positions share masks: _config_mask)
-        row = self._config_masks.get(cfg)
-        if row is None:
-            row, nodes, _ = lex.walk(s)
-            if len(nodes):
-                return None
-            self._config_masks[cfg] = row
-            if len(self._config_masks) > self._max_masks:
-                self._config_masks.popitem(last=False)
-        return row
+    def _copy(self, row) -> np.ndarray:
+        """A writable copy of the mask row ``row`` (see :meth:`_new_row`)."""
+        out = self._new_row()
+        out[:] = row
+        return out
 
     def _counted_mask(self, cfg) -> np.ndarray:
         """The mask of a counted configuration ``(c, s, k)``: the ordinary one
@@ -967,7 +976,7 @@ class GrammarConstraint(Constraint):
                 if self._next(c, ref) >= 0:
                     other = self._tokens.rows[ref]
                     if row is cont:
-                        row = cont | other
+                        row = np.bitwise_or(cont, other, out=self._new_row())
                     else:
                         row |= other
         if lex.has_acc[s]:
@@ -976,14 +985,14 @@ class GrammarConstraint(Constraint):
                 if c2 >= 0:
                     other = self._config_mask(c2, self._start(c2))
                     if row is cont:
-                        row = cont | other
+                        row = np.bitwise_or(cont, other, out=self._new_row())
                     else:
                         row |= other
         if len(nodes):
             key = lex.near_boundary_key(s) if lex.terms.bounded else None
             if key is None:
                 if row is cont:
-                    row = cont.copy()
+                    row = self._copy(cont)
                 self._boundaries(c, nodes, states, row)
             else:
                 # a bounded string near its bound: one boundary walk per set of
@@ -991,13 +1000,14 @@ class GrammarConstraint(Constraint):
                 key = (c, *key)
                 other = self._near_boundaries.get(key)
                 if other is None:
-                    other = np.zeros_like(cont)
+                    other = self._new_row()
+                    other[:] = 0
                     self._boundaries(c, nodes, states, other)
                     if len(self._near_boundaries) >= 64:
                         self._near_boundaries.clear()
                     self._near_boundaries[key] = other
                 if row is cont:
-                    row = cont | other
+                    row = np.bitwise_or(cont, other, out=self._new_row())
                 else:
                     row |= other
         if row is not cont:  # a walk's row is read-only (LexerTables.walk)
@@ -1014,11 +1024,16 @@ class GrammarConstraint(Constraint):
                 if c2 >= 0:
                     self._start(c2)
         tbuf, toffs = self.trie.packed()
+        pairs = self._pair_scratch
+        if pairs is None:
+            # the walk's pairs per depth (under the lock: one walk at a time)
+            shape = (self.trie.max_depth + 2, self.max_width)
+            pairs = self._pair_scratch = (np.empty(shape, np.int32), np.empty(shape, np.int32))
         j = 0
         while True:
             status, a, b, j = gk.boundary_walk(
                 lex.trans, lex.walk_flags, lex.acc, self._ctx_next, self._ctx_start,
-                self._ignore_bits, nodes, states, c, j, tbuf, toffs, self.max_width, row)
+                self._ignore_bits, nodes, states, c, j, tbuf, toffs, *pairs, row)
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_EXPAND:
@@ -1063,7 +1078,19 @@ class GrammarConstraint(Constraint):
     def _writer(self, state):
         if len(self._writers) >= self._max_masks:
             self._writers.clear()
-        row = self.mask_row(state)
+        if state is self._last_out:
+            # a walk's first visit to the state advance returned (checked
+            # there): mask_row's path in one frame, as most first visits are
+            # new states inside a literal, at ~7 us a fill
+            masks = self._masks
+            with self._lock:
+                row = masks.get(state)
+                if row is None:
+                    row = self._new_mask_row(state)
+                else:
+                    masks.move_to_end(state)
+        else:
+            row = self.mask_row(state)
         # a narrow walk's row, which is the mask of a state inside a literal,
         # comes with its spans (LexerTables.walk_spans; read without the
         # lock: a tuple read whole, and spans of another row are not taken)
@@ -1101,7 +1128,7 @@ _OWN_ATTRIBUTES = frozenset({
     "max_width", "_ignore", "_ignore_bits", "_eos", "_eos_set", "_v", "_grammar_token",
     "_token_bytes", "_writers", "_advances", "_last_fill", "_max_masks", "_lock", "_ctx_next", "_start_of",
     "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_near_boundaries", "_initial",
-    "_last_out", "_n_ctx",
+    "_last_out", "_n_ctx", "_plain", "_pair_scratch",
     "_budgets", "_tokens", "_start_extra"})
 
 

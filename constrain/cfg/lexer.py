@@ -691,6 +691,7 @@ class LexerTables:
         self._pack()
         self.words32 = words32
         self._max_rows = max(2, max_rows_bytes // (4 * words32))
+        self._slab, self._slab_next, self._slab_bytes = None, 0, 0  # _new_row's
 
     def start_state(self, expected: frozenset) -> int:
         """The lexer state that starts any of the terminals ``expected`` (a
@@ -842,6 +843,10 @@ class LexerTables:
         # one for them was 2.1 us of a narrow first fill; none where tokens
         # share bytes (add_duplicates sets more bits after the walk)
         t = self.trie
+        # inside_walk's: a walk row's length (the kernels' scratch word past the
+        # mask included) and whether tokens share their bytes
+        self._row_len = t.row_words + 1
+        self._duplicates = t.has_duplicates
         self._span_buf = np.zeros(
             2 * _MAX_SPANS + 1 if 4 * t.row_words >= _PACK_MIN_BYTES and not t.has_duplicates
             else 0, dtype=np.int64)
@@ -975,6 +980,7 @@ class LexerTables:
         self._pack()
         self.words32 = words32
         self._max_rows = check_budget("max_rows", payload.value("max_rows"))
+        self._slab, self._slab_next, self._slab_bytes = None, 0, 0  # _new_row's
         return self
 
     def accepting_terminals(self, s: int) -> tuple[int, ...]:
@@ -1015,13 +1021,18 @@ class LexerTables:
         near = self._near_bound(s) if self.terms.bounded else None
         if near is not None:
             return self._keep(s, self._near_shared(s, near))
+        row = self._new_row()  # (the narrow kernel clears it)
+        # most first walks are narrow (inside or at the end of a literal)
+        return self._walk_from(s, row, self._narrow(s, row, self._walk_out))
+
+    def _walk_from(self, s: int, row, n: int) -> tuple:
+        """:meth:`walk`'s new entry for ``s``, kept, from :meth:`_narrow`'s
+        result ``n`` (its row in ``row``, its boundary nodes in ``_walk_out``):
+        the general walk's when that one was not narrow."""
         shared = self._shared
         t = self.trie
-        row = np.zeros(t.row_words + 1, dtype=np.uint32)
         out = self._walk_out
         key = entry = None
-        # most first walks are narrow (inside or at the end of a literal)
-        n = self._narrow(s, row, out)
         narrow = n >= 0
         if not narrow:
             row[:] = 0
@@ -1048,7 +1059,9 @@ class LexerTables:
                 out = self._walk_out = np.empty((2, t.num_nodes), dtype=np.int32)
                 row[:] = 0
                 n = self._walk_expanding(s, row, out, None, -1, route)
-            row = row[:self.words32]
+            # a row the compiler's cache keeps past this grammar is its own
+            # array, not a view keeping this grammar's slab alive (_new_row)
+            row = row[:self.words32] if key is None else row[:self.words32].copy()
             if n:
                 nodes, states = out[0, :n].copy(), out[1, :n].copy()
             else:
@@ -1062,6 +1075,62 @@ class LexerTables:
             if narrow and len(self._span_buf):
                 self.walk_spans = (row, self._span_buf.tolist())
         return self._keep(s, (row, nodes, states))
+
+    def inside_walk(self, s: int):
+        """The row of :meth:`walk` for lexer state ``s`` when that walk has no
+        boundary node, else ``None``; for a state that is not a bounded
+        string's near-bound position (the caller checks). The same walk, kept
+        in the same LRU: where the narrow kernel finds the walk narrow and
+        boundary-free (a position inside a literal, most first visits of a
+        tool-calling schema's walk), this path skips :meth:`walk`'s cross-grammar
+        cache and its general branches."""
+        hit = self._rows.get(s)
+        if hit is None:
+            row = self._new_row()
+            n = self._narrow(s, row, self._walk_out)
+            if n:  # boundary nodes, or a broad walk
+                hit = self._walk_from(s, row, n)
+            else:
+                row = row[:self.words32]
+                if self._duplicates:
+                    self.trie.add_duplicates(row)
+                row.setflags(write=False)
+                if len(self._span_buf):
+                    self.walk_spans = (row, self._span_buf.tolist())
+                rows = self._rows
+                rows[s] = (row, _NO_NODES, _NO_NODES)
+                if len(rows) > self._max_rows:
+                    rows.popitem(last=False)
+                return row
+        else:
+            self._rows.move_to_end(s)
+        return None if len(hit[1]) else hit[0]
+
+    def _new_row(self) -> np.ndarray:
+        """A walk row (``row_words + 1`` uint32 words, not cleared): the next of
+        a slab of :data:`_SLAB_ROWS`, while the slabs of this lexer stay under
+        :data:`_SLAB_BYTES`, then one allocation each.
+
+        Why: a first visit's 6 KB (SmolLM2) to 25 KB (o200k) row was malloc's
+        slow path on a heap that compiles leave fragmented, ~1.5 us of a
+        literal position's ~7.5 us fill (``np.empty`` there; from a slab the
+        fill took ~6). A row keeps its slab alive, so a row that outlives its
+        neighbours in the caches holds the slab's other rows' bytes: the cap
+        bounds that to :data:`_SLAB_BYTES` a grammar, and a long-lived
+        grammar's later rows are allocated alone."""
+        slab = self._slab
+        if slab is not None:
+            k = self._slab_next
+            self._slab_next = k + 1
+            if k + 1 == slab.shape[0]:
+                self._slab = None
+            return slab[k]
+        if self._slab_bytes < _SLAB_BYTES:
+            slab = self._slab = np.empty((_SLAB_ROWS, self._row_len), dtype=np.uint32)
+            self._slab_bytes += slab.nbytes
+            self._slab_next = 1
+            return slab[0]
+        return np.empty(self._row_len, dtype=np.uint32)
 
     def _narrow(self, s: int, row, out) -> int:
         """:func:`~constrain.cfg.lexer_kernels.lexer_walk_narrow` from ``s``,
@@ -1272,6 +1341,10 @@ class LexerTables:
 
 
 #: the boundary nodes and states of a walk with none (read-only, shared)
+#: walk rows per slab, and the bytes of slabs a lexer allocates before it
+#: allocates rows one by one (LexerTables._new_row)
+_SLAB_ROWS = 32
+_SLAB_BYTES = 8 << 20
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
 #: no text route (LexerTables._text_route): the walk finds its own way

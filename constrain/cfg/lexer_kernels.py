@@ -1373,7 +1373,7 @@ def lexer_walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, 
     """:func:`lexer_walk` of a *narrow* lexer state, for the states where it
     costs least: a position inside a literal (an object's key, an enum
     value) or at its end, whose first visits were most of a tool-calling
-    schema's first walk. Sets the tokens in ``row`` and writes the boundary
+    schema's first walk. Clears ``row``, sets the tokens in it and writes the boundary
     nodes and their states to ``out[0]``/``out[1]``, in trie order, as
     :func:`lexer_walk` does, and returns their number;
     ``PENDING_BASE - s`` when it reached a state ``s`` not expanded yet
@@ -1402,6 +1402,9 @@ def lexer_walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, 
     passes over 256 bytes were 1.4 of a literal position's 4 us walk; the
     whole call is ~1.3 us)."""
     trans = trans2.reshape(-1)  # state * 256 + byte
+    # cleared here, not by the caller: np.zeros of a 6 KB row cost ~1 us of a
+    # first fill's ~7 (a cold allocation and a Python call) against ~0.1 here
+    row[:] = 0
     width = NARROW_WIDTH
     budget = NARROW_BUDGET
     nodes = np.empty(width, np.int32)
@@ -1632,7 +1635,7 @@ def _pairs_take(trans, acc, ls, d, m, takes):
 
 @njit(cache=True, nogil=True)
 def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
-                  ctx, j0, tbuf, toffs, width, row):
+                  ctx, j0, tbuf, toffs, ls, lc, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
     For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
@@ -1651,7 +1654,9 @@ def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_no
     walking node ``j`` again is harmless).
 
     ``tbuf`` and ``toffs`` are the token trie, packed
-    (:meth:`~constrain.vocab.trie.TokenTrie.packed`).
+    (:meth:`~constrain.vocab.trie.TokenTrie.packed`); ``ls`` and ``lc`` are
+    scratch, int32 ``(max_depth + 2, width)`` each: ``width`` is their
+    number of columns.
     """
     # loose arrays, not the lexer's, the parser's and the trie's tuples: numba's
     # dispatcher types a tuple argument through its generic fingerprint path
@@ -1662,10 +1667,11 @@ def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_no
     trie, summaries = trie_views(tbuf, toffs)
     tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth = trie
     below = summaries[2]
-    # not zeroed (2 x 50 KB on SmolLM2, paid on every call): depth d's pairs are
+    # ls, lc: the pairs alive per depth, (max_depth + 2, width) each, the
+    # caller's scratch (50 KB each on SmolLM2: allocated per call they were
+    # malloc's slow path on a fragmented heap), not zeroed: depth d's pairs are
     # written before they are read, as the walk goes down the trie
-    ls = np.empty((max_depth + 2, width), np.int32)
-    lc = np.empty((max_depth + 2, width), np.int32)
+    width = ls.shape[1]
     cnt = np.zeros(max_depth + 2, np.int32)
     # the bytes the last start state's root pairs take (none may end a
     # terminal; else takes[4] is 1): start nodes come in runs of one state,
