@@ -1108,8 +1108,11 @@ class LexerTables:
 
     def _new_row(self) -> np.ndarray:
         """A walk row (``row_words + 1`` uint32 words, not cleared): the next of
-        a slab of :data:`_SLAB_ROWS`, while the slabs of this lexer stay under
-        :data:`_SLAB_BYTES`, then one allocation each.
+        a slab, while the slabs of this lexer stay under :data:`_SLAB_BYTES`,
+        then one allocation each. The first slab holds :data:`_SLAB_FIRST`
+        rows, each next one twice as many, up to :data:`_SLAB_ROWS`: a grammar
+        that makes few rows (a compiled constraint kept in a cache after one
+        short request) leaves at most as many rows unused as it used.
 
         Why: a first visit's 6 KB (SmolLM2) to 25 KB (o200k) row was malloc's
         slow path on a heap that compiles leave fragmented, ~1.5 us of a
@@ -1126,7 +1129,8 @@ class LexerTables:
                 self._slab = None
             return slab[k]
         if self._slab_bytes < _SLAB_BYTES:
-            slab = self._slab = np.empty((_SLAB_ROWS, self._row_len), dtype=np.uint32)
+            rows = min(_SLAB_ROWS, max(_SLAB_FIRST, self._slab_bytes // (4 * self._row_len)))
+            slab = self._slab = np.empty((rows, self._row_len), dtype=np.uint32)
             self._slab_bytes += slab.nbytes
             self._slab_next = 1
             return slab[0]
@@ -1341,8 +1345,10 @@ class LexerTables:
 
 
 #: the boundary nodes and states of a walk with none (read-only, shared)
-#: walk rows per slab, and the bytes of slabs a lexer allocates before it
-#: allocates rows one by one (LexerTables._new_row)
+#: walk rows in a lexer's first slab and at most in one, and the bytes of
+#: slabs a lexer allocates before it allocates rows one by one
+#: (LexerTables._new_row)
+_SLAB_FIRST = 4
 _SLAB_ROWS = 32
 _SLAB_BYTES = 8 << 20
 _NO_NODES = np.zeros(0, dtype=np.int32)
