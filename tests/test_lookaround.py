@@ -184,6 +184,25 @@ def test_deep_nesting_is_refused_with_an_offset(vocab, shape):
     assert info.value.offset == opens[MAX_DEPTH]
 
 
+def test_parentheses_in_verbose_comments_are_not_groups(vocab):
+    # a comment's parentheses are text Python's parser skips: they used to
+    # count toward the nesting limit and refuse a valid pattern
+    comment = "# (" + "(" * (MAX_DEPTH + 50) + "\n"
+    pattern = "a " + comment + "b [#(] c"
+    for p, flags in ((pattern, re.X), ("(?x)" + pattern, 0), ("(?ix)" + pattern, 0)):
+        g = compile_regex(p, vocab, flags=flags) if flags else compile_regex(p, vocab)
+        for s in ("ab#c", "ab(c", "abc", "a b#c"):
+            assert g.matches(s) == bool(re.fullmatch(p, s, flags)), (p, s)
+    # outside verbose mode a "#" starts no comment: those are groups (unclosed)
+    with pytest.raises(RegexTooLargeError, match="nested"):
+        compile_regex(pattern, vocab)
+    # and real nesting past the limit is refused in verbose mode too, where it is
+    deep = "(" * (MAX_DEPTH + 1) + "a" + ")" * (MAX_DEPTH + 1)
+    with pytest.raises(RegexTooLargeError, match="nested") as info:
+        compile_regex("(?x) # (((\n" + deep, vocab)
+    assert info.value.offset == len("(?x) # (((\n") + MAX_DEPTH
+
+
 def test_size_limit_covers_the_whole_pattern(vocab):
     t = time.perf_counter()
     with pytest.raises(RegexTooLargeError, match="expands to more than") as info:

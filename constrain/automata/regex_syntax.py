@@ -207,7 +207,7 @@ def _parse_long(pattern: str, flags: int, max_repeat: int, max_positions: int):
 
 
 def _parse(pattern: str, flags: int, max_repeat: int, max_positions: int):
-    _check_depth(pattern)
+    _check_depth(pattern, bool(flags & _X) or _LEADING_X.match(pattern) is not None)
     if not flags:
         node = _parse_simple(pattern, max_repeat, max_positions)
         if node is not None:
@@ -241,13 +241,20 @@ def _parse(pattern: str, flags: int, max_repeat: int, max_positions: int):
     return node
 
 
-def _check_depth(p: str) -> None:
+#: global inline flags at the start of a pattern (where Python takes them)
+#: that turn on verbose mode, ``(?x)``, ``(?ix)``...
+_LEADING_X = re.compile(r"\(\?[aiLmsux]*x[aiLmsux]*\)")
+
+
+def _check_depth(p: str, verbose: bool = False) -> None:
     """Refuse groups nested deeper than :data:`MAX_DEPTH`, at the offset of the
     first one too deep: Python's parser recurses twice per level and would
     raise ``RecursionError`` somewhere past 450 levels, as would the passes
-    after it. Escapes and classes are skipped; a parenthesis in a verbose
-    comment counts, which can only refuse early, never let a deep pattern
-    through."""
+    after it. Escapes and classes are skipped, and with ``verbose`` (``re.X``,
+    or ``(?x)`` at the start) the comments from ``#`` to the end of the line,
+    as Python's parser skips them. A verbose group that turns the mode on
+    for part of the pattern only (``(?x:...)``) has its comments counted,
+    which can only refuse early, never let a deep pattern through."""
     if p.count("(") <= MAX_DEPTH:
         return
     depth = 0
@@ -259,6 +266,9 @@ def _check_depth(p: str) -> None:
             continue
         if c == "[":
             i = _class_end(p, i)
+        elif c == "#" and verbose:
+            end = p.find("\n", i)
+            i = n if end < 0 else end
         elif c == "(":
             depth += 1
             if depth > MAX_DEPTH:
