@@ -852,8 +852,13 @@ class GrammarConstraint(Constraint):
             state = self.check_state(state)
             if state == TERMINATED:
                 return np.zeros(self.words, dtype=np.uint32)
+        return self._made_row(state)
+
+    def _made_row(self, state) -> np.ndarray:
+        """The mask of the checked ``state`` not found cached: made under the
+        lock, unless another thread made it meanwhile."""
         with self._lock:
-            row = masks.get(state)
+            row = self._masks.get(state)
             if row is not None:
                 return row
             return self._new_mask_row(state)
@@ -1078,19 +1083,10 @@ class GrammarConstraint(Constraint):
     def _writer(self, state):
         if len(self._writers) >= self._max_masks:
             self._writers.clear()
-        if state is self._last_out:
-            # a walk's first visit to the state advance returned (checked
-            # there): mask_row's path in one frame, as most first visits are
-            # new states inside a literal, at ~7 us a fill
-            masks = self._masks
-            with self._lock:
-                row = masks.get(state)
-                if row is None:
-                    row = self._new_mask_row(state)
-                else:
-                    masks.move_to_end(state)
-        else:
-            row = self.mask_row(state)
+        # a walk's first visit to the state advance returned (checked there)
+        # needs none of mask_row's look-ups before the lock: ~0.15 of a ~6 us
+        # fill inside a literal
+        row = self._made_row(state) if state is self._last_out else self.mask_row(state)
         # a narrow walk's row, which is the mask of a state inside a literal,
         # comes with its spans (LexerTables.walk_spans; read without the
         # lock: a tuple read whole, and spans of another row are not taken)

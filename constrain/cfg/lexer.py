@@ -843,10 +843,8 @@ class LexerTables:
         # one for them was 2.1 us of a narrow first fill; none where tokens
         # share bytes (add_duplicates sets more bits after the walk)
         t = self.trie
-        # inside_walk's: a walk row's length (the kernels' scratch word past the
-        # mask included) and whether tokens share their bytes
+        # a walk row's length (the kernels' scratch word past the mask included)
         self._row_len = t.row_words + 1
-        self._duplicates = t.has_duplicates
         self._span_buf = np.zeros(
             2 * _MAX_SPANS + 1 if 4 * t.row_words >= _PACK_MIN_BYTES and not t.has_duplicates
             else 0, dtype=np.int64)
@@ -1092,15 +1090,12 @@ class LexerTables:
                 hit = self._walk_from(s, row, n)
             else:
                 row = row[:self.words32]
-                if self._duplicates:
+                if self.trie.has_duplicates:
                     self.trie.add_duplicates(row)
                 row.setflags(write=False)
                 if len(self._span_buf):
                     self.walk_spans = (row, self._span_buf.tolist())
-                rows = self._rows
-                rows[s] = (row, _NO_NODES, _NO_NODES)
-                if len(rows) > self._max_rows:
-                    rows.popitem(last=False)
+                self._keep(s, (row, _NO_NODES, _NO_NODES))
                 return row
         else:
             self._rows.move_to_end(s)
@@ -1344,13 +1339,13 @@ class LexerTables:
         return hit
 
 
-#: the boundary nodes and states of a walk with none (read-only, shared)
 #: walk rows in a lexer's first slab and at most in one, and the bytes of
 #: slabs a lexer allocates before it allocates rows one by one
 #: (LexerTables._new_row)
 _SLAB_FIRST = 4
 _SLAB_ROWS = 32
 _SLAB_BYTES = 8 << 20
+#: the boundary nodes and states of a walk with none (read-only, shared)
 _NO_NODES = np.zeros(0, dtype=np.int32)
 _NO_NODES.flags.writeable = False
 #: no text route (LexerTables._text_route): the walk finds its own way
