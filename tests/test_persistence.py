@@ -236,6 +236,24 @@ def test_inconsistent_tables_are_refused(kinds, tmp_path, monkeypatch):
     def huge_capacity(arrays, meta, name):
         meta[name + "#cap"] = 2 ** 40  # np.full of 2**40 rows was a MemoryError
 
+    def one_free_slot(arrays, meta, name):
+        # entries (any state's id) in every slot but one: the table is full
+        # after the next new entry, and a look-up that misses never ends
+        a = arrays[name].copy()
+        a[np.flatnonzero(a < 0)[1:]] = 0
+        arrays[name] = a
+
+    def odd_capacity(arrays, meta, name):
+        # every table of the lexer's states with room for 1,500: its state
+        # table (3,000 slots) is not a power of two, which the probes mask
+        for field in ("trans", "acc", "has_acc", "loops", "walk_flags", "run", "reads_utf8",
+                      "good", "live", "_hashes"):
+            meta[f"lexer.{field}#cap"] = 1500
+        meta["lexer.poff#cap"] = 1501
+        a = np.full(3000, -1, dtype=np.int64)
+        a[:arrays[name].shape[0]] = arrays[name]
+        arrays[name] = a
+
     # the Earley recognizer's tables: its kernels index with them unchecked
     # (pred_rd past the dotted rules was a segfault in a walk)
     earley = [(f"parser.{name}", every(v)) for name in
@@ -245,7 +263,9 @@ def test_inconsistent_tables_are_refused(kinds, tmp_path, monkeypatch):
              ("ctx_start", big), ("lexer.walk_state", big), ("mask_configs", big),
              ("parser.c_exp", drop), ("lexer.pairs", retype), ("parser.items", huge_capacity),
              ("parser.pred_rd", huge_capacity), ("parser.nullable", every(True)),
-             ("parser.htab", every(0)), *earley]  # no free slot: a lookup would never end
+             ("parser.htab", every(0)),  # no free slot: a lookup would never end
+             ("parser.htab", one_free_slot), ("lexer._htab", every(0)),
+             ("lexer._htab", one_free_slot), ("lexer._htab", odd_capacity), *earley]
     for name, change in cases:
         data = tamper(name, change)
         try:

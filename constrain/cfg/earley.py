@@ -236,8 +236,13 @@ class EarleyRecognizer:
             if bounds[0] != 0 or bool(np.any(np.diff(bounds) < 0)) or bounds[n] > data.shape[0] \
                     or not within(data[:bounds[n]], lo, hi):
                 raise ValueError("the recognizer's columns do not fit")
+        # a power of two (the probes mask), at most one entry per column and
+        # more slots than columns can be: a probe always reaches a free slot,
+        # until the table grows (a file with one free slot left loaded, and
+        # the next new column's look-up never ended)
         size = htab.shape[0]
-        if size & (size - 1) or not within(htab, -1, n) or not bool(np.any(htab < 0)):
+        if size & (size - 1) or size <= cap or not within(htab, -1, n) \
+                or int(np.count_nonzero(htab >= 0)) > n:
             raise ValueError("the recognizer's column table does not fit")
 
     # -- grammar analysis ---------------------------------------------------------
