@@ -18,6 +18,7 @@ import pytest
 
 import constrain
 from constrain import CacheFileError, Compiler, persist
+from constrain.cfg.lexer import LexerTables
 from constrain.persist import DiskCache, Payload
 from byte_vocab import accepts, byte_vocabulary
 import persist_testing as pt
@@ -246,8 +247,7 @@ def test_inconsistent_tables_are_refused(kinds, tmp_path, monkeypatch):
     def odd_capacity(arrays, meta, name):
         # every table of the lexer's states with room for 1,500: its state
         # table (3,000 slots) is not a power of two, which the probes mask
-        for field in ("trans", "acc", "has_acc", "loops", "walk_flags", "run", "reads_utf8",
-                      "good", "live", "_hashes"):
+        for field, *_ in LexerTables._PER_STATE:
             meta[f"lexer.{field}#cap"] = 1500
         meta["lexer.poff#cap"] = 1501
         a = np.full(3000, -1, dtype=np.int64)

@@ -10,6 +10,18 @@ import numpy as np
 from numba import njit
 
 
+def probes_end(htab, count: int, most: int) -> bool:
+    """Whether every probe of the table ``htab`` (int64 ids, -1 free) reaches
+    a free slot until its owner grows it: its size a power of two (the probes
+    mask, so they visit every slot), more slots than the ``most`` entries it
+    holds before it is grown, and at most ``count`` entries now, one per
+    row. What a loaded table is checked for: a file whose table was full, or
+    had one free slot left, loaded, and the next new row's look-up never
+    ended (in a nogil kernel). Not a kernel: once per load."""
+    size = htab.shape[0]
+    return not size & (size - 1) and size > most and int(np.count_nonzero(htab >= 0)) <= count
+
+
 @njit(cache=True, nogil=True)
 def hash_ints(key, m, seed):
     """The hash of the non-negative integers ``key[:m]`` under which the tables

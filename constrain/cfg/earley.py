@@ -42,7 +42,7 @@ from constrain.cache import check_budget
 from constrain.cfg import earley_kernels as ek
 from constrain.errors import GrammarError, GrammarTooComplexError, IncompleteParseWarning
 from constrain.cfg.lexer import symbol_position
-from constrain.automata.hash_table import table_rehash
+from constrain.automata.hash_table import probes_end, table_rehash
 from constrain.cfg.ir import GrammarIR
 
 _LITTLE = sys.byteorder == "little"
@@ -236,13 +236,7 @@ class EarleyRecognizer:
             if bounds[0] != 0 or bool(np.any(np.diff(bounds) < 0)) or bounds[n] > data.shape[0] \
                     or not within(data[:bounds[n]], lo, hi):
                 raise ValueError("the recognizer's columns do not fit")
-        # a power of two (the probes mask), at most one entry per column and
-        # more slots than columns can be: a probe always reaches a free slot,
-        # until the table grows (a file with one free slot left loaded, and
-        # the next new column's look-up never ended)
-        size = htab.shape[0]
-        if size & (size - 1) or size <= cap or not within(htab, -1, n) \
-                or int(np.count_nonzero(htab >= 0)) > n:
+        if not within(htab, -1, n) or not probes_end(htab, n, cap):
             raise ValueError("the recognizer's column table does not fit")
 
     # -- grammar analysis ---------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
-from constrain.automata.hash_table import table_rehash
+from constrain.automata.hash_table import probes_end, table_rehash
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
@@ -921,11 +921,7 @@ class LexerTables:
         self._single = payload.get("_single", np.int32)
         self._row_byte = payload.get("_row_byte", np.int16)
         rows = terms.vmap.shape[0]
-        # the state table: a power of two (the probes mask) with at most one
-        # entry per state, so that a probe always reaches a free slot until the
-        # tables grow (a file whose table was full loaded, and the next new
-        # state's look-up never ended)
-        if not (0 < n <= cap and not cap & (cap - 1) and self.poff.shape[0] == cap + 1
+        if not (0 < n <= cap and self.poff.shape[0] == cap + 1
                 and all(getattr(self, name).shape[0] == cap for name, *_ in self._PER_STATE)
                 and self._htab.shape[0] == 2 * cap and self._single.shape[0] == rows
                 and self._row_byte.shape[0] == rows):
@@ -934,7 +930,7 @@ class LexerTables:
         if poff[0] != 0 or (np.diff(poff) < 0).any() or poff[n] > self.pairs.shape[0] \
                 or self.trans[:n].min() < 0 or self.trans[:n].max() >= n \
                 or self._htab.min() < -1 or self._htab.max() >= n \
-                or int(np.count_nonzero(self._htab >= 0)) > n \
+                or not probes_end(self._htab, n, cap) \
                 or self._single.min() < -1 or self._single.max() >= n \
                 or self.walk_flags[:n].max() > gk.F_NEW:
             raise ValueError("the lexer tables point outside themselves")
