@@ -232,8 +232,27 @@ def test_float_multiple_regex_against_jsonschema(m, bounds):
 
 def test_string_escapes_and_controls():
     check({"type": "string"},
-          good=[r'"a\"b"', r'"\\"', r'"\n\t\u00e9\/"', '"é😀"', r'"\ud83d\ude00"'],
+          good=[r'"a\"b"', r'"\\"', r'"\n\t\u00e9\/"', '"é😀"', r'"\ud83d\ude00"',
+                r'"\uD7FF\uE000\uDBFF\uDFFF"'],
           bad=['"a\nb"', '"\\x"', '"abc', 'abc"', '"\\u12"'])
+
+
+@pytest.mark.parametrize("text", [r'"\ud800"', r'"\udc00"', r'"a\udfffb"', r'"\ud83d\u0041"',
+                                  r'"\ud83d\ud83d"', r'"\ude00\ud83d"', r'"\ud83d"', r'"\ud83d\n"'])
+def test_lone_surrogate_escapes_are_refused(smollm2_vocab, text):
+    """A \\u escape of a surrogate only as half of a pair, high then low:
+    Python's json decodes a lone one into a str with no UTF-8 encoding, and
+    Pydantic, serde_json and I-JSON refuse the text (a Pydantic str field was
+    let through such an output)."""
+    import constrain
+
+    check({"type": "string"}, bad=[text])
+    # an open object's values, through the token-level constraint too
+    c = constrain.compile_json_schema({"type": "object"}, smollm2_vocab)
+    assert not c.matches('{"k":%s}' % text)
+    assert c.matches('{"k":%s}' % text.replace("\\u", "x"))
+    # (additional names only in canonical encoding: the pair as UTF-8)
+    assert c.matches('{"😀":"\\ud83d\\ude00"}')
 
 
 def test_length_counts_code_points():

@@ -111,8 +111,13 @@ def encoded_class(ivs) -> str | None:
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
-#: one character of a JSON string in any legal encoding (unbounded strings)
-JSON_CHAR_ANY = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+#: one character of a JSON string in any legal encoding (unbounded strings); a
+#: ``\u`` escape of a surrogate only as half of a pair, high then low: a lone
+#: one (RFC 8259 leaves it legal) decodes to a Python ``str`` with no UTF-8
+#: encoding, which Pydantic, serde_json and I-JSON (RFC 7493) refuse
+JSON_CHAR_ANY = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
+                 r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
+                 r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))')
 #: one code point of a JSON string: \u escapes of surrogates are refused, so that
 #: a length counted in these units is the length Python's ``json`` decodes
 JSON_CODEPOINT = (r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]'

@@ -73,7 +73,7 @@ def _string_table(canonical: bool, at_least_one: bool) -> _Table:
     # "\\", then the states inside \u escapes, the UTF-8 states, the closing quote
     # and the tail
     body, first, bs, esc = 2, (3 if at_least_one else 2), 4, 5
-    utf0 = esc + (5 if canonical else 4)
+    utf0 = esc + (5 if canonical else 11)
     close = utf0 + 7
     tb = _Table(close + 1)
     tb.on(1, b'"', first)
@@ -93,11 +93,26 @@ def _string_table(canonical: bool, at_least_one: bool) -> _Table:
         tb.on(u000, b"01234567bef", body)
         tb.on(u001, b"0123456789abcdef", body)
     else:
+        # \u then four hex digits, a surrogate only as a pair (JSON_CHAR_ANY):
+        # hex1..hex3 count the digits read; after "d", d1; a high surrogate's
+        # third and fourth digits, hi2 and hi3; then the low one's backslash, "u",
+        # "d" and [c-f] (pair0..pair3) before its last two digits (hex2, hex3)
+        u, hex1, hex2, hex3, d1, hi2, hi3, pair0, pair1, pair2, pair3 = range(esc, esc + 11)
         tb.on(bs, b'"\\/bfnrt', body)
-        tb.on(bs, b"u", esc)
-        for k in range(3):
-            tb.on(esc + k, _HEX, esc + k + 1)
-        tb.on(esc + 3, _HEX, body)
+        tb.on(bs, b"u", u)
+        tb.on(u, b"0123456789abcABCefEF", hex1)
+        tb.on(u, b"dD", d1)
+        tb.on(hex1, _HEX, hex2)
+        tb.on(hex2, _HEX, hex3)
+        tb.on(hex3, _HEX, body)
+        tb.on(d1, b"01234567", hex2)
+        tb.on(d1, b"89abAB", hi2)
+        tb.on(hi2, _HEX, hi3)
+        tb.on(hi3, _HEX, pair0)
+        tb.on(pair0, b"\\", pair1)
+        tb.on(pair1, b"u", pair2)
+        tb.on(pair2, b"dD", pair3)
+        tb.on(pair3, b"cdefCDEF", hex2)
     if at_least_one:
         tb.t[first] = tb.t[body]
         tb.t[first, ord('"')] = 0
