@@ -1,7 +1,10 @@
 """Closing an output before the token budget runs out: when the tokens left
 are about to be fewer than a shortest completion needs, the rest of the output
 is that completion (then EOS), so a constrained output ends complete instead
-of cut off -- a JSON object gets its closing quotes and braces.
+of cut off -- a JSON object gets its closing quotes and braces. Before that,
+a token after which the completion would no longer fit (one that lengthens it
+by two or more) is replaced by the completion's first token
+(:meth:`search.autoregressive.decoding.Row.closing_guard`).
 
 A shortest completion is found breadth-first over bytes through the
 constraint protocol (``allowed_bytes`` / ``advance_bytes``; states are

@@ -30,6 +30,8 @@ STOP_EOS = "eos"
 STOP_MAX_TOKENS = "max_new_tokens"
 STOP_NO_TOKEN = "no_allowed_token"
 STOP_STRING = "stop"
+#: Row._completion_ids: no completion was found within the search's bound
+_NO_COMPLETION = object()
 
 
 class Row:
@@ -62,6 +64,10 @@ class Row:
         self.close = close and self.matcher is not None
         #: the tokens of the completion being written, once closing has begun
         self.forced: list[int] | None = None
+        #: the completion that fits, while the step's token is free (closing_guard)
+        self._fits: list[int] | None = None
+        #: (state, its completion's tokens) last looked up (_completion_ids)
+        self._completion = None
         self.out: list[int] = []
         self.stop = STOP_MAX_TOKENS
         self.eos_hit = None
@@ -77,27 +83,63 @@ class Row:
 
     def closing_token(self, lm, left: int) -> int | None:
         """The next token of the closing completion, once ``left`` tokens
-        (this one included) are no more than it and EOS need; else ``None``."""
+        (this one included) are no more than it and EOS need; else ``None``
+        (a free token, for :meth:`closing_guard` to check)."""
+        self._fits = None
         if self.forced is None:
             if left > CLOSING_WINDOW:
                 return None
-            state = self.matcher.state
-            completion = shortest_completion(self.constraint, state)
-            if completion is None:  # no completion within the search's bound: the search
-                self.close = False  # would cost as much every step, so closing gives up
+            ids = self._completion_ids(lm, self.matcher.state)
+            if ids is _NO_COMPLETION:
+                # no completion within the search's bound: the search would
+                # cost as much every step, so closing gives up
+                self.close = False
                 return None
-            ids = completion_tokens(lm, self.constraint, state, completion)
-            if ids is None or len(ids) + 1 < left:
+            if ids is None:  # no spelling the constraint allows: no closing here
+                return None
+            if len(ids) + 1 < left:
+                self._fits = ids
                 return None
             if len(ids) + 1 > left:
-                # a budget below the completion from the start, or a token that
-                # lengthened it by more than one: the output ends cut, or
-                # complete without its EOS
+                # a budget below the completion from the start: the output
+                # ends cut, or complete without its EOS
                 warnings.warn(f"close=True: the shortest completion needs {len(ids)} tokens and "
                               f"EOS, but {left} are left: the output may end cut (check "
                               f"result.accepted)", stacklevel=2)
             self.forced = ids + [min(self.constraint.vocab.eos_token_ids)]
         return self.forced.pop(0) if self.forced else None
+
+    def closing_guard(self, lm, tok: int, left: int) -> int:
+        """``tok``, the free token chosen with ``left`` tokens left (after
+        :meth:`closing_token` gave none); or, when a completion and EOS would no
+        longer fit in the ``left - 1`` tokens after ``tok`` (a token that
+        lengthens the completion by more than one), the first token of the
+        current completion, which fits: closing begins now instead."""
+        ids = self._fits
+        if ids is None or tok in self.eos_ids:
+            return tok
+        after = self.constraint.advance(self.matcher.state, tok)
+        if after is None:  # a token the mask refused: accept() reports it
+            return tok
+        nxt = self._completion_ids(lm, after)
+        if nxt is not None and nxt is not _NO_COMPLETION and len(nxt) + 1 < left:
+            return tok
+        self.forced = ids + [min(self.constraint.vocab.eos_token_ids)]
+        return self.forced.pop(0)
+
+    def _completion_ids(self, lm, state):
+        """The tokens of a shortest completion from ``state``; ``None`` when
+        the constraint allows no spelling of it, :data:`_NO_COMPLETION` when
+        none was found. The last state's answer is kept: a free token's check
+        is the next step's look-up."""
+        last = self._completion
+        if last is not None and last[0] == state:
+            return last[1]
+        completion = shortest_completion(self.constraint, state)
+        ids = (_NO_COMPLETION if completion is None
+               else completion_tokens(lm, self.constraint, state, completion))
+        self._completion = (state, ids)
+        return ids
 
     def saw(self, tok: int) -> None:
         """Note ``tok`` for the repetition penalty."""
@@ -311,6 +353,8 @@ def decode(lm, rows: list[Row], max_new_tokens: int, temperature: float,
                 else:
                     probs = controls.probabilities(scores[k], temperature)
                     tok = int(torch.multinomial(probs, 1, generator=row.generator))
+                if row.close and forced is None:
+                    tok = row.closing_guard(lm, tok, max_new_tokens - step)
                 row.saw(tok)
                 if row.accept(tok, vocab):
                     yield i, tok

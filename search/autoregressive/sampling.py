@@ -138,12 +138,12 @@ def generate(
             once the tokens left are no more than a shortest completion of the
             output (and EOS) need, the rest is that completion
             (:mod:`search.autoregressive.closing`); ``result.stop_reason`` is
-            then ``"eos"``. Looked for in the last 64 tokens of the budget. It
-            needs the budget to hold that completion and EOS when it begins: a
-            ``max_new_tokens`` below the shortest complete output (or a token
-            that lengthens the completion by more than one just before) leaves
-            the output cut, or complete without EOS (``stop_reason ==
-            "max_new_tokens"``), with a warning; check ``result.accepted``.
+            then ``"eos"``. Looked for in the last 64 tokens of the budget; there,
+            a token after which the completion and EOS would no longer fit is
+            replaced by the completion's first token. A ``max_new_tokens`` below
+            the shortest complete output leaves the output cut, or complete
+            without EOS (``stop_reason == "max_new_tokens"``), with a warning;
+            check ``result.accepted``.
 
     Returns:
         a :class:`GenerationResult`; check ``result.accepted`` when it may have been
