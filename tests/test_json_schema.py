@@ -237,6 +237,50 @@ def test_string_escapes_and_controls():
           bad=['"a\nb"', '"\\x"', '"abc', 'abc"', '"\\u12"'])
 
 
+def _token_walk(c, ids) -> bool:
+    """Whether ``c`` accepts the token ids ``ids``, checking at each step that
+    the mask allows the token exactly when ``advance`` takes it."""
+    state = c.initial_state()
+    for t in ids:
+        allowed = t in set(c.allowed_token_ids(state).tolist())
+        nxt = c.advance(state, t)
+        assert allowed == (nxt is not None), (ids, t)
+        if nxt is None:
+            return False
+        state = nxt
+    return c.is_accepting(state)
+
+
+@pytest.mark.parametrize("lo, hi, text, valid", [
+    (1, 1, r'"\ud83d\ude00"', True),
+    (2, 2, r'"\ud83d\ude00\u00e9"', True),
+    (0, 40, '"' + "a" * 38 + r'\ud83d\ude00b"', True),  # the pair near the bound
+    (0, 40, '"' + "a" * 39 + r'\ud83d\ude00b"', False),
+    (0, 40, '"' + "a" * 39 + r'\ud83d\ude00"', True),
+    (40, None, '"' + "a" * 38 + r'\ud83d\ude00b"', True),
+    (40, None, '"' + "a" * 37 + r'\ud83d\ude00b"', False),
+    (0, 2048, '"' + r"\ud83d\ude00" * 3 + "x" * 2045 + '"', True),
+    (0, 2048, '"' + r"\ud83d\ude00" * 3 + "x" * 2046 + '"', False),
+    (1, 8, r'"\ud83d\u0041"', False),
+    (1, 8, r'"\ud800x"', False),
+])
+def test_a_surrogate_pair_is_one_character_of_a_bounded_string(smollm2_vocab, smollm2_tokenizer,
+                                                                lo, hi, text, valid):
+    """Counted as Python's json decodes it (bounded strings refused every
+    surrogate escape before), through the token-level constraint: SmolLM2's
+    own tokens of the text and one byte a token."""
+    import constrain
+
+    schema = {"type": "string", "minLength": lo} | ({} if hi is None else {"maxLength": hi})
+    # (a lone surrogate is valid to jsonschema, refused here: the strict side)
+    lone = re.search(r"\\u[dD][89a-fA-F]", text.replace(r"\ud83d\ude00", "")) is not None
+    assert jsonschema.Draft202012Validator(schema).is_valid(json.loads(text)) == (valid or lone)
+    c = constrain.compile_json_schema(schema, smollm2_vocab)
+    assert _token_walk(c, smollm2_tokenizer.encode(text, add_special_tokens=False)) == valid
+    b = constrain.compile_json_schema(schema, byte_vocabulary())
+    assert _token_walk(b, list(text.encode())) == valid
+
+
 @pytest.mark.parametrize("text", [r'"\ud800"', r'"\udc00"', r'"a\udfffb"', r'"\ud83d\u0041"',
                                   r'"\ud83d\ud83d"', r'"\ude00\ud83d"', r'"\ud83d"', r'"\ud83d\n"'])
 def test_lone_surrogate_escapes_are_refused(smollm2_vocab, text):
@@ -259,9 +303,15 @@ def test_length_counts_code_points():
     schema = {"type": "string", "minLength": 2, "maxLength": 3}
     check(schema, good=['"ab"', '"abc"', r'"a\n"', '"😀😀"', r'"\u00e9x"'],
           bad=['"a"', '"abcd"', '"😀"', r'"\ud83d\ude00"'])
-    # a surrogate pair written as escapes is one code point: refused in bounded
-    # strings (jsonschema would count 1 where the terminal counts 2)
+    # a surrogate pair written as escapes is one code point, as Python's json
+    # decodes it (bounded strings refused every surrogate escape before); a
+    # lone one is none
     check({"type": "string", "minLength": 2}, bad=[r'"\ud83d\ude00"'])
+    check({"type": "string", "minLength": 1, "maxLength": 1},
+          good=[r'"\ud83d\ude00"', r'"\uDBFF\uDFFF"', '"😀"', r'"\ud7ff"'],
+          bad=[r'"\ud83d\ude00x"', r'"\ud800"', r'"\udc00"', r'"\ud83d\u0041"', r'"\ud83d"'])
+    check({"type": "string", "maxLength": 3},
+          good=[r'"\ud83d\ude00\u00e9x"', r'"a\ud83d\ude00b"'], bad=[r'"\ud83d\ude00\ud83d\ude00ab"'])
 
 
 @pytest.mark.parametrize("pattern,good,bad", [

@@ -118,10 +118,12 @@ def encoded_class(ivs) -> str | None:
 JSON_CHAR_ANY = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
                  r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
                  r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))')
-#: one code point of a JSON string: \u escapes of surrogates are refused, so that
-#: a length counted in these units is the length Python's ``json`` decodes
+#: one code point of a JSON string: a surrogate pair's two \u escapes are one
+#: unit, a lone surrogate none, so that a length counted in these units is the
+#: length Python's ``json`` decodes
 JSON_CODEPOINT = (r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]'
-                  r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))')
+                  r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
+                  r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))')
 #: any character, canonically encoded
 CANON_ANY = encoded_class([(0, MAX_CP)])
 #: a JSON integer, and any JSON number

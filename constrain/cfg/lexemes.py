@@ -145,12 +145,14 @@ def _number_table(integer: bool) -> _Table:
     return tb
 
 
-# a length-bounded string ('"' + JSON_CODEPOINT{lo,hi} + '"'): one layer of 14
+# a length-bounded string ('"' + JSON_CODEPOINT{lo,hi} + '"'): one layer of 20
 # states per character read -- B (between characters), then the states inside a
-# backslash escape and inside a multi-byte UTF-8 character; NEXT is the next
+# backslash escape (a surrogate pair's two escapes are one character, as Python's
+# json counts it) and inside a multi-byte UTF-8 character; NEXT is the next
 # layer's B. Through the regex pipeline, maxLength 2048 took 1.5 s.
-_B, _BS, _U, _D, _H1, _H2, _H3, _C1, _C2, _C3, _E0, _ED, _F0, _F4 = range(14)
-_LAYER = 14
+(_B, _BS, _U, _D, _H1, _H2, _H3, _C1, _C2, _C3, _E0, _ED, _F0, _F4,
+ _HI2, _HI3, _P0, _P1, _P2, _P3) = range(20)
+_LAYER = 20
 #: the states of one character counted in a length-bounded string (its layer)
 LAYER = _LAYER
 _NEXT = _LAYER
@@ -184,11 +186,20 @@ def _codepoint_layer() -> np.ndarray:
     on(_BS, b'"\\/bfnrt', _NEXT)
     on(_BS, b"u", _U)
     on(_U, b"0123456789abcABCefEF", _H1)
-    on(_U, b"dD", _D)  # \uD800-\uDFFF (surrogates) refused
+    on(_U, b"dD", _D)
     on(_D, b"01234567", _H2)
     on(_H1, _HEX, _H2)
     on(_H2, _HEX, _H3)
     on(_H3, _HEX, _NEXT)
+    # a high surrogate's escape, then the low one's: one character; a lone
+    # surrogate is refused (JSON_CHAR_ANY)
+    on(_D, b"89abAB", _HI2)
+    on(_HI2, _HEX, _HI3)
+    on(_HI3, _HEX, _P0)
+    on(_P0, b"\\", _P1)
+    on(_P1, b"u", _P2)
+    on(_P2, b"dD", _P3)
+    on(_P3, b"cdefCDEF", _H2)
     return blk
 
 

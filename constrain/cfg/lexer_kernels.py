@@ -444,7 +444,7 @@ UTF8_RUN = np.uint64(4)
 
 #: the states of one character of a length-bounded string
 #: (:data:`constrain.cfg.lexemes.LAYER`, which the lexer checks at import)
-BOUNDED_LAYER = 14
+BOUNDED_LAYER = 20
 
 # _utf8_reads_to's empty flags (a terminal's own rows) and accepting (a lexer's table)
 _NO_FLAGS = np.zeros(0, np.uint8)

@@ -7,7 +7,7 @@ or shorter where N is), right after its compile: the *request* of
 ``bench_maskbench.py`` for one schema shape that real schemas use a lot
 (Snowplow: 180 of 403 schemas have a ``maxLength`` of 64 or more). Trellis caps
 ``maxLength`` at ``max_string_length`` (2,048; larger bounds are lowered to it,
-the strict side); its automaton counts ~14 states per character, written as two
+the strict side); its automaton counts 20 states per character, written as two
 template layers (``terminal_kernels.write_bounded``), and its lexer expands
 them as walks reach them (``LexerTables.chunk``). Round 1 is
 reported apart: a fresh process meets the tables' first growth on new pages,
