@@ -87,6 +87,24 @@ def test_a_str_is_what_pydantic_parses(escapes):
         assert accepts(c, text) == (parsed is not None), text
 
 
+@pytest.mark.parametrize("pattern", [r"^\W+$", r"^[^\w]+$", r"^[^\w\s]+$", r"^\w+$", r"^\S+$", r"^\D+$"])
+def test_a_pattern_means_no_more_than_pydantic_reads(pattern):
+    """Pydantic checks a field's pattern with Rust's regex, whose \\w also
+    holds the combining marks, the connector punctuation, the joiners and the
+    circled letters: \\W admitted those (Python's \\W does), and Pydantic
+    refused the output."""
+    from pydantic import TypeAdapter
+
+    tp = Annotated[str, Field(pattern=pattern)]
+    adapter, c = TypeAdapter(tp), constrain.compile_type(tp, BYTES)
+    sample = [*range(0x20, 0x400), 0x200C, 0x200D, 0x203F, 0xFE33, 0x24B6, 0x1F130, 0x1F600,
+              0x2160, 0x0660, 0xE0100, 0x3000, 0x00A0, 0x1C]
+    for cp in sample:
+        text = json.dumps(chr(cp) * 2, ensure_ascii=False)
+        if accepts(c, text):
+            adapter.validate_json(text)  # raises if Pydantic refuses it
+
+
 def test_open_on_request_and_models_that_say_what_they_want():
     assert accepts(constrain.compile_type(Address, BYTES, closed=False),
                    '{"street":"x","country":"UK","zip":"1"}')

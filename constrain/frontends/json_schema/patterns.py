@@ -6,7 +6,10 @@ Soundness rule: ``jsonschema`` checks ``pattern`` with Python's ``re.search`` on
 decoded string, so every translation here accepts only encodings of strings that
 Python's ``re.search`` accepts. Translations stay on the safe side where Python
 and ECMA-262 differ (``\\d`` is ``[0-9]`` here, a subset of Python's Unicode
-``\\d``).
+``\\d``), and where Python and Rust's ``regex`` differ: Pydantic checks a field's
+``pattern`` with the latter, whose ``\\w`` also holds the combining marks, the
+connector punctuation, the joiners and the circled letters, so ``\\W`` here
+leaves those out too (:func:`_word_union`).
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ try:  # Python >= 3.11
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_c
     import sre_parse as _sre_parse
+import functools
 import math
 import re
+import unicodedata
 import warnings
 
 from constrain.automata.charset import SRE_CATEGORY_SIGN, sre_category, sre_class_intervals
+from constrain.cache import registry
 from constrain.automata.json_encoding import CANON_ANY, MAX_CP, encoded_class, iv_complement, iv_norm
 
 # plain ints: a RegexFlag operation goes through the enum module's Python code
@@ -43,13 +49,45 @@ _SMALL_CATS = {
 
 
 def _category(cat, over: bool):
-    """A category as intervals: a subset of Python's set (``over=False``) or a
-    superset of it (``over=True``)."""
+    """A category as intervals: a subset of Python's set and of Rust ``regex``'s
+    (``over=False``) or a superset of both (``over=True``)."""
     positive, negated = SRE_CATEGORY_SIGN[cat]
     if not negated:
-        return list(sre_category(cat).intervals) if over else _SMALL_CATS[cat]
-    return iv_complement(_SMALL_CATS[positive] if over
-                         else list(sre_category(positive).intervals))
+        return list(_word_union(cat)) if over else _SMALL_CATS[cat]
+    return iv_complement(_SMALL_CATS[positive] if over else _word_union(positive))
+
+
+#: Rust's ``\w`` beyond Python's: its Alphabetic property holds these letters,
+#: which Unicode files as symbols (So): the circled and squared Latin letters
+_CIRCLED_LETTERS = [(0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189)]
+
+
+@registry.register
+@functools.lru_cache(maxsize=4)
+def _word_union(positive) -> tuple:
+    """The positive class escape ``positive`` as Python's ``re`` or Rust's
+    ``regex`` (Pydantic's) reads it, whichever holds more: Rust's ``\\d`` is
+    Python's (Nd) and its ``\\s`` (White_Space) lies inside Python's, but its
+    ``\\w`` adds the marks (M), the connector punctuation (Pc), the joiners
+    U+200C-U+200D and the circled letters to Python's letters and numbers.
+    Marks lie in planes 0, 1 and 14 only (scanned once, ~30 ms)."""
+    base = list(sre_category(positive).intervals)
+    if positive != _sre_c.CATEGORY_WORD:
+        return tuple(base)
+    extra = [(0x200C, 0x200D)] + _CIRCLED_LETTERS
+    for lo, hi in ((0, 0x1FFFF), (0xE0000, 0xE01FF)):
+        start = None
+        for cp in range(lo, hi + 1):
+            c = unicodedata.category(chr(cp))
+            if c[0] == "M" or c == "Pc":
+                if start is None:
+                    start = cp
+            elif start is not None:
+                extra.append((start, cp - 1))
+                start = None
+        if start is not None:
+            extra.append((start, hi))
+    return tuple(iv_norm(base + extra))
 
 
 def _ascii_case(ivs):
