@@ -111,19 +111,16 @@ def encoded_class(ivs) -> str | None:
     return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
 
 
-#: one character of a JSON string in any legal encoding (unbounded strings); a
-#: ``\u`` escape of a surrogate only as half of a pair, high then low: a lone
-#: one (RFC 8259 leaves it legal) decodes to a Python ``str`` with no UTF-8
-#: encoding, which Pydantic, serde_json and I-JSON (RFC 7493) refuse
-JSON_CHAR_ANY = (r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]'
-                 r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
-                 r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))')
-#: one code point of a JSON string: a surrogate pair's two \u escapes are one
-#: unit, a lone surrogate none, so that a length counted in these units is the
-#: length Python's ``json`` decodes
-JSON_CODEPOINT = (r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]'
-                  r'|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
-                  r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}))')
+#: a ``\u`` escape of one code point: of a surrogate only as a pair, high then
+#: low (a lone one, which RFC 8259 leaves legal, decodes to a Python ``str``
+#: with no UTF-8 encoding, which Pydantic, serde_json and I-JSON (RFC 7493) refuse)
+_U_ESCAPE = (r'\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}'
+             r'|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})')
+#: one character of a JSON string in any legal encoding (unbounded strings)
+JSON_CHAR_ANY = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|' + _U_ESCAPE + ')'
+#: one code point of a JSON string (a surrogate pair's two escapes are one), so
+#: that a length counted in these units is the length Python's ``json`` decodes
+JSON_CODEPOINT = r'(?:[^"\\\x00-\x1f\ud800-\udfff]|\\["\\/bfnrt]|' + _U_ESCAPE + ')'
 #: any character, canonically encoded
 CANON_ANY = encoded_class([(0, MAX_CP)])
 #: a JSON integer, and any JSON number

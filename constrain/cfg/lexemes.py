@@ -66,6 +66,29 @@ class _Table:
         self.span(f4, 0x80, 0x8F, c2)
 
 
+def _u_escape(on, bs: int, states, done: int) -> None:
+    """Write, with ``on(state, bytes, target)``, the ``\\u`` escape of
+    ``json_encoding._U_ESCAPE`` from ``bs`` (after the backslash) to ``done``
+    through the 11 ``states``: after ``u``; one, two, three hex digits read;
+    after ``d``; a high surrogate's third and fourth digits; then the low one's
+    backslash, ``u``, ``d`` and ``[c-f]``, before its last two digits."""
+    u, hex1, hex2, hex3, d1, hi2, hi3, pair0, pair1, pair2, pair3 = states
+    on(bs, b"u", u)
+    on(u, b"0123456789abcABCefEF", hex1)
+    on(u, b"dD", d1)
+    on(hex1, _HEX, hex2)
+    on(hex2, _HEX, hex3)
+    on(hex3, _HEX, done)
+    on(d1, b"01234567", hex2)
+    on(d1, b"89abAB", hi2)
+    on(hi2, _HEX, hi3)
+    on(hi3, _HEX, pair0)
+    on(pair0, b"\\", pair1)
+    on(pair1, b"u", pair2)
+    on(pair2, b"dD", pair3)
+    on(pair3, b"cdefCDEF", hex2)
+
+
 def _string_table(canonical: bool, at_least_one: bool) -> _Table:
     """``"`` + a character class star (plus) + ``"``: the closing quote is the
     last state, where a tail goes on."""
@@ -93,26 +116,8 @@ def _string_table(canonical: bool, at_least_one: bool) -> _Table:
         tb.on(u000, b"01234567bef", body)
         tb.on(u001, b"0123456789abcdef", body)
     else:
-        # \u then four hex digits, a surrogate only as a pair (JSON_CHAR_ANY):
-        # hex1..hex3 count the digits read; after "d", d1; a high surrogate's
-        # third and fourth digits, hi2 and hi3; then the low one's backslash, "u",
-        # "d" and [c-f] (pair0..pair3) before its last two digits (hex2, hex3)
-        u, hex1, hex2, hex3, d1, hi2, hi3, pair0, pair1, pair2, pair3 = range(esc, esc + 11)
         tb.on(bs, b'"\\/bfnrt', body)
-        tb.on(bs, b"u", u)
-        tb.on(u, b"0123456789abcABCefEF", hex1)
-        tb.on(u, b"dD", d1)
-        tb.on(hex1, _HEX, hex2)
-        tb.on(hex2, _HEX, hex3)
-        tb.on(hex3, _HEX, body)
-        tb.on(d1, b"01234567", hex2)
-        tb.on(d1, b"89abAB", hi2)
-        tb.on(hi2, _HEX, hi3)
-        tb.on(hi3, _HEX, pair0)
-        tb.on(pair0, b"\\", pair1)
-        tb.on(pair1, b"u", pair2)
-        tb.on(pair2, b"dD", pair3)
-        tb.on(pair3, b"cdefCDEF", hex2)
+        _u_escape(tb.on, bs, range(esc, esc + 11), body)
     if at_least_one:
         tb.t[first] = tb.t[body]
         tb.t[first, ord('"')] = 0
@@ -184,22 +189,7 @@ def _codepoint_layer() -> np.ndarray:
     span(_F0, 0x90, 0xBF, _C2)
     span(_F4, 0x80, 0x8F, _C2)
     on(_BS, b'"\\/bfnrt', _NEXT)
-    on(_BS, b"u", _U)
-    on(_U, b"0123456789abcABCefEF", _H1)
-    on(_U, b"dD", _D)
-    on(_D, b"01234567", _H2)
-    on(_H1, _HEX, _H2)
-    on(_H2, _HEX, _H3)
-    on(_H3, _HEX, _NEXT)
-    # a high surrogate's escape, then the low one's: one character; a lone
-    # surrogate is refused (JSON_CHAR_ANY)
-    on(_D, b"89abAB", _HI2)
-    on(_HI2, _HEX, _HI3)
-    on(_HI3, _HEX, _P0)
-    on(_P0, b"\\", _P1)
-    on(_P1, b"u", _P2)
-    on(_P2, b"dD", _P3)
-    on(_P3, b"cdefCDEF", _H2)
+    _u_escape(on, _BS, (_U, _H1, _H2, _H3, _D, _HI2, _HI3, _P0, _P1, _P2, _P3), _NEXT)
     return blk
 
 
