@@ -43,6 +43,8 @@ import json
 import math
 import os
 import re
+import shutil
+import stat
 import struct
 import sys
 import tempfile
@@ -457,8 +459,10 @@ def _read_file(path: Path) -> bytearray:
 
 
 def process_umask() -> int:
-    """This process's umask, read without changing it where Linux says it
-    (``/proc/self/status``); else set and restored at once."""
+    """This process's umask, read without changing it: where Linux says it
+    (``/proc/self/status``), else from the mode of a folder made with mode 0777
+    (``os.umask``, the only other way, sets the umask: a file another thread
+    made in between would get the wrong mode)."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
@@ -466,9 +470,13 @@ def process_umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError):
         pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
+    parent = tempfile.mkdtemp(prefix="trellis-umask-")  # 0700, whatever the umask
+    try:
+        probe = os.path.join(parent, "probe")
+        os.mkdir(probe, 0o777)
+        return 0o777 & ~stat.S_IMODE(os.stat(probe).st_mode)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def as_created(path, directory: bool = False, umask: int | None = None) -> None:

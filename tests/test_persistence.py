@@ -497,3 +497,29 @@ def test_saved_files_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "c.trellis").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002, 0o027])
+def test_the_umask_is_read_without_proc_and_left_alone(monkeypatch, mask):
+    """Without /proc the umask was set and restored: a file another thread made
+    in that window got 0o022's mode. It is now read off a probe folder's mode."""
+    import builtins
+
+    real_open = builtins.open
+
+    def no_proc(file, *args, **kwargs):
+        if str(file).startswith("/proc/"):
+            raise FileNotFoundError(file)
+        return real_open(file, *args, **kwargs)
+
+    old = os.umask(mask)
+    try:
+        monkeypatch.setattr(builtins, "open", no_proc)
+        set_to = []
+        real_umask = os.umask
+        monkeypatch.setattr(os, "umask", lambda m: set_to.append(m) or real_umask(m))
+        assert persist.process_umask() == mask
+        assert set_to == []
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
