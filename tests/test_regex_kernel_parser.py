@@ -59,7 +59,7 @@ def _outcome(pattern: str, flags: int, **limits):
 
 def _kernel_takes(pattern: str, max_repeat: int = 10_000, max_positions: int = 100_000) -> bool:
     _, _, status = ascii_byte_dfa(pattern.encode(), _NO_PROG, -1, -1, max_repeat, max_positions,
-                                  50_000, ALPHABET, 256, np.inf)
+                                  50_000, ALPHABET, np.inf)
     return status != NOT_SIMPLE
 
 

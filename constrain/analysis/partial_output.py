@@ -271,7 +271,7 @@ def partial_output(segments: Sequence, vocab=None, *,
 
 def _minimize(P: PartialOutput, max_states: int) -> PartialOutput:
     """The minimal DFA of ``P``'s language (subset construction, then constrain's
-    Moore minimisation), as a :class:`PartialOutput` (the fixpoint's cost is cubic
+    Hopcroft minimisation), as a :class:`PartialOutput` (the fixpoint's cost is cubic
     in the number of states)."""
     from constrain.automata.byte_dfa import ByteDFA, trim_and_minimize
 

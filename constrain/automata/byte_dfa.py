@@ -68,16 +68,20 @@ class _Builder:
         self.max_states = max_states
 
     def new_state(self) -> int:
-        if self.max_states is not None and self.size >= self.max_states:
+        return self.new_states(1)
+
+    def new_states(self, count: int) -> int:
+        """The first of ``count`` new states (rows of zeros)."""
+        if self.max_states is not None and self.size + count > self.max_states:
             raise GrammarTooComplexError(
                 f"the UTF-8 automaton needs more than {self.max_states} byte-level states "
                 f"(pass max_states= to raise the limit)")
-        if self.size == self.table.shape[0]:
-            grown = np.zeros((2 * self.size, 256), dtype=np.int32)
-            grown[:self.size] = self.table
+        if self.size + count > self.table.shape[0]:
+            grown = np.zeros((max(2 * self.table.shape[0], self.size + count), 256), dtype=np.int32)
+            grown[:self.size] = self.table[:self.size]
             self.table = grown
-        self.size += 1
-        return self.size - 1
+        self.size += count
+        return self.size - count
 
     def continuation(self, remaining: int, spans: tuple) -> int:
         """The state reading ``remaining`` continuation bytes whose value, as an
@@ -134,6 +138,10 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
     b.table[1:n + 1, :128] = by_atom[:, atom_of_byte]
     wide_atoms = [a for a in range(n_atoms) if wide[a]]
     if wide_atoms:
+        # a few states are made directly: a template pays from ~10 states of
+        # one shape, and finding shapes cost ~1.5 us a state (a JSON string's
+        # 8 states: 42 -> 52 us)
+        shapes = _Shapes() if n > _SHAPES_FROM else _Direct
         for q in range(n):
             if deadline is not None and passed(deadline):
                 raise GrammarTooComplexError(
@@ -144,10 +152,105 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
                      for lo, hi in dfa.atoms[a].intervals if hi >= 0x80]
             if spans:
                 spans.sort()
-                _multibyte(b, q + 1, spans)
+                shapes.expand(b, q + 1, spans)
     accepting = np.zeros(b.size, dtype=np.bool_)
     accepting[1:n + 1] = dfa.accepting
     return ByteDFA(b.table[:b.size].copy(), accepting)
+
+
+#: char DFAs with more states than this expand through :class:`_Shapes`
+_SHAPES_FROM = 32
+
+
+class _Direct:
+    """Every state through :func:`_multibyte`."""
+
+    @staticmethod
+    def expand(b, state: int, spans: list) -> None:
+        _multibyte(b, state, spans)
+
+
+class _Shapes:
+    """:func:`_multibyte` for many states whose spans differ only in their
+    targets (a counted repetition of a class: ``\\w{1,500}`` has 500 states
+    alike, each with ~310 continuation states; :func:`_multibyte` cost ~16 ms
+    a state of ``\\w`` in Python). A shape's first state is made directly;
+    a later one copies a template of the shape, with placeholders for the
+    targets, in one numpy pass.
+
+    The result is the table :func:`_multibyte` alone writes. Continuation
+    states are shared through :meth:`_Builder.continuation`'s memo, whose keys
+    name targets: a state none of whose targets a key names yet can share
+    nothing and is copied (its keys are written once a later state names one
+    of its targets: in a counted repetition, never), and one that can is made
+    directly."""
+
+    def __init__(self):
+        self.templates: dict = {}  # shape -> (rows, keys), or None after its first state
+        self.keyed: set = set()    # targets that memo keys name
+        self.pending: dict = {}    # target -> copies whose keys are not in the memo yet
+
+    def expand(self, b: _Builder, state: int, spans: list) -> None:
+        targets = list(dict.fromkeys(t for _, _, t in spans))
+        if self.pending:
+            for t in targets:
+                if t in self.pending:
+                    self._write_keys(b, t)
+        index = {t: i for i, t in enumerate(targets)}
+        shape = tuple((lo, hi, index[t]) for lo, hi, t in spans)
+        template = self.templates.get(shape, _MISS)
+        if template is _MISS or any(t in self.keyed for t in targets):
+            # a shape's first state, or one that may share continuation states
+            # with earlier ones (through the memo)
+            if template is _MISS:
+                self.templates[shape] = None
+            _multibyte(b, state, spans)
+            self.keyed.update(targets)
+            return
+        if template is None:
+            template = self.templates[shape] = _template(shape)
+        rows, keys = template
+        # template ids: 0 dead, 1 the state itself, 2.. its continuation states
+        # (keys[j - 2] memoises id j), -1-i target i; all new here
+        first = b.new_states(len(keys))
+        ids = np.empty(rows.shape[0] + 1, dtype=np.int32)
+        ids[0], ids[1] = 0, state
+        ids[2:] = np.arange(first, first + len(keys), dtype=np.int32)
+        out = np.where(rows >= 0, ids[np.maximum(rows, 0)],
+                       np.asarray(targets, dtype=np.int32)[np.maximum(-1 - rows, 0)])
+        b.table[state, 0x80:] = out[0, 0x80:]
+        b.table[first:first + len(keys)] = out[1:]
+        copy = [keys, targets, ids, False]
+        for t in targets:
+            self.pending.setdefault(t, []).append(copy)
+
+    def _write_keys(self, b: _Builder, target: int) -> None:
+        """Put the memo keys of the copies that name ``target`` into the memo."""
+        for copy in self.pending.pop(target):
+            keys, targets, ids, written = copy
+            if written:
+                continue
+            copy[3] = True
+            for j, (remaining, sub) in enumerate(keys, 2):
+                b.memo[(remaining, tuple([(lo, hi, targets[-1 - t]) for lo, hi, t in sub]))] = int(ids[j])
+            self.keyed.update(targets)
+
+
+_MISS = object()
+
+
+def _template(shape: tuple) -> tuple:
+    """``(rows, keys)``: the rows :func:`_multibyte` writes for spans of
+    ``shape`` (their targets replaced by indices), the state's own row first
+    (lead bytes only), then its continuation states, -1-i standing for target
+    i; and the memo key of each continuation state."""
+    b = _Builder(0, None)
+    own = b.new_state()  # 1
+    _multibyte(b, own, [(lo, hi, -1 - i) for lo, hi, i in shape])
+    keys = [None] * (b.size - 2)
+    for key, s in b.memo.items():
+        keys[s - 2] = key
+    return b.table[1:b.size].copy(), keys
 
 
 def _multibyte(b: _Builder, state: int, spans: list) -> None:
@@ -223,7 +326,7 @@ def _any_multibyte(b: _Builder, state: int, t: int) -> None:
     row[0xF4] = ids[layout[6][0]]
 
 
-def minimize_char_dfa(dfa: CharDFA, *, max_rounds: int = 256) -> CharDFA:
+def minimize_char_dfa(dfa: CharDFA) -> CharDFA:
     """The trimmed, minimal equivalent of a :class:`CharDFA` (same atoms; states
     that cannot accept dropped; start 0). Minimising before the UTF-8 expansion
     expands each class of equivalent states once."""
@@ -234,26 +337,24 @@ def minimize_char_dfa(dfa: CharDFA, *, max_rounds: int = 256) -> CharDFA:
     table[1:] = dfa.table + 1  # dead 0, start 1
     accepting = np.zeros(n + 1, dtype=np.bool_)
     accepting[1:] = dfa.accepting
-    out, acc = trim_minimize(table, accepting, np.ones(k, dtype=np.bool_), max_rounds)
+    out, acc = trim_minimize(table, accepting, np.ones(k, dtype=np.bool_))
     if out.shape[0] - 1 >= n:
         return dfa
     return CharDFA(dfa.atoms, out[1:] - 1, acc[1:])
 
 
-def trim_and_minimize(dfa: ByteDFA, *, max_rounds: int = 256,
-                      alphabet: np.ndarray | None = None) -> ByteDFA:
+def trim_and_minimize(dfa: ByteDFA, *, alphabet: np.ndarray | None = None) -> ByteDFA:
     """Send states that cannot reach acceptance to the dead state, drop
-    unreachable states, and merge equivalent states (Moore's partition refinement
-    over byte classes, in one numba kernel; skipped, not approximated, past
-    ``max_rounds``). The result numbers states breadth-first from the start (1),
-    dead = 0.
+    unreachable states, and merge equivalent states (Hopcroft's partition
+    refinement over byte classes, in one numba kernel: the minimal DFA, in
+    O(m log n) for m transitions). The result numbers states breadth-first
+    from the start (1), dead = 0.
 
     ``alphabet`` (256 booleans) restricts the bytes that may be read: transitions
     on other bytes go to the dead state first."""
     if alphabet is None:
         alphabet = _ALL_BYTES
-    out, acc = trim_minimize(np.ascontiguousarray(dfa.transitions), dfa.accepting,
-                                     alphabet, max_rounds)
+    out, acc = trim_minimize(np.ascontiguousarray(dfa.transitions), dfa.accepting, alphabet)
     return ByteDFA(out, acc)
 
 
@@ -319,8 +420,7 @@ def minus_prefixes(dfa: ByteDFA, prefixes) -> ByteDFA:
     # not take (``dfa`` is trimmed), or a live child (children come after their
     # parent): when all are, the usual case, nothing needs trimming. Not
     # minimised either: only trie nodes left with the same excluded suffixes
-    # coincide (rare and harmless), and Moore's rounds, one per trie level, cost
-    # 50-150 us cold
+    # coincide (rare and harmless), and minimising cost 50-150 us cold
     outdeg = np.count_nonzero(table, axis=1).tolist()
     live = [False] * m
     for node in range(m - 1, -1, -1):

@@ -13,7 +13,7 @@ from constrain.automata.bits import bit_index
 from constrain.automata.deadline import clock
 from constrain.automata.hash_table import grow_rows, hash_ints, table_probe, table_rehash
 from constrain.automata.liveness import coreachable_dense
-from constrain.automata.minimize_kernels import column_classes, moore_classes, quotient_renumber
+from constrain.automata.minimize_kernels import coarsest_classes, column_classes, quotient_renumber
 
 
 #: the kernels look at the clock once per this many steps of their loops
@@ -34,8 +34,7 @@ def tiny_determinize_args(args: tuple) -> tuple:
 def tiny_ascii_args(args: tuple) -> tuple:
     """Arguments of :func:`ascii_byte_dfa`'s types (those of ``args``) for a
     call on a one-state NFA with a deadline already past."""
-    return (b"", np.array([1, 0, 0, 0], np.int64), 0, 0, 0, 0, args[6], args[7], args[8],
-            -np.inf)
+    return (b"", np.array([1, 0, 0, 0], np.int64), 0, 0, 0, 0, args[6], args[7], -np.inf)
 
 
 #: what :func:`ascii_byte_dfa` returns as its status when its ``source`` is
@@ -649,7 +648,7 @@ def determinize(n_atoms, eps_ptr, eps_dst, edge_ptr, edge_atom, edge_dst, start,
 
 @njit(cache=True, nogil=True)
 def ascii_byte_dfa(source, prog, start, final, max_repeat, max_positions, max_states, alphabet,
-                   max_rounds, deadline):
+                   deadline):
     """An epsilon-NFA over ASCII characters (no assertions) straight to its
     trimmed, minimal byte DFA, as :func:`trim_minimize` of the UTF-8 expansion of
     its :func:`determinize` would give. One call instead of several small Python
@@ -759,10 +758,7 @@ def ascii_byte_dfa(source, prog, start, final, max_repeat, max_positions, max_st
         for i in range(k):
             reduced[q + 1, i] = table[q, cols[i]] + 1  # -1 (none) becomes dead 0
     live = coreachable_dense(reduced, accepting)
-    cls, rounds = moore_classes(reduced, accepting, live, max_rounds)
-    if rounds < 0:
-        for s in range(count + 1):
-            cls[s] = s if live[s] else 0
+    cls = coarsest_classes(reduced, accepting, live)
     full = np.zeros((count + 1, 256), np.int32)
     for q in range(count):
         for b in range(128):

@@ -477,7 +477,7 @@ def _ascii_dfa(pattern: str, source: bytes, prog: np.ndarray, start: int, final:
     < 0``, of ``source``: ``None`` when that is not in its syntax); its
     errors raised as :func:`regex_byte_dfa` raises them."""
     # the deadline's type only: its value is read once the kernel is ready
-    args = (source, prog, start, final, max_repeat, max_positions, max_states, alphabet, 256, 0.0)
+    args = (source, prog, start, final, max_repeat, max_positions, max_states, alphabet, 0.0)
     ready(ascii_byte_dfa, args, deadline, "regex_byte_dfa", tiny_ascii_args)
     table, accepting, status = ascii_byte_dfa(*args[:-1], kernel_deadline(deadline))
     if status == NOT_SIMPLE:
