@@ -89,3 +89,40 @@ def test_every_live_state_can_still_accept():
     live = coreachable_dense(dfa.transitions, dfa.accepting)
     assert live[1:].all()
     assert dfa.walk(b"ab") != 0 and dfa.walk(b"ab1") != 0
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?>c(?:ab|a){0,150}d)",        # no string a prefix of another: X's plain DFA
+    r"(?>(?:é|éa){0,120}b)",
+    r"(?>(?:a|ab){0,120})",          # "ab": the group keeps "a", then the end fails
+    r"(?>a{100}|a{100}b)",
+    r"(?>x{100,120}y?)",
+    r"(?>(?:a|b){0,100}?c)",
+])
+def test_a_whole_atomic_group_with_a_large_count_is_exact(pattern):
+    """A Lark terminal is ``(?>X)``; where X has a count of 100 or more, X's
+    plain DFA is tried first (the group's prioritised construction is quadratic
+    in the count: ``(?>c(?:a|aa){0,1500}b)`` took 15.6 s) and kept only when
+    no string of X's language is a proper prefix of another, where the group
+    cannot change what matches. Both outcomes, against ``re.fullmatch``."""
+    import random
+
+    from constrain.regular.regex import regex_byte_dfa
+
+    import numpy as np
+
+    dfa = regex_byte_dfa(pattern, np.ones(256, dtype=np.bool_))
+    rng = random.Random(pattern)
+    letters = "abcdxyé"
+    # (re backtracks exponentially on a failed (?:a|aa){n}: the oracle's
+    # patterns split their strings one way)
+    texts = ["c" + "a" * 150 + "d", "c" + "a" * 151 + "d", "c" + "ab" * 75 + "d", "ab",
+             "a" * 100 + "b", "a" * 100,
+             "x" * 100 + "y", "x" * 121, "é" * 120 + "b", "éa" * 60 + "b", "ab" * 50 + "c"]
+    for _ in range(2000):
+        base = rng.choice(texts)
+        cut = rng.randint(0, len(base))
+        texts.append(base[:cut] + "".join(rng.choice(letters) for _ in range(rng.randint(0, 3)))
+                     + base[cut + rng.randint(0, 2):])
+    for text in texts:
+        assert dfa.matches(text.encode()) == bool(re.fullmatch(pattern, text)), (pattern, text)
