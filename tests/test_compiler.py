@@ -273,6 +273,33 @@ def test_every_cache_stays_within_its_bytes_and_results_stay_right(vocab, cache_
     assert all(s.entries > 0 for s in roomy.cache_stats().values())
 
 
+def test_terminal_ids_are_sized_as_the_generic_count_without_its_walk(vocab, monkeypatch):
+    """Every terminal of every cold compile stores a terminal id, so its size is
+    counted by one expression (lexer.terminal_id_bytes), not nbytes's walk of
+    the key: 9f0f573 gave terminal_key two more fields and the expression
+    stopped applying to any key (~50 us of a median cold compile)."""
+    from constrain.cache import nbytes
+    from constrain.cfg import lexer
+
+    mine = Compiler(vocab)
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 9},
+                                               "kind": {"enum": ["a", "bc"]}},
+              "required": ["name"], "additionalProperties": {"type": "integer"}}
+    mine.compile_json_schema(schema)
+    keys = list(mine.terminal_ids._items.items())
+    assert any(k[4] is not None for k, _ in keys) and any(k[4] is None for k, _ in keys)
+    for key, entry in keys:
+        uid = entry[0] if entry.__class__ is tuple else entry
+        want = nbytes(key) + nbytes(uid)
+        assert abs(lexer.terminal_id_bytes(key, uid) - want) <= 8, (key, want)
+    walked = []
+    monkeypatch.setattr(lexer, "nbytes", lambda x: walked.append(x) or nbytes(x))
+    for key, entry in keys:
+        lexer.terminal_id_bytes(key, entry[0] if entry.__class__ is tuple else entry)
+    # only an exclusion's names are walked
+    assert len(walked) == sum(k[4] is not None for k, _ in keys)
+
+
 def test_bitmask_views_are_bounded_and_never_confuse_two_bitmasks(vocab):
     g = constrain.compile_regex("ab|x1", vocab)
     state = g.initial_state()

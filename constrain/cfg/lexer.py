@@ -120,8 +120,9 @@ _NONE_BYTES = sys.getsizeof(None)
 #: 16 and none per byte MaskBench-subset first walks took 14 % longer.
 EXPAND_CHUNK = 512
 EXPAND_PER_BYTE = 4
-# the key tuple (5 items), its flags and the id (two small ints)
-_ID_FIXED = 96 + 80 + 2 * sys.getsizeof(1)
+# the key tuple (7 items), its flags, states and template flag, and the id
+# (small ints and a bool)
+_ID_FIXED = 112 + 80 + 4 * sys.getsizeof(1)
 
 
 def terminal_id_bytes(key, uid) -> int:
@@ -129,9 +130,9 @@ def terminal_id_bytes(key, uid) -> int:
     :func:`~constrain.cache.nbytes` counts them, without its generic walk (every
     terminal of every cold compile stores one: the walk was ~3 % of a median
     MaskBench schema's compile)."""
-    if len(key) != 5:  # not a terminal_key: sized the generic way
+    if len(key) != 7 or uid.__class__ is not int:  # sized the generic way
         return nbytes(key) + nbytes(uid)
-    pattern, _, literal, alphabet_key, exclusion = key
+    pattern, _, literal, alphabet_key, exclusion, _, _ = key
     return (_ID_FIXED + len(pattern) + len(alphabet_key)
             + (_NONE_BYTES if literal is None else len(literal) + 40)
             + (_NONE_BYTES if exclusion is None else nbytes(exclusion)))
