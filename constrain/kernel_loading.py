@@ -149,6 +149,7 @@ def _unserialize_library(self, serialized):
 KERNEL_MODULES = (
     "automata/bits.py", "automata/deadline.py", "automata/determinize_kernels.py",
     "automata/hash_table.py", "automata/liveness.py", "automata/minimize_kernels.py",
+    "automata/table_views.py",
     "cfg/budget_kernels.py", "cfg/earley_kernels.py", "cfg/lexer_kernels.py",
     "cfg/terminal_kernels.py", "frontends/json_schema/number_kernels.py",
     "regular/token_kernels.py", "runtime/bitmask_kernels.py", "runtime/reasoning_kernels.py",
@@ -300,6 +301,8 @@ ensure_cache_location()
 PRELOAD = (
     ("vocab.trie_kernels", "build_trie"),
     ("automata.determinize_kernels", "ascii_byte_dfa"),
+    # a grammar's lexer and parser tables, described for their kernels
+    ("automata.table_views", "_describe"),
     ("cfg.terminal_kernels", "write_terminal_table"),
     ("cfg.earley_kernels", "earley_tables"),
     ("vocab.trie_kernels", "subtree_bytes"),

@@ -43,6 +43,7 @@ from constrain.cfg import earley_kernels as ek
 from constrain.errors import GrammarError, GrammarTooComplexError, IncompleteParseWarning
 from constrain.cfg.lexer import symbol_position
 from constrain.automata.hash_table import probes_end, table_rehash
+from constrain.automata.table_views import TableViews
 from constrain.cfg.ir import GrammarIR
 
 _LITTLE = sys.byteorder == "little"
@@ -255,23 +256,32 @@ class EarleyRecognizer:
         return done.tolist()
 
     def _kernel_args(self) -> None:
-        """The arrays as :func:`~constrain.cfg.earley_kernels.earley_next`
-        takes them, remade when an array grows (joining them per call cost ~0.4
-        us of a new context's ~3): ``meta``, the int64 counters (``M_*``), then
-        the fields of three structures (see :mod:`constrain.cfg.earley_kernels`),
-        loose (a tuple argument costs numba's dispatcher more, see there):
+        """The tables as :func:`~constrain.cfg.earley_kernels.earley_next`
+        takes them, bound again whenever an array grows: one descriptor array
+        (:class:`~constrain.automata.table_views.TableViews`, slots
+        ``earley_kernels.SLOTS``) of ``meta``, the int64 counters (``M_*``),
+        then the fields of three structures (see
+        :mod:`constrain.cfg.earley_kernels`):
 
         - ``grammar``: ``(rd_next, nullable, lhs_off, lhs_rd)``, fixed;
         - ``pred``: ``(pred_off, pred_len, pred_sym, pred_rd, pexp)``, the
           predictions per nonterminal (``_pred``);
         - ``chart``: ``(c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash,
-          htab)``, the interned columns (``_ctx``)."""
-        self._kargs = (self._meta, *self._grammar, *self._pred, *self._ctx)
+          htab)``, the interned columns (``_ctx``).
+
+        Every array the kernels read is bound here, and only here: the
+        descriptors are addresses, valid while the arrays they name live
+        (the views keep them alive). One descriptor array for the
+        recognizer's life, rebound in place."""
+        views = self.__dict__.get("_views")
+        if views is None:
+            views = self._views = TableViews(ek.LAYOUT)
+        views.bind_all((self._meta, *self._grammar, *self._pred, *self._ctx))
 
     def _run(self, kernel, *args) -> int:
         """Call an Earley kernel, growing its arrays until it has room."""
         while True:
-            status, value = kernel(*args, *self._kargs)
+            status, value = kernel(*args, self._views.desc)
             if status == ek.DONE:
                 if self._meta[ek.M_TRUNCATED] and not self._warned:
                     self._warned = True

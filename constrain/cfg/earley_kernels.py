@@ -19,13 +19,16 @@ The recognizer's state lives in flat arrays that the kernels read and append to
   hash of its items ``c_hash[c]``, under which ``htab`` interns it;
 * ``meta``: the counters (see the ``M_*`` indices).
 
-The kernels take them as ``meta`` and three tuples, unpacked on entry:
-``grammar = (rd_next, nullable, lhs_off, lhs_rd)``, ``pred = (pred_off,
-pred_len, pred_sym, pred_rd, pexp)`` and ``chart = (c_ioff, items, c_roff,
-roots, c_exp, c_acc, c_hash, htab)``, as :func:`earley_tables` returns them;
-:func:`earley_next`, which Python calls once per new (context, terminal) pair,
-takes the same arrays loose, in that order (see there for why;
-:meth:`constrain.cfg.earley.EarleyRecognizer._kernel_args` lines them up).
+The kernels take them as ``meta`` and three tuples: ``grammar = (rd_next,
+nullable, lhs_off, lhs_rd)``, ``pred = (pred_off, pred_len, pred_sym, pred_rd,
+pexp)`` and ``chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash,
+htab)``, as :func:`earley_tables` returns them. The two that Python calls once
+per new context, :func:`earley_next` and :func:`earley_union`, take them as
+one descriptor array instead (:mod:`constrain.automata.table_views`, slots
+:data:`SLOTS` in that order; :meth:`constrain.cfg.earley.EarleyRecognizer._kernel_args`
+binds them): numba's dispatcher unboxes each array argument on each call, and
+the 18 loose arrays were 2.2 of an Earley step's 3.5 us on MaskBench's first
+walks (as tuples they cost more still).
 
 A kernel that runs out of room returns a ``GROW_*`` status with the size it
 needs; Python grows the arrays and calls again. Only predictions and whole
@@ -39,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from constrain.automata.hash_table import hash_ints
+from constrain.automata.table_views import TableLayout, b1_1d, i64_1d, u8_1d, u64_1d, u64_2d
 
 #: ``meta`` indices
 M_CONTEXTS = 0     # contexts so far
@@ -251,21 +255,43 @@ def add_context(buf, k, root_buf, n_roots, accepts, h, slot, meta, grammar, pred
     return DONE, c
 
 
+#: the descriptor slots of :func:`earley_next` and :func:`earley_union`:
+#: ``meta``, then the fields of ``grammar``, ``pred`` and ``chart``, as
+#: ``(dtype, dimensions)``
+SLOTS = ((np.int64, 1),
+         (np.int64, 1), (np.bool_, 1), (np.int64, 1), (np.int64, 1),
+         (np.int64, 1), (np.int64, 1), (np.int64, 1), (np.int64, 1), (np.uint64, 2),
+         (np.int64, 1), (np.int64, 1), (np.int64, 1), (np.int64, 1), (np.uint64, 2),
+         (np.uint8, 1), (np.uint64, 1), (np.int64, 1))
+#: :data:`SLOTS` as a :class:`~constrain.automata.table_views.TableLayout`
+LAYOUT = TableLayout(SLOTS)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tables(desc):
+    """``(meta, grammar, pred, chart)`` viewed through the descriptors ``desc``."""
+    grammar = (i64_1d(desc, 1), b1_1d(desc, 2), i64_1d(desc, 3), i64_1d(desc, 4))
+    pred = (i64_1d(desc, 5), i64_1d(desc, 6), i64_1d(desc, 7), i64_1d(desc, 8), u64_2d(desc, 9))
+    chart = (i64_1d(desc, 10), i64_1d(desc, 11), i64_1d(desc, 12), i64_1d(desc, 13),
+             u64_2d(desc, 14), u8_1d(desc, 15), u64_1d(desc, 16), i64_1d(desc, 17))
+    return i64_1d(desc, 0), grammar, pred, chart
+
+
 @njit(cache=True, nogil=True)
-def earley_next(c, t, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
-                pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab):
+def earley_next(c, t, desc):
     """The context after terminal ``t`` in context ``c``: ``(DONE, context)``
     (context -1 when ``t`` is refused), or a ``GROW_*`` / ``TOO_MANY_CONTEXTS``
-    status with the size needed. The arrays are ``meta`` and the fields of
-    ``grammar``, ``pred`` and ``chart`` in order."""
-    # loose arrays, not the three tuples: numba's dispatcher types a tuple
-    # argument through its generic fingerprint path (~33 ns per array inside)
-    # where a bare array takes a cached fast path, and this kernel runs once per
-    # new (context, terminal) pair: the tuples cost 0.6 us, +20% of its 3.1 us
-    # (in-process A/B over the 1,258 calls of 20 MaskBench first walks)
-    grammar = (rd_next, nullable, lhs_off, lhs_rd)
-    pred = (pred_off, pred_len, pred_sym, pred_rd, pexp)
-    chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
+    status with the size needed. ``desc``: the recognizer's tables
+    (:data:`SLOTS`)."""
+    meta, grammar, pred, chart = _tables(desc)
+    return next_column(c, t, meta, grammar, pred, chart)
+
+
+@njit(cache=True, nogil=True)
+def next_column(c, t, meta, grammar, pred, chart):
+    """:func:`earley_next` over the tables themselves."""
+    rd_next, nullable = grammar[0], grammar[1]
+    c_exp = chart[4]
     if not (c_exp[c, t >> 6] >> np.uint64(t & 63)) & np.uint64(1):
         return DONE, -1
     n_rd = meta[M_N_RD]
@@ -393,22 +419,20 @@ def _intern(inc, k, accepts, meta, grammar, pred, chart):
 
 
 @njit(cache=True, nogil=True)
-def earley_union(cs, meta, rd_next, nullable, lhs_off, lhs_rd, pred_off, pred_len, pred_sym,
-                 pred_rd, pexp, c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab):
+def earley_union(cs, desc):
     """The context whose items are those of all the contexts ``cs`` (none of
     them context 0, whose prediction of the start symbol is not among its
     items), accepting if one of them does: ``(DONE, context)`` or a ``GROW_*``
     / ``TOO_MANY_CONTEXTS`` status, as :func:`earley_next`, which takes the
-    same arrays.
+    same descriptors.
 
     Two configurations at one input position with one lexer state are one
     with this union: what follows either column follows the union (Earley's
     own column is the union of every history's items), and items keep their
     origins, so nothing is mixed up. Without it, an ambiguous grammar kept one
     configuration per way of splitting the input so far."""
-    grammar = (rd_next, nullable, lhs_off, lhs_rd)
-    pred = (pred_off, pred_len, pred_sym, pred_rd, pexp)
-    chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash, htab)
+    meta, grammar, pred, chart = _tables(desc)
+    c_ioff, items, c_acc = chart[0], chart[1], chart[5]
     total = 0
     for c in cs:
         total += c_ioff[c + 1] - c_ioff[c]

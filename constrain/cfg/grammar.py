@@ -1028,7 +1028,6 @@ class GrammarConstraint(Constraint):
                 c2 = self._next(c, term)
                 if c2 >= 0:
                     self._start(c2)
-        tbuf, toffs = self.trie.packed()
         pairs = self._pair_scratch
         if pairs is None:
             # the walk's pairs per depth (under the lock: one walk at a time)
@@ -1037,8 +1036,8 @@ class GrammarConstraint(Constraint):
         j = 0
         while True:
             status, a, b, j = gk.boundary_walk(
-                lex.trans, lex.walk_flags, lex.acc, self._ctx_next, self._ctx_start,
-                self._ignore_bits, nodes, states, c, j, tbuf, toffs, *pairs, row)
+                lex.desc, self._ctx_next, self._ctx_start, self._ignore_bits, nodes, states, c, j,
+                *pairs, row)
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_EXPAND:

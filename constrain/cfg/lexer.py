@@ -29,6 +29,7 @@ import numpy as np
 
 from constrain.cfg import lexer_kernels as gk
 from constrain.automata.hash_table import probes_end, table_rehash
+from constrain.automata.table_views import TableViews
 from constrain.cfg.terminal_kernels import TERMINAL_BOUNDED, TERMINAL_EXCLUSION, TERMINAL_LEXEME, TERMINAL_LITERAL, TERMINAL_OTHER, TERMINAL_TRIE, write_terminal_table
 from constrain.automata.byte_dfa import ByteDFA, minus_prefixes
 from constrain.automata.deadline import Deadline
@@ -712,8 +713,7 @@ class LexerTables:
         parser's expected set and the ``%ignore`` terminals), not cached (the
         caller keys it)."""
         return self._expand(lambda terms, states, index: gk.expand_start(
-            terms, states, index, self._below, expected, extra, self.n, self.max_states,
-            self._queue, self._qs, self.chunk, self.layer_chunk))
+            self._views.desc, expected, extra, self.n, self.max_states, self.chunk, self.layer_chunk))
 
     def state_of_pairs(self, flat: np.ndarray) -> int:
         """The lexer state whose alive pairs are ``flat`` (int32 ``(terminal,
@@ -729,6 +729,13 @@ class LexerTables:
             return out
 
         return self._expand(expand)
+
+    @property
+    def desc(self) -> np.ndarray:
+        """The lexer's tables as one descriptor array (see :meth:`_pack`),
+        for the kernels of :mod:`constrain.cfg.lexer_kernels` that take it;
+        read it again after anything that may expand states."""
+        return self._views.desc
 
     @property
     def left_pending(self) -> bool:
@@ -826,19 +833,28 @@ class LexerTables:
         (:func:`~constrain.cfg.lexer_kernels.count_run`): ``(run, good, live,
         scratch)`` -- the run length (-1 not yet known), its bytes and the ASCII
         bytes the state takes (128 bits each; ``live[s, 2]`` is 1 once known),
-        and the ``[4, n]`` int32 stacks of the search."""
+        and the ``[4, n]`` int32 stacks of the search.
+
+        ``desc``: the same tables, the terminal automata's, the expansion
+        queue's and the trie's as one descriptor array
+        (:data:`~constrain.cfg.lexer_kernels.LEX_SLOTS`), what the kernels of a
+        first visit take (:mod:`constrain.automata.table_views`: addresses,
+        valid while the arrays live, so bound here, after every growth, and
+        only here; one array for the lexer's life, rebound in place, so a
+        caller holding it reads the current tables)."""
         self.kernel_arrays = (
             (self.trans, self.acc, self.has_acc, self.loops, self.walk_flags, self.reads_utf8),
             (self.pairs, self.poff, self._hashes, self._htab, self._single, self._row_byte),
             (self.run, self.good, self.live, self._scratch))
-        # lexer_walk_rows's arguments before the state (see there)
-        self._walk_args = (self.trans, self.loops, self.walk_flags, self.reads_utf8, self.run,
-                           self.good, self.live, self._scratch, *self.trie.packed())
+        tr, sm = self.trie.kernel_arrays()
+        views = self.__dict__.get("_views")
+        if views is None:
+            views = self._views = TableViews(gk.LEX_LAYOUT)
+        views.bind_all((*self.kernel_arrays[0], *self.kernel_arrays[1], *self.kernel_arrays[2],
+                        *self.terms.kernel_arrays, self._below, self._queue, self._qs,
+                        *self.trie.packed(), tr[0], tr[2], sm[0], sm[1]))
         #: the live tokens from which a walk is broad (shared across grammars)
         self._share_min = max(1, self.trie.num_tokens // 8)
-        tr, sm = self.trie.kernel_arrays()
-        # lexer_walk_narrow's arguments before the state
-        self._narrow_args = (self.trans, self.walk_flags, tr[0], tr[2], sm[0], sm[1])
         # where it writes a wide row's spans (bitmask.row_writer's): rows of
         # 14 KB and more (o200k's 25 KB) are written by spans, and scanning
         # one for them was 2.1 us of a narrow first fill; none where tokens
@@ -1039,7 +1055,7 @@ class LexerTables:
             # a walk into text (a string body, an object's keys) is broad: its
             # route is looked for below, once no other grammar's walk serves
             route = _NO_ROUTE
-            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, self._share_min,
+            n = gk.lexer_walk_rows(self._views.desc, s, row, out, self._share_min,
                                    self.trie.multilingual, *route)
             if n <= gk.PENDING_BASE:
                 n = self._walk_expanding(s, row, out, n, self._share_min, route)
@@ -1138,7 +1154,7 @@ class LexerTables:
         expanding the states it reports: the number of boundary nodes, or
         ``NOT_NARROW`` (``row`` then to be cleared)."""
         while True:
-            n = gk.lexer_walk_narrow(*self._narrow_args, s, row, out, self._span_buf, _SPAN_GAP)
+            n = gk.lexer_walk_narrow(self._views.desc, s, row, out, self._span_buf, _SPAN_GAP)
             if n > gk.PENDING_BASE:
                 return n
             self.ensure(gk.PENDING_BASE - n)  # the tables may grow: new arguments
@@ -1282,7 +1298,7 @@ class LexerTables:
                     return n
                 self.ensure(gk.PENDING_BASE - n)
                 row[:] = 0
-            n = gk.lexer_walk_rows(*self._walk_args, s, row, out, share_min, self.trie.multilingual,
+            n = gk.lexer_walk_rows(self._views.desc, s, row, out, share_min, self.trie.multilingual,
                                    *route)
 
     def _text_route(self, s: int) -> tuple:

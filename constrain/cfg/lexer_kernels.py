@@ -9,14 +9,15 @@ computed) and ``ctx_start[c]`` the lexer state that starts the next terminal
 (-2: not yet computed). A kernel that meets a -2 stops and reports it, Python fills
 the entry in, and the kernel runs again: the tables only ever grow.
 
-The kernels called from Python take each structure as one tuple of arrays,
-built and documented by the object that owns it, and unpack it on entry:
-``terms`` (:attr:`constrain.cfg.lexer.TerminalAutomata.kernel_arrays`), the
-lexer's ``states``, ``index`` and ``memos``
-(:meth:`constrain.cfg.lexer.LexerTables._pack`), the token ``trie``
-and its ``summaries`` (:meth:`constrain.vocab.trie.TokenTrie.kernel_arrays`).
-:func:`boundary_walk` and :func:`lexer_walk_rows`, called far more often for
-far less work, take their arrays loose or packed (see there).
+The kernels take each structure as one tuple of arrays, built and documented
+by the object that owns it: ``terms``
+(:attr:`constrain.cfg.lexer.TerminalAutomata.kernel_arrays`), the lexer's
+``states``, ``index`` and ``memos`` (:meth:`constrain.cfg.lexer.LexerTables._pack`),
+the token ``trie`` and its ``summaries``
+(:meth:`constrain.vocab.trie.TokenTrie.kernel_arrays`). The ones a first
+visit calls from Python (:func:`expand_start`, :func:`lexer_walk_narrow`,
+:func:`lexer_walk_rows`, :func:`boundary_walk`) take the lexer's tables as one
+descriptor array instead (:data:`LEX_SLOTS`), and view them on entry.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from numba import njit
 from constrain.vocab.trie_kernels import trie_views, utf8_next
 from constrain.automata.bits import bit_index
 from constrain.automata.hash_table import hash_ints
+from constrain.automata.table_views import (TableLayout, b1_1d, i8_1d, i16_1d, i32_1d, i32_2d,
+                                            i64_1d, u8_1d, u64_1d, u64_2d)
 
 NEED_NONE = 0
 NEED_NEXT = 1
@@ -762,9 +765,60 @@ def settle_reads_utf8(states, below, which):
     return unknown
 
 
+#: the slots of a lexer's descriptor array (:mod:`constrain.automata.table_views`;
+#: :meth:`constrain.cfg.lexer.LexerTables._pack` binds them), as ``(dtype,
+#: dimensions)``: ``states`` (0-5), ``index`` (6-11) and ``memos`` (12-15) as
+#: that method lists them, the terminal automata's ``kernel_arrays`` (16-20),
+#: the trie's bytes below each node, the expansion queue and its counters
+#: (21-23), the packed trie (24-25) and the narrow walk's trie arrays (26-29:
+#: bytes, skips, node tokens, first children). The kernels Python calls on a
+#: first visit take this one array: numba unboxes every array argument on
+#: every call (~45 ns an array hot, ~110 on a first walk's cold caches; 23
+#: arrays in three tuples were ~2.5 us of an expand_start that found its
+#: state).
+LEX_SLOTS = ((np.int32, 2), (np.uint64, 2), (np.bool_, 1), (np.uint64, 2), (np.uint8, 1),
+             (np.int8, 1),
+             (np.int32, 1), (np.int64, 1), (np.uint64, 1), (np.int64, 1), (np.int32, 1),
+             (np.int16, 1),
+             (np.int32, 1), (np.uint64, 2), (np.uint64, 2), (np.int32, 2),
+             (np.int32, 2), (np.int64, 1), (np.bool_, 1), (np.bool_, 1), (np.int32, 2),
+             (np.uint64, 2), (np.int32, 1), (np.int64, 1),
+             (np.uint64, 1), (np.int64, 1),
+             (np.uint8, 1), (np.int32, 1), (np.int32, 1), (np.int32, 1))
+#: :data:`LEX_SLOTS` as a :class:`~constrain.automata.table_views.TableLayout`
+LEX_LAYOUT = TableLayout(LEX_SLOTS)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _states_of(desc):
+    return (i32_2d(desc, 0), u64_2d(desc, 1), b1_1d(desc, 2), u64_2d(desc, 3), u8_1d(desc, 4),
+            i8_1d(desc, 5))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _index_of(desc):
+    return (i32_1d(desc, 6), i64_1d(desc, 7), u64_1d(desc, 8), i64_1d(desc, 9), i32_1d(desc, 10),
+            i16_1d(desc, 11))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _terms_of(desc):
+    return (i32_2d(desc, 16), i64_1d(desc, 17), b1_1d(desc, 18), b1_1d(desc, 19),
+            i32_2d(desc, 20))
+
+
 @njit(cache=True, nogil=True)
-def expand_start(terms, states, index, below, expected, extra, n, max_states, queue, qs, limit,
-                 layer_limit):
+def expand_start(desc, expected, extra, n, max_states, limit, layer_limit):
+    """:func:`start_of_expected` over the lexer's descriptors ``desc``
+    (:data:`LEX_SLOTS`)."""
+    return start_of_expected(_terms_of(desc), _states_of(desc), _index_of(desc), u64_2d(desc, 21),
+                             expected, extra, n, max_states, i32_1d(desc, 22), i64_1d(desc, 23),
+                             limit, layer_limit)
+
+
+@njit(cache=True, nogil=True)
+def start_of_expected(terms, states, index, below, expected, extra, n, max_states, queue, qs,
+                      limit, layer_limit):
     """The lexer state that starts the usable terminals of the bitset ``expected
     | extra`` (uint64 words; terminal ``t`` is bit ``t & 63`` of word ``t >> 6``),
     added and expanded by :func:`expand_states` (``queue``, ``qs`` and
@@ -1321,13 +1375,11 @@ def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, tbuf, toffs, state,
-                    row, out, share_min, utf8, exits, route, target):
-    """:func:`lexer_walk` as Python calls it: the lexer's tables loose (``states``
-    and ``memos`` of :meth:`constrain.cfg.lexer.LexerTables._pack`, less what
-    the walk does not read), the trie packed (:meth:`TokenTrie.packed
-    <constrain.vocab.trie.TokenTrie.packed>`), the boundary nodes and their
-    states written to ``out[0]`` and ``out[1]``. Returns their number, or -1
+def lexer_walk_rows(desc, state, row, out, share_min, utf8, exits, route, target):
+    """:func:`lexer_walk` as Python calls it: the lexer's tables and the packed
+    trie (:meth:`TokenTrie.packed <constrain.vocab.trie.TokenTrie.packed>`)
+    through its descriptors ``desc`` (:data:`LEX_SLOTS`), the boundary nodes
+    and their states written to ``out[0]`` and ``out[1]``. Returns their number, or -1
     when ``out`` is too small (``row`` is then to be zeroed and the call made
     again with a larger ``out``), or :func:`lexer_walk`'s ``PENDING_BASE -
     state``. Few arguments and no outputs to allocate and
@@ -1341,7 +1393,11 @@ def lexer_walk_rows(trans, loops, flags, reads_utf8, run, good, live, scratch, t
     store in the shared cache (~5 us). With ``exits`` (not empty) the walk
     is :func:`lexer_walk_exits`', with ``route`` and ``target`` from
     :func:`text_route`, where more than half the tokens start live."""
-    trie, summaries = trie_views(tbuf, toffs)
+    trans, loops = i32_2d(desc, 0), u64_2d(desc, 3)
+    flags, reads_utf8 = u8_1d(desc, 4), i8_1d(desc, 5)
+    run, good = i32_1d(desc, 12), u64_2d(desc, 13)
+    live, scratch = u64_2d(desc, 14), i32_2d(desc, 15)
+    trie, summaries = trie_views(u64_1d(desc, 24), i64_1d(desc, 25))
     tskip = trie[2]
     first, tok_before = summaries[1], summaries[3]
     n_live = _live_tokens(trans.reshape(-1), state, first, tskip, tok_before)
@@ -1369,7 +1425,14 @@ NARROW_BUDGET = 512
 
 
 @njit(cache=True, nogil=True)
-def lexer_walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, spans, gap):
+def lexer_walk_narrow(desc, state, row, out, spans, gap):
+    """:func:`walk_narrow` over the lexer's descriptors ``desc`` (:data:`LEX_SLOTS`)."""
+    return walk_narrow(i32_2d(desc, 0), u8_1d(desc, 4), u8_1d(desc, 26), i32_1d(desc, 27),
+                       i32_1d(desc, 28), i32_1d(desc, 29), state, row, out, spans, gap)
+
+
+@njit(cache=True, nogil=True)
+def walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, spans, gap):
     """:func:`lexer_walk` of a *narrow* lexer state, for the states where it
     costs least: a position inside a literal (an object's key, an enum
     value) or at its end, whose first visits were most of a tool-calling
@@ -1634,8 +1697,18 @@ def _pairs_take(trans, acc, ls, d, m, takes):
 
 
 @njit(cache=True, nogil=True)
-def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
-                  ctx, j0, tbuf, toffs, ls, lc, row):
+def boundary_walk(desc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0, ls,
+                  lc, row):
+    """:func:`walk_boundaries` with the lexer's tables and the packed trie
+    through its descriptors ``desc`` (:data:`LEX_SLOTS`)."""
+    return walk_boundaries(i32_2d(desc, 0), u8_1d(desc, 4), u64_2d(desc, 1), ctx_next, ctx_start,
+                           ignore_bits, starts_node, starts_state, ctx, j0, u64_1d(desc, 24),
+                           i64_1d(desc, 25), ls, lc, row)
+
+
+@njit(cache=True, nogil=True)
+def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
+                    ctx, j0, tbuf, toffs, ls, lc, row):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
     For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
@@ -1658,12 +1731,6 @@ def boundary_walk(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_no
     scratch, int32 ``(max_depth + 2, width)`` each: ``width`` is their
     number of columns.
     """
-    # loose arrays, not the lexer's, the parser's and the trie's tuples: numba's
-    # dispatcher types a tuple argument through its generic fingerprint path
-    # (~33 ns per array inside) where a bare array takes a cached fast path, and
-    # this kernel runs for every configuration with boundary nodes: the tuples
-    # cost 1.2 us, +21% of its 5.7 us (in-process A/B over the 765 calls of 20
-    # MaskBench first walks); the trie packed, as each array still costs ~50 ns
     trie, summaries = trie_views(tbuf, toffs)
     tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth = trie
     below = summaries[2]
