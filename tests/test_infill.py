@@ -490,9 +490,15 @@ def test_the_infilling_check_budgets_its_tables_and_witness():
     exponentially long (n_i: n_{i+1} n_{i+1}) and was built leaf by leaf."""
     rules = "".join(f"n{i}: n{i + 1} n{i + 1}\n" for i in range(30)) + 'n30: "a"\nstart: n0\n'
     assert can_complete(rules, [Hole()])
-    # (a tenth of the default budget: the default took 10-14 s to run out)
+    # a 2**30-byte witness: its length is counted before any byte is built
+    # (built leaf by leaf, the default budget took 10-14 s to run out)
     with pytest.raises(GrammarTooComplexError, match="max_work"):
-        find_completion(rules, [Hole()], max_work=20_000_000)
+        find_completion(rules, [Hole()])
+    # each distinct expansion is made once: 2**18 bytes from 19 expansions (leaf
+    # by leaf, 2**19 expansions ran out of this budget after ~4 s)
+    rules = "".join(f"n{i}: n{i + 1} n{i + 1}\n" for i in range(18)) + 'n18: "a"\nstart: n0\n'
+    assert find_completion(rules, [Hole()], max_work=20_000_000) == b"a" * 2 ** 18
+    assert find_completion(rules, ["aa", Hole(), "a"], max_work=20_000_000) == b"a" * 2 ** 18
     many = "start: " + " ".join(f"r{i}" for i in range(60)) + "\n" + \
         "".join(f'r{i}: "a" | "b"\n' for i in range(60))
     with pytest.raises(GrammarTooComplexError, match="max_work"):

@@ -176,52 +176,98 @@ def _terminal_witness(trans, accepting, P: PartialOutput, p: int, p2: int) -> by
     raise AssertionError("terminal relation without a witness")
 
 
-#: the work a witness charges per symbol it expands (~25 us each, where the
-#: budget's steps are ~0.25 us)
+#: the work a witness charges per distinct (symbol, from, to) it expands (~25
+#: us each, where the budget's steps are ~0.25 us); its bytes cost a step each
 _WITNESS_STEP = 100
+
+
+def _expansion(g: PreparedGrammar, P: PartialOutput, R, T, s: int, a: int, b: int) -> list:
+    """The pieces ``(symbol, from, to)`` of one rule of nonterminal ``s``
+    spanning ``a -> b`` from facts derived strictly before ``T[s][a, b]``
+    (so expanding them again ends)."""
+    t = T[s][a, b]
+    for rhs in g.by_lhs[s]:
+        if not rhs:
+            if a == b:
+                return []
+            continue
+        rels = [R[x] & (T[x] < t) for x in rhs]
+        # back[k]: the states from which rhs[k:] reaches b
+        back = [None] * (len(rhs) + 1)
+        back[-1] = np.zeros(P.n, dtype=bool)
+        back[-1][b] = True
+        for k in range(len(rhs) - 1, -1, -1):
+            back[k] = (rels[k] & back[k + 1][None, :]).any(axis=1)
+        if not back[0][a]:
+            continue
+        pieces = []
+        x = a
+        for k, sym_k in enumerate(rhs):
+            y = int(np.flatnonzero(rels[k][x] & back[k + 1])[0])
+            pieces.append((sym_k, x, y))
+            x = y
+        return pieces
+    raise AssertionError("derivation without a witness")
 
 
 def _witness(g: PreparedGrammar, P: PartialOutput, R, T, sym: int, p: int, p2: int,
              budget: _Budget) -> bytes:
-    """A string derived from ``sym`` spanning ``p → p2`` (iterative, by
-    decreasing derivation time). It may be exponentially long in the
-    grammar's size (``n_i: n_{i+1} n_{i+1}``), so each expansion counts
-    against ``budget``."""
-    out = []
-    stack = [(sym, p, p2)]
+    """A string derived from ``sym`` spanning ``p → p2``, each (symbol, from,
+    to) expanded once by decreasing derivation time (:func:`_expansion`).
+
+    It may be exponentially long in the grammar's size (``n_i: n_{i+1}
+    n_{i+1}`` derives ``2**i`` bytes from ``i`` distinct expansions), so its
+    length is counted first, expansion by expansion, and charged to
+    ``budget`` (a step a byte) before any byte is written: a witness past the
+    budget is refused at once, where building it leaf by leaf ran 10-14 s
+    into the default budget before refusing."""
+    root = (sym, p, p2)
+    parts: dict = {}  # (symbol, from, to) -> terminal bytes, or its pieces
+    size: dict = {}   # (symbol, from, to) -> the length of its string
+    stack = [root]
     while stack:
-        budget.spend(_WITNESS_STEP)
-        s, a, b = stack.pop()
-        if s in g.dfas:
-            trans, acc = g.dfas[s]
-            out.append(_terminal_witness(trans, acc, P, a, b))
+        key = stack[-1]
+        if key in size:
+            stack.pop()
             continue
-        t = T[s][a, b]
-        for rhs in g.by_lhs[s]:
-            if not rhs:
-                if a == b:
-                    break
+        part = parts.get(key)
+        if part is None:
+            budget.spend(_WITNESS_STEP)
+            s, a, b = key
+            if s in g.dfas:
+                trans, acc = g.dfas[s]
+                part = parts[key] = _terminal_witness(trans, acc, P, a, b)
+                size[key] = len(part)
+                stack.pop()
                 continue
-            rels = [R[x] & (T[x] < t) for x in rhs]
-            # back[k]: the states from which rhs[k:] reaches b
-            back = [None] * (len(rhs) + 1)
-            back[-1] = np.zeros(P.n, dtype=bool)
-            back[-1][b] = True
-            for k in range(len(rhs) - 1, -1, -1):
-                back[k] = (rels[k] & back[k + 1][None, :]).any(axis=1)
-            if not back[0][a]:
+            part = parts[key] = _expansion(g, P, R, T, s, a, b)
+            todo = [k for k in part if k not in size]
+            if todo:
+                stack.extend(todo)
                 continue
-            pieces = []
-            x = a
-            for k, sym_k in enumerate(rhs):
-                y = int(np.flatnonzero(rels[k][x] & back[k + 1])[0])
-                pieces.append((sym_k, x, y))
-                x = y
-            stack.extend(reversed(pieces))
-            break
-        else:
-            raise AssertionError("derivation without a witness")
-    return b"".join(out)
+        size[key] = n = sum(size[k] for k in part)
+        budget.spend(n)
+        stack.pop()
+    # bytes, each expansion's once, children before parents
+    text: dict = {}
+    stack = [root]
+    while stack:
+        key = stack[-1]
+        if key in text:
+            stack.pop()
+            continue
+        part = parts[key]
+        if part.__class__ is bytes:
+            text[key] = part
+            stack.pop()
+            continue
+        todo = [k for k in part if k not in text]
+        if todo:
+            stack.extend(todo)
+            continue
+        text[key] = b"".join(text[k] for k in part)
+        stack.pop()
+    return text[root]
 
 
 def find_completion(grammar, segments: Sequence, *, vocab=None,
