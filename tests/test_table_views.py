@@ -52,6 +52,7 @@ def test_views_read_and_write_the_bound_arrays_in_their_shapes():
     np.zeros(8, dtype=np.int64)[::2],       # not contiguous
     np.zeros((3, 4), dtype=np.int64).T[0],  # a column
     [1, 2, 3],                              # no array
+    np.frombuffer(bytes(32), dtype=np.int64),  # read-only: the kernels write
 ])
 def test_bind_refuses_what_a_view_would_misread(bad):
     views = TableViews([(np.int64, 1)])

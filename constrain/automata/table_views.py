@@ -10,14 +10,15 @@ kernel takes that array alone (~0.2 us to pass) and views each table through
 :func:`view_1d` / :func:`view_2d` (a few instructions, no allocation).
 
 What keeps this safe: :meth:`TableViews.bind` refuses an array of another
-dtype, dimension or layout than its slot declares, so a view is never wider
-than its array; the views hold references to the arrays they describe, so a
-table replaced by a larger one stays alive while any caller may still hold the
-old descriptors; and the descriptors are rebuilt by the one method of their
-owner that binds the tables (the same place that rebuilt its loose arguments
-before). A kernel must not outlive its call's tables: the owner grows them only
-between kernel calls, under its lock, as before. Copies and pickles rebuild
-the descriptors from the copied tables (:meth:`TableViews.__reduce__`).
+dtype, dimension or layout than its slot declares, and a read-only one (the
+views are writable), so a view is never wider than its array. The views keep
+the arrays they describe alive, and an owner has one descriptor array, rebound
+in place by the one method that replaces its tables after a growth (where it
+rebound its loose arguments before), so whoever holds the array reads the
+current tables; a table replaced is released, so the owner rebinds only
+between kernel calls, under the lock its kernels run under, as it grew its
+tables before. Copies and pickles describe their own arrays
+(:meth:`TableViews.__reduce__`).
 """
 
 from __future__ import annotations
@@ -186,14 +187,16 @@ DTYPE_CODES = {np.dtype(d): k for k, d in enumerate(
 
 
 def _code(a):
-    """:data:`DTYPE_CODES` of ``a``'s dtype, -1 for another (in kernels: a
-    constant of the array's type)."""
-    return DTYPE_CODES.get(a.dtype, -1)
+    """:data:`DTYPE_CODES` of ``a``'s dtype, -1 for another or a read-only
+    array (in kernels: a constant of the array's type)."""
+    return DTYPE_CODES.get(a.dtype, -1) if a.flags.writeable else -1
 
 
 @overload(_code, jit_options={"cache": True})
 def _code_of_type(a):
-    k = DTYPE_CODES.get(np.dtype(as_dtype(a.dtype)), -1)
+    # a read-only array is refused (-1): the kernels write through their views,
+    # and numba's own read-only array type, which refused that, is gone in them
+    k = DTYPE_CODES.get(np.dtype(as_dtype(a.dtype)), -1) if a.mutable else -1
     return lambda a: k
 
 
@@ -264,9 +267,9 @@ class TableViews:
         unless it is a C-contiguous array of the slot's dtype and dimension."""
         dtype, ndim = self.slots[i]
         if array.__class__ is not np.ndarray or array.dtype != dtype or array.ndim != ndim \
-                or not array.flags.c_contiguous:
-            raise TypeError(f"slot {i} takes a C-contiguous {ndim}-dimensional {dtype} array, "
-                            f"not {getattr(array, 'dtype', type(array))!s} of shape "
+                or not array.flags.c_contiguous or not array.flags.writeable:
+            raise TypeError(f"slot {i} takes a writable C-contiguous {ndim}-dimensional {dtype} "
+                            f"array, not {getattr(array, 'dtype', type(array))!s} of shape "
                             f"{getattr(array, 'shape', None)}")
         shape = array.shape
         self.desc[i] = (array.ctypes.data, shape[0], shape[1] if ndim == 2 else 1)
