@@ -126,3 +126,26 @@ def test_a_whole_atomic_group_with_a_large_count_is_exact(pattern):
                      + base[cut + rng.randint(0, 2):])
     for text in texts:
         assert dfa.matches(text.encode()) == bool(re.fullmatch(pattern, text)), (pattern, text)
+
+
+def test_a_draw_stopped_by_the_oracle_alarm_leaves_hypothesis_usable():
+    """regex_and_string stops a slow draw with an alarm, which can land inside
+    hypothesis's strategy unwrapping and leave a strategy noted as in progress:
+    from then on every from_regex on the thread failed ('LazyStrategy' object
+    has no attribute 'intervals'). The strategy forgets that state when it
+    catches the alarm."""
+    from hypothesis.strategies._internal import lazy
+    from hypothesis.strategies._internal.regex import chars_not_in_alphabet
+    from regex_strategies import _reset_hypothesis_unwrapping
+
+    alphabet = st.characters(codec="utf-8")
+    # as on its first unwrapping (a finished one is memoised on the strategy)
+    alphabet.__dict__.pop("_unwrapped", None)
+    lazy.threadlocal.unwrap_cache[alphabet] = alphabet  # what an interrupted unwrap leaves
+    try:
+        with pytest.raises(AttributeError, match="intervals"):
+            chars_not_in_alphabet(alphabet, "aa")
+    finally:
+        _reset_hypothesis_unwrapping()
+    assert chars_not_in_alphabet(alphabet, "aa") == set()
+    assert not lazy.threadlocal.unwrap_cache and lazy.threadlocal.unwrap_depth == 0
