@@ -224,6 +224,7 @@ def _witness(g: PreparedGrammar, P: PartialOutput, R, T, sym: int, p: int, p2: i
     root = (sym, p, p2)
     parts: dict = {}  # (symbol, from, to) -> terminal bytes, or its pieces
     size: dict = {}   # (symbol, from, to) -> the length of its string
+    done = []         # the keys, each after its pieces
     stack = [root]
     while stack:
         key = stack[-1]
@@ -237,36 +238,20 @@ def _witness(g: PreparedGrammar, P: PartialOutput, R, T, sym: int, p: int, p2: i
             if s in g.dfas:
                 trans, acc = g.dfas[s]
                 part = parts[key] = _terminal_witness(trans, acc, P, a, b)
-                size[key] = len(part)
-                stack.pop()
-                continue
-            part = parts[key] = _expansion(g, P, R, T, s, a, b)
-            todo = [k for k in part if k not in size]
-            if todo:
-                stack.extend(todo)
-                continue
-        size[key] = n = sum(size[k] for k in part)
+            else:
+                part = parts[key] = _expansion(g, P, R, T, s, a, b)
+                todo = [k for k in part if k not in size]
+                if todo:
+                    stack.extend(todo)
+                    continue
+        n = size[key] = len(part) if part.__class__ is bytes else sum(size[k] for k in part)
         budget.spend(n)
+        done.append(key)
         stack.pop()
-    # bytes, each expansion's once, children before parents
     text: dict = {}
-    stack = [root]
-    while stack:
-        key = stack[-1]
-        if key in text:
-            stack.pop()
-            continue
+    for key in done:
         part = parts[key]
-        if part.__class__ is bytes:
-            text[key] = part
-            stack.pop()
-            continue
-        todo = [k for k in part if k not in text]
-        if todo:
-            stack.extend(todo)
-            continue
-        text[key] = b"".join(text[k] for k in part)
-        stack.pop()
+        text[key] = part if part.__class__ is bytes else b"".join(text[k] for k in part)
     return text[root]
 
 
