@@ -61,6 +61,16 @@ def test_bind_refuses_what_a_view_would_misread(bad):
     assert views.desc[0].tolist() == [0, 0, 0]
 
 
+def test_a_refused_rebinding_leaves_the_descriptors_as_they_were():
+    views = TableViews([(np.int64, 1), (np.uint64, 2)])
+    views.bind_all([np.arange(3, dtype=np.int64), np.zeros((2, 2), dtype=np.uint64)])
+    before = views.desc.copy()
+    with pytest.raises(TypeError, match="slot 1"):
+        views.bind_all([np.arange(9, dtype=np.int64), np.zeros((2, 2), dtype=np.int64)])
+    # slot 0 still names the array the views keep, not the one just refused with it
+    assert (views.desc == before).all() and views.tables[0].tolist() == [0, 1, 2]
+
+
 def test_every_slot_kind_has_a_view():
     assert {np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.bool_, np.int32, np.uint32,
                                   np.int64, np.uint64)} <= set(VIEWS)

@@ -286,10 +286,14 @@ class TableViews:
         for a in arrays:
             if a.__class__ is not np.ndarray:
                 raise TypeError(f"tables are numpy arrays, not {type(a).__name__}")
-        bad = _describe(self.desc, arrays, self._codes)
+        # described apart first: a refused table leaves the descriptors as
+        # they were, naming only the tables still kept alive
+        desc = np.empty_like(self.desc)
+        bad = _describe(desc, arrays, self._codes)
         if bad >= 0:
             self.bind(bad, arrays[bad])  # raises
             raise AssertionError(f"slot {bad} refused and then taken")
+        self.desc[:] = desc
         self.tables[:] = arrays
 
     def __reduce__(self):
