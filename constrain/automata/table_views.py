@@ -7,7 +7,8 @@ in-process), 2.2 us was the dispatch, as an empty kernel with the same
 arguments measured. A :class:`TableViews` holds an object's tables and one
 int64 array of descriptors, a row ``(address, rows, columns)`` per table; a
 kernel takes that array alone (~0.2 us to pass) and views each table through
-:func:`view_1d` / :func:`view_2d` (a few instructions, no allocation).
+the view of its dtype and dimension (``i32_1d``, ``u64_2d``... listed in
+:data:`VIEWS`: a few instructions, no allocation).
 
 What keeps this safe: :meth:`TableViews.bind` refuses an array of another
 dtype, dimension or layout than its slot declares, and a read-only one (the
@@ -28,7 +29,7 @@ from numba import carray, literal_unroll, from_dtype, njit, types
 from numba.core.extending import intrinsic, overload
 from numba.np.numpy_support import as_dtype
 
-__all__ = ["TableLayout", "TableViews", "view_1d", "view_2d"]
+__all__ = ["TableLayout", "TableViews", "VIEWS"]
 
 #: descriptor columns
 ADDRESS, ROWS, COLUMNS = 0, 1, 2
@@ -167,18 +168,6 @@ VIEWS = {
     np.dtype(np.int64): (i64_1d, i64_2d),
     np.dtype(np.uint64): (u64_1d, u64_2d),
 }
-
-
-def view_1d(dtype):
-    """The kernel helper ``f(desc, i)`` that views slot ``i`` as a C-contiguous
-    one-dimensional ``dtype`` array."""
-    return VIEWS[np.dtype(dtype)][0]
-
-
-def view_2d(dtype):
-    """The kernel helper ``f(desc, i)`` that views slot ``i`` as a C-contiguous
-    ``(rows, columns)`` ``dtype`` array."""
-    return VIEWS[np.dtype(dtype)][1]
 
 
 #: a code per dtype a slot may have (what :func:`_describe` checks)

@@ -114,7 +114,7 @@ class EarleyRecognizer:
                                f"string the vocabulary can spell", *symbol_position(ir.source, name))
         self._meta, self._grammar = tables[1], tables[2]
         self._pred, self._ctx = list(tables[3]), list(tables[4])
-        self._kernel_args()
+        self._bind_tables()
         self._expected: dict[int, frozenset] = {}
         self._next: dict = {}
         self._unions: dict = {}
@@ -177,7 +177,7 @@ class EarleyRecognizer:
             raise ValueError("the recognizer is for another grammar")
         self._grammar = tuple(arrays(self._GRAMMAR))
         self._pred, self._ctx = arrays(self._PRED), arrays(self._CHART)
-        self._kernel_args()
+        self._bind_tables()
         self._expected = {}
         self._max_items = int(self._meta[ek.M_MAX_ITEMS])
         self._warned = False
@@ -255,7 +255,7 @@ class EarleyRecognizer:
                           n_t, n_nt, term_ok, np.ones(len(rules), dtype=np.bool_))
         return done.tolist()
 
-    def _kernel_args(self) -> None:
+    def _bind_tables(self) -> None:
         """The tables as :func:`~constrain.cfg.earley_kernels.earley_next`
         takes them, bound again whenever an array grows: one descriptor array
         (:class:`~constrain.automata.table_views.TableViews`, slots
@@ -319,7 +319,7 @@ class EarleyRecognizer:
                          bigger(c_exp, cap), bigger(c_acc, cap), bigger(c_hash, cap),
                          # context 0 is not interned
                          table_rehash(c_hash, n, 4 * cap, 1)]
-        self._kernel_args()
+        self._bind_tables()
 
     # -- public ---------------------------------------------------------------------------
 

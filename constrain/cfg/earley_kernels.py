@@ -25,7 +25,7 @@ pexp)`` and ``chart = (c_ioff, items, c_roff, roots, c_exp, c_acc, c_hash,
 htab)``, as :func:`earley_tables` returns them. The two that Python calls once
 per new context, :func:`earley_next` and :func:`earley_union`, take them as
 one descriptor array instead (:mod:`constrain.automata.table_views`, slots
-:data:`SLOTS` in that order; :meth:`constrain.cfg.earley.EarleyRecognizer._kernel_args`
+:data:`SLOTS` in that order; :meth:`constrain.cfg.earley.EarleyRecognizer._bind_tables`
 binds them): numba's dispatcher unboxes each array argument on each call, and
 the 18 loose arrays were 2.2 of an Earley step's 3.5 us on MaskBench's first
 walks (as tuples they cost more still).
