@@ -284,18 +284,32 @@ class EarleyRecognizer:
             status, value = kernel(*args, self._views.desc)
             if status == ek.DONE:
                 if self._meta[ek.M_TRUNCATED] and not self._warned:
-                    self._warned = True
-                    warnings.warn(IncompleteParseWarning(
-                        f"the grammar's parser kept {self._max_items} of the items of a chart "
-                        f"column (max_items): the masks stay sound, but some valid "
-                        f"continuations may be refused from here on (pass max_items= to "
-                        f"raise the cap)"))
+                    self.warn_truncated()
                 return int(value)
             if status == ek.TOO_MANY_CONTEXTS:
                 raise GrammarTooComplexError(
                     f"the parser created more than {self.max_contexts} chart columns "
                     f"(pass max_contexts= to raise the limit)")
             self._grow(status, int(value))
+
+    def warn_truncated(self) -> None:
+        """Warn once that a column was cut at ``max_items``, if one was (its
+        kernels set the counter; a kernel that called ``next_column`` itself,
+        such as a boundary walk, calls this after)."""
+        if self._meta[ek.M_TRUNCATED] and not self._warned:
+            self._warned = True
+            warnings.warn(IncompleteParseWarning(
+                f"the grammar's parser kept {self._max_items} of the items of a chart "
+                f"column (max_items): the masks stay sound, but some valid "
+                f"continuations may be refused from here on (pass max_items= to "
+                f"raise the cap)"))
+
+    @property
+    def desc(self) -> np.ndarray:
+        """The recognizer's tables as one descriptor array (``earley_kernels.SLOTS``),
+        for kernels that step the parser themselves; read it again after
+        anything that may grow the tables."""
+        return self._views.desc
 
     def _grow(self, status: int, need: int) -> None:
         def bigger(a, size):

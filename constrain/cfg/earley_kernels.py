@@ -268,7 +268,7 @@ LAYOUT = TableLayout(SLOTS)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tables(desc):
+def tables(desc):
     """``(meta, grammar, pred, chart)`` viewed through the descriptors ``desc``."""
     grammar = (i64_1d(desc, 1), b1_1d(desc, 2), i64_1d(desc, 3), i64_1d(desc, 4))
     pred = (i64_1d(desc, 5), i64_1d(desc, 6), i64_1d(desc, 7), i64_1d(desc, 8), u64_2d(desc, 9))
@@ -283,7 +283,7 @@ def earley_next(c, t, desc):
     (context -1 when ``t`` is refused), or a ``GROW_*`` / ``TOO_MANY_CONTEXTS``
     status with the size needed. ``desc``: the recognizer's tables
     (:data:`SLOTS`)."""
-    meta, grammar, pred, chart = _tables(desc)
+    meta, grammar, pred, chart = tables(desc)
     return next_column(c, t, meta, grammar, pred, chart)
 
 
@@ -431,7 +431,7 @@ def earley_union(cs, desc):
     own column is the union of every history's items), and items keep their
     origins, so nothing is mixed up. Without it, an ambiguous grammar kept one
     configuration per way of splitting the input so far."""
-    meta, grammar, pred, chart = _tables(desc)
+    meta, grammar, pred, chart = tables(desc)
     c_ioff, items, c_acc = chart[0], chart[1], chart[5]
     total = 0
     for c in cs:

@@ -1021,13 +1021,7 @@ class GrammarConstraint(Constraint):
 
     def _boundaries(self, c: int, nodes, states, row) -> None:
         lex = self.lexer
-        # the first boundary of every node, resolved up front: most kernel calls
-        # then run to the end
-        for s in set(states.tolist()):
-            for term in lex.accepting_terminals(s):
-                c2 = self._next(c, term)
-                if c2 >= 0:
-                    self._start(c2)
+        parser = self.parser
         pairs = self._pair_scratch
         if pairs is None:
             # the walk's pairs per depth (under the lock: one walk at a time)
@@ -1035,9 +1029,16 @@ class GrammarConstraint(Constraint):
             pairs = self._pair_scratch = (np.empty(shape, np.int32), np.empty(shape, np.int32))
         j = 0
         while True:
-            status, a, b, j = gk.boundary_walk(
-                lex.desc, self._ctx_next, self._ctx_start, self._ignore_bits, nodes, states, c, j,
-                *pairs, row)
+            # the walk makes the contexts and start states it meets (what
+            # _next and _start would); it returns for what needs a table grown
+            counts = lex.expansion_counts()
+            try:
+                status, a, b, j = gk.boundary_walk(
+                    lex.desc, parser.desc, self._ctx_next, self._ctx_start, self._ignore_bits,
+                    self._start_extra, counts, nodes, states, c, j, *pairs, row)
+            finally:
+                lex.took_counts(counts)
+            parser.warn_truncated()
             if status == gk.NEED_NONE:
                 return
             if status == gk.NEED_EXPAND:

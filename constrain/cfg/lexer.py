@@ -757,6 +757,23 @@ class LexerTables:
             if len(pending):
                 gk.settle_reads_utf8(self.kernel_arrays[0], self._below, pending)
 
+    def expansion_counts(self) -> np.ndarray:
+        """int64 ``[n, max_states, chunk, layer_chunk]`` (``n`` current), for a
+        kernel that makes start states itself (``lexer_kernels.boundary_walk``);
+        give it back to :meth:`took_counts` after the call."""
+        counts = self.__dict__.get("_counts")
+        if counts is None:
+            counts = self._counts = np.array(
+                [self.n, self.max_states, self.chunk, self.layer_chunk], dtype=np.int64)
+        counts[0] = self.n
+        return counts
+
+    def took_counts(self, counts: np.ndarray) -> None:
+        """The states a kernel made with :meth:`expansion_counts`' ``counts``."""
+        n = counts.item(0)
+        if n != self.n:
+            self.n = self._names.n = n
+
     def _expand(self, call) -> int:
         """Run the expanding kernel ``call(terms, states, index)`` until it has
         room, growing the tables; the state it returns."""

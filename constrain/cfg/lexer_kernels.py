@@ -28,6 +28,7 @@ from numba import njit
 from constrain.vocab.trie_kernels import trie_views, utf8_next
 from constrain.automata.bits import bit_index
 from constrain.automata.hash_table import hash_ints
+from constrain.cfg.earley_kernels import DONE as EARLEY_DONE, next_column, tables as parser_tables
 from constrain.automata.table_views import (TableLayout, b1_1d, i8_1d, i16_1d, i32_1d, i32_2d,
                                             i64_1d, u8_1d, u64_1d, u64_2d)
 
@@ -1621,11 +1622,13 @@ def _push(ls, lc, d, m, width, s, c):
 
 @njit(cache=True, nogil=True)
 def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m,
-                   width):
+                   width, parser, starts):
     """End each terminal accepting in lexer state ``s`` (context ``c``), start the
     next one and, when ``b >= 0``, read byte ``b`` with it; add the pairs at depth
-    ``d``. Returns ``(status, m, a, t)`` as :func:`boundary_walk` reports a
-    missing table entry or an overflow."""
+    ``d``. A context or start state not known yet is made here
+    (:func:`_resolve_next`, :func:`_resolve_start`). Returns ``(status, m, a,
+    t)`` as :func:`boundary_walk` reports what it could not make here or an
+    overflow."""
     W = acc.shape[1]
     for w in range(W):
         x = acc[s, w]
@@ -1638,12 +1641,16 @@ def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b,
             else:
                 c2 = ctx_next[c, t]
                 if c2 == -2:
-                    return NEED_NEXT, m, c, t
+                    c2 = _resolve_next(ctx_next, c, t, parser)
+                    if c2 == -2:
+                        return NEED_NEXT, m, c, t
                 if c2 < 0:
                     continue
             l0 = ctx_start[c2]
             if l0 == -2:
-                return NEED_START, m, c2, 0
+                l0 = _resolve_start(ctx_start, c2, parser[3][4], starts)
+                if l0 == -2:
+                    return NEED_START, m, c2, 0
             s3 = l0 if b < 0 else trans[l0, b]
             if s3 == 0:
                 continue
@@ -1653,6 +1660,41 @@ def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b,
             if m < 0:
                 return OVERFLOW, m, 0, 0
     return NEED_NONE, m, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def _resolve_next(ctx_next, c, t, parser):
+    """``ctx_next[c, t]``, the parser's context after terminal ``t`` in context
+    ``c`` (-1: refused), computed by :func:`~constrain.cfg.earley_kernels.next_column`
+    and stored; -2 when the parser's tables must grow first or the context is
+    past ``ctx_next``'s rows (the caller's Python path does both, then finds
+    the same context interned). In the kernel, a boundary walk's new contexts
+    cost no return to Python, no call of their own and no argument unboxing
+    (~5 us of Python and dispatch a new context, where the walk re-entered)."""
+    status, v = next_column(c, t, parser[0], parser[1], parser[2], parser[3])
+    if status != EARLEY_DONE or v >= ctx_next.shape[0]:
+        return -2
+    ctx_next[c, t] = v
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _resolve_start(ctx_start, c, c_exp, starts):
+    """``ctx_start[c]``, the lexer state that starts the terminals context
+    ``c`` expects (with ``starts``' extra ones, the ``%ignore`` terminals), made
+    by :func:`start_of_expected` and stored; -2 when the lexer's tables must
+    grow first or its state budget is spent (the caller's Python path grows
+    them, or raises, resuming the same expansion). ``starts``: the lexer's
+    ``(terms, states, index, below, extra, counts, queue, qs)``, ``counts`` int64
+    ``[n, max_states, limit, layer_limit]`` with ``n`` updated here."""
+    terms, states, index, below, extra, counts, queue, qs = starts
+    status, n, g = start_of_expected(terms, states, index, below, c_exp[c], extra, counts[0],
+                                     counts[1], queue, qs, counts[2], counts[3])
+    counts[0] = n
+    if status != EXPAND_DONE:
+        return -2
+    ctx_start[c] = g
+    return g
 
 
 @njit(cache=True, nogil=True)
@@ -1697,18 +1739,22 @@ def _pairs_take(trans, acc, ls, d, m, takes):
 
 
 @njit(cache=True, nogil=True)
-def boundary_walk(desc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state, ctx, j0, ls,
-                  lc, row):
+def boundary_walk(desc, parser_desc, ctx_next, ctx_start, ignore_bits, extra, counts, starts_node,
+                  starts_state, ctx, j0, ls, lc, row):
     """:func:`walk_boundaries` with the lexer's tables and the packed trie
-    through its descriptors ``desc`` (:data:`LEX_SLOTS`)."""
+    through its descriptors ``desc`` (:data:`LEX_SLOTS`) and the parser's
+    through ``parser_desc`` (``earley_kernels.SLOTS``); ``extra`` and
+    ``counts`` as :func:`_resolve_start` takes them."""
+    starts = (_terms_of(desc), _states_of(desc), _index_of(desc), u64_2d(desc, 21), extra, counts,
+              i32_1d(desc, 22), i64_1d(desc, 23))
     return walk_boundaries(i32_2d(desc, 0), u8_1d(desc, 4), u64_2d(desc, 1), ctx_next, ctx_start,
                            ignore_bits, starts_node, starts_state, ctx, j0, u64_1d(desc, 24),
-                           i64_1d(desc, 25), ls, lc, row)
+                           i64_1d(desc, 25), ls, lc, row, parser_tables(parser_desc), starts)
 
 
 @njit(cache=True, nogil=True)
 def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_node, starts_state,
-                    ctx, j0, tbuf, toffs, ls, lc, row):
+                    ctx, j0, tbuf, toffs, ls, lc, row, parser, starts):
     """The tokens that cross at least one terminal boundary below given trie nodes.
 
     For each ``(starts_node[j], starts_state[j])`` — a trie node reached from the
@@ -1718,9 +1764,16 @@ def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_
     terminals may end again. Every node keeps the set of ``(lexer state, context)``
     pairs alive along its path, at most ``width``.
 
+    A context or start state met for the first time is made on the way, in the
+    parser's tables (``parser``: ``(meta, grammar, pred, chart)``, see
+    :func:`~constrain.cfg.earley_kernels.tables`) and the lexer's (``starts``, see
+    :func:`_resolve_start`), and stored in ``ctx_next`` / ``ctx_start``.
+
     Returns ``(status, a, b, j)``: ``status`` 0 when done (bits set in ``row``),
     ``NEED_NEXT`` with ``(a, b) = (context, terminal)`` or ``NEED_START`` with
-    ``a`` the context whose start state is missing, ``NEED_EXPAND`` with ``a``
+    ``a`` the context whose start state is missing, when making it needs a
+    table grown (or the context is past ``ctx_next``'s rows, or a budget is
+    spent: the caller's Python path says so), ``NEED_EXPAND`` with ``a``
     a lexer state not expanded yet (``flags``), ``OVERFLOW`` when a node had
     more than ``width`` pairs; ``j`` is the start node being walked, where a call
     after the missing entry is filled in may resume (bits only ever get set, so
@@ -1756,7 +1809,7 @@ def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
         status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits,
-                                         s0, ctx, -1, ls, lc, d0, 0, width)
+                                         s0, ctx, -1, ls, lc, d0, 0, width, parser, starts)
         if status != NEED_NONE:
             return status, a, t, j
         if s0 != last_s:
@@ -1787,7 +1840,8 @@ def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_
                         return OVERFLOW, 0, 0, j
                 # or it ends before this byte and the next one begins with it
                 status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start,
-                                                 ignore_bits, s, c, b, ls, lc, d, m, width)
+                                                 ignore_bits, s, c, b, ls, lc, d, m, width, parser,
+                                                 starts)
                 if status != NEED_NONE:
                     return status, a, t, j
             if m == 0:
