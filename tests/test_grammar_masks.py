@@ -188,6 +188,31 @@ def test_lexer_tables_grow_mid_expansion():
     assert g.matches("c" + "aa" * 700 + "b")
 
 
+def test_boundary_walks_make_contexts_past_every_table():
+    """Tokens that cross several terminal boundaries at once ("((((", "))))")
+    send the boundary walk to parser contexts it makes itself; past the
+    grammar's first 256 contexts and the parser's first tables, the walk hands
+    each new one back to Python to grow the tables (the same context is then
+    found interned). Masks equal advance all the way down and back."""
+    from constrain import Vocabulary
+
+    tokens = [b"(", b"((((", b"(" * 16, b")", b"))))", b")" * 16, b"x", b"x)", b"x))))", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[9])
+    g = compile_grammar('start: "(" start ")" | "x"\n', vocab)
+    depth = 600
+    path = [2] * (depth // 16) + [1] * 2 + [6] + [5] * (depth // 16) + [4] * 2
+    state = g.initial_state()
+    for k, tok in enumerate(path):
+        if k % 7 == 0 or k > len(path) - 40:
+            assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+        else:
+            g.fill_bitmask(state, allocate_bitmask(1, len(vocab), backend="numpy"), 0)
+        state = g.advance(state, tok)
+        assert state is not None
+    assert g.parser.num_contexts > depth and g._ctx_cap > 256
+    assert g.is_accepting(state) and np.flatnonzero(_mask_ids(g, state)).tolist() == [9]
+
+
 def test_walks_shared_across_grammars(smollm2_vocab):
     """Two grammars over one vocabulary share the walk of a lexer state they both
     have (a JSON string's body); the second maps the walk's boundary states to its
