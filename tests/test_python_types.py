@@ -241,8 +241,17 @@ def test_response_format():
     assert e.value.pointer == "/json_schema/schema/uniqueItems"
     lenient = json.loads(json.dumps(strict))
     lenient["json_schema"]["strict"] = False
-    with pytest.warns(UserWarning):
+    with pytest.warns(UserWarning, match="at: /json_schema/schema/uniqueItems"):
         constrain.from_response_format(lenient, BYTES)
+    # warnings name their places within the response format too, as errors do
+    # (not past it: the same schema compiled on its own after)
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"x": {"type": "string", "format": "byte"}}}}}
+    with pytest.warns(constrain.UnenforcedFormatWarning,
+                      match="'byte' at /json_schema/schema/properties/x/format"):
+        constrain.from_response_format(fmt, BYTES)
+    with pytest.warns(constrain.UnenforcedFormatWarning, match="'byte' at /properties/x/format"):
+        constrain.compile_json_schema(fmt["json_schema"]["schema"], BYTES)
     for bad in ({"type": "xml"}, {"type": "json_schema"}, [], "{", {"type": "json_schema", "json_schema": {
             "schema": {}, "strict": "yes"}}):
         with pytest.raises(SchemaError):

@@ -16,7 +16,8 @@ what vLLM's OpenAI-compatible server takes):
   ``structures``/``triggers`` form): the structural tag, compiled by
   :func:`constrain.compile_structural_tag`.
 
-Errors name the place in the ``response_format`` (``/json_schema/schema/...``).
+Errors and warnings name the place in the ``response_format``
+(``/json_schema/schema/...``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import re
 
 from constrain.errors import ConstraintError, SchemaError, SchemaTooComplexError, UnsupportedSchemaError
+from constrain.frontends.json_schema.diagnostics import warnings_within
 from constrain.frontends.json_schema.document import read_json_text
 
 __all__ = ["compile_choice", "from_response_format"]
@@ -144,6 +146,7 @@ def from_response_format(rf, vocab, **options):
         return None
     options.setdefault("strict", strict)
     try:
-        return compile_json_schema(schema, vocab, **options)
+        with warnings_within("/json_schema/schema"):
+            return compile_json_schema(schema, vocab, **options)
     except (SchemaError, UnsupportedSchemaError, SchemaTooComplexError) as e:
         raise within_response_format(e) from e

@@ -5,12 +5,33 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from constrain.errors import UnenforcedFormatWarning, UnsupportedSchemaError
 
 
 def _as_written(pointer: str) -> str:
     return pointer
+
+
+# where the schema sits in what the user wrote (from_response_format's
+# "/json_schema/schema"), for the pointers the warnings name: per thread and
+# asyncio task, as the translation caches are (caches._IN_USE)
+_WARNING_BASE: ContextVar[str] = ContextVar("json_schema_warning_base", default="")
+
+
+@contextmanager
+def warnings_within(base: str):
+    """In this block (this thread or task), the translations' warnings name
+    their pointers within a document that holds the schema at the JSON
+    pointer ``base`` (errors are re-pointed by their caller:
+    ``response_format.within_response_format``)."""
+    token = _WARNING_BASE.set(base)
+    try:
+        yield
+    finally:
+        _WARNING_BASE.reset(token)
 
 
 class Diagnostics:
@@ -29,6 +50,8 @@ class Diagnostics:
         #: ``user_pointer``, set once it exists: generated schemas such as
         #: complements have pointers ``@n<k>/...`` of their own)
         self.locate = _as_written
+        #: the warnings' pointer prefix (:func:`warnings_within`)
+        self.base = _WARNING_BASE.get()
 
     def locate_with(self, method) -> None:
         """Name pointers by ``method`` (a bound method: the document's
@@ -57,18 +80,19 @@ class Diagnostics:
         annotation (``why``: unknown, beside a pattern or length bound, or on a
         number), once per pointer."""
         where = self.locate(pointer)
-        self.formats.setdefault(where, f"{name!r} at {where} ({why})")
+        self.formats.setdefault(where, f"{name!r} at {self.base + where} ({why})")
 
     def narrow(self, pointer: str, what: str) -> None:
         """Record that the language leaves out part of what the schema at
         ``pointer`` allows (``what``), once per pointer: the strict side,
         which refuses nothing, but the user is told."""
         where = self.locate(pointer)
-        self.narrowed.setdefault(where, f"{what} at {where or '/'}")
+        self.narrowed.setdefault(where, f"{what} at {self.base + where or '/'}")
 
     def where_ignored(self) -> str:
-        """The ignored pointers, comma-separated (the root as ``/``)."""
-        return ", ".join(p or "/" for p in self.ignored)
+        """The ignored pointers, comma-separated (the root as ``/``), within
+        the document of :func:`warnings_within`."""
+        return ", ".join(self.base + p or "/" for p in self.ignored)
 
     def warn(self, caller: str) -> None:
         """One warning (blamed on ``caller``'s caller) listing the keywords a
