@@ -70,6 +70,10 @@ ALLOWED = {
     "constrain.frontends.json_schema.caches:_IN_USE":
         "a ContextVar: the caches of the compile running in this thread (set and reset "
         "around each compile), not state shared between threads",
+    "constrain.frontends.json_schema.diagnostics:_WARNING_BASE":
+        "a ContextVar: where the schema sits in the request whose compile is running in "
+        "this thread (from_response_format sets and resets it), not state shared between "
+        "threads",
     "constrain.regular.regex:_last_target":
         "the bitmask the last checked regex fill wrote into (one tuple, replaced whole, so "
         "threads read a consistent one): a state's first fill into the server's one "
