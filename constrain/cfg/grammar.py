@@ -1032,12 +1032,10 @@ class GrammarConstraint(Constraint):
             # the walk makes the contexts and start states it meets (what
             # _next and _start would); it returns for what needs a table grown
             counts = lex.expansion_counts()
-            try:
-                status, a, b, j = gk.boundary_walk(
-                    lex.desc, parser.desc, self._ctx_next, self._ctx_start, self._ignore_bits,
-                    self._start_extra, counts, nodes, states, c, j, *pairs, row)
-            finally:
-                lex.took_counts(counts)
+            status, a, b, j = gk.boundary_walk(
+                lex.desc, parser.desc, self._ctx_next, self._ctx_start, self._ignore_bits,
+                self._start_extra, counts, nodes, states, c, j, *pairs, row)
+            lex.took_counts(counts)
             parser.warn_truncated()
             if status == gk.NEED_NONE:
                 return

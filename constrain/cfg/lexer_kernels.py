@@ -1648,6 +1648,7 @@ def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b,
                     continue
             l0 = ctx_start[c2]
             if l0 == -2:
+                # parser[3][4]: the chart's expected terminals per context (c_exp)
                 l0 = _resolve_start(ctx_start, c2, parser[3][4], starts)
                 if l0 == -2:
                     return NEED_START, m, c2, 0
