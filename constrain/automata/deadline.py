@@ -147,14 +147,14 @@ class Deadline:
 
     __slots__ = ("_at", "_paused", "_wall")
 
-    def __init__(self, at: float):
+    def __init__(self, at: float, _now: float | None = None):
         self._at = float(at)
         self._paused = compile_seconds()
         # a thread's CPU clock runs no faster than the wall clock: until the
         # wall clock has gone this far, the deadline cannot have passed, and
         # expired() reads perf_counter (~0.05 us) instead of the thread's CPU
         # time (~0.6 us, a system call; ~200 reads a JSON Schema compile)
-        self._wall = time.perf_counter() + (self._at - now())
+        self._wall = time.perf_counter() + (self._at - (now() if _now is None else _now))
 
     @property
     def at(self) -> float:
@@ -174,7 +174,8 @@ class Deadline:
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
         """The deadline ``seconds`` from now (``inf``: none)."""
-        return cls(now() + seconds)
+        t = now()  # read once: a system call
+        return cls(t + seconds, t)
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""

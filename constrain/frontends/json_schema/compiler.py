@@ -61,12 +61,13 @@ _GRAMMAR_OPTIONS = frozenset({"compiler", "max_states", "max_repeat", "max_posit
                               "max_width", "mask_cache_bytes", "max_items"})
 
 
-def translate(schema, options: Options, exclusions: dict | None = None) -> Translation:
+def translate(schema, options: Options, exclusions: dict | None = None, *,
+              deadline: Deadline | None = None) -> Translation:
     """The translation of ``schema`` with its rules built from ``start``;
     ``exclusions`` as for :class:`~constrain.frontends.json_schema.rules.GrammarBuilder`
-    (``None`` for grammar text)."""
+    (``None`` for grammar text); ``deadline`` as :class:`Translation` takes it."""
     root = load_schema(schema)
-    t = Translation(root, options, exclusions)
+    t = Translation(root, options, exclusions, deadline=deadline)
     if root is False:
         raise EmptySchemaError("the schema admits no JSON value", "")
     try:
@@ -183,7 +184,7 @@ def compile_json_schema(schema, vocab, **options):
                         f"{', '.join(sorted(set(options) - _GRAMMAR_OPTIONS))} (the options are "
                         f"{', '.join(sorted({*_SCHEMA_OPTIONS, 'time_budget', *_GRAMMAR_OPTIONS}))})")
     deadline = Deadline.after(budget)  # what the translation leaves goes on
-    t = translate(schema, opts, exclusions={})
+    t = translate(schema, opts, exclusions={}, deadline=deadline)
     ir = to_ir(t.grammar, "start", t.diag)
     t.diag.warn("compile_json_schema")
     left = deadline.remaining()

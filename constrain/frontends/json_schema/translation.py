@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from constrain.automata.deadline import Deadline
 from constrain.frontends.json_schema.arrays import array_symbol
 from constrain.frontends.json_schema.diagnostics import Diagnostics
 from constrain.frontends.json_schema.dialect import integers_are_exact
@@ -29,9 +30,12 @@ class Translation:
     their one argument besides the conjunction, and build member and item
     values through :meth:`value`.
 
-    ``exclusions`` as for :class:`GrammarBuilder` (``None`` for grammar text)."""
+    ``exclusions`` as for :class:`GrammarBuilder` (``None`` for grammar text).
+    ``deadline``: the translation's (a compile's, shared with its later
+    phases); by default one ``options.time_budget`` from now."""
 
-    def __init__(self, root, options: Options, exclusions: dict | None = None):
+    def __init__(self, root, options: Options, exclusions: dict | None = None, *,
+                 deadline: Deadline | None = None):
         self.options = options
         self.diag = Diagnostics(options.strict)
         self.doc = Document(root, self.diag, options.resources, options.formats == "assert")
@@ -41,7 +45,7 @@ class Translation:
             # type are read by no part of the translation: refused, not
             # silently looser
             self.diag.unsupported("/$schema", "draft 3 (declare draft 4 or later)")
-        self.budget = Budget(options.deadline())
+        self.budget = Budget(options.deadline() if deadline is None else deadline)
         self.norm = Normaliser(self.doc, self.budget, options.formats == "assert")
         self.grammar = GrammarBuilder(options.ws, exclusions)
         #: patternProperties' translations and automata (see key_regions)
