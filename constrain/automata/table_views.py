@@ -275,14 +275,20 @@ class TableViews:
         for a in arrays:
             if a.__class__ is not np.ndarray:
                 raise TypeError(f"tables are numpy arrays, not {type(a).__name__}")
-        # described apart first: a refused table leaves the descriptors as
-        # they were, naming only the tables still kept alive
-        desc = np.empty_like(self.desc)
+        # a rebinding is described apart first: a refused table leaves the
+        # descriptors as they were, naming only the tables still kept alive
+        # (the first binding, once per compile for each owner, writes in
+        # place: there is nothing to keep)
+        first = self.tables[0] is None
+        desc = self.desc if first else np.empty_like(self.desc)
         bad = _describe(desc, arrays, self._codes)
         if bad >= 0:
+            if first:
+                desc.fill(0)
             self.bind(bad, arrays[bad])  # raises
             raise AssertionError(f"slot {bad} refused and then taken")
-        self.desc[:] = desc
+        if not first:
+            self.desc[:] = desc
         self.tables[:] = arrays
 
     def __reduce__(self):
