@@ -213,6 +213,49 @@ def test_boundary_walks_make_contexts_past_every_table():
     assert g.is_accepting(state) and np.flatnonzero(_mask_ids(g, state)).tolist() == [9]
 
 
+def test_boundary_walk_hands_back_a_start_state_past_the_lexer_table(monkeypatch):
+    """A token that ends one terminal and starts a long one ("(a") sends the
+    boundary walk to a lexer start state it makes itself; each such state
+    expands a chunk of its terminal's automaton (512 states), and the third
+    outgrows the lexer's first 1,024 rows: the walk hands that start state back
+    to Python (NEED_START), which grows the tables and resumes the same
+    expansion. Masks equal advance along each branch."""
+    from constrain import Vocabulary
+    from constrain.cfg import grammar as grammar_module
+
+    statuses = []
+    walk = grammar_module.gk.boundary_walk
+
+    def spy(*args):
+        out = walk(*args)
+        statuses.append(int(out[0]))
+        return out
+
+    monkeypatch.setattr(grammar_module.gk, "boundary_walk", spy)
+    tokens = [b"(a", b"[b", b"{c", b"(", b"[", b"{", b"a", b"b", b"c", b")", b"]", b"}",
+              b"aa", b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[13])
+    g = compile_grammar('start: "(" A ")" | "[" B "]" | "{" C "}"\n'
+                        'A: /a{1,900}/\nB: /b{1,900}/\nC: /c{1,900}/\n', vocab)
+    # the fill first: advance (the brute force) would make the states itself
+    first = _mask_ids(g, g.initial_state()).tolist()
+    assert grammar_module.gk.NEED_START in statuses and g.lexer.n > 1024
+    assert first == _brute_mask(g, g.initial_state()).tolist()
+    for path in ([0, 6, 12, 9], [1, 7, 10], [5, 8, 8, 11], [0] + [12] * 449 + [6, 9]):
+        state = g.initial_state()
+        for k, tok in enumerate(path):
+            if k < 4 or k > len(path) - 3:
+                assert _brute_mask(g, state).tolist() == _mask_ids(g, state).tolist()
+            state = g.advance(state, tok)
+            assert state is not None
+        assert g.is_accepting(state)
+    # 901 a's are one too many
+    state = g.advance(g.initial_state(), 0)
+    for _ in range(449):
+        state = g.advance(state, 12)
+    assert g.advance(state, 12) is None and g.advance(g.advance(state, 6), 6) is None
+
+
 def test_walks_shared_across_grammars(smollm2_vocab):
     """Two grammars over one vocabulary share the walk of a lexer state they both
     have (a JSON string's body); the second maps the walk's boundary states to its
