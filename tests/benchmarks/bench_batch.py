@@ -30,6 +30,12 @@ Before the first round and after the last, the machine's own ceiling: the
 speed-up of N threads on a nogil numba loop that holds the GIL little
 (:func:`machine_ceiling`). On a shared virtual machine the other core is not
 always free, and a two-thread figure means little when that is below ~1.6x.
+
+The start-up's objects are frozen out of the cyclic collector after the
+warm-up (``gc.freeze()``, as a server does) and each configuration starts from
+a fresh collection; the full collections that still fall inside a timed walk
+are counted and printed (a full pass over torch's heap took ~0.2 s of CPU,
+which once made one configuration's CPU per row 40 -> 70 us in one round).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import harness  # first: puts the repository root on sys.path
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import gzip  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -220,8 +227,24 @@ def main() -> None:
     warm = [constrain.Compiler(vocab).compile_json_schema(s) for s, _ in cases]
     for fill in configs.values():
         walk(warm, cases, fill, bitmask)
+    del warm
+    # the start-up's objects (torch's, transformers', the tokenizer's: ~380,000)
+    # out of the cyclic collector, as vLLM and `trellis generate` do: a full
+    # collection of them took ~0.2 s of CPU, ~27 us a row of whichever walk it
+    # fell in (the "CPU per row" of one configuration 40 -> 70 us in one round
+    # of three). Each configuration's walks then start from a fresh collection
+    gc.collect()
+    gc.freeze()
+    full = [0]
+
+    def count_full(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full[0] += 1
+
+    gc.callbacks.append(count_full)
     env = harness.environment({})
-    results: dict = {name: {"first": [], "warm": [], "first_cpu": []} for name in configs}
+    results: dict = {name: {"first": [], "warm": [], "first_cpu": [], "full_gc": []}
+                     for name in configs}
     bounds: dict = {n: [] for n in threads}
     largest: list = []  # per round, the costliest single row: (ns, its share of the walk)
     steps_n = rows_n = 0
@@ -237,11 +260,13 @@ def main() -> None:
         top = max(max(times) for times in record)
         largest.append((top, top / alone))
         for name, fill in configs.items():
+            gc.collect()
             compiler = constrain.Compiler(vocab)
             constraints = [compiler.compile_json_schema(s) for s, _ in cases]
-            c0 = time.process_time_ns()
+            c0, f0 = time.process_time_ns(), full[0]
             first, rows_n, d1 = walk(constraints, cases, fill, bitmask)
             results[name]["first_cpu"].append(time.process_time_ns() - c0)
+            results[name]["full_gc"].append(full[0] - f0)
             warm_steps, _, d2 = walk(constraints, cases, fill, bitmask)
             digests.update((d1, d2))
             steps_n = len(first)
@@ -274,6 +299,8 @@ def main() -> None:
     print("\nfirst walk, process CPU per row (all threads; advances included): " + ", ".join(
         f"{k} {statistics.median(v['first_cpu']) / rows_n / 1e3:.2f} us"
         for k, v in results.items()))
+    print("full collections of the cyclic collector inside the first walks, all rounds: "
+          + ", ".join(f"{k} {sum(v['full_gc'])}" for k, v in results.items()))
     print("bound of the walks' shape, rows spread over N threads with no GIL: " + ", ".join(
         f"{n} threads {statistics.median(b):.2f}x" for n, b in bounds.items()))
     if ceiling:
