@@ -71,6 +71,18 @@ def test_a_refused_rebinding_leaves_the_descriptors_as_they_were():
     assert (views.desc == before).all() and views.tables[0].tolist() == [0, 1, 2]
 
 
+def test_a_refused_binding_keeps_a_table_bound_alone():
+    """A slot bound by itself (bind) before any bind_all is kept when a later
+    bind_all is refused: the views are not fresh any more."""
+    views = TableViews([(np.int64, 1), (np.uint64, 2)])
+    b = np.zeros((2, 2), dtype=np.uint64)
+    views.bind(1, b)
+    before = views.desc.copy()
+    with pytest.raises(TypeError, match="slot 1"):
+        views.bind_all([np.arange(9, dtype=np.int64), np.zeros((2, 2), dtype=np.int64)])
+    assert (views.desc == before).all() and views.tables[1] is b and views.tables[0] is None
+
+
 def test_every_slot_kind_has_a_view():
     assert {np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.bool_, np.int32, np.uint32,
                                   np.int64, np.uint64)} <= set(VIEWS)

@@ -243,13 +243,15 @@ class TableViews:
     thread-safe by itself: its owner binds under the lock its kernels run
     under."""
 
-    __slots__ = ("slots", "desc", "tables", "_codes")
+    __slots__ = ("slots", "desc", "tables", "_codes", "_fresh")
 
     def __init__(self, slots):
         layout = slots if slots.__class__ is TableLayout else TableLayout(slots)
         self.slots, self._codes = layout.slots, layout.codes
         self.desc = np.zeros((len(self.slots), 3), dtype=np.int64)
         self.tables: list = [None] * len(self.slots)
+        # nothing bound yet (by bind or bind_all): no descriptor to keep
+        self._fresh = True
 
     def bind(self, i: int, array: np.ndarray) -> None:
         """Describe ``array`` in slot ``i`` (and keep it alive): ``TypeError``
@@ -263,6 +265,7 @@ class TableViews:
         shape = array.shape
         self.desc[i] = (array.ctypes.data, shape[0], shape[1] if ndim == 2 else 1)
         self.tables[i] = array
+        self._fresh = False
 
     def bind_all(self, arrays) -> None:
         """:meth:`bind` every slot, in order, in one kernel call
@@ -279,7 +282,7 @@ class TableViews:
         # descriptors as they were, naming only the tables still kept alive
         # (the first binding, once per compile for each owner, writes in
         # place: there is nothing to keep)
-        first = self.tables[0] is None
+        first = self._fresh
         desc = self.desc if first else np.empty_like(self.desc)
         bad = _describe(desc, arrays, self._codes)
         if bad >= 0:
@@ -290,6 +293,7 @@ class TableViews:
         if not first:
             self.desc[:] = desc
         self.tables[:] = arrays
+        self._fresh = False
 
     def __reduce__(self):
         # the addresses are this process's and these arrays': a copy describes its own
