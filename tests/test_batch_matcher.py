@@ -41,16 +41,17 @@ def _single(matchers, vocab) -> np.ndarray:
     return bm
 
 
-@pytest.mark.parametrize("threads", [1, 2, 4])
-def test_batch_fill_equals_single_fills_along_walks(cases, smollm2_vocab, threads):
+@pytest.mark.parametrize("threads, adaptive", [(1, True), (2, False), (4, False), (4, True)])
+def test_batch_fill_equals_single_fills_along_walks(cases, smollm2_vocab, threads, adaptive):
     """Rows for several matchers of one constraint (sharing its lock) and of
-    different ones, filled first-visit and warm, along whole walks."""
+    different ones, filled first-visit and warm, along whole walks, on the
+    pool (``adaptive=False``) or at whatever size the timing picks."""
     constraints = [make() for make, _ in cases]
     # two matchers per JSON case (one constraint each), one per other case
     plan = [(constraints[i], ids) for i, (_, ids) in enumerate(cases)]
     plan += [(constraints[i], ids) for i, (_, ids) in enumerate(cases[:3])]
     eos = smollm2_vocab.eos_token_ids[0]
-    with BatchMatcher(threads=threads) as batch:
+    with BatchMatcher(threads=threads, adaptive=adaptive) as batch:
         for _pass in range(2):  # first walk, then warm
             batched = [Matcher(g) for g, _ in plan]
             alone = [Matcher(g) for g, _ in plan]
@@ -101,7 +102,8 @@ def test_an_error_in_one_row_is_raised_after_the_others(smollm2_vocab):
     bm = allocate_bitmask(3, len(smollm2_vocab), backend="numpy")
     bm[:] = 0
     with pytest.raises(GrammarTooComplexError):
-        BatchMatcher(threads=2).fill_next_token_bitmask([m_easy, m_hard, Matcher(easy)], bm)
+        BatchMatcher(threads=2, adaptive=False).fill_next_token_bitmask(
+            [m_easy, m_hard, Matcher(easy)], bm)
     want = _single([m_easy], smollm2_vocab)[0]
     assert (bm[0] == want).all() and (bm[2] == want).all()
 
@@ -219,7 +221,7 @@ def test_threads_are_checked_and_pool_restarts(cases, smollm2_vocab):
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ConstraintError, match="threads"):
             BatchMatcher(threads=bad)
-    batch = BatchMatcher(threads=3)
+    batch = BatchMatcher(threads=3, adaptive=False)
     matchers = [Matcher(make()) for make, _ in cases]
     bm = allocate_bitmask(len(matchers), len(smollm2_vocab), backend="numpy")
     batch.fill_next_token_bitmask(matchers, bm)
@@ -288,7 +290,7 @@ def test_close_from_another_thread_never_fails_a_fill(smollm2_vocab):
                               max_mask_bytes=1),
                 compile_regex(r"(\w+ ){0,6}\w+[.!?]", smollm2_vocab, max_mask_bytes=1)]
     (a,) = smollm2_vocab.encoder("a")
-    batch = BatchMatcher(threads=2)
+    batch = BatchMatcher(threads=2, adaptive=False)
     bm = allocate_bitmask(2, len(smollm2_vocab), backend="numpy")
     for first in (0, 1):
         matchers = [Matcher(g) for g in grammars]

@@ -6,7 +6,10 @@ thread (well under a microsecond). The other rows -- first visits, which walk
 the token trie in numba kernels that release the GIL -- go to a thread pool,
 grouped by constraint (one constraint's first visits take its lock in turn,
 so a group is one thread's work) and taken from a shared queue, the biggest
-groups first, by the pool and by the calling thread.
+groups first, by the pool and by the calling thread. How many threads take
+part is timed where it runs (:class:`~constrain.runtime.pool_size.PoolSizer`):
+a first visit holds the GIL half of its time, and more threads are often
+slower than one.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter_ns
 
 import numpy as np
 
 from constrain.errors import BitmaskError, ConstraintError, InvalidLimitError
 from constrain.runtime.matcher import Matcher, _id_list
+from constrain.runtime.pool_size import PoolSizer
 
 
 def default_threads() -> int:
@@ -35,26 +40,43 @@ class BatchMatcher:
     """Batched operations over many :class:`~constrain.Matcher` objects.
 
     Args:
-        threads: how many threads fill rows at once, the calling thread
+        threads: the most threads that fill rows at once, the calling thread
             included (``1``: all on the calling thread). Default
             :func:`default_threads`.
+        adaptive: whether each call's thread count is chosen by timing the
+            calls (default): from 1 up to ``threads``, the count that fills
+            this process's first visits fastest (see
+            :class:`~constrain.runtime.pool_size.PoolSizer`). A first visit
+            holds the GIL about half of its time, and on the 2-core machine
+            of docs/benchmarks.md every pool was slower than one thread (8
+            threads: 0.49x), so this starts at one and uses the pool once it
+            has timed it faster. ``False``: every call with first visits of
+            two constraints or more uses up to ``threads`` threads.
 
     One BatchMatcher may serve any number of batches and threads; its pool is
     made on the first fill that needs it and ends with :meth:`close` (or the
-    ``with`` block).
+    ``with`` block). Whatever the threads, every row is what the matcher's own
+    fill writes.
     """
 
-    def __init__(self, threads: int | None = None):
+    def __init__(self, threads: int | None = None, *, adaptive: bool = True):
         if threads is None:
             threads = default_threads()
         if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
             raise InvalidLimitError(f"threads must be a count >= 1, not {threads!r}", "threads")
+        if adaptive.__class__ is not bool:
+            raise ConstraintError(f"adaptive is True or False, not {adaptive!r}")
         self.threads = int(threads)
+        self.adaptive = adaptive
+        #: the thread counts' timing (``None`` with one thread or ``adaptive=False``)
+        self.sizer = PoolSizer(self.threads) if adaptive and self.threads > 1 else None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"BatchMatcher(threads={self.threads})"
+        if self.sizer is None:
+            return f"BatchMatcher(threads={self.threads}, adaptive={self.adaptive})"
+        return f"BatchMatcher(threads={self.threads}, adaptive=True, now={self.sizer.current})"
 
     def __enter__(self) -> "BatchMatcher":
         return self
@@ -141,11 +163,23 @@ class BatchMatcher:
             return
         work = sorted(groups.values(), key=len)  # popped from the end: biggest first
         errors: list = []
-        helpers = min(self.threads, len(work)) - 1
-        futures = [self._submit(_fill_groups, work, bitmask, errors) for _ in range(helpers)]
+        sizer = self.sizer
+        # timed: rows of one constraint are one thread's work whatever the size,
+        # so only calls of two constraints or more say anything about it
+        timed = sizer is not None and len(work) > 1
+        if timed:
+            size = sizer.size()
+            filled = sum(map(len, work))
+            t0 = perf_counter_ns()
+        else:
+            size = self.threads if sizer is None else 1
+        futures = [self._submit(_fill_groups, work, bitmask, errors)
+                   for _ in range(min(size, len(work)) - 1)]
         _fill_groups(work, bitmask, errors)
         for f in futures:
             f.result()
+        if timed:
+            sizer.record(size, perf_counter_ns() - t0, filled)
         if errors:
             raise errors[0]
 

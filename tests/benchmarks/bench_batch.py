@@ -1,7 +1,7 @@
 """Batched mask filling: ``constrain.BatchMatcher`` against a loop of single fills.
 
     python tests/benchmarks/bench_batch.py [--batch 64] [--rounds 3] [--threads 1,2]
-        [--json OUT]
+        [--auto 8] [--json OUT]
 
 A serving engine's step: ``--batch`` requests, each on its own MaskBench schema
 (the vendored subset, tests/data/maskbench, round-robin over its splits), each
@@ -11,7 +11,11 @@ ways to fill, each on schemas compiled afresh by a new ``constrain.Compiler``
 (so every walk is a *first walk*: lexer states visited for the first time):
 
 * ``loop``: ``matcher.fill_next_token_bitmask(bitmask, i)`` for each row;
-* ``batch/N``: ``BatchMatcher(threads=N).fill_next_token_bitmask(...)``.
+* ``batch/N``: ``BatchMatcher(threads=N, adaptive=False).fill_next_token_bitmask(...)``,
+  every call with first visits of two constraints or more on N threads;
+* ``auto/N``: ``BatchMatcher(threads=N)``, the default: each call's thread count
+  (1 to N) chosen by timing the calls (``constrain.runtime.pool_size``); one
+  matcher for all rounds, as a server keeps one.
 
 Then the same walks again on the same compiled schemas (*warm*: every mask
 cached). Rounds are interleaved (loop, batch/1, batch/2, loop, ...) and the
@@ -200,7 +204,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", default="1,2", help="fixed pool sizes (batch/N)")
+    ap.add_argument("--auto", default="8", help="adaptive BatchMatchers' most threads "
+                    "(auto/N); empty: none")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from search.models.smollm2 import load_tokenizer
@@ -219,8 +225,11 @@ def main() -> None:
     configs = {"loop": loop_fill}
     pools = {}
     for n in threads:
-        pools[n] = constrain.BatchMatcher(threads=n)
-        configs[f"batch/{n}"] = pools[n].fill_next_token_bitmask
+        pools[f"batch/{n}"] = constrain.BatchMatcher(threads=n, adaptive=False)
+    for n in (int(t) for t in args.auto.split(",") if t):
+        pools[f"auto/{n}"] = constrain.BatchMatcher(threads=n)
+    for name, p in pools.items():
+        configs[name] = p.fill_next_token_bitmask
     many = max(threads)
     ceiling = [machine_ceiling(many)] if many > 1 else []
     # numba kernels compiled (or loaded) and every engine path taken once
@@ -301,6 +310,9 @@ def main() -> None:
         for k, v in results.items()))
     print("full collections of the cyclic collector inside the first walks, all rounds: "
           + ", ".join(f"{k} {sum(v['full_gc'])}" for k, v in results.items()))
+    for name, p in pools.items():
+        if p.sizer is not None:
+            print(f"{name}: thread count at the end {p.sizer.current} (of {p.sizer.sizes})")
     print("bound of the walks' shape, rows spread over N threads with no GIL: " + ", ".join(
         f"{n} threads {statistics.median(b):.2f}x" for n, b in bounds.items()))
     if ceiling:
