@@ -175,7 +175,9 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
 
     ``closed`` as for :func:`type_schema`; ``options`` are those of
     :func:`constrain.compile_json_schema`. Compiled constraints are cached per
-    (type, options, vocabulary) in a bounded cache (256 entries).
+    (type, options, vocabulary) in a bounded cache of 64 entries (each
+    constraint's own mask caches are bounded by its budgets, e.g.
+    ``mask_cache_bytes``).
 
     Raises:
         SchemaError: pydantic is missing or ``tp`` is no type it takes; and
