@@ -10,5 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 
-if importlib.util.find_spec("sglang") is None:
+
+def _sglang_installed() -> bool:
+    """Whether the real SGLang package is installed here (this folder, named
+    ``sglang`` and on ``sys.path`` under pytest, makes a namespace package of
+    that name, which does not count)."""
+    spec = importlib.util.find_spec("sglang")
+    return spec is not None and spec.origin is not None
+
+
+if not _sglang_installed():
     collect_ignore_glob = ["*.py"]
