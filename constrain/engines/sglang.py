@@ -234,6 +234,12 @@ class TrellisSGLangBackend(BaseGrammarBackend):
         """A GBNF grammar (start rule ``root``), or a Lark one (``start``)."""
         return self._compile("ebnf", {"grammar": key_string}, key_string)
 
+    def reset(self) -> None:
+        """SGLang's cache flush: its grammar cache, and Trellis's compiled
+        constraints and compiler caches with it."""
+        super().reset()
+        self.source.clear()
+
     def dispatch_structural_tag(self, key_string: str) -> BaseGrammarObject:
         """A structural tag's JSON text (the ``format`` form or the older
         ``structures``/``triggers`` one)."""

@@ -77,13 +77,10 @@ def make_backends(tokenizer, names):
     return out
 
 
-def empty_caches(name: str, backend) -> None:
-    """Each backend's compiled grammars forgotten (SGLang's ``reset``; for
-    Trellis also its compiled constraints and its compiler's caches)."""
+def empty_caches(backend) -> None:
+    """The backend's compiled grammars forgotten (SGLang's cache flush, which
+    for Trellis also empties its compiled constraints and compiler caches)."""
     backend.reset()
-    if name == "trellis":
-        backend.source._entries.clear()
-        backend.source.compiler.clear()
 
 
 def compile_all(backend, keys) -> tuple[list, float]:
@@ -167,7 +164,7 @@ def main() -> None:
     for r in range(args.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
             b = backends[name]
-            empty_caches(name, b)
+            empty_caches(b)
             grammars, secs = compile_all(b, keys)
             first = walk(grammars, tokens)
             warm = walk(compile_all(b, keys)[0], tokens)

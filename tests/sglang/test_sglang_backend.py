@@ -287,3 +287,16 @@ def test_versions_outside_the_range_are_refused():
     for bad in ("0.5.19", "0.6.0", "1.0.0", "nonsense"):
         with pytest.raises(trellis_sglang.UnsupportedSGLangError, match="0.5.20"):
             trellis_sglang.check_version(bad)
+
+
+def test_a_cache_flush_forgets_the_compiled_constraints(backend):
+    """SGLang's flush (``reset``) empties its grammar cache and Trellis's
+    compiled constraints: the next request compiles again."""
+    key = ("regex", "[a-c]{2}")
+    first = _grammar(backend, key)
+    assert len(backend.source) >= 1
+    backend.reset()
+    assert len(backend.source) == 0 and not backend.cache
+    again = _grammar(backend, key)
+    assert again.constraint is not first.constraint
+    assert _grammar(backend, key).constraint is again.constraint  # cached again

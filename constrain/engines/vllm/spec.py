@@ -260,6 +260,13 @@ class ConstraintSource:
             return compile_structural_tag(json.loads(spec.source), c.vocab, compiler=c, **options)
         return c.compile_regex(choice_regex(json.loads(spec.source)))
 
+    def clear(self) -> None:
+        """Forget every compiled constraint and empty the compiler's caches
+        (an engine's cache flush); compiles in flight finish for their callers."""
+        with self._lock:
+            self._entries.clear()
+        self.compiler.clear()
+
     def __len__(self) -> int:
         return len(self._entries)
 
