@@ -8,7 +8,8 @@ before it builds its scheduler; Trellis's entry point, :func:`register`, adds
 :class:`TrellisSGLangBackend` under it. Requests then constrain as with
 SGLang's own backends: ``json_schema`` (and ``$$ANY$$``, any JSON value),
 ``regex``, ``ebnf`` (GBNF, or Lark: told apart by ``name ::=`` rule heads) and
-``structural_tag`` (both of XGrammar's forms).
+``structural_tag`` (both of XGrammar's forms). With ``--reasoning-parser`` the
+backend comes wrapped in SGLang's reasoning backend (:func:`make_backend`).
 
 Supported releases: :data:`SUPPORTED` (checked at import). What is measured
 against SGLang's own code, and what is not: docs/serving.md.
@@ -120,7 +121,8 @@ class TrellisSGLangGrammar(BaseGrammarObject):
         """Whether EOS has been accepted."""
         return self.matcher.is_terminated()
 
-    def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device) -> torch.Tensor:
+    @staticmethod
+    def allocate_vocab_mask(vocab_size: int, batch_size: int, device) -> torch.Tensor:
         """An int32 ``(batch_size, ceil(vocab_size / 32))`` CPU tensor, every
         token allowed (rows SGLang does not fill stay unconstrained)."""
         return allocate_bitmask(batch_size, vocab_size, backend="torch")
@@ -234,6 +236,12 @@ class TrellisSGLangBackend(BaseGrammarBackend):
         """A GBNF grammar (start rule ``root``), or a Lark one (``start``)."""
         return self._compile("ebnf", {"grammar": key_string}, key_string)
 
+    # the mask methods at the backend's level too, as SGLang's reasoning
+    # backend (which wraps this one under --reasoning-parser) takes them from it
+    allocate_vocab_mask = TrellisSGLangGrammar.allocate_vocab_mask
+    move_vocab_mask = TrellisSGLangGrammar.move_vocab_mask
+    apply_vocab_mask = TrellisSGLangGrammar.apply_vocab_mask
+
     def reset(self) -> None:
         """SGLang's cache flush: its grammar cache, and Trellis's compiled
         constraints and compiler caches with it."""
@@ -248,9 +256,28 @@ class TrellisSGLangBackend(BaseGrammarBackend):
 
 def make_backend(server_args, tokenizer, vocab_size: int, eos_token_ids=None):
     """The function SGLang's registry calls to build the backend of a
-    scheduler (``server_args`` gives the JSON whitespace setting)."""
+    scheduler. ``server_args`` gives the JSON whitespace setting and the
+    reasoning parser: with ``--reasoning-parser``, the backend is wrapped in
+    SGLang's own reasoning backend, as SGLang wraps its built-in ones (the
+    grammar applies once the model's reasoning has ended), when the parser's
+    end marker is something the tokenizer encodes."""
     disable = bool(getattr(server_args, "constrained_json_disable_any_whitespace", False))
-    return TrellisSGLangBackend(tokenizer, vocab_size, eos_token_ids, any_whitespace=not disable)
+    backend = TrellisSGLangBackend(tokenizer, vocab_size, eos_token_ids,
+                                   any_whitespace=not disable)
+    parser_name = getattr(server_args, "reasoning_parser", None)
+    if not parser_name:
+        return backend
+    from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    parser = ReasoningParser(model_type=parser_name, stream_reasoning=False, tokenizer=tokenizer)
+    if not parser.detector.get_think_end_token_ids(tokenizer):
+        logger.warning("trellis: the reasoning parser %r's end marker does not encode; "
+                       "grammars apply from the first output token", parser_name)
+        return backend
+    return ReasonerGrammarBackend(
+        backend, parser, tokenizer,
+        enable_strict_thinking=bool(getattr(server_args, "enable_strict_thinking", False)))
 
 
 def register() -> None:

@@ -2,7 +2,7 @@
 loader and argument parser, its backend registry and the grammar cache of
 ``BaseGrammarBackend`` (what ``GrammarManager`` calls), and the batch's mask
 building and application of ``SamplingBatchInfo`` (what the scheduler calls
-every step). The logits are seeded noise with EOS favoured, so each request
+every step), and SGLang's reasoning backend around Trellis's. The logits are seeded noise with EOS favoured, so each request
 walks a random path through its language and stops once the constraint allows
 EOS; every output is checked against its spec by an outside oracle (``json``
 and ``jsonschema``, ``re.fullmatch``).
@@ -300,3 +300,35 @@ def test_a_cache_flush_forgets_the_compiled_constraints(backend):
     again = _grammar(backend, key)
     assert again.constraint is not first.constraint
     assert _grammar(backend, key).constraint is again.constraint  # cached again
+
+
+def test_with_a_reasoning_parser_the_grammar_starts_after_the_reasoning(smollm2_tokenizer):
+    """``--reasoning-parser``: the backend comes wrapped in SGLang's own
+    reasoning backend, as SGLang's built-in ones do: masks allow everything
+    until the parser's end marker, then the grammar's."""
+    from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarBackend
+    from sglang.srt.server_args import ServerArgs
+
+    args = ServerArgs(model_path="unused", grammar_backend="trellis", device="cpu",
+                      reasoning_parser="deepseek-r1")
+    wrapped = trellis_sglang.make_backend(args, smollm2_tokenizer, V, {EOS})
+    assert isinstance(wrapped, ReasonerGrammarBackend)
+    value, hit = wrapped.get_cached_or_future_value(("regex", "[0-9]{2}"), True)
+    g = value if hit else value.result()
+    thinking = smollm2_tokenizer.encode("so, x</think>", add_special_tokens=False)
+    answer = smollm2_tokenizer.encode("42", add_special_tokens=False) + [EOS]
+    (letter,) = smollm2_tokenizer.encode("x", add_special_tokens=False)
+    for i, t in enumerate(thinking + answer):
+        mask = g.allocate_vocab_mask(V, 1, "cpu")
+        g.fill_vocab_mask(mask, 0)
+        free = bool((mask[0] == -1).all())
+        assert free == (i < len(thinking)), i
+        assert (mask[0, t // 32] >> (t % 32)) & 1, i
+        if i == len(thinking):
+            assert not (mask[0, letter // 32] >> (letter % 32)) & 1
+        g.accept_token(t)
+    assert g.is_terminated()
+    plain = trellis_sglang.make_backend(
+        ServerArgs(model_path="unused", grammar_backend="trellis", device="cpu"),
+        smollm2_tokenizer, V, {EOS})
+    assert isinstance(plain, trellis_sglang.TrellisSGLangBackend)
