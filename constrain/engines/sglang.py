@@ -242,6 +242,26 @@ class TrellisSGLangBackend(BaseGrammarBackend):
     move_vocab_mask = TrellisSGLangGrammar.move_vocab_mask
     apply_vocab_mask = TrellisSGLangGrammar.apply_vocab_mask
 
+    @property
+    def is_support_token_filter(self) -> bool:
+        """Token filters are supported (``--enable-strict-thinking``)."""
+        return True
+
+    @staticmethod
+    def set_token_filter(vocab_mask, token_ids, batch_idx, is_allowed=True,
+                         reset_vocab_mask=True) -> None:
+        """Allow (or forbid) only ``token_ids`` in row ``batch_idx``, or just
+        set (clear) their bits without ``reset_vocab_mask``: SGLang's own
+        torch operation on the bitmask, whose layout Trellis shares; what its
+        reasoning backend uses inside the reasoning under
+        ``--enable-strict-thinking`` and a thinking budget."""
+        from sglang.srt.constrained.torch_ops.token_filter_torch_ops import (
+            set_token_filter_torch,
+        )
+
+        set_token_filter_torch(vocab_mask, token_ids, batch_idx, is_allowed=is_allowed,
+                               reset_vocab_mask=reset_vocab_mask)
+
     def reset(self) -> None:
         """SGLang's cache flush: its grammar cache, and Trellis's compiled
         constraints and compiler caches with it."""

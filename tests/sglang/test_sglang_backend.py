@@ -332,3 +332,34 @@ def test_with_a_reasoning_parser_the_grammar_starts_after_the_reasoning(smollm2_
         ServerArgs(model_path="unused", grammar_backend="trellis", device="cpu"),
         smollm2_tokenizer, V, {EOS})
     assert isinstance(plain, trellis_sglang.TrellisSGLangBackend)
+
+
+def test_strict_thinking_with_a_budget_forces_the_end_marker(smollm2_tokenizer, monkeypatch):
+    """``--enable-strict-thinking`` with a thinking budget
+    (``SGLANG_MAX_THINK_TOKENS``): SGLang's reasoning backend filters tokens
+    through Trellis's backend; past the budget only the end marker's next
+    token is allowed, then the grammar's masks."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setenv("SGLANG_MAX_THINK_TOKENS", "3")
+    args = ServerArgs(model_path="unused", grammar_backend="trellis", device="cpu",
+                      reasoning_parser="deepseek-r1", enable_strict_thinking=True)
+    wrapped = trellis_sglang.make_backend(args, smollm2_tokenizer, V, {EOS})
+    value, hit = wrapped.get_cached_or_future_value(("regex", "[0-9]"), True)
+    g = value if hit else value.result()
+    end = smollm2_tokenizer.encode("</think>", add_special_tokens=False)
+    for t in smollm2_tokenizer.encode("a b c", add_special_tokens=False)[:3]:
+        g.accept_token(t)
+    for t in end:  # over budget: the marker, one token at a time
+        mask = g.allocate_vocab_mask(V, 1, "cpu")
+        g.fill_vocab_mask(mask, 0)
+        allowed = torch.nonzero(torch.tensor(
+            [(int(mask[0, i // 32]) >> (i % 32)) & 1 for i in range(V)])).flatten().tolist()
+        assert allowed == [t]
+        g.accept_token(t)
+    mask = g.allocate_vocab_mask(V, 1, "cpu")
+    g.fill_vocab_mask(mask, 0)
+    (seven,) = smollm2_tokenizer.encode("7", add_special_tokens=False)
+    (letter,) = smollm2_tokenizer.encode("x", add_special_tokens=False)
+    assert (mask[0, seven // 32] >> (seven % 32)) & 1
+    assert not (mask[0, letter // 32] >> (letter % 32)) & 1
