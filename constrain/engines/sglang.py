@@ -68,7 +68,7 @@ from sglang.srt.constrained.base_grammar_backend import (  # noqa: E402
     register_grammar_backend,
 )
 
-from constrain.engines.vllm.spec import ConstraintSource, limits_from_env  # noqa: E402
+from constrain.engines.requests import ConstraintSource, limits_from_env  # noqa: E402
 from constrain.errors import ConstraintError  # noqa: E402
 from constrain.protocol import Constraint  # noqa: E402
 from constrain.runtime.batch import BatchMatcher  # noqa: E402
@@ -188,7 +188,7 @@ class TrellisSGLangGrammar(BaseGrammarObject):
 class TrellisSGLangBackend(BaseGrammarBackend):
     """The scheduler's backend: the model's vocabulary (ids up to
     ``vocab_size``; EOS the model's ``eos_token_ids`` where given), a
-    :class:`~constrain.engines.vllm.spec.ConstraintSource` (compiler and
+    :class:`~constrain.engines.requests.ConstraintSource` (compiler and
     compiled constraints; budgets from ``$TRELLIS_VLLM_LIMITS`` and
     ``$TRELLIS_VLLM_CACHE_BYTES``, as for vLLM), and Trellis's kernels loaded
     at start-up so that no request's time budget pays for them.

@@ -11,7 +11,7 @@ import pytest
 
 import constrain
 from constrain.engines.vllm import compat
-from constrain.engines.vllm.spec import (
+from constrain.engines.requests import (
     ConstraintSource,
     SpecError,
     choice_regex,

@@ -11,13 +11,14 @@ through both of its extension points:
   (:mod:`constrain.engines.vllm.plugin`, the ``vllm.general_plugins`` entry
   point) has run; vLLM's own structured-output requests then run on Trellis.
 
-Request specs and the compiled-constraint cache both routes share are in
-:mod:`constrain.engines.vllm.spec`; ``python -m constrain.engines.vllm.launcher``
+Request specs and the compiled-constraint cache both routes share (with the
+other engines) are in
+:mod:`constrain.engines.requests`; ``python -m constrain.engines.vllm.launcher``
 is the ``vllm`` command for the CPU build. Importing this package imports
 nothing of vLLM; see docs/serving.md.
 """
 
-from constrain.engines.vllm.spec import (
+from constrain.engines.requests import (
     CACHE_BYTES_ENV,
     EXTRA_ARGS_KEY,
     LIMITS_ENV,

@@ -36,7 +36,7 @@ from vllm.v1.structured_output.backend_types import (  # noqa: E402
 )
 
 from constrain.engines.vllm import sources  # noqa: E402
-from constrain.engines.vllm.spec import Spec, SpecError, parse_spec  # noqa: E402
+from constrain.engines.requests import Spec, SpecError, parse_spec  # noqa: E402
 from constrain.protocol import Constraint  # noqa: E402
 from constrain.runtime.bitmask import allocate_bitmask  # noqa: E402
 from constrain.runtime.matcher import Matcher  # noqa: E402

@@ -2,7 +2,7 @@
 
 Installed with Trellis under the ``vllm.logits_processors`` entry point, so that
 every vLLM engine in the environment loads it; it constrains only the requests
-that carry a Trellis spec (see :mod:`constrain.engines.vllm.spec`)::
+that carry a Trellis spec (see :mod:`constrain.engines.requests`)::
 
     SamplingParams(extra_args={"trellis": {"json_schema": schema}})     # offline
     {"vllm_xargs": {"trellis": "{\"regex\": \"[0-9]+\"}"}}               # REST body
@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - a vLLM without the V2 runner
 _V2_LOADER = "vllm.v1.worker.gpu.sample.logits_processor.loader"
 
 from constrain.engines.vllm import sources  # noqa: E402
-from constrain.engines.vllm.spec import (  # noqa: E402
+from constrain.engines.requests import (  # noqa: E402
     EXTRA_ARGS_KEY,
     ConstraintSource,
     SpecError,

@@ -1,10 +1,10 @@
-"""One :class:`~constrain.engines.vllm.spec.ConstraintSource` per model in a
+"""One :class:`~constrain.engines.requests.ConstraintSource` per model in a
 process, and what the front end knows about the engine it admits requests for.
 
 vLLM runs a request's validation in the front-end process and its masking in
 the engine process; each keeps its own source (vocabulary, compiler, compiled
 constraints), made on first use from the tokenizer the engine gives it, with the
-budgets of the environment (:func:`~constrain.engines.vllm.spec.limits_from_env`),
+budgets of the environment (:func:`~constrain.engines.requests.limits_from_env`),
 so that both processes compile under the same ones. Nothing here imports vLLM.
 """
 
@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from constrain.engines.vllm.spec import ConstraintSource, limits_from_env
+from constrain.engines.requests import ConstraintSource, limits_from_env
 from constrain.vocab.vocabulary import Vocabulary
 from constrain.warmup import warm_up
 

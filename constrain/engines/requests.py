@@ -1,4 +1,7 @@
-"""What a vLLM request asks for, as a Trellis constraint: shared by both routes.
+"""What a serving engine's request asks for, as a Trellis constraint: the
+request specs and the compiled-constraint cache that Trellis's engine
+integrations share (vLLM's two routes, :mod:`constrain.engines.vllm`; SGLang's
+backend, :mod:`constrain.engines.sglang`).
 
 A request spec is a dict with exactly one constraint key::
 
@@ -13,7 +16,7 @@ A request spec is a dict with exactly one constraint key::
 :class:`ConstraintSource` compiles it over one model's vocabulary, keeping the
 compiled constraints of recent specs (an LRU bounded in entries), so that the
 many requests of a server that share a schema compile it once. This module
-imports nothing of vLLM.
+imports no engine.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from constrain.limits import Limits
 from constrain.protocol import Constraint
 from constrain.vocab.vocabulary import Vocabulary
 
-#: the key of a request's ``extra_args`` (offline) or ``vllm_xargs`` (REST)
-#: that holds its Trellis spec
+#: the key of a request's extra arguments that holds its Trellis spec (vLLM:
+#: ``extra_args`` offline, ``vllm_xargs`` over REST)
 EXTRA_ARGS_KEY = "trellis"
 #: the constraint keys of a spec, one of which it must have
 KINDS = ("json_schema", "json_object", "regex", "grammar", "choice", "structural_tag")
@@ -43,7 +46,8 @@ _OPTIONS = {"json_schema": {"whitespace", "strict"}, "json_object": {"whitespace
             "regex": set(), "grammar": {"start"}, "choice": set(),
             "structural_tag": {"whitespace", "strict"}}
 #: environment variables read by every process of an engine (the front end
-#: that validates requests and the workers that mask logits see the same)
+#: that validates requests and the workers that mask logits see the same);
+#: named for vLLM, the first engine, and read for SGLang too
 LIMITS_ENV = "TRELLIS_VLLM_LIMITS"
 CACHE_BYTES_ENV = "TRELLIS_VLLM_CACHE_BYTES"
 #: compiled constraints kept per vocabulary (the compiler's own caches, bounded
