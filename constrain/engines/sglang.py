@@ -236,6 +236,11 @@ class TrellisSGLangBackend(BaseGrammarBackend):
         """A GBNF grammar (start rule ``root``), or a Lark one (``start``)."""
         return self._compile("ebnf", {"grammar": key_string}, key_string)
 
+    def dispatch_structural_tag(self, key_string: str) -> BaseGrammarObject:
+        """A structural tag's JSON text (the ``format`` form or the older
+        ``structures``/``triggers`` one)."""
+        return self._compile("structural_tag", {"structural_tag": key_string}, key_string)
+
     # the mask methods at the backend's level too, as SGLang's reasoning
     # backend (which wraps this one under --reasoning-parser) takes them from it
     allocate_vocab_mask = TrellisSGLangGrammar.allocate_vocab_mask
@@ -267,11 +272,6 @@ class TrellisSGLangBackend(BaseGrammarBackend):
         constraints and compiler caches with it."""
         super().reset()
         self.source.clear()
-
-    def dispatch_structural_tag(self, key_string: str) -> BaseGrammarObject:
-        """A structural tag's JSON text (the ``format`` form or the older
-        ``structures``/``triggers`` one)."""
-        return self._compile("structural_tag", {"structural_tag": key_string}, key_string)
 
 
 def make_backend(server_args, tokenizer, vocab_size: int, eos_token_ids=None):
