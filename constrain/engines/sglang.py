@@ -206,7 +206,6 @@ class TrellisSGLangBackend(BaseGrammarBackend):
         vocab = Vocabulary.from_huggingface(tokenizer, vocab_size=int(vocab_size),
                                             eos_token_ids=eos)
         limits, cache_bytes = limits_from_env()
-        self.vocab_size = int(vocab_size)
         self.source = ConstraintSource(vocab, limits=limits, cache_bytes=cache_bytes,
                                        json_whitespace="flexible" if any_whitespace
                                        else "compact")

@@ -167,12 +167,10 @@ class BatchMatcher:
         # timed: rows of one constraint are one thread's work whatever the size,
         # so only calls of two constraints or more say anything about it
         timed = sizer is not None and len(work) > 1
+        size = sizer.size() if timed else self.threads  # (one group: one thread anyway)
         if timed:
-            size = sizer.size()
             filled = sum(map(len, work))
             t0 = perf_counter_ns()
-        else:
-            size = self.threads if sizer is None else 1
         futures = [self._submit(_fill_groups, work, bitmask, errors)
                    for _ in range(min(size, len(work)) - 1)]
         _fill_groups(work, bitmask, errors)
