@@ -46,10 +46,13 @@ _OPTIONS = {"json_schema": {"whitespace", "strict"}, "json_object": {"whitespace
             "regex": set(), "grammar": {"start"}, "choice": set(),
             "structural_tag": {"whitespace", "strict"}}
 #: environment variables read by every process of an engine (the front end
-#: that validates requests and the workers that mask logits see the same);
-#: named for vLLM, the first engine, and read for SGLang too
-LIMITS_ENV = "TRELLIS_VLLM_LIMITS"
-CACHE_BYTES_ENV = "TRELLIS_VLLM_CACHE_BYTES"
+#: that validates requests and the workers that mask logits see the same),
+#: whichever engine: vLLM, SGLang
+LIMITS_ENV = "TRELLIS_LIMITS"
+CACHE_BYTES_ENV = "TRELLIS_CACHE_BYTES"
+#: their first names, from when vLLM was the one engine: read where the names
+#: above are unset, so that deployments configured so keep their budgets
+LEGACY_ENV = {LIMITS_ENV: "TRELLIS_VLLM_LIMITS", CACHE_BYTES_ENV: "TRELLIS_VLLM_CACHE_BYTES"}
 #: compiled constraints kept per vocabulary (the compiler's own caches, bounded
 #: in bytes, hold what compiles share; this holds whole constraints)
 DEFAULT_CACHE_ENTRIES = 256
@@ -163,30 +166,42 @@ def choice_regex(choices) -> str:
 def limits_from_env(environ=None) -> tuple[Limits | None, int]:
     """The budgets of :data:`LIMITS_ENV` (JSON: fields of
     :class:`~constrain.Limits`) and :data:`CACHE_BYTES_ENV` (an integer), or
-    ``(None, DEFAULT_CACHE_BYTES)`` where unset. A malformed value raises
-    :class:`~constrain.ConstraintError` naming the variable."""
+    ``(None, DEFAULT_CACHE_BYTES)`` where unset. Where one of them is unset,
+    its first name (:data:`LEGACY_ENV`: ``TRELLIS_VLLM_LIMITS``,
+    ``TRELLIS_VLLM_CACHE_BYTES``) is read instead. A malformed value raises
+    :class:`~constrain.ConstraintError` naming the variable it came from."""
     environ = os.environ if environ is None else environ
     limits = None
-    text = environ.get(LIMITS_ENV)
+    name, text = _env_value(environ, LIMITS_ENV)
     if text:
         try:
             fields = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConstraintError(f"${LIMITS_ENV} is not JSON: {exc.msg}") from None
+            raise ConstraintError(f"${name} is not JSON: {exc.msg}") from None
         if not isinstance(fields, dict):
-            raise ConstraintError(f"${LIMITS_ENV} must be a JSON object of constrain.Limits fields")
+            raise ConstraintError(f"${name} must be a JSON object of constrain.Limits fields")
         try:
             limits = Limits(**fields)
         except TypeError as exc:
-            raise ConstraintError(f"${LIMITS_ENV}: {exc}") from None
+            raise ConstraintError(f"${name}: {exc}") from None
     cache_bytes = DEFAULT_CACHE_BYTES
-    text = environ.get(CACHE_BYTES_ENV)
+    name, text = _env_value(environ, CACHE_BYTES_ENV)
     if text:
         try:
             cache_bytes = int(text)
         except ValueError:
-            raise ConstraintError(f"${CACHE_BYTES_ENV} must be an integer, not {text!r}") from None
+            raise ConstraintError(f"${name} must be an integer, not {text!r}") from None
     return limits, cache_bytes
+
+
+def _env_value(environ, name: str) -> tuple[str, str | None]:
+    """``(variable, value)`` of ``name``, or of its first name where ``name``
+    is unset or empty."""
+    text = environ.get(name)
+    if text:
+        return name, text
+    legacy = LEGACY_ENV[name]
+    return legacy, environ.get(legacy)
 
 
 class ConstraintSource:
@@ -275,5 +290,5 @@ class ConstraintSource:
         return len(self._entries)
 
 
-__all__ = ["EXTRA_ARGS_KEY", "KINDS", "LIMITS_ENV", "CACHE_BYTES_ENV", "Spec", "SpecError",
+__all__ = ["EXTRA_ARGS_KEY", "KINDS", "LIMITS_ENV", "CACHE_BYTES_ENV", "LEGACY_ENV", "Spec", "SpecError",
            "parse_spec", "choice_regex", "limits_from_env", "ConstraintSource"]

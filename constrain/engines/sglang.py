@@ -189,8 +189,8 @@ class TrellisSGLangBackend(BaseGrammarBackend):
     """The scheduler's backend: the model's vocabulary (ids up to
     ``vocab_size``; EOS the model's ``eos_token_ids`` where given), a
     :class:`~constrain.engines.requests.ConstraintSource` (compiler and
-    compiled constraints; budgets from ``$TRELLIS_VLLM_LIMITS`` and
-    ``$TRELLIS_VLLM_CACHE_BYTES``, as for vLLM), and Trellis's kernels loaded
+    compiled constraints; budgets from ``$TRELLIS_LIMITS`` and
+    ``$TRELLIS_CACHE_BYTES``, as for vLLM), and Trellis's kernels loaded
     at start-up so that no request's time budget pays for them.
 
     A spec that does not compile gives SGLang an ``InvalidGrammarObject``

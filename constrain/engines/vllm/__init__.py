@@ -40,8 +40,9 @@ def configure(limits=None, cache_bytes: int | None = None,
               json_whitespace: str | None = None) -> None:
     """Set the budgets and the backend route's JSON style of the engines this
     process starts from now on, front end and engine processes alike (through
-    the environment they inherit: ``$TRELLIS_VLLM_LIMITS``,
-    ``$TRELLIS_VLLM_CACHE_BYTES``, ``$TRELLIS_VLLM_JSON_WHITESPACE``).
+    the environment they inherit: ``$TRELLIS_LIMITS``, ``$TRELLIS_CACHE_BYTES``,
+    ``$TRELLIS_VLLM_JSON_WHITESPACE``; these take precedence over the first
+    names ``$TRELLIS_VLLM_LIMITS`` and ``$TRELLIS_VLLM_CACHE_BYTES``).
 
     Args:
         limits: a :class:`constrain.Limits` (every compile's budgets).
