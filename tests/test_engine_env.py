@@ -66,3 +66,17 @@ def test_vllm_configure_writes_what_every_engine_reads(monkeypatch):
     monkeypatch.setenv("TRELLIS_VLLM_LIMITS", '{"max_states": 7}')
     vllm.configure(limits=constrain.Limits(max_states=11), cache_bytes=12_345_678)
     assert limits_from_env() == (constrain.Limits(max_states=11), 12_345_678)
+
+
+@pytest.mark.parametrize("version, parts, expected", [
+    ("0.32.0+cpu", 2, (0, 32)), ("0.5.23", 3, (0, 5, 23)), ("0.5", 3, None),
+    ("0.5.dev1", 3, None), ("", 2, None), ("1.2.3.4", 2, (1, 2))])
+def test_engine_release_numbers(version, parts, expected):
+    from constrain.engines.versions import release, supported
+
+    assert release(version, parts) == expected
+    if expected is not None:
+        assert supported(version, expected, tuple(x + 1 for x in expected))
+        assert not supported(version, tuple(x + 1 for x in expected), (99,) * parts)
+    else:
+        assert not supported(version, (0,) * parts, (99,) * parts)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 
+from constrain.engines.versions import supported
+
 #: the supported SGLang releases: ``MIN <= (major, minor, patch) < MAX``
 MIN_VERSION = (0, 5, 20)
 MAX_VERSION = (0, 6, 0)
@@ -45,11 +47,7 @@ def check_version(version: str | None = None) -> str:
             raise UnsupportedSGLangError(
                 f"SGLang is not installed (Trellis's SGLang backend needs sglang{SUPPORTED})"
             ) from None
-    try:
-        release = tuple(int(p) for p in version.split("+")[0].split(".")[:3])
-    except ValueError:
-        release = None
-    if release is None or len(release) != 3 or not MIN_VERSION <= release < MAX_VERSION:
+    if not supported(version, MIN_VERSION, MAX_VERSION):
         raise UnsupportedSGLangError(
             f"Trellis's SGLang backend supports sglang{SUPPORTED}, but sglang {version} is "
             f"installed: install a supported release, or leave Trellis out with "

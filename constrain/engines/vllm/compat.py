@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.metadata
 
+from constrain.engines.versions import supported
+
 #: the supported releases: ``MIN <= version < MAX`` (major, minor)
 MIN_VERSION = (0, 32)
 MAX_VERSION = (0, 33)
@@ -37,20 +39,11 @@ def installed_version() -> str:
     return str(vllm.__version__)
 
 
-def _release(version: str) -> tuple[int, int] | None:
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return None
-
-
 def check_version(version: str | None = None) -> str:
     """``version`` (default: the installed one) if it is supported, else
     :class:`UnsupportedVLLMError` naming the supported range."""
     version = installed_version() if version is None else version
-    release = _release(version)
-    if release is None or not MIN_VERSION <= release < MAX_VERSION:
+    if not supported(version, MIN_VERSION, MAX_VERSION):
         raise UnsupportedVLLMError(
             f"Trellis's vLLM integration supports vllm {SUPPORTED}, but vllm {version} is "
             f"installed: install a supported release (pip install 'vllm{SUPPORTED}', or "
