@@ -88,6 +88,40 @@ def test_python_types_and_one_constraint_for_all(lm):
         search.generate_batch(lm, ["a"], constraint=["a"])
 
 
+def test_a_batch_matcher_of_the_caller_serves_call_after_call(lm, rows):
+    """A caller's BatchMatcher fills every call's masks and is left open: its
+    pool (and the thread count it has timed) carries over to the next call."""
+
+    class Counted(constrain.BatchMatcher):
+        fills = closes = 0
+
+        def fill_next_token_bitmask(self, *args, **kwargs):
+            Counted.fills += 1
+            return super().fill_next_token_bitmask(*args, **kwargs)
+
+        def close(self):
+            Counted.closes += 1
+            super().close()
+
+    prompts, cons = rows
+    own = search.generate_batch(lm, prompts[:8], constraints=cons[:8], max_new_tokens=12)
+    bm = Counted(2)
+    first = search.generate_batch(lm, prompts[:8], constraints=cons[:8], max_new_tokens=12,
+                                  batch_matcher=bm)
+    fills = Counted.fills
+    assert fills >= 12 and Counted.closes == 0
+    second = search.generate_batch(lm, prompts[:8], constraints=cons[:8], max_new_tokens=12,
+                                   batch_matcher=bm, batch_size=3)
+    assert Counted.fills > fills and Counted.closes == 0
+    bm.close()
+    _same(own, first)
+    _same(own, second)
+    with pytest.raises(TypeError, match="not both"):
+        search.generate_batch(lm, ["a"], threads=2, batch_matcher=constrain.BatchMatcher(1))
+    with pytest.raises(TypeError, match="must be a constrain.BatchMatcher"):
+        search.generate_batch(lm, ["a"], batch_matcher=2)
+
+
 def test_bad_calls_are_named(lm):
     with pytest.raises(TypeError, match="list of prompts"):
         search.generate_batch(lm, "one prompt")

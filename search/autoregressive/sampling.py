@@ -256,6 +256,7 @@ def generate_batch(
     batch_size: int | None = None,
     threads: int | None = None,
     constraint=None,
+    batch_matcher=None,
 ) -> list[GenerationResult]:
     """:func:`generate` for many prompts at once: one padded batch, one
     forward pass per step for the rows still going, each row masked by its own
@@ -283,6 +284,11 @@ def generate_batch(
         batch_size: the most rows decoded at once (``None``: all); more
             prompts are decoded in consecutive batches.
         threads: the :class:`constrain.BatchMatcher`'s threads (default: its own).
+        batch_matcher: a :class:`constrain.BatchMatcher` to fill the masks
+            with, left open: a caller that generates batch after batch keeps
+            its thread pool and the thread count it has timed best (each call
+            otherwise makes its own, which times its counts again). Not with
+            ``threads``.
         Other arguments as for :func:`generate`, the same for every row.
 
     Returns:
@@ -310,6 +316,13 @@ def generate_batch(
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+    if batch_matcher is not None:
+        if threads is not None:
+            raise TypeError("pass threads= (for a BatchMatcher made for this call) or "
+                            "batch_matcher=, not both")
+        if not isinstance(batch_matcher, BatchMatcher):
+            raise TypeError(f"batch_matcher must be a constrain.BatchMatcher, not "
+                            f"{type(batch_matcher).__name__}")
     controls = SamplingControls(top_k, top_p, min_p, repetition_penalty)
     stops = StopStrings(stop)
     vocab = lm.vocab
@@ -317,20 +330,32 @@ def generate_batch(
     ids = [_prompt_ids(lm, p, chat_template, system, f" at index {i}") for i, p in enumerate(prompts)]
     results: list[GenerationResult] = []
     size = batch_size or max(n, 1)
-    with BatchMatcher(threads) as batch_matcher:
-        for lo in range(0, n, size):
-            t0 = time.perf_counter()
-            rows = [Row(lm, ids[i], compiled[i], make_generator(lm, temperature, seeds[i]), stops,
-                        controls.repetition_penalty != 1.0, close)
-                    for i in range(lo, min(n, lo + size))]
-            steps = decode(lm, rows, max_new_tokens, temperature, controls, batch_matcher, t0=t0)
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    results.extend(done.value)
-                    break
+    if batch_matcher is None:
+        with BatchMatcher(threads) as own:
+            _decode_batches(lm, ids, compiled, seeds, size, max_new_tokens, temperature,
+                            controls, stops, close, own, results)
+    else:
+        _decode_batches(lm, ids, compiled, seeds, size, max_new_tokens, temperature,
+                        controls, stops, close, batch_matcher, results)
     return results
+
+
+def _decode_batches(lm, ids, compiled, seeds, size, max_new_tokens, temperature, controls,
+                    stops, close, batch_matcher, results) -> None:
+    """Decode the prompts ``ids`` in batches of ``size`` rows, appending each
+    row's :class:`GenerationResult` to ``results`` in order."""
+    for lo in range(0, len(ids), size):
+        t0 = time.perf_counter()
+        rows = [Row(lm, ids[i], compiled[i], make_generator(lm, temperature, seeds[i]), stops,
+                    controls.repetition_penalty != 1.0, close)
+                for i in range(lo, min(len(ids), lo + size))]
+        steps = decode(lm, rows, max_new_tokens, temperature, controls, batch_matcher, t0=t0)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                results.extend(done.value)
+                break
 
 
 def _per_row(name: str, value, n: int, single) -> list:
