@@ -108,6 +108,18 @@ def _key_and_value_bytes(key, value) -> int:
     return nbytes(key) + nbytes(value)
 
 
+def held_bytes(obj) -> int:
+    """The bytes ``obj`` holds now: its own ``memory_bytes()`` where it has
+    one (a compiled constraint, whose mask caches grow as it is used), else
+    :func:`nbytes`."""
+    measure = getattr(obj, "memory_bytes", None)
+    return int(measure()) if measure is not None else nbytes(obj)
+
+
+def _key_and_held_bytes(key, value) -> int:
+    return nbytes(key) + held_bytes(value)
+
+
 class CacheStats(NamedTuple):
     """A cache's contents and traffic. ``bytes`` and ``max_bytes`` are ``None``
     for an entry-bounded memo (an ``lru_cache``), whose values are small;
@@ -132,23 +144,31 @@ class BoundedCache:
     Each entry is charged ``sizeof(key, value)`` bytes (default: :func:`nbytes`
     of both) plus :data:`ENTRY_OVERHEAD`; inserting evicts the least recently
     used entries until both bounds hold, and a value larger than the whole
-    budget is returned but not kept. Changes take the cache's lock for their
+    budget is returned but not kept.
+
+    ``growing=True`` is for values that grow after they are stored (compiled
+    constraints, whose mask caches fill as they are used): the default
+    ``sizeof`` is then :func:`held_bytes` of the value, a hit charges its
+    entry again, and a miss charges every entry again
+    (:meth:`remeasure`) before evicting, so the bound holds at every miss for
+    what the values hold then. Changes take the cache's lock for their
     few dictionary steps, a hit does not; :meth:`get_or_build` builds outside
     the lock, and when two threads build the same key the first to store wins.
     Under concurrent use the hit and miss counts of :meth:`stats` may miss a
     few (they are not locked).
     """
 
-    __slots__ = ("name", "max_bytes", "max_entries", "_sizeof", "_items", "_bytes", "_lock",
-                 "_hits", "_misses", "_evictions", "__weakref__")
+    __slots__ = ("name", "max_bytes", "max_entries", "growing", "_sizeof", "_items", "_bytes",
+                 "_lock", "_hits", "_misses", "_evictions", "__weakref__")
 
     def __init__(self, name: str, max_bytes: int, *, max_entries: int | None = None,
-                 sizeof: Callable[[object, object], int] | None = None):
+                 sizeof: Callable[[object, object], int] | None = None, growing: bool = False):
         self.name = name
         self.max_bytes = check_budget("max_bytes", max_bytes)
         self.max_entries = (sys.maxsize if max_entries is None
                             else check_budget("max_entries", max_entries))
-        self._sizeof = sizeof or _key_and_value_bytes
+        self.growing = bool(growing)
+        self._sizeof = sizeof or (_key_and_held_bytes if growing else _key_and_value_bytes)
         self._items: OrderedDict = OrderedDict()  # key -> (value, bytes charged)
         self._bytes = 0
         self._lock = threading.Lock()
@@ -175,7 +195,32 @@ class BoundedCache:
         except KeyError:  # evicted since: what was read is still the value
             pass
         self._hits += 1
+        if self.growing:
+            self._charge([(key, entry[0])])
         return entry[0]
+
+    def remeasure(self) -> None:
+        """Charge every entry ``sizeof(key, value)`` again, then evict the
+        least recently used entries until both bounds hold: for values that
+        have grown since they were stored (a ``growing`` cache does this at
+        every miss). The sizes are taken without the lock held."""
+        with self._lock:
+            entries = [(key, entry[0]) for key, entry in self._items.items()]
+        self._charge(entries)
+
+    def _charge(self, entries) -> None:
+        # sized outside the lock (a constraint's memory_bytes reads its caches);
+        # an entry replaced or dropped meanwhile keeps its own charge
+        sizes = [(key, value, self._sizeof(key, value) + ENTRY_OVERHEAD)
+                 for key, value in entries]
+        with self._lock:
+            items = self._items
+            for key, value, size in sizes:
+                entry = items.get(key)
+                if entry is not None and entry[0] is value:
+                    items[key] = (value, size)  # (an OrderedDict keeps its place)
+                    self._bytes += size - entry[1]
+            self._evict()
 
     def put(self, key, value):
         """Store ``value`` under ``key``, replacing what it held; returns ``value``."""
@@ -205,7 +250,10 @@ class BoundedCache:
         hit = self.get(key, _MISS)
         if hit is not _MISS:
             return hit
-        return self.setdefault(key, build())
+        value = self.setdefault(key, build())
+        if self.growing:
+            self.remeasure()
+        return value
 
     def get_or_make_each(self, keys, make: Callable[[], object]) -> list:
         """The value of each of ``keys``; a key without one gets ``make()``,
@@ -351,5 +399,5 @@ class Registry:
 registry = Registry()
 
 
-__all__ = ["BoundedCache", "CacheStats", "Registry", "registry", "nbytes", "check_budget",
-           "ENTRY_OVERHEAD"]
+__all__ = ["BoundedCache", "CacheStats", "Registry", "registry", "nbytes", "held_bytes",
+           "check_budget", "ENTRY_OVERHEAD"]

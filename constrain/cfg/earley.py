@@ -337,6 +337,12 @@ class EarleyRecognizer:
 
     # -- public ---------------------------------------------------------------------------
 
+    def memory_bytes(self) -> int:
+        """The bytes of the recognizer's tables (its chart columns grow with
+        the contexts it makes)."""
+        views = self.__dict__.get("_views")
+        return 0 if views is None else sum(t.nbytes for t in views.tables if t is not None)
+
     @property
     def num_contexts(self) -> int:
         """Number of distinct chart columns created so far."""

@@ -63,6 +63,9 @@ if TYPE_CHECKING:
     from constrain.compiler import Compiler
 
 TERMINATED = -1
+#: what one entry of the advance or writer memos holds, roughly (a state tuple,
+#: a dictionary slot, a writer)
+_MEMO_BYTES = 160
 #: advance's memo of a refused token (None there would read as a miss)
 _REFUSED = object()
 _DEFAULT = Limits()
@@ -795,6 +798,22 @@ class GrammarConstraint(Constraint):
                 if not configs:
                     return False
             return self._accepting(fresh, configs)
+
+    def memory_bytes(self) -> int:
+        """The bytes this constraint holds, roughly: its parser's and lexer's
+        tables and the mask rows it keeps, which grow as its states are
+        visited (each cache bounded by ``mask_cache_bytes``), plus its
+        advance and writer memos. An estimate that errs high where rows are
+        shared between its caches; what its :class:`~constrain.Compiler`'s
+        caches hold is theirs (:meth:`~constrain.Compiler.cache_stats`).
+        Caches of compiled constraints charge it (see
+        :meth:`constrain.cache.BoundedCache.remeasure`)."""
+        lex = self.lexer
+        rows = (len(lex._rows) + len(self._masks) + len(self._config_masks)
+                + len(self._near_boundaries))
+        return (lex.tables_bytes() + lex.rows_bytes(rows) + self.parser.memory_bytes()
+                + self._ctx_next.nbytes + self._ctx_start.nbytes + self.terms.table.nbytes
+                + _MEMO_BYTES * (len(self._advances) + len(self._writers)))
 
     def has_cached_mask(self, state) -> bool:
         """Whether ``state``'s mask is cached (its fill is a copy)."""

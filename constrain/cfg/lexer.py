@@ -759,6 +759,21 @@ class LexerTables:
             if len(pending):
                 gk.settle_reads_utf8(self.kernel_arrays[0], self._below, pending)
 
+    def tables_bytes(self) -> int:
+        """The bytes of this grammar's lexer state tables, which grow as
+        states are expanded (the tables shared with other grammars, the
+        vocabulary's trie and the compiler's caches, are not counted)."""
+        # the states in use: the tables' unused capacity is never written (its
+        # pages are not the process's until then)
+        n = self.n
+        return n * (self.trans.strides[0] + self.loops.strides[0] + self.acc.itemsize
+                    + self.has_acc.itemsize + self.walk_flags.itemsize + self.reads_utf8.itemsize)
+
+    def rows_bytes(self, rows: int) -> int:
+        """The bytes of ``rows`` rows of this lexer's (its walks' and those its
+        grammar keeps), at least the slabs they come from (:meth:`_new_row`)."""
+        return max(self._slab_bytes, rows * 4 * self._row_len)
+
     def expansion_counts(self) -> np.ndarray:
         """int64 ``[n, max_states, chunk, layer_chunk]`` (``n`` current), for a
         kernel that makes start states itself (``lexer_kernels.boundary_walk``);

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from constrain.cache import check_budget, held_bytes
 from constrain.compiler import DEFAULT_CACHE_BYTES, Compiler
 from constrain.errors import ConstraintError, SchemaError, SchemaTooComplexError
 from constrain.frontends.json_schema.document import read_json_text
@@ -56,6 +57,11 @@ LEGACY_ENV = {LIMITS_ENV: "TRELLIS_VLLM_LIMITS", CACHE_BYTES_ENV: "TRELLIS_VLLM_
 #: compiled constraints kept per vocabulary (the compiler's own caches, bounded
 #: in bytes, hold what compiles share; this holds whole constraints)
 DEFAULT_CACHE_ENTRIES = 256
+#: the bytes those constraints may hold in all (their mask caches grow as
+#: requests use them: see ConstraintSource)
+DEFAULT_CONSTRAINT_BYTES = 1 << 30
+#: the most recently asked-for constraints a compile measures again
+_REMEASURED = 64
 
 
 class SpecError(ConstraintError):
@@ -206,16 +212,26 @@ def _env_value(environ, name: str) -> tuple[str, str | None]:
 
 class ConstraintSource:
     """Compiles specs over one model's vocabulary and keeps the compiled
-    constraints of the last ``max_entries`` distinct specs; safe to share
-    between threads (two threads asking for the same spec at once wait for
-    one compile). Errors are not kept: a spec that failed is compiled again
-    when asked again.
+    constraints of the most recently used distinct specs, at most
+    ``max_entries`` of them holding at most ``max_bytes`` in all; safe to
+    share between threads (two threads asking for the same spec at once wait
+    for one compile). Errors are not kept: a spec that failed is compiled
+    again when asked again.
+
+    A constraint's mask caches grow as requests decode with it (each within
+    its own ``mask_cache_bytes``), so each is charged what it holds
+    (:func:`~constrain.cache.held_bytes`): measured again whenever it is
+    asked for, and whenever a spec is compiled, with the 63 others most
+    recently asked for (those requests are decoding with); then the least
+    recently used go until the total is within ``max_bytes``. A constraint
+    larger than that alone is returned, not kept.
 
     Args:
         vocab: the model's vocabulary (ids up to the model's vocab size).
         limits: the budgets of every compile (default :class:`~constrain.Limits`).
         cache_bytes: the :class:`~constrain.Compiler`'s caches, in all.
         max_entries: compiled constraints kept.
+        max_bytes: the bytes the compiled constraints kept may hold, in all.
         json_whitespace: the JSON style of specs that do not say
             (``"compact"``: no whitespace; ``"flexible"``: a little around
             punctuation).
@@ -223,16 +239,20 @@ class ConstraintSource:
 
     def __init__(self, vocab: Vocabulary, *, limits: Limits | None = None,
                  cache_bytes: int = DEFAULT_CACHE_BYTES, max_entries: int = DEFAULT_CACHE_ENTRIES,
-                 json_whitespace: str = "compact"):
+                 max_bytes: int = DEFAULT_CONSTRAINT_BYTES, json_whitespace: str = "compact"):
         if json_whitespace not in ("compact", "flexible"):
             raise ConstraintError(f"json_whitespace must be 'compact' or 'flexible', "
                                   f"not {json_whitespace!r}")
         self.vocab = vocab
         self.compiler = Compiler(vocab, limits=limits, cache_bytes=cache_bytes)
-        self.max_entries = max_entries
+        self.max_entries = check_budget("max_entries", max_entries)
+        self.max_bytes = check_budget("max_bytes", max_bytes)
         self.json_whitespace = json_whitespace
         self._lock = threading.Lock()
         self._entries: OrderedDict[Spec, Future] = OrderedDict()
+        #: the bytes charged to each compiled entry (in-flight ones have none)
+        self._charged: dict[Spec, int] = {}
+        self._bytes = 0
 
     def compile(self, spec) -> Constraint:
         """The compiled constraint of ``spec`` (a :class:`Spec` or a raw spec
@@ -247,10 +267,12 @@ class ConstraintSource:
             else:
                 future = self._entries[spec] = Future()
                 owner = True
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+                self._evict()
         if not owner:
-            return future.result()
+            constraint = future.result()
+            # what the requests before this one made it hold
+            self._charge([(spec, future, constraint)])
+            return constraint
         try:
             constraint = self._compile(spec)
         except BaseException as exc:
@@ -260,7 +282,44 @@ class ConstraintSource:
             future.set_exception(exc)
             raise
         future.set_result(constraint)
+        # the constraints requests are decoding with are the most recently
+        # asked for: those are measured again (older ones keep their last
+        # charge), at most _REMEASURED of them, ~2 us each
+        with self._lock:
+            recent = []
+            for s in reversed(self._entries):
+                f = self._entries[s]
+                if f.done() and f.exception() is None:
+                    recent.append((s, f, f.result()))
+                    if len(recent) == _REMEASURED:
+                        break
+        self._charge(recent)
         return constraint
+
+    def _charge(self, entries) -> None:
+        """Charge each ``(spec, future, constraint)`` what the constraint
+        holds now (measured without the lock), then evict to the bounds."""
+        sizes = [(spec, future, held_bytes(constraint)) for spec, future, constraint in entries]
+        with self._lock:
+            for spec, future, size in sizes:
+                if self._entries.get(spec) is future:
+                    self._bytes += size - self._charged.get(spec, 0)
+                    self._charged[spec] = size
+            self._evict()
+
+    def _evict(self) -> None:
+        # the lock is held: the least recently used entries go until both
+        # bounds hold (an in-flight compile counts as an entry of no bytes)
+        entries = self._entries
+        while len(entries) > self.max_entries or (self._bytes > self.max_bytes and entries):
+            spec, _ = entries.popitem(last=False)
+            self._bytes -= self._charged.pop(spec, 0)
+
+    @property
+    def bytes(self) -> int:
+        """The bytes charged to the compiled constraints kept, as last
+        measured."""
+        return self._bytes
 
     def _compile(self, spec: Spec) -> Constraint:
         options = dict(spec.options)
@@ -284,11 +343,14 @@ class ConstraintSource:
         (an engine's cache flush); compiles in flight finish for their callers."""
         with self._lock:
             self._entries.clear()
+            self._charged.clear()
+            self._bytes = 0
         self.compiler.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-__all__ = ["EXTRA_ARGS_KEY", "KINDS", "LIMITS_ENV", "CACHE_BYTES_ENV", "LEGACY_ENV", "Spec", "SpecError",
-           "parse_spec", "choice_regex", "limits_from_env", "ConstraintSource"]
+__all__ = ["EXTRA_ARGS_KEY", "KINDS", "LIMITS_ENV", "CACHE_BYTES_ENV", "LEGACY_ENV",
+           "DEFAULT_CACHE_ENTRIES", "DEFAULT_CONSTRAINT_BYTES", "Spec", "SpecError", "parse_spec",
+           "choice_regex", "limits_from_env", "ConstraintSource"]

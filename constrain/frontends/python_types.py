@@ -33,8 +33,10 @@ __all__ = ["OutputType", "type_schema", "compile_type", "parse_output", "is_pyth
            "unenforced"]
 
 #: (type, closed, options, vocabulary) -> compiled constraint; shared by serving
-#: threads (BoundedCache locks itself), cleared by constrain.clear_caches()
-_COMPILED = registry.register(BoundedCache("python_types.compiled", 512 << 20, max_entries=64))
+#: threads (BoundedCache locks itself), cleared by constrain.clear_caches();
+#: each charged what it holds (memory_bytes), which grows as it is used
+_COMPILED = registry.register(BoundedCache("python_types.compiled", 512 << 20, max_entries=64,
+                                           growing=True))
 
 
 def _type_adapter(tp):
@@ -175,9 +177,10 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
 
     ``closed`` as for :func:`type_schema`; ``options`` are those of
     :func:`constrain.compile_json_schema`. Compiled constraints are cached per
-    (type, options, vocabulary) in a bounded cache of 64 entries (each
-    constraint's own mask caches are bounded by its budgets, e.g.
-    ``mask_cache_bytes``).
+    (type, options, vocabulary), at most 64 of them and 512 MiB in all: each
+    is charged what it holds (its ``memory_bytes()``: its mask caches grow
+    as it is used, each bounded by ``mask_cache_bytes``), measured again at
+    each call for it and, for all of them, at each compile.
 
     Raises:
         SchemaError: pydantic is missing or ``tp`` is no type it takes; and

@@ -273,6 +273,13 @@ class DFAConstraint(Constraint):
         else:
             rows[row][:] = w
 
+    def memory_bytes(self) -> int:
+        """The bytes this constraint holds, roughly: its byte DFA and its
+        token automaton's rows and transitions (which grow as states are
+        visited when they are made lazily). Caches of compiled constraints
+        charge it (see :meth:`constrain.cache.BoundedCache.remeasure`)."""
+        return self._trans.nbytes + self.dfa.transitions.nbytes + self.tokens.memory_bytes()
+
     def has_cached_mask(self, state: int) -> bool:
         """Whether ``state``'s mask is computed (rows are computed on first
         visit unless the compile walked every state, and evicted past

@@ -407,6 +407,14 @@ class TokenAutomaton:
                                     f"(0..{self.num_states - 1})")
         return s
 
+    def memory_bytes(self) -> int:
+        """The bytes of the rows and transitions made so far (eager: all of
+        them; lazy: those of the states visited, within ``max_mask_bytes``)."""
+        if self.eager:
+            return sum(a.nbytes for a in (self._pool, self._indptr, self._toks, self._nexts)
+                       if a is not None)
+        return self._bytes
+
     def row(self, state: int) -> np.ndarray:
         """The uint32 bitmask row of ``state`` (EOS bits set when accepting),
         read-only or a view of the eager rows (do not modify): never changed

@@ -299,6 +299,14 @@ class ReasoningConstraint(Constraint):
             words = self._mask(state[1], state[2])
         write_row(target, row, words)
 
+    def memory_bytes(self) -> int:
+        """The bytes this constraint holds, roughly: the wrapped constraint's
+        (``inner.memory_bytes()``, where it says), the section's walks (two
+        arrays over the vocabulary per marker position) and its masks."""
+        inner = getattr(self.inner, "memory_bytes", None)
+        walks = len(self._walks) * (self.vocab.flat[1].itemsize + 8) * len(self.vocab)
+        return (0 if inner is None else inner()) + walks + 4 * self._words * len(self._masks)
+
     def has_cached_mask(self, state) -> bool:
         """Whether filling ``state``'s mask is a copy (the section's masks once
         walked, the answer's as the wrapped constraint says)."""
