@@ -1,124 +1,18 @@
-"""The request specs both routes share, their cache, the budgets from the
-environment and the version check (no engine needed)."""
+"""What of the request specs needs vLLM's own modules: the version check, the
+backend's stop tokens, the logits processor's reading of a spec's text and its
+loading under Model Runner V2. The specs, their cache and the budgets, which
+need no engine, are tested in the default suite
+(tests/test_engine_requests.py)."""
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 
 import pytest
 
 import constrain
 from constrain.engines.vllm import compat
-from constrain.engines.requests import (
-    ConstraintSource,
-    SpecError,
-    choice_regex,
-    limits_from_env,
-    parse_spec,
-)
-
-
-@pytest.fixture(scope="module")
-def source():
-    tokens = [bytes([b]) for b in range(256)] + [b"ab", b'{"', b"<eos>"]
-    return ConstraintSource(constrain.Vocabulary.from_tokens(tokens, eos_token_ids=[258]),
-                            max_entries=3)
-
-
-@pytest.mark.parametrize("spec, words", [
-    ([], "must be a dict"),
-    ({}, "it has none"),
-    ({"regex": "a", "choice": ["a"]}, "'regex' and 'choice'"),
-    ({"regex": "a", "start": "x"}, "unknown key 'start'"),
-    ({"regex": 3}, "must be a string"),
-    ({"choice": "ab"}, "non-empty list"),
-    ({"choice": ["a", 1]}, "item 1"),
-    ({"json_object": 1}, "must be true"),
-    ({"json_schema": 3}, "'json_schema' must be a JSON object"),
-    ({"structural_tag": 3}, "'structural_tag' must be a JSON object"),
-    ({"json_schema": {}, "whitespace": "loose"}, "'compact' or 'flexible'"),
-    ({"grammar": "start: A", "start": ""}, "rule name"),
-])
-def test_malformed_specs_name_the_key(spec, words):
-    with pytest.raises(SpecError, match=re.escape(words)):
-        parse_spec(spec)
-
-
-def test_schema_text_and_dict_are_one_spec():
-    schema = {"type": "object", "properties": {"b": {}, "a": {}}}
-    assert parse_spec({"json_schema": schema}) == parse_spec({"json_schema": json.dumps(schema)})
-    with pytest.raises(constrain.SchemaError, match="not valid JSON"):
-        parse_spec({"json_schema": "{nope"})
-
-
-def test_choice_regex_is_exactly_the_choices():
-    choices = ["a.b", "a", "(x)", "a.b"]
-    pattern = choice_regex(choices)
-    for c in choices:
-        assert re.fullmatch(pattern, c)
-    for other in ["aXb", "x", "", "a.ba"]:
-        assert not re.fullmatch(pattern, other)
-
-
-def test_cache_compiles_once_and_is_bounded(source):
-    a = source.compile({"regex": "[0-9]{2}"})
-    assert source.compile({"regex": "[0-9]{2}"}) is a
-    for i in range(3):
-        source.compile({"regex": f"x{i}"})
-    assert len(source) == 3
-    assert source.compile({"regex": "[0-9]{2}"}) is not a  # evicted, compiled again
-
-
-def test_errors_are_not_kept(source):
-    for _ in range(2):
-        with pytest.raises(constrain.RegexError, match="offset 0"):
-            source.compile({"regex": "[0-"})
-
-
-def test_threads_asking_at_once_get_one_compile(source):
-    got = []
-    barrier = threading.Barrier(4)
-
-    def ask():
-        barrier.wait()
-        got.append(source.compile({"grammar": 'start: "x" start | "y"'}))
-
-    threads = [threading.Thread(target=ask) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len({id(g) for g in got}) == 1
-
-
-def test_choice_and_json_object_compile(source):
-    choice = source.compile({"choice": ["ab", "b"]})
-    assert choice.matches("ab") and choice.matches("b") and not choice.matches("a")
-    obj = source.compile({"json_object": True})
-    assert obj.matches('{"a":[1]}') and not obj.matches("[1]")
-
-
-def test_structural_tag_and_gbnf_compile(source):
-    tag = {"type": "structural_tag", "format": {
-        "type": "triggered_tags", "triggers": ["<t>"], "stop_after_first": True,
-        "tags": [{"type": "tag", "begin": "<t>", "end": "</t>",
-                  "content": {"type": "json_schema", "json_schema": {"enum": [1, 2]}}}]}}
-    c = source.compile({"structural_tag": json.dumps(tag)})
-    assert c.matches("hi <t>2</t>") and not c.matches("hi <t>3</t>")
-    g = source.compile({"grammar": 'root ::= "a" [0-9]+'})
-    assert g.matches("a12") and not g.matches("a")
-
-
-def test_limits_from_the_environment():
-    limits, cache = limits_from_env({"TRELLIS_VLLM_LIMITS": '{"time_budget": 2, "max_states": 9}',
-                                     "TRELLIS_VLLM_CACHE_BYTES": "1000000"})
-    assert limits == constrain.Limits(time_budget=2.0, max_states=9) and cache == 1_000_000
-    with pytest.raises(constrain.ConstraintError, match="TRELLIS_VLLM_LIMITS"):
-        limits_from_env({"TRELLIS_VLLM_LIMITS": '{"colour": 1}'})
-    with pytest.raises(constrain.InvalidLimitError):
-        limits_from_env({"TRELLIS_VLLM_LIMITS": '{"time_budget": 0}'})
+from constrain.engines.requests import SpecError, parse_spec
 
 
 def test_version_check():
@@ -173,7 +67,8 @@ def test_backend_stop_tokens_follow_acceptance():
 
 def test_specs_nested_too_deeply_are_refused_by_name():
     """Past Python's recursion both were a RecursionError, which vLLM does not
-    turn into a validation error."""
+    turn into a validation error (parse_spec's own case also runs in the
+    default suite: tests/test_engine_requests.py)."""
     from constrain.engines.vllm.logits_processor import request_spec
 
     deep: dict = {}
