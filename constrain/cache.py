@@ -148,10 +148,10 @@ class BoundedCache:
 
     ``growing=True`` is for values that grow after they are stored (compiled
     constraints, whose mask caches fill as they are used): the default
-    ``sizeof`` is then :func:`held_bytes` of the value, a hit charges its
-    entry again, and a miss charges every entry again
-    (:meth:`remeasure`) before evicting, so the bound holds at every miss for
-    what the values hold then. Changes take the cache's lock for their
+    ``sizeof`` is then :func:`held_bytes` of the value, and a miss of
+    :meth:`get_or_build` charges every entry again (:meth:`remeasure`)
+    before evicting, so the bound holds at every miss for what the values
+    hold then (a hit measures nothing). Changes take the cache's lock for their
     few dictionary steps, a hit does not; :meth:`get_or_build` builds outside
     the lock, and when two threads build the same key the first to store wins.
     Under concurrent use the hit and miss counts of :meth:`stats` may miss a
@@ -195,8 +195,6 @@ class BoundedCache:
         except KeyError:  # evicted since: what was read is still the value
             pass
         self._hits += 1
-        if self.growing:
-            self._charge([(key, entry[0])])
         return entry[0]
 
     def remeasure(self) -> None:

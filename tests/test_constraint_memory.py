@@ -72,28 +72,32 @@ def test_held_bytes_prefers_memory_bytes():
     assert held_bytes(arr) == nbytes(arr) == 800
 
 
-def test_a_growing_cache_charges_values_again():
+def test_a_growing_cache_charges_values_again_at_each_miss():
     cache = BoundedCache("t", 10_000, growing=True)
     a, b, c = Growing(1000), Growing(1000), Growing(1000)
     for key, value in (("a", a), ("b", b), ("c", c)):
         assert cache.get_or_build(key, lambda value=value: value) is value
     assert len(cache) == 3 and cache.stats().bytes < 4000
     a.size = 6000  # a was used
-    assert cache.get("a") is a  # a hit charges it again
-    assert cache.stats().bytes > 8000 and len(cache) == 3
+    charged = cache.stats().bytes
+    assert cache.get("a") is a and cache.stats().bytes == charged  # a hit measures nothing
     b.size = 3000  # b grows while nobody asks for it
     d = Growing(10)
     cache.get_or_build("d", lambda: d)  # a miss charges every entry again
     # a (6000) + b (3000) + c + d > 10,000: the least recently used (b, then c) go
-    assert "b" not in cache._items
+    assert "b" not in cache._items and "a" in cache._items
     assert cache.stats().bytes <= 10_000
     assert cache.get("a") is a and cache.get("d") is d
     # a value larger than the whole budget is returned, not kept
     big = Growing(50_000)
     assert cache.get_or_build("big", lambda: big) is big and cache.get("big") is None
-    # an entry that outgrows the budget on a hit is dropped, still returned
+    # an entry that outgrows the budget is dropped at the next miss
     a.size = 20_000
-    assert cache.get("a") is a and cache.get("a") is None
+    e = Growing(10)
+    cache.get_or_build("e", lambda: e)
+    assert cache.get("a") is None and cache.get("e") is e
+    cache.remeasure()  # the same, asked for
+    assert cache.stats().bytes <= 10_000
 
 
 def test_a_plain_cache_charges_once():

@@ -190,3 +190,22 @@ def test_engine_release_numbers(version, parts, expected):
         assert not supported(version, tuple(x + 1 for x in expected), (99,) * parts)
     else:
         assert not supported(version, (0,) * parts, (99,) * parts)
+
+
+def test_a_spec_hashes_as_its_fields_in_every_process():
+    import pickle
+    import subprocess
+    import sys
+
+    spec = parse_spec({"json_schema": {"type": "string"}, "whitespace": "flexible"})
+    assert hash(spec) == hash(parse_spec(spec)) and {spec: 1}[parse_spec(
+        {"json_schema": '{"type": "string"}', "whitespace": "flexible"})] == 1
+    # a pickled spec is hashed anew where it is loaded (string hashes differ
+    # between processes)
+    code = ("import pickle, sys; from constrain.engines.requests import parse_spec; "
+            "s = pickle.loads(sys.stdin.buffer.read()); "
+            "print(hash(s) == hash(parse_spec({'json_schema': {'type': 'string'}, "
+            "'whitespace': 'flexible'})))")
+    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(spec),
+                         capture_output=True, check=True)
+    assert out.stdout.strip() == b"True"

@@ -31,6 +31,7 @@ J. Aycock and R. N. Horspool, "Practical Earley parsing", Computer Journal 2002.
 
 from __future__ import annotations
 
+import operator
 import sys
 import warnings
 from array import array
@@ -52,6 +53,8 @@ _LITTLE = sys.byteorder == "little"
 #: tests/data has 31 items (SQL over Spider's dev queries), a very ambiguous
 #: grammar's grow with the input
 DEFAULT_MAX_ITEMS = 1024
+
+_NBYTES = operator.attrgetter("nbytes")
 
 
 def _tables(ir: GrammarIR, usable, max_contexts: int, max_items: int) -> tuple:
@@ -341,7 +344,8 @@ class EarleyRecognizer:
         """The bytes of the recognizer's tables (its chart columns grow with
         the contexts it makes)."""
         views = self.__dict__.get("_views")
-        return 0 if views is None else sum(t.nbytes for t in views.tables if t is not None)
+        # every slot is bound once the views exist (_bind_tables binds all)
+        return 0 if views is None else sum(map(_NBYTES, views.tables))
 
     @property
     def num_contexts(self) -> int:

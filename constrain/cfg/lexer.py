@@ -765,9 +765,7 @@ class LexerTables:
         vocabulary's trie and the compiler's caches, are not counted)."""
         # the states in use: the tables' unused capacity is never written (its
         # pages are not the process's until then)
-        n = self.n
-        return n * (self.trans.strides[0] + self.loops.strides[0] + self.acc.itemsize
-                    + self.has_acc.itemsize + self.walk_flags.itemsize + self.reads_utf8.itemsize)
+        return self.n * (_STATE_BYTES + 8 * self.words64)
 
     def rows_bytes(self, rows: int) -> int:
         """The bytes of ``rows`` rows of this lexer's (its walks' and those its
@@ -1394,6 +1392,10 @@ class LexerTables:
 #: walk rows in a lexer's first slab and at most in one, and the bytes of
 #: slabs a lexer allocates before it allocates rows one by one
 #: (LexerTables._new_row)
+#: a lexer state's bytes in its tables, less its accepting terminals (one
+#: uint64 per 64 terminals): a transitions row (256 int32), its loop bytes (4
+#: uint64) and three one-byte flags (has_acc, walk_flags, reads_utf8)
+_STATE_BYTES = 256 * 4 + 4 * 8 + 3
 _SLAB_FIRST = 4
 _SLAB_ROWS = 32
 _SLAB_BYTES = 8 << 20

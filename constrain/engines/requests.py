@@ -27,7 +27,7 @@ import re
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from constrain.cache import check_budget, held_bytes
 from constrain.compiler import DEFAULT_CACHE_BYTES, Compiler
@@ -60,8 +60,9 @@ DEFAULT_CACHE_ENTRIES = 256
 #: the bytes those constraints may hold in all (their mask caches grow as
 #: requests use them: see ConstraintSource)
 DEFAULT_CONSTRAINT_BYTES = 1 << 30
-#: the most recently asked-for constraints a compile measures again
-_REMEASURED = 64
+#: the most recently asked-for constraints a compile measures again (~1.5 us
+#: each)
+_REMEASURED = 16
 
 
 class SpecError(ConstraintError):
@@ -80,6 +81,20 @@ class Spec:
     kind: str
     source: str
     options: tuple = ()
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        # the cache's look-ups hash a spec several times a compile; the
+        # generated hash hashed its fields each time (~0.3 us, ~30 us of a
+        # compile's cache work)
+        object.__setattr__(self, "_hash", hash((self.kind, self.source, self.options)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):
+        # string hashes differ between processes: another process hashes anew
+        return (Spec, (self.kind, self.source, self.options))
 
     def describe(self) -> str:
         """A short description for error messages and logs."""
@@ -210,6 +225,20 @@ def _env_value(environ, name: str) -> tuple[str, str | None]:
     return legacy, environ.get(legacy)
 
 
+class _Entry:
+    """A spec's place in a :class:`ConstraintSource`: the compile's future,
+    then its constraint (``None`` while in flight), the bytes charged to it,
+    and whether the source still keeps it."""
+
+    __slots__ = ("future", "constraint", "charged", "kept")
+
+    def __init__(self):
+        self.future = Future()
+        self.constraint = None
+        self.charged = 0
+        self.kept = True
+
+
 class ConstraintSource:
     """Compiles specs over one model's vocabulary and keeps the compiled
     constraints of the most recently used distinct specs, at most
@@ -220,11 +249,12 @@ class ConstraintSource:
 
     A constraint's mask caches grow as requests decode with it (each within
     its own ``mask_cache_bytes``), so each is charged what it holds
-    (:func:`~constrain.cache.held_bytes`): measured again whenever it is
-    asked for, and whenever a spec is compiled, with the 63 others most
-    recently asked for (those requests are decoding with); then the least
-    recently used go until the total is within ``max_bytes``. A constraint
-    larger than that alone is returned, not kept.
+    (:func:`~constrain.cache.held_bytes`), measured again whenever a spec is
+    compiled for the 16 most recently asked for (those requests are decoding
+    with; the others keep their last charge); then the least recently used
+    go until the total is within ``max_bytes``. A constraint larger than
+    that alone is returned, not kept. A hit measures nothing (its cost stays
+    a look-up).
 
     Args:
         vocab: the model's vocabulary (ids up to the model's vocab size).
@@ -249,9 +279,7 @@ class ConstraintSource:
         self.max_bytes = check_budget("max_bytes", max_bytes)
         self.json_whitespace = json_whitespace
         self._lock = threading.Lock()
-        self._entries: OrderedDict[Spec, Future] = OrderedDict()
-        #: the bytes charged to each compiled entry (in-flight ones have none)
-        self._charged: dict[Spec, int] = {}
+        self._entries: OrderedDict[Spec, _Entry] = OrderedDict()
         self._bytes = 0
 
     def compile(self, spec) -> Constraint:
@@ -260,51 +288,48 @@ class ConstraintSource:
         :class:`~constrain.ConstraintError` (its message names the place)."""
         spec = parse_spec(spec)
         with self._lock:
-            future = self._entries.get(spec)
-            if future is not None:
+            entry = self._entries.get(spec)
+            if entry is not None:
                 self._entries.move_to_end(spec)
                 owner = False
             else:
-                future = self._entries[spec] = Future()
+                entry = self._entries[spec] = _Entry()
                 owner = True
                 self._evict()
         if not owner:
-            constraint = future.result()
-            # what the requests before this one made it hold
-            self._charge([(spec, future, constraint)])
-            return constraint
+            return entry.future.result()
         try:
             constraint = self._compile(spec)
         except BaseException as exc:
             with self._lock:
-                if self._entries.get(spec) is future:
+                if self._entries.get(spec) is entry:
                     del self._entries[spec]
-            future.set_exception(exc)
+            entry.future.set_exception(exc)
             raise
-        future.set_result(constraint)
-        # the constraints requests are decoding with are the most recently
-        # asked for: those are measured again (older ones keep their last
-        # charge), at most _REMEASURED of them, ~2 us each
+        entry.future.set_result(constraint)
         with self._lock:
+            entry.constraint = constraint
+            # the constraints requests are decoding with are the most recently
+            # asked for: those are measured again (older ones keep their last
+            # charge), at most _REMEASURED of them
             recent = []
-            for s in reversed(self._entries):
-                f = self._entries[s]
-                if f.done() and f.exception() is None:
-                    recent.append((s, f, f.result()))
+            for other in reversed(self._entries.values()):
+                if other.constraint is not None:
+                    recent.append(other)
                     if len(recent) == _REMEASURED:
                         break
         self._charge(recent)
         return constraint
 
     def _charge(self, entries) -> None:
-        """Charge each ``(spec, future, constraint)`` what the constraint
-        holds now (measured without the lock), then evict to the bounds."""
-        sizes = [(spec, future, held_bytes(constraint)) for spec, future, constraint in entries]
+        """Charge each of ``entries`` what its constraint holds now (measured
+        without the lock), then evict to the bounds."""
+        sizes = [held_bytes(entry.constraint) for entry in entries]
         with self._lock:
-            for spec, future, size in sizes:
-                if self._entries.get(spec) is future:
-                    self._bytes += size - self._charged.get(spec, 0)
-                    self._charged[spec] = size
+            for entry, size in zip(entries, sizes):
+                if entry.kept:
+                    self._bytes += size - entry.charged
+                    entry.charged = size
             self._evict()
 
     def _evict(self) -> None:
@@ -312,8 +337,9 @@ class ConstraintSource:
         # bounds hold (an in-flight compile counts as an entry of no bytes)
         entries = self._entries
         while len(entries) > self.max_entries or (self._bytes > self.max_bytes and entries):
-            spec, _ = entries.popitem(last=False)
-            self._bytes -= self._charged.pop(spec, 0)
+            _, entry = entries.popitem(last=False)
+            entry.kept = False
+            self._bytes -= entry.charged
 
     @property
     def bytes(self) -> int:
@@ -342,8 +368,9 @@ class ConstraintSource:
         """Forget every compiled constraint and empty the compiler's caches
         (an engine's cache flush); compiles in flight finish for their callers."""
         with self._lock:
+            for entry in self._entries.values():
+                entry.kept = False
             self._entries.clear()
-            self._charged.clear()
             self._bytes = 0
         self.compiler.clear()
 

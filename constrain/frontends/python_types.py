@@ -179,8 +179,8 @@ def compile_type(tp, vocab, *, closed: bool = True, **options):
     :func:`constrain.compile_json_schema`. Compiled constraints are cached per
     (type, options, vocabulary), at most 64 of them and 512 MiB in all: each
     is charged what it holds (its ``memory_bytes()``: its mask caches grow
-    as it is used, each bounded by ``mask_cache_bytes``), measured again at
-    each call for it and, for all of them, at each compile.
+    as it is used, each bounded by ``mask_cache_bytes``), all of them
+    measured again at each compile.
 
     Raises:
         SchemaError: pydantic is missing or ``tp`` is no type it takes; and

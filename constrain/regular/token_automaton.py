@@ -410,10 +410,12 @@ class TokenAutomaton:
     def memory_bytes(self) -> int:
         """The bytes of the rows and transitions made so far (eager: all of
         them; lazy: those of the states visited, within ``max_mask_bytes``)."""
-        if self.eager:
-            return sum(a.nbytes for a in (self._pool, self._indptr, self._toks, self._nexts)
-                       if a is not None)
-        return self._bytes
+        if not self.eager:
+            return self._bytes
+        n = self._pool.nbytes
+        if self._indptr is not None:  # (transitions may be left to first use)
+            n += self._indptr.nbytes + self._toks.nbytes + self._nexts.nbytes
+        return n
 
     def row(self, state: int) -> np.ndarray:
         """The uint32 bitmask row of ``state`` (EOS bits set when accepting),
