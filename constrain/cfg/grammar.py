@@ -809,8 +809,7 @@ class GrammarConstraint(Constraint):
         Caches of compiled constraints charge it (see
         :meth:`constrain.cache.BoundedCache.remeasure`)."""
         lex = self.lexer
-        rows = (len(lex._rows) + len(self._masks) + len(self._config_masks)
-                + len(self._near_boundaries))
+        rows = len(self._masks) + len(self._config_masks) + len(self._near_boundaries)
         return (lex.tables_bytes() + lex.rows_bytes(rows) + self.parser.memory_bytes()
                 + self._ctx_next.nbytes + self._ctx_start.nbytes + self.terms.table.nbytes
                 + _MEMO_BYTES * (len(self._advances) + len(self._writers)))

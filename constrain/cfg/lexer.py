@@ -767,10 +767,11 @@ class LexerTables:
         # pages are not the process's until then)
         return self.n * (_STATE_BYTES + 8 * self.words64)
 
-    def rows_bytes(self, rows: int) -> int:
-        """The bytes of ``rows`` rows of this lexer's (its walks' and those its
-        grammar keeps), at least the slabs they come from (:meth:`_new_row`)."""
-        return max(self._slab_bytes, rows * 4 * self._row_len)
+    def rows_bytes(self, kept: int = 0) -> int:
+        """The bytes of the rows of this lexer's walks and ``kept`` more of its
+        rows that its grammar keeps, at least the slabs they come from
+        (:meth:`_new_row`)."""
+        return max(self._slab_bytes, (len(self._rows) + kept) * 4 * self._row_len)
 
     def expansion_counts(self) -> np.ndarray:
         """int64 ``[n, max_states, chunk, layer_chunk]`` (``n`` current), for a
@@ -1389,13 +1390,13 @@ class LexerTables:
         return hit
 
 
-#: walk rows in a lexer's first slab and at most in one, and the bytes of
-#: slabs a lexer allocates before it allocates rows one by one
-#: (LexerTables._new_row)
 #: a lexer state's bytes in its tables, less its accepting terminals (one
 #: uint64 per 64 terminals): a transitions row (256 int32), its loop bytes (4
 #: uint64) and three one-byte flags (has_acc, walk_flags, reads_utf8)
 _STATE_BYTES = 256 * 4 + 4 * 8 + 3
+#: walk rows in a lexer's first slab and at most in one, and the bytes of
+#: slabs a lexer allocates before it allocates rows one by one
+#: (LexerTables._new_row)
 _SLAB_FIRST = 4
 _SLAB_ROWS = 32
 _SLAB_BYTES = 8 << 20

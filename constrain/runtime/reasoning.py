@@ -28,6 +28,7 @@ import threading
 
 import numpy as np
 
+from constrain.cache import held_bytes
 from constrain.errors import ConstraintError, InvalidLimitError, InvalidStateError
 from constrain.protocol import Constraint, check_token_id, text_bytes
 from constrain.runtime.bitmask import bitmask_words, check_bitmask, write_row
@@ -301,11 +302,10 @@ class ReasoningConstraint(Constraint):
 
     def memory_bytes(self) -> int:
         """The bytes this constraint holds, roughly: the wrapped constraint's
-        (``inner.memory_bytes()``, where it says), the section's walks (two
-        arrays over the vocabulary per marker position) and its masks."""
-        inner = getattr(self.inner, "memory_bytes", None)
+        (:func:`~constrain.cache.held_bytes`), the section's walks (two arrays
+        over the vocabulary per marker position) and its masks."""
         walks = len(self._walks) * (self.vocab.flat[1].itemsize + 8) * len(self.vocab)
-        return (0 if inner is None else inner()) + walks + 4 * self._words * len(self._masks)
+        return held_bytes(self.inner) + walks + 4 * self._words * len(self._masks)
 
     def has_cached_mask(self, state) -> bool:
         """Whether filling ``state``'s mask is a copy (the section's masks once
