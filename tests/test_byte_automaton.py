@@ -148,11 +148,69 @@ def test_shared_shapes_expand_as_multibyte_does(pattern, monkeypatch):
 
     char = R.minimize_char_dfa(R.build_char_dfa(R.parse_regex(pattern), max_states=100_000))
     monkeypatch.setattr(ba, "_SHAPES_FROM", 0)  # (small automata are made directly)
+    ba._TEMPLATES.clear()
     fast = ba.char_dfa_to_bytes(char)
+    # again, from the templates the first expansion left (the process's cache)
+    assert len(ba._TEMPLATES) or not any(len(a.intervals) and a.intervals[-1][1] >= 0x80
+                                         for a in char.atoms)
+    warm = ba.char_dfa_to_bytes(char)
     monkeypatch.setattr(ba._Shapes, "expand", lambda self, b, state, spans: ba._multibyte(b, state, spans))
     slow = ba.char_dfa_to_bytes(char)
-    assert np.array_equal(fast.transitions, slow.transitions)
-    assert np.array_equal(fast.accepting, slow.accepting)
+    for got in (fast, warm):
+        assert np.array_equal(got.transitions, slow.transitions)
+        assert np.array_equal(got.accepting, slow.accepting)
+
+
+def test_utf8_templates_are_shared_bounded_and_cleared():
+    """A class expanded once is copied from the process's templates by later
+    patterns (``\\w`` made directly cost ~8 ms a pattern), the templates are
+    read-only, charged their rows, and ``clear_caches`` empties them."""
+    import constrain
+    from constrain.regular import regex as R
+
+    def expand(pattern):
+        char = R.minimize_char_dfa(R.build_char_dfa(R.parse_regex(pattern), max_states=100_000))
+        return ba.char_dfa_to_bytes(char)
+
+    constrain.clear_caches()
+    assert len(ba._TEMPLATES) == 0
+    first = expand(r"\w+")
+    assert len(ba._TEMPLATES) == 1
+    (rows, keys), = [ba._TEMPLATES.get(k) for k in list(ba._TEMPLATES._items)]
+    assert not rows.flags.writeable and isinstance(keys, tuple) and len(keys) == rows.shape[0] - 1
+    assert ba._TEMPLATES.stats().bytes >= rows.nbytes
+    hits = ba._TEMPLATES.stats().hits
+    again = expand(r"\w+")
+    assert ba._TEMPLATES.stats().hits == hits + 1 and len(ba._TEMPLATES) == 1
+    assert np.array_equal(first.transitions, again.transitions)
+    # a pattern with the class in another place: the same shape
+    other = expand(r"a\w*z")
+    assert len(ba._TEMPLATES) == 1 and other.matches("aéz".encode()) and not other.matches(b"a-z")
+    constrain.clear_caches()
+    assert len(ba._TEMPLATES) == 0
+
+
+def test_utf8_templates_under_threads():
+    """Threads expanding classes at once, the templates' cache evicting all the
+    while (room for one), get the tables one thread alone gets."""
+    from concurrent.futures import ThreadPoolExecutor
+    from constrain.regular import regex as R
+
+    patterns = [r"\w{2}", r"\d+x", r"[^\s]\w", r"(?:\w|é){1,3}", r"\W\d", r"[α-ω]+\w"]
+    chars = [R.minimize_char_dfa(R.build_char_dfa(R.parse_regex(p), max_states=100_000))
+             for p in patterns]
+    want = [ba.char_dfa_to_bytes(c).transitions for c in chars]
+    small = ba.BoundedCache("utf-8 templates (test)", 1 << 30, max_entries=1, sizeof=ba._template_bytes)
+    saved = ba._TEMPLATES
+    ba._TEMPLATES = small
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: ba.char_dfa_to_bytes(chars[i % len(chars)]).transitions,
+                                range(96)))
+    finally:
+        ba._TEMPLATES = saved
+    for i, t in enumerate(got):
+        assert np.array_equal(t, want[i % len(chars)])
 
 
 def _reference_classes(trans, accepting, live):

@@ -21,6 +21,7 @@ from constrain.automata.liveness import trim_dead
 from constrain.automata.minimize_kernels import trim_minimize
 from constrain.automata.char_dfa import CharDFA
 from constrain.automata.deadline import passed
+from constrain.cache import BoundedCache, registry
 from constrain.errors import GrammarTooComplexError
 
 DEAD = 0
@@ -138,28 +139,46 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
     b.table[1:n + 1, :128] = by_atom[:, atom_of_byte]
     wide_atoms = [a for a in range(n_atoms) if wide[a]]
     if wide_atoms:
-        # a few states are made directly: a template pays from ~10 states of
-        # one shape, and finding shapes cost ~1.5 us a state (a JSON string's
-        # 8 states: 42 -> 52 us)
-        shapes = _Shapes() if n > _SHAPES_FROM else _Direct
-        for q in range(n):
-            if deadline is not None and passed(deadline):
-                raise GrammarTooComplexError(
-                    "expanding the automaton to UTF-8 bytes exceeded the time budget "
-                    "(pass time_budget= to raise it)")
+        def spans_of(q: int) -> list:
             row = dfa.table[q]
             spans = [(lo, hi, int(row[a]) + 1) for a in wide_atoms if row[a] >= 0
                      for lo, hi in dfa.atoms[a].intervals if hi >= 0x80]
+            spans.sort()
+            return spans
+
+        if n > _SHAPES_FROM:
+            shapes, todo = _Shapes(), [None] * n  # (spans made one state at a time)
+        else:
+            # a small automaton's states are made directly (finding shapes cost
+            # ~1.5 us a state: a JSON string's 8 states, 42 -> 52 us), unless one
+            # has a class worth a template (\w's ~700 spans: ~8 ms made directly)
+            todo = [spans_of(q) for q in range(n)]
+            shapes = _Shapes() if any(len(s) >= _TEMPLATE_MIN_SPANS for s in todo) else _Direct
+        for q in range(n):
+            _check_deadline(deadline)
+            spans = todo[q] if todo[q] is not None else spans_of(q)
             if spans:
-                spans.sort()
                 shapes.expand(b, q + 1, spans)
     accepting = np.zeros(b.size, dtype=np.bool_)
     accepting[1:n + 1] = dfa.accepting
     return ByteDFA(b.table[:b.size].copy(), accepting)
 
 
+def _check_deadline(deadline) -> None:
+    if deadline is not None and passed(deadline):
+        raise GrammarTooComplexError(
+            "expanding the automaton to UTF-8 bytes exceeded the time budget "
+            "(pass time_budget= to raise it)")
+
+
 #: char DFAs with more states than this expand through :class:`_Shapes`
 _SHAPES_FROM = 32
+#: a smaller char DFA expands through :class:`_Shapes` too when a state has this
+#: many non-ASCII spans (``\d`` has 64, ``\w`` ~700; ``\s`` 8)
+_TEMPLATE_MIN_SPANS = 16
+#: the states whose spans :class:`_Shapes` remembers, to give a later state with
+#: the same spans (and targets) their lead bytes
+_SAME_SPANS_KEPT = 64
 
 
 class _Direct:
@@ -174,9 +193,10 @@ class _Shapes:
     """:func:`_multibyte` for many states whose spans differ only in their
     targets (a counted repetition of a class: ``\\w{1,500}`` has 500 states
     alike, each with ~310 continuation states; :func:`_multibyte` cost ~16 ms
-    a state of ``\\w`` in Python). A shape's first state is made directly;
-    a later one copies a template of the shape, with placeholders for the
-    targets, in one numpy pass.
+    a state of ``\\w`` in Python), and for a class that other patterns of the
+    process have expanded: a state copies a template of its shape, with
+    placeholders for the targets, in one numpy pass. Templates are kept in
+    :data:`_TEMPLATES`, shared by every expansion of the process.
 
     The result is the table :func:`_multibyte` alone writes. Continuation
     states are shared through :meth:`_Builder.continuation`'s memo, whose keys
@@ -186,29 +206,41 @@ class _Shapes:
     directly."""
 
     def __init__(self):
-        self.templates: dict = {}  # shape -> (rows, keys), or None after its first state
         self.keyed: set = set()    # targets that memo keys name
         self.pending: dict = {}    # target -> copies whose keys are not in the memo yet
+        self.made: dict = {}       # spans -> the first state expanded with them
 
     def expand(self, b: _Builder, state: int, spans: list) -> None:
+        same = tuple(spans)
+        earlier = self.made.get(same)
+        if earlier is None:
+            # (a counted class's states differ in their targets: kept for the
+            # first few only, each key holds a class's spans)
+            if len(self.made) < _SAME_SPANS_KEPT:
+                self.made[same] = state
+        else:
+            # the same spans, the same targets: _multibyte would find every
+            # continuation state in the memo and write the earlier state's
+            # lead bytes again (``\w*z``'s two states: 2 ms of Python for the
+            # second); the memo keys of a copy stay pending until a state
+            # that may share them is made directly
+            b.table[state, 0x80:] = b.table[earlier, 0x80:]
+            return
         targets = list(dict.fromkeys(t for _, _, t in spans))
         if self.pending:
             for t in targets:
                 if t in self.pending:
                     self._write_keys(b, t)
-        index = {t: i for i, t in enumerate(targets)}
-        shape = tuple((lo, hi, index[t]) for lo, hi, t in spans)
-        template = self.templates.get(shape, _MISS)
-        if template is _MISS or any(t in self.keyed for t in targets):
-            # a shape's first state, or one that may share continuation states
-            # with earlier ones (through the memo)
-            if template is _MISS:
-                self.templates[shape] = None
+        if any(t in self.keyed for t in targets):
+            # it may share continuation states with earlier ones (through the memo)
             _multibyte(b, state, spans)
             self.keyed.update(targets)
             return
+        index = {t: i for i, t in enumerate(targets)}
+        shape = tuple((lo, hi, index[t]) for lo, hi, t in spans)
+        template = _TEMPLATES.get(shape)
         if template is None:
-            template = self.templates[shape] = _template(shape)
+            template = _TEMPLATES.get_or_build(shape, lambda: _template(shape))
         rows, keys = template
         # template ids: 0 dead, 1 the state itself, 2.. its continuation states
         # (keys[j - 2] memoises id j), -1-i target i; all new here
@@ -236,21 +268,35 @@ class _Shapes:
             self.keyed.update(targets)
 
 
-_MISS = object()
 
 
 def _template(shape: tuple) -> tuple:
     """``(rows, keys)``: the rows :func:`_multibyte` writes for spans of
     ``shape`` (their targets replaced by indices), the state's own row first
     (lead bytes only), then its continuation states, -1-i standing for target
-    i; and the memo key of each continuation state."""
+    i; and the memo key of each continuation state. Read-only: shared."""
     b = _Builder(0, None)
     own = b.new_state()  # 1
     _multibyte(b, own, [(lo, hi, -1 - i) for lo, hi, i in shape])
     keys = [None] * (b.size - 2)
     for key, s in b.memo.items():
         keys[s - 2] = key
-    return b.table[1:b.size].copy(), keys
+    rows = b.table[1:b.size].copy()
+    rows.setflags(write=False)
+    return rows, tuple(keys)
+
+
+def _template_bytes(shape: tuple, template: tuple) -> int:
+    """What a template and its shape hold, roughly: its rows, and ~150 bytes
+    per span of its key and of its memo keys (tuples of three ints)."""
+    return template[0].nbytes + 150 * (len(shape) + sum(len(sub) for _, sub in template[1]))
+
+
+#: the templates of :class:`_Shapes`, by shape: a class expands alike in every
+#: pattern (``\w``: ~310 byte states, 0.3 MB of rows, ~8 ms to make), so they
+#: are shared by the process's expansions, whatever their vocabulary
+_TEMPLATES = registry.register(BoundedCache("utf-8 templates", 32 << 20, max_entries=512,
+                                            sizeof=_template_bytes))
 
 
 def _multibyte(b: _Builder, state: int, spans: list) -> None:

@@ -377,8 +377,8 @@ class TrellisEngine:
 
         Dropped: everything cached on the vocabulary except vocabulary-derived
         tables (the token trie..., built once per vocabulary like xgrammar's
-        TokenizerInfo and outlines-core's Vocabulary; found in ``prepare``), and
-        every ``lru_cache`` in
+        TokenizerInfo and outlines-core's Vocabulary; found in ``prepare``), the
+        UTF-8 expansion's templates, and every ``lru_cache`` in
         ``constrain.*`` that takes arguments (memoized compile work, e.g. parsed
         character classes). Kept: zero-argument ``lru_cache`` functions, which are
         constants (static Unicode tables, the peers have theirs in their binary).
@@ -397,6 +397,11 @@ class TrellisEngine:
                     del cache[k]
         for fn in self._memo:
             fn.cache_clear()
+        # the UTF-8 expansion's templates, kept by shape for the process (a
+        # class's second pattern copies it): the peers make theirs per regex too
+        from constrain.automata import byte_dfa
+
+        byte_dfa._TEMPLATES.clear()
 
     def _find_memo(self):
         import inspect
