@@ -333,6 +333,8 @@ def _lru_caches_of_constrain():
 #: is one, the installed version of a dependency another: they do not change
 #: while the process runs)
 _CONSTANTS = {"constrain.automata.charset._all_scalars", "constrain.automata.regex_syntax._cased",
+              "constrain.automata.charset._unicode_digit", "constrain.automata.charset._unicode_space",
+              "constrain.automata.charset._unicode_word",
               "constrain.persist.trellis_version", "constrain.kernel_loading.kernel_sources_stamp",
               "constrain.persist.dependency_version"}
 
