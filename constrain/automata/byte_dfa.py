@@ -147,7 +147,7 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
             return spans
 
         if n > _SHAPES_FROM:
-            shapes, todo = _Shapes(), [None] * n  # (spans made one state at a time)
+            shapes, todo = _Shapes(), None  # (spans made one state at a time)
         else:
             # a small automaton's states are made directly (finding shapes cost
             # ~1.5 us a state: a JSON string's 8 states, 42 -> 52 us), unless one
@@ -156,7 +156,7 @@ def char_dfa_to_bytes(dfa: CharDFA, max_states: int | None = None,
             shapes = _Shapes() if any(len(s) >= _TEMPLATE_MIN_SPANS for s in todo) else _Direct
         for q in range(n):
             _check_deadline(deadline)
-            spans = todo[q] if todo[q] is not None else spans_of(q)
+            spans = spans_of(q) if todo is None else todo[q]
             if spans:
                 shapes.expand(b, q + 1, spans)
     accepting = np.zeros(b.size, dtype=np.bool_)
@@ -238,10 +238,7 @@ class _Shapes:
             return
         index = {t: i for i, t in enumerate(targets)}
         shape = tuple((lo, hi, index[t]) for lo, hi, t in spans)
-        template = _TEMPLATES.get(shape)
-        if template is None:
-            template = _TEMPLATES.get_or_build(shape, lambda: _template(shape))
-        rows, keys = template
+        rows, keys = _TEMPLATES.get_or_build(shape, lambda: _template(shape))
         # template ids: 0 dead, 1 the state itself, 2.. its continuation states
         # (keys[j - 2] memoises id j), -1-i target i; all new here
         first = b.new_states(len(keys))
@@ -266,8 +263,6 @@ class _Shapes:
             for j, (remaining, sub) in enumerate(keys, 2):
                 b.memo[(remaining, tuple([(lo, hi, targets[-1 - t]) for lo, hi, t in sub]))] = int(ids[j])
             self.keyed.update(targets)
-
-
 
 
 def _template(shape: tuple) -> tuple:
