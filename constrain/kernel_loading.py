@@ -193,6 +193,14 @@ class _KernelLocator(_LOCATOR or object):
     def __init__(self, inner):
         self._inner = inner
 
+    def __getattr__(self, name):
+        # what numba reads of a locator beyond its methods (``_py_file``, for the
+        # warning of a kernel it cannot cache: without it, that kernel's compile
+        # died with an AttributeError instead of running uncached)
+        if name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
     @classmethod
     def sources_stamp(cls) -> str:
         return kernel_sources_stamp()

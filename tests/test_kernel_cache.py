@@ -120,3 +120,27 @@ def test_no_writable_cache_location_compiles_into_a_temporary_folder(monkeypatch
     os.rmdir(folder)
     monkeypatch.undo()
     assert kernel_loading.ensure_cache_location() is None  # this machine has a place
+
+
+def test_a_kernel_numba_cannot_cache_warns_instead_of_failing():
+    """numba warns, naming the kernel's file, when a compile result cannot be
+    cached (lifted loops, dynamic globals) and runs it uncached; it reads the
+    file from the locator, which Trellis's wrapped without passing it on, so
+    such a compile died with an AttributeError (seen with NUMBA_OPT=0)."""
+    import types
+    import warnings
+
+    from numba.core.errors import NumbaWarning
+
+    from constrain.cfg import lexer_kernels
+
+    impl = lexer_kernels.boundary_walk._cache._impl
+    assert type(impl.locator) is kernel_loading._KernelLocator
+    assert impl.locator._py_file == lexer_kernels.__file__
+    cres = types.SimpleNamespace(lifted=[types.SimpleNamespace(can_cache=False)],
+                                 fndesc=types.SimpleNamespace(qualname="boundary_walk"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert impl.check_cachable(cres) is False
+    assert any(issubclass(w.category, NumbaWarning) and "boundary_walk" in str(w.message)
+               for w in caught)
