@@ -19,7 +19,7 @@ in another module would leave its callers running the old code. Every kernel's
 stamp is numba's own stamp of its file together with those of
 :data:`KERNEL_MODULES` (taken once per process: numba stamps most of these
 files on import anyway), so any change to a kernel module recompiles the
-kernels (about 40 s of CPU, as on a first run).
+kernels (about 150 s of CPU, as on a first run).
 
 Both are installed when ``constrain`` is imported, on numba versions that have
 what they rely on (else numba's own path is kept).
@@ -293,7 +293,7 @@ def ensure_cache_location() -> str | None:
     atexit.register(remove)
     warnings.warn(f"no folder can keep Trellis's compiled kernels (the install and the home "
                   f"folder are read-only, NUMBA_CACHE_DIR is unset or not a folder): they "
-                  f"compile into {folder} for this process (about 40 s of CPU); set "
+                  f"compile into {folder} for this process (about 150 s of CPU); set "
                   f"NUMBA_CACHE_DIR to a writable folder to keep them", RuntimeWarning,
                   stacklevel=2)
     return folder

@@ -15,7 +15,7 @@ Subcommands:
     stdout, timing and model calls to stderr.
 
 ``trellis warm-up``
-    Compile Trellis's numba kernels now (once per machine, about 40 s of CPU;
+    Compile Trellis's numba kernels now (once per machine, about 150 s of CPU;
     the set-up step runs it) or load them from their cache; one line on stderr.
     ``generate`` and ``search`` do it first, saying so, when it has never run.
 
