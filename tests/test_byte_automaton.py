@@ -274,3 +274,44 @@ def test_deep_automata_are_minimised():
     assert dfa.transitions.shape[0] == 2 + 600  # dead, start, one chain
     assert dfa.matches(b"a" + b"x" * 599) and dfa.matches(b"b" + b"x" * 599)
     assert not dfa.matches(b"a" + b"x" * 598)
+
+
+def test_charset_partitions_are_shared_bounded_by_bytes_and_cleared():
+    """The atoms of a pattern's classes are kept for later patterns with the
+    same classes, charged ~100 bytes an interval (an entry bound alone let 256
+    long patterns' partitions hold hundreds of MB), never past the byte bound,
+    and ``clear_caches`` empties them."""
+    import constrain
+    from constrain.automata import char_dfa
+    from constrain.automata.charset import SRE_CATEGORY_SIGN, CharSet, sre_category
+    from constrain.cache import BoundedCache
+
+    word = next(sre_category(k, False) for k in SRE_CATEGORY_SIGN if str(k) == "CATEGORY_WORD")
+    classes = (word, CharSet([(0x61, 0x7A)]), CharSet([(0x30, 0x39), (0xE9, 0xE9)]))
+    constrain.clear_caches()
+    assert len(char_dfa._PARTITIONS) == 0
+    atoms, masks = char_dfa._partition_distinct(classes)
+    # atoms: disjoint, their union is the classes' union, each class the union of its atoms
+    covered = sorted(iv for a in atoms for iv in a.intervals)
+    assert all(b[0] > a[1] for a, b in zip(covered, covered[1:]))
+    for cs, m in zip(classes, masks):
+        assert CharSet(iv for i, a in enumerate(atoms) if m >> i & 1 for iv in a.intervals) == cs
+    stats = char_dfa._PARTITIONS.stats()
+    assert len(char_dfa._PARTITIONS) == 1 and stats.bytes >= 100 * len(word.intervals)
+    assert char_dfa._partition_distinct(classes) is char_dfa._partition_distinct(classes)
+    assert char_dfa._PARTITIONS.stats().hits == stats.hits + 2
+    constrain.clear_caches()
+    assert len(char_dfa._PARTITIONS) == 0
+
+    # a bound smaller than one partition: returned, not kept
+    saved = char_dfa._PARTITIONS
+    char_dfa._PARTITIONS = BoundedCache("charset partitions (test)", 1000, max_entries=256,
+                                        sizeof=char_dfa._partition_bytes)
+    try:
+        assert char_dfa._partition_distinct(classes) == (atoms, masks)
+        assert len(char_dfa._PARTITIONS) == 0 and char_dfa._PARTITIONS.stats().bytes == 0
+        small = (CharSet([(0x61, 0x62)]), CharSet([(0x62, 0x63)]))
+        char_dfa._partition_distinct(small)
+        assert len(char_dfa._PARTITIONS) == 1
+    finally:
+        char_dfa._PARTITIONS = saved

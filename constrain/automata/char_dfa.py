@@ -15,7 +15,6 @@ finds one later.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ from constrain.automata.deadline import Deadline, kernel_deadline, passed, ready
 from constrain.automata.determinize_kernels import (KERNEL_MAX_WORDS, OUT_OF_TIME, determinize,
                                                     tiny_determinize_args)
 from constrain.automata.charset import CharSet, sre_category
-from constrain.cache import registry
+from constrain.cache import BoundedCache, registry
 from constrain.errors import GrammarTooComplexError, UnsupportedRegexError
 from constrain.automata.regex_syntax import Alt, Assert, Atomic, Chars, Concat, Look, Repeat
 
@@ -237,15 +236,31 @@ def _partition(charsets: list[CharSet]) -> tuple[list[CharSet], list[int]]:
     return list(atoms), [mask_of[cs] for cs in charsets]
 
 
-# the same classes are partitioned again by every pattern that has them (\w's
-# ~700 intervals: ~2 ms of Python a pattern); the result is immutable
-@registry.register
-@functools.lru_cache(maxsize=256)
+def _partition_bytes(charsets: tuple, value: tuple) -> int:
+    """What a partition and its key hold, roughly: ~100 bytes an interval of
+    the charsets and of their atoms (a tuple of two ints in a tuple)."""
+    return 100 * (sum(len(cs.intervals) for cs in charsets)
+                  + sum(len(a.intervals) for a in value[0])) + 8 * len(value[1])
+
+
+#: the partitions of :func:`_partition_distinct`, by their charsets: the same
+#: classes are partitioned again by every pattern that has them (\w's ~700
+#: intervals: ~2 ms of Python a pattern). Bounded by bytes as well as entries:
+#: a pattern's charsets, and so its partition, grow with its length
+_PARTITIONS = registry.register(BoundedCache("charset partitions", 16 << 20, max_entries=256,
+                                             sizeof=_partition_bytes))
+
+
 def _partition_distinct(charsets: tuple) -> tuple[tuple, tuple]:
     """:func:`_partition` of distinct charsets: ``(atoms, masks)`` as tuples,
-    atoms numbered by their lowest code point."""
+    atoms numbered by their lowest code point (immutable: shared through
+    :data:`_PARTITIONS`)."""
     if len(charsets) == 1:
         return ((charsets[0],), (1,)) if charsets[0] else ((), (0,))
+    return _PARTITIONS.get_or_build(charsets, lambda: _atoms(charsets))
+
+
+def _atoms(charsets: tuple) -> tuple[tuple, tuple]:
     events: dict[int, list] = {}
     for i, cs in enumerate(charsets):
         for lo, hi in cs.intervals:
