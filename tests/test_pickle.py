@@ -111,9 +111,15 @@ def _masks_in_worker(constraint, seed):
 
 def test_spawned_workers_give_the_same_masks(kinds):
     """Constraints shipped to worker processes (spawn: nothing inherited)."""
+    from concurrent.futures import ProcessPoolExecutor
+
     ctx = multiprocessing.get_context("spawn")
     names = ["regex", "json_schema", "reasoning"]
-    with ctx.Pool(1) as pool:
-        got = pool.starmap(_masks_in_worker, [(kinds[n][0], 3) for n in names])
+    # (not multiprocessing.Pool: a worker that fails to unpickle its task loses
+    # it, and Pool then waits for it forever; an executor raises
+    # BrokenProcessPool, and the timeout bounds a worker that hangs)
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        got = list(pool.map(_masks_in_worker, [kinds[n][0] for n in names], [3] * len(names),
+                            timeout=600))
     for name, masks in zip(names, got):
         assert masks == _masks_in_worker(kinds[name][0], 3), name
