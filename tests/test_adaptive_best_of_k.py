@@ -113,3 +113,51 @@ def test_default_features_cost_one_call_each():
     with pytest.raises(TypeError, match="n is chosen per input"):
         adaptive_best_of_k(lm, [[0]], ArithmeticCheckerPRM(), predictor=HandPredictor(), total_budget=1, k_max=1,
                            n=3)
+
+
+def _brute_best(E, budget, k_min):
+    n, k_max = E.shape[0], E.shape[1] - 1
+    spend = min(budget, n * k_max)
+    return max(sum(E[i, c[i]] for i in range(n))
+               for c in itertools.product(range(k_min, k_max + 1), repeat=n) if sum(c) == spend)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_allocation_is_optimal_for_curves_that_are_not_concave(seed):
+    """Gaussian rewards with k_min=0 (E(0) = E(1) = mu: the first sample gains
+    nothing) and arbitrary increasing curves: the split is the brute force's best."""
+    rng = np.random.default_rng(1000 + seed)
+    n, k_max = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+    if seed % 2:
+        mu, sigma = rng.uniform(-1, 1, n), rng.uniform(0.1, 1, n)
+        E = mu[:, None] + sigma[:, None] * expected_max_normal(k_max)[None, :]
+        k_min = 0
+    else:
+        E = np.cumsum(rng.uniform(0, 1, (n, k_max + 1)), axis=1)
+        k_min = int(rng.integers(0, k_max))
+    budget = int(rng.integers(n * k_min, n * k_max + 3))
+    k = allocate_samples(E, budget, k_min=k_min)
+    assert k.sum() == min(budget, n * k_max) and k.min() >= k_min and k.max() <= k_max
+    assert np.isclose(sum(E[i, k[i]] for i in range(n)), _brute_best(E, budget, k_min))
+
+
+def test_gaussian_first_samples_are_spread():
+    # three inputs alike: the greedy split gave the first one every sample
+    # (its first sample gains nothing, like everyone's, and then it leads)
+    E = 0.2 + 0.5 * expected_max_normal(8)[None, :].repeat(3, axis=0)
+    k = allocate_samples(E, 6, k_min=0)
+    assert sorted(k.tolist()) == [2, 2, 2]
+    # the greedy split, for the record
+    from search.reasoning.adaptive_best_of_k import _greedy_split
+
+    assert _greedy_split(E, 0, 6).tolist() == [6, 0, 0]
+
+
+def test_too_large_an_exact_split_warns_and_falls_back(monkeypatch):
+    import search.reasoning.adaptive_best_of_k as A
+
+    E = 0.2 + 0.5 * expected_max_normal(8)[None, :].repeat(3, axis=0)
+    monkeypatch.setattr(A, "MAX_EXACT_CELLS", 10)
+    with pytest.warns(RuntimeWarning, match="not concave"):
+        k = allocate_samples(E, 6, k_min=0)
+    assert k.sum() == 6

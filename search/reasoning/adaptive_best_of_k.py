@@ -19,9 +19,10 @@ budget is spent or every input has ``k_max``. Both curves are concave in ``k``
 from ``k = 1`` (the binary one from 0), and for concave curves this greedy split
 maximises ``sum_i E_i(k_i)`` under the budget (separable concave resource
 allocation): with ``k_min >= 1`` (the default), or binary rewards. With
-``k_min = 0`` and Gaussian rewards the first sample's gain is ``mu_i``, which
-can be below the second's (``0.564 * sigma_i``), and the split may then miss the
-best one. :func:`adaptive_best_of_k` runs
+``k_min = 0`` and Gaussian rewards the first sample gains nothing (``e_0 = e_1 =
+0``) and the second ``0.564 * sigma_i``: curves that are not concave, which it
+splits exactly by dynamic programming over the budget instead (the greedy gave
+one input all its samples before any other got one). :func:`adaptive_best_of_k` runs
 :func:`search.reasoning.rerank.best_of_n` with each input's ``k``.
 
 Reference: Damani, Shenfeld, Sachdeva, Andreas & Kim, "Learning How Hard to
@@ -138,8 +139,14 @@ class RewardPredictor:
         return out
 
 
+#: the largest ``n * (extra samples + 1)`` table :func:`allocate_samples` fills
+#: for curves that are not concave (int16 choices: 40 MB)
+MAX_EXACT_CELLS = 20_000_000
+
+
 def allocate_samples(expected_best, total_budget: int, *, k_min: int = 1) -> np.ndarray:
-    """Split ``total_budget`` samples over inputs by greedy marginal gain.
+    """Split ``total_budget`` samples over inputs to maximise the summed expected
+    best-of-k.
 
     Args:
         expected_best: ``(n, k_max + 1)``: ``E_i(k)`` for ``k = 0 .. k_max`` (a
@@ -149,11 +156,18 @@ def allocate_samples(expected_best, total_budget: int, *, k_min: int = 1) -> np.
 
     Returns:
         ``k`` (int array, ``n``). Guarantee: ``k_min <= k_i <= k_max``,
-        ``sum(k) == min(total_budget, n * k_max)``, and each sample beyond
-        ``k_min`` went, when it was handed out, to an input of largest marginal
-        gain ``E_i(k_i + 1) - E_i(k_i)`` (ties: the smaller index): for concave
-        ``E_i`` this maximises ``sum_i E_i(k_i)``. ``ValueError`` when the budget
-        is below ``n * k_min``.
+        ``sum(k) == min(total_budget, n * k_max)``, and ``sum_i E_i(k_i)`` is the
+        largest such a split can reach. When every ``E_i`` is concave from
+        ``k_min`` (both of :class:`RewardPredictor`'s forms are from ``k = 1``,
+        the binary one from 0) the split is greedy by marginal gain: each sample
+        beyond ``k_min`` goes to an input of largest ``E_i(k_i + 1) - E_i(k_i)``
+        (ties: the smaller index), which is optimal for concave curves. Otherwise
+        (``k_min = 0`` with Gaussian rewards: ``E_i(0) = E_i(1)``, so every first
+        sample gains nothing and the greedy gave one input all its samples before
+        the others got any) it is exact dynamic programming over the budget,
+        ``O(n * budget * k_max)``, up to :data:`MAX_EXACT_CELLS` table cells; past
+        that, the greedy split with a :class:`RuntimeWarning` that it may fall
+        short. ``ValueError`` when the budget is below ``n * k_min``.
     """
     E = np.atleast_2d(np.asarray(expected_best, dtype=np.float64))
     n, k_max = E.shape[0], E.shape[1] - 1
@@ -165,16 +179,66 @@ def allocate_samples(expected_best, total_budget: int, *, k_min: int = 1) -> np.
                          f"{n * k_min}")
     if not np.isfinite(E).all():
         raise ValueError("allocate_samples: expected_best has a non-finite entry")
-    k = np.full(n, int(k_min), dtype=np.int64)
+    k_min, extra = int(k_min), min(int(total_budget), n * k_max) - n * int(k_min)
+    gains = np.diff(E[:, k_min:], axis=1)
+    slack = 1e-12 * max(1.0, float(np.abs(E).max()))
+    if gains.shape[1] < 2 or bool((gains[:, 1:] <= gains[:, :-1] + slack).all()):
+        return _greedy_split(E, k_min, extra)
+    if n * (extra + 1) > MAX_EXACT_CELLS:
+        import warnings
+
+        warnings.warn(f"allocate_samples: the expected-best curves are not concave from k_min={k_min}, "
+                      f"and the exact split of {extra} samples over {n} inputs needs more than "
+                      f"{MAX_EXACT_CELLS} table cells: the greedy split is used, which may fall short "
+                      f"of the best", RuntimeWarning, stacklevel=2)
+        return _greedy_split(E, k_min, extra)
+    return _exact_split(E, k_min, extra)
+
+
+def _greedy_split(E: np.ndarray, k_min: int, extra: int) -> np.ndarray:
+    """From ``k_min`` each, ``extra`` samples one at a time to the input of
+    largest marginal gain (ties: the smaller index)."""
+    n, k_max = E.shape[0], E.shape[1] - 1
+    k = np.full(n, k_min, dtype=np.int64)
     heap = [(-(E[i, k_min + 1] - E[i, k_min]), i) for i in range(n) if k_min < k_max]
     heapq.heapify(heap)
-    left = int(total_budget) - n * int(k_min)
+    left = extra
     while left > 0 and heap:
         _, i = heapq.heappop(heap)
         k[i] += 1
         left -= 1
         if k[i] < k_max:
             heapq.heappush(heap, (-(E[i, k[i] + 1] - E[i, k[i]]), i))
+    return k
+
+
+def _exact_split(E: np.ndarray, k_min: int, extra: int) -> np.ndarray:
+    """The split of exactly ``extra`` samples beyond ``k_min`` each that
+    maximises ``sum_i E_i(k_i)``: dynamic programming over the inputs, the table
+    the best sum of the inputs so far for each number of samples given out
+    (ties: fewer samples to the later input)."""
+    n, k_max = E.shape[0], E.shape[1] - 1
+    width = k_max - k_min
+    best = np.full(extra + 1, -np.inf)
+    best[0] = 0.0
+    choice = np.zeros((n, extra + 1), dtype=np.int16 if width < 2 ** 15 else np.int32)
+    for i in range(n):
+        row = E[i, k_min:]
+        new = best + row[0]  # j = 0 more samples to input i
+        pick = choice[i]
+        for j in range(1, min(width, extra) + 1):
+            cand = np.full(extra + 1, -np.inf)
+            cand[j:] = best[:-j] + row[j]
+            better = cand > new
+            new[better] = cand[better]
+            pick[better] = j
+        best = new
+    k = np.full(n, k_min, dtype=np.int64)
+    r = extra
+    for i in range(n - 1, -1, -1):
+        j = int(choice[i, r])
+        k[i] += j
+        r -= j
     return k
 
 
