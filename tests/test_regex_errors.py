@@ -53,10 +53,10 @@ def vocab():
     ("(?x:# x\n)(?-x:# {20000})b{20000}", RegexTooLargeError, 16, "repetition bound"),
 ])
 def test_bad_regexes_name_problem_and_offset(vocab, pattern, error, offset, words):
-    t = time.perf_counter()
+    t = time.thread_time()
     with pytest.raises(error) as info:
         compile_regex(pattern, vocab)
-    assert time.perf_counter() - t < 1.0
+    assert time.thread_time() - t < 1.0  # CPU: a busy machine's waits do not count
     e = info.value
     assert isinstance(e, ConstraintError) and isinstance(e, ValueError)
     assert words in str(e)
@@ -66,10 +66,10 @@ def test_bad_regexes_name_problem_and_offset(vocab, pattern, error, offset, word
 
 
 def test_state_explosion_is_refused_within_budget(vocab):
-    t = time.perf_counter()
+    t = time.thread_time()
     with pytest.raises(GrammarTooComplexError, match="max_states"):
         compile_regex(r"[ab]*a[ab]{20}", vocab, max_states=2000)
-    assert time.perf_counter() - t < 1.0
+    assert time.thread_time() - t < 1.0  # CPU: a busy machine's waits do not count
 
 
 def test_time_budget(vocab):
