@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -185,8 +186,6 @@ def allocate_samples(expected_best, total_budget: int, *, k_min: int = 1) -> np.
     if gains.shape[1] < 2 or bool((gains[:, 1:] <= gains[:, :-1] + slack).all()):
         return _greedy_split(E, k_min, extra)
     if n * (extra + 1) > MAX_EXACT_CELLS:
-        import warnings
-
         warnings.warn(f"allocate_samples: the expected-best curves are not concave from k_min={k_min}, "
                       f"and the exact split of {extra} samples over {n} inputs needs more than "
                       f"{MAX_EXACT_CELLS} table cells: the greedy split is used, which may fall short "
