@@ -378,9 +378,9 @@ class TrellisEngine:
         Dropped: everything cached on the vocabulary except vocabulary-derived
         tables (the token trie..., built once per vocabulary like xgrammar's
         TokenizerInfo and outlines-core's Vocabulary; found in ``prepare``), the
-        UTF-8 expansion's templates, and every ``lru_cache`` in
-        ``constrain.*`` that takes arguments (memoized compile work, e.g. parsed
-        character classes). Kept: zero-argument ``lru_cache`` functions, which are
+        UTF-8 expansion's templates and the classes' partitions into atoms, and
+        every ``lru_cache`` in ``constrain.*`` that takes arguments (memoized
+        compile work, e.g. parsed character classes). Kept: zero-argument ``lru_cache`` functions, which are
         constants (static Unicode tables, the peers have theirs in their binary).
 
         The memos are looked for again only when a module was imported since:
@@ -398,10 +398,13 @@ class TrellisEngine:
         for fn in self._memo:
             fn.cache_clear()
         # the UTF-8 expansion's templates, kept by shape for the process (a
-        # class's second pattern copies it): the peers make theirs per regex too
-        from constrain.automata import byte_dfa
+        # class's second pattern copies it), and the partitions of a pattern's
+        # classes into atoms, kept by their classes (not lru_caches, so not
+        # among the memos above): the peers make theirs per regex too
+        from constrain.automata import byte_dfa, char_dfa
 
         byte_dfa._TEMPLATES.clear()
+        char_dfa._PARTITIONS.clear()
 
     def _find_memo(self):
         import inspect
