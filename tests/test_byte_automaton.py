@@ -315,3 +315,28 @@ def test_charset_partitions_are_shared_bounded_by_bytes_and_cleared():
         assert len(char_dfa._PARTITIONS) == 1
     finally:
         char_dfa._PARTITIONS = saved
+
+
+def test_charset_partitions_under_threads():
+    """Threads partitioning class tuples at once, the partitions' cache evicting
+    all the while (room for one), get what one thread alone gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from constrain.automata import char_dfa
+    from constrain.automata.charset import CharSet
+    from constrain.cache import BoundedCache
+
+    tuples = [tuple(CharSet([(lo + 7 * k, lo + 7 * k + 40)]) for k in range(n))
+              for lo, n in ((0x61, 2), (0x3B1, 3), (0x400, 4), (0x4E00, 5), (0x30, 6), (0xE9, 2))]
+    want = [char_dfa._atoms(t) for t in tuples]
+    saved = char_dfa._PARTITIONS
+    char_dfa._PARTITIONS = BoundedCache("charset partitions (test)", 1 << 30, max_entries=1,
+                                        sizeof=char_dfa._partition_bytes)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(lambda i: char_dfa._partition_distinct(tuples[i % len(tuples)]),
+                                range(192)))
+    finally:
+        char_dfa._PARTITIONS = saved
+    for i, g in enumerate(got):
+        assert g == want[i % len(tuples)]
