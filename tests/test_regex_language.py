@@ -149,3 +149,18 @@ def test_a_draw_stopped_by_the_oracle_alarm_leaves_hypothesis_usable():
         _reset_hypothesis_unwrapping()
     assert chars_not_in_alphabet(alphabet, "aa") == set()
     assert not lazy.threadlocal.unwrap_cache and lazy.threadlocal.unwrap_depth == 0
+
+
+def test_the_cased_scalars_are_re_s_own():
+    """The cased scalar values found block by block with ``str.lower`` and
+    ``str.upper`` (what a case-insensitive class is built from) are exactly those
+    ``re``'s own test finds one code point at a time, on this Python's Unicode
+    database."""
+    import _sre
+
+    from constrain.automata import regex_syntax
+
+    want = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF and _sre.unicode_iscased(c)]
+    assert regex_syntax._unicode_cased() == want
+    assert regex_syntax._cased(False)[0] == want
+    assert regex_syntax._cased(True)[0] == [c for c in range(128) if _sre.ascii_iscased(c)]
