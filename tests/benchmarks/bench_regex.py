@@ -380,8 +380,9 @@ class TrellisEngine:
         TokenizerInfo and outlines-core's Vocabulary; found in ``prepare``), the
         UTF-8 expansion's templates and the classes' partitions into atoms, and
         every ``lru_cache`` in ``constrain.*`` that takes arguments (memoized
-        compile work, e.g. parsed character classes). Kept: zero-argument ``lru_cache`` functions, which are
-        constants (static Unicode tables, the peers have theirs in their binary).
+        compile work, e.g. parsed character classes). Kept: zero-argument
+        ``lru_cache`` functions, which are constants (static Unicode tables, the
+        peers have theirs in their binary).
 
         The memos are looked for again only when a module was imported since:
         the search (every ``constrain`` module's names, ``inspect.signature``)
