@@ -1622,13 +1622,21 @@ def _push(ls, lc, d, m, width, s, c):
 
 @njit(cache=True, nogil=True)
 def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b, ls, lc, d, m,
-                   width, parser, starts):
+                   width):
     """End each terminal accepting in lexer state ``s`` (context ``c``), start the
     next one and, when ``b >= 0``, read byte ``b`` with it; add the pairs at depth
-    ``d``. A context or start state not known yet is made here
-    (:func:`_resolve_next`, :func:`_resolve_start`). Returns ``(status, m, a,
-    t)`` as :func:`boundary_walk` reports what it could not make here or an
-    overflow."""
+    ``d``. Returns ``(status, m, a, t)``: ``NEED_NEXT`` with ``(a, t)`` the
+    context and terminal whose next context is not known yet, ``NEED_START``
+    with ``a`` the context whose start state is not, ``NEED_EXPAND``,
+    ``OVERFLOW``, or ``NEED_NONE``; ``m`` counts the pairs added so far, and
+    a call again once the missing entry is made adds the rest (a pair present
+    is not added twice).
+
+    The parser's and the lexer's tables that make a missing entry
+    (:func:`_end_missing`) are not arguments here: numba passed their ~40
+    arrays, reference counts and all, at every call, used or not, and this
+    runs per trie node and pair of a boundary walk (a string value's first
+    visit over o200k: 210 us hot, 15-25 without them)."""
     W = acc.shape[1]
     for w in range(W):
         x = acc[s, w]
@@ -1641,17 +1649,12 @@ def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b,
             else:
                 c2 = ctx_next[c, t]
                 if c2 == -2:
-                    c2 = _resolve_next(ctx_next, c, t, parser)
-                    if c2 == -2:
-                        return NEED_NEXT, m, c, t
+                    return NEED_NEXT, m, c, t
                 if c2 < 0:
                     continue
             l0 = ctx_start[c2]
             if l0 == -2:
-                # parser[3][4]: the chart's expected terminals per context (c_exp)
-                l0 = _resolve_start(ctx_start, c2, parser[3][4], starts)
-                if l0 == -2:
-                    return NEED_START, m, c2, 0
+                return NEED_START, m, c2, 0
             s3 = l0 if b < 0 else trans[l0, b]
             if s3 == 0:
                 continue
@@ -1661,6 +1664,17 @@ def _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits, s, c, b,
             if m < 0:
                 return OVERFLOW, m, 0, 0
     return NEED_NONE, m, 0, 0
+
+
+@njit(cache=True, nogil=True)
+def _end_missing(ctx_next, ctx_start, status, a, t, parser, starts):
+    """Make the entry :func:`_end_terminals` reported missing (``status``
+    ``NEED_NEXT``: ``ctx_next[a, t]``; ``NEED_START``: ``ctx_start[a]``);
+    whether it could here (else the caller's Python path must)."""
+    if status == NEED_NEXT:
+        return _resolve_next(ctx_next, a, t, parser) != -2
+    # parser[3][4]: the chart's expected terminals per context (c_exp)
+    return _resolve_start(ctx_start, a, parser[3][4], starts) != -2
 
 
 @njit(cache=True, nogil=True)
@@ -1809,10 +1823,15 @@ def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_
             continue
         d0 = tdepth[root]
         # the pairs at the root node: each accepting terminal ended, next one started
-        status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits,
-                                         s0, ctx, -1, ls, lc, d0, 0, width, parser, starts)
-        if status != NEED_NONE:
-            return status, a, t, j
+        m = 0
+        while True:
+            status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start, ignore_bits,
+                                             s0, ctx, -1, ls, lc, d0, m, width)
+            if status == NEED_NONE:
+                break
+            if status > NEED_START or not _end_missing(ctx_next, ctx_start, status, a, t,
+                                                       parser, starts):
+                return status, a, t, j
         if s0 != last_s:
             last_s = s0
             if m <= 4:
@@ -1840,11 +1859,19 @@ def walk_boundaries(trans, flags, acc, ctx_next, ctx_start, ignore_bits, starts_
                     if m < 0:
                         return OVERFLOW, 0, 0, j
                 # or it ends before this byte and the next one begins with it
-                status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start,
-                                                 ignore_bits, s, c, b, ls, lc, d, m, width, parser,
-                                                 starts)
-                if status != NEED_NONE:
-                    return status, a, t, j
+                # (most states on the way end none: no call for them)
+                ends = False
+                for w in range(acc.shape[1]):
+                    if acc[s, w] != np.uint64(0):
+                        ends = True
+                while ends:
+                    status, m, a, t = _end_terminals(trans, flags, acc, ctx_next, ctx_start,
+                                                     ignore_bits, s, c, b, ls, lc, d, m, width)
+                    if status == NEED_NONE:
+                        break
+                    if status > NEED_START or not _end_missing(ctx_next, ctx_start, status, a,
+                                                               t, parser, starts):
+                        return status, a, t, j
             if m == 0:
                 i = tskip[i]
                 continue
