@@ -148,6 +148,27 @@ def test_row_writer_writes_exactly_the_row():
         assert bytes(dst) == row.tobytes()
 
 
+
+def test_span_writer_writes_exactly_the_row_for_any_spans():
+    """Spans at either end, none, the most row_writer makes and more: the
+    writer zeroes a stale row and writes each span's bytes, nothing else."""
+    from constrain.runtime.bitmask import _MAX_SPANS, span_writer
+
+    rng = np.random.default_rng(1)
+    n = 20_000
+    cases = [([], []), ([0], [5]), ([n - 3], [n]), ([0, n - 1], [1, n]),
+             ([k * 100 for k in range(_MAX_SPANS)], [k * 100 + 7 for k in range(_MAX_SPANS)]),
+             ([k * 90 for k in range(3 * _MAX_SPANS)], [k * 90 + 2 for k in range(3 * _MAX_SPANS)])]
+    for starts, ends in cases:
+        row = np.zeros(n, dtype=np.uint8)
+        for a, b in zip(starts, ends):
+            row[a:b] = rng.integers(1, 256, b - a)
+        pack, spans = span_writer(memoryview(row.tobytes()), starts, ends)
+        assert spans == tuple(row[a:b].tobytes() for a, b in zip(starts, ends))
+        dst = bytearray(rng.integers(0, 256, n, dtype=np.uint8).tobytes())  # stale bits
+        pack(dst, 0, *spans)
+        assert bytes(dst) == row.tobytes()
+
 def test_fill_bitmask_switching_bitmasks(smollm2_vocab):
     """Fills alternate between bitmasks of different widths and kinds, rows start
     with stale bits; every row must be exactly the state's mask."""

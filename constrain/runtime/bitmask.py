@@ -320,6 +320,9 @@ def write_row(target: Target, row: int, words: np.ndarray) -> None:
 _PACK_MIN_BYTES = 14 * 1024
 _MAX_SPANS = 8  # each span is one argument of the pack_into call
 _SPAN_GAP = 64  # zero bytes between two non-zero spans worth a separate span
+#: the struct format of a row with k spans, by k: zero bytes, span, ..., zero
+#: bytes (``0x``, a span at either end, pads nothing)
+_SPAN_FORMATS = tuple("%dx%ds" * k + "%dx" for k in range(_MAX_SPANS + 1))
 
 
 def row_writer(row: memoryview):
@@ -352,13 +355,16 @@ def span_writer(row: memoryview, starts: list, ends: list):
     whose non-zero bytes lie in the spans ``[starts[i], ends[i])`` (ascending,
     at least 65 zero bytes apart; none: an all-zero row). For callers that
     know the spans (the regex walk kernel finds them as it writes the row)."""
-    fmt, spans, at = [], [], 0
+    sizes = []
+    at = 0
     for a, b in zip(starts, ends):
-        if a > at:
-            fmt.append(f"{a - at}x")
-        fmt.append(f"{b - a}s")
-        spans.append(bytes(row[a:b]))
+        sizes += (a - at, b - a)
         at = b
-    if len(row) > at:
-        fmt.append(f"{len(row) - at}x")
-    return struct.Struct("".join(fmt)).pack_into, tuple(spans)
+    sizes.append(len(row) - at)
+    k = len(starts)
+    fmt = _SPAN_FORMATS[k] if k < len(_SPAN_FORMATS) else "%dx%ds" * k + "%dx"
+    st = struct.Struct(fmt % tuple(sizes))
+    # the format's pads are the row's zero bytes, so unpacking the row gives
+    # its spans in one call (a bytes() slice each and the format built piece
+    # by piece: a new o200k state's writer 15-23 -> 10-11 us in first walks)
+    return st.pack_into, st.unpack_from(row)
