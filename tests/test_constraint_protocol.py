@@ -148,7 +148,6 @@ def test_row_writer_writes_exactly_the_row():
         assert bytes(dst) == row.tobytes()
 
 
-
 def test_span_writer_writes_exactly_the_row_for_any_spans():
     """Spans at either end, none, the most row_writer makes and more: the
     writer zeroes a stale row and writes each span's bytes, nothing else."""
@@ -168,6 +167,7 @@ def test_span_writer_writes_exactly_the_row_for_any_spans():
         dst = bytearray(rng.integers(0, 256, n, dtype=np.uint8).tobytes())  # stale bits
         pack(dst, 0, *spans)
         assert bytes(dst) == row.tobytes()
+
 
 def test_fill_bitmask_switching_bitmasks(smollm2_vocab):
     """Fills alternate between bitmasks of different widths and kinds, rows start
