@@ -152,6 +152,7 @@ class GrammarConstraint(Constraint):
         # the terminals' automata are what the time budget bounds (their
         # construction checks it); the rest is linear in the grammar's size
         self._begin()
+        self._prepare_first_fill()
 
     def _setup(self, ir: GrammarIR, vocab: Vocabulary, source: str, compiler: Compiler,
                terms: TerminalAutomata, parser: EarleyRecognizer, lexer: LexerTables,
@@ -228,11 +229,26 @@ class GrammarConstraint(Constraint):
 
         return reduce_constraint(self, _OWN_ATTRIBUTES)
 
+    def _prepare_first_fill(self) -> None:
+        """Make the initial state's mask and its row writer, as the first fill
+        would, at the end of the compile: its tables are still in the CPU's
+        caches here, while a server fills the first mask after the prefill's
+        forward pass has swept them (as the ``gc.collect()`` between a
+        MaskBench compile and its first walk does). There a first fill cost
+        220-280 us over o200k and ~240 over SmolLM2 (the 99th percentile of
+        first-walk fills was mostly these); now it is ~75, and the compile
+        ~100 more. A mask past a budget is left to the first fill, which
+        reports it."""
+        try:
+            self._writer(self._initial)
+        except ConstraintError:
+            pass
+
     def _prepare_for_cache(self) -> None:
-        """Compute the initial state's mask, so that a cache entry has it (a
+        """Have the initial state's mask, so that a cache entry has it (a
         loaded grammar's first fill is then a copy, without the kernels a
-        walk needs loaded); a mask past a budget is left to the first fill,
-        which reports it."""
+        walk needs loaded): made already by the compile
+        (:meth:`_prepare_first_fill`) unless a budget left it out."""
         try:
             self.mask_row(self._initial)
         except ConstraintError:
