@@ -60,6 +60,20 @@ def test_mask_equals_advance(name, smollm2_vocab):
     assert checked >= 2
 
 
+def test_the_compile_makes_the_first_mask(smollm2_vocab):
+    """A compiled grammar holds its initial state's mask, made by the compile
+    while its tables are in the CPU's caches (``_prepare_first_fill``): the
+    first fill is a cached one (a batch serves it without a first visit), and
+    it is the mask advance agrees with."""
+    g = _grammar("json", smollm2_vocab)
+    init = g.initial_state()
+    assert g.has_cached_mask(init)
+    bm = allocate_bitmask(1, len(smollm2_vocab), backend="numpy")
+    assert g.fill_cached_bitmask(init, bm, 0)
+    got = np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(smollm2_vocab)].astype(bool)
+    assert (got == _brute_mask(g, init)).all()
+
+
 def test_protocol(smollm2_vocab, smollm2_tokenizer):
     g = _grammar("ignore", smollm2_vocab)
     s0 = g.initial_state()
