@@ -235,9 +235,9 @@ class GrammarConstraint(Constraint):
         caches here, while a server fills the first mask after the prefill's
         forward pass has swept them (as the ``gc.collect()`` between a
         MaskBench compile and its first walk does). There a first fill cost
-        220-280 us over o200k and ~240 over SmolLM2 (the 99th percentile of
-        first-walk fills was mostly these); now it is ~75, and the compile
-        ~100 more. A mask past a budget is left to the first fill, which
+        220-280 us over o200k and ~215 over SmolLM2 (the 99th percentile of
+        first-walk fills was mostly these); now it is ~55-75, and the compile
+        ~70-130 more. A mask past a budget is left to the first fill, which
         reports it."""
         try:
             self._writer(self._initial)
@@ -245,14 +245,11 @@ class GrammarConstraint(Constraint):
             pass
 
     def _prepare_for_cache(self) -> None:
-        """Have the initial state's mask, so that a cache entry has it (a
-        loaded grammar's first fill is then a copy, without the kernels a
-        walk needs loaded): made already by the compile
-        (:meth:`_prepare_first_fill`) unless a budget left it out."""
-        try:
-            self.mask_row(self._initial)
-        except ConstraintError:
-            pass
+        """Nothing left to do: a cache entry saves the initial state's mask
+        (a loaded grammar's first fill is then a copy, without the kernels a
+        walk needs loaded), which the compile has made
+        (:meth:`_prepare_first_fill`); one a budget refused there would be
+        refused again."""
 
     def _persist(self, payload) -> str:
         with self._lock:
