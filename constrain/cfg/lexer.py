@@ -1125,33 +1125,6 @@ class LexerTables:
                 self.walk_spans = (row, self._span_buf.tolist())
         return self._keep(s, (row, nodes, states))
 
-    def inside_walk(self, s: int):
-        """The row of :meth:`walk` for lexer state ``s`` when that walk has no
-        boundary node, else ``None``; for a state that is not a bounded
-        string's near-bound position (the caller checks). The same walk, kept
-        in the same LRU: where the narrow kernel finds the walk narrow and
-        boundary-free (a position inside a literal, most first visits of a
-        tool-calling schema's walk), this path skips :meth:`walk`'s cross-grammar
-        cache and its general branches."""
-        hit = self._rows.get(s)
-        if hit is None:
-            row = self._new_row()
-            n = self._narrow(s, row, self._walk_out)
-            if n:  # boundary nodes, or a broad walk
-                hit = self._walk_from(s, row, n)
-            else:
-                row = row[:self.words32]
-                if self.trie.has_duplicates:
-                    self.trie.add_duplicates(row)
-                row.setflags(write=False)
-                if len(self._span_buf):
-                    self.walk_spans = (row, self._span_buf.tolist())
-                self._keep(s, (row, _NO_NODES, _NO_NODES))
-                return row
-        else:
-            self._rows.move_to_end(s)
-        return None if len(hit[1]) else hit[0]
-
     def _new_row(self) -> np.ndarray:
         """A walk row (``row_words + 1`` uint32 words, not cleared): the next of
         a slab, while the slabs of this lexer stay under :data:`_SLAB_BYTES`,
