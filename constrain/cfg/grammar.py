@@ -52,7 +52,7 @@ from constrain.cfg.earley import EarleyRecognizer
 from constrain.errors import (ConstraintError, GrammarTooComplexError, InvalidLimitError,
                               InvalidStateError)
 from constrain.cfg.ir import GrammarIR, Terminal, TokenRef
-from constrain.cfg.lexer import _NO_NODES, LexerTables, TerminalAutomata
+from constrain.cfg.lexer import LexerTables, TerminalAutomata
 from constrain.regular.token_automaton import mask_writer
 from constrain.limits import Limits
 from constrain.protocol import Constraint, as_bytes, check_token_id, text_bytes
@@ -922,38 +922,15 @@ class GrammarConstraint(Constraint):
 
     def _narrow_row(self, c: int, s: int):
         """The mask of configuration ``(c, s)``, ``s`` a lexer state where no
-        terminal ends, when its walk is narrow (a literal's inside or end),
-        else ``None`` (the general path). A literal's inside is the lexer's
-        walk of ``s``, kept in its LRU (every context shares it); at a
-        literal's end the boundary walk below the narrow walk's nodes goes
-        into the same row, kept as the configuration's mask. Why: that end
-        was the first visit that most often decided a tool-calling schema's
-        first-walk median, and between its two kernels the general path kept
-        the walk's nodes, copied its row and looked in four caches (~28 us a
-        fill over SmolLM2, ~10 of it in the kernels)."""
-        lex = self.lexer
-        hit = lex._rows.get(s)
-        if hit is not None:
-            lex._rows.move_to_end(s)
-            return None if len(hit[1]) else hit[0]
-        row = lex._new_row()
-        out = lex._walk_out
-        n = lex._narrow(s, row, out)
-        if n == gk.NOT_NARROW:
-            hit = lex._walk_from(s, row, n)
-            return None if len(hit[1]) else hit[0]
-        if n:
-            # (out is the lexer's scratch: no walk runs until this returns)
-            self._boundaries(c, out[0, :n], out[1, :n], row)
-        row = row[:self.words]
-        if self.trie.has_duplicates:
-            self.trie.add_duplicates(row)
-        row.setflags(write=False)
-        if not n:
-            if len(lex._span_buf):
-                lex.walk_spans = (row, lex._span_buf.tolist())
-            lex._keep(s, (row, _NO_NODES, _NO_NODES))
+        terminal ends, when its walk is narrow (:meth:`LexerTables.narrow_walk`),
+        else ``None`` (the general path): a literal's inside is the lexer's
+        walk; at a literal's end the boundary walk below the narrow walk's
+        nodes goes into the same row, kept as the configuration's mask."""
+        row, nodes, states = self.lexer.narrow_walk(s)
+        if row is None or not len(nodes):
             return row
+        self._boundaries(c, nodes, states, row)
+        row.setflags(write=False)
         self._config_masks[(c, s)] = row
         while len(self._config_masks) > self._max_masks:
             self._config_masks.popitem(last=False)

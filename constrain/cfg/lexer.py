@@ -1125,6 +1125,48 @@ class LexerTables:
                 self.walk_spans = (row, self._span_buf.tolist())
         return self._keep(s, (row, nodes, states))
 
+    def narrow_walk(self, s: int) -> tuple:
+        """:meth:`walk` of lexer state ``s`` where it is narrow, for a grammar
+        that writes a literal's end into its own mask (``s`` not a bounded
+        string's near-bound position: the caller checks). ``(row, nodes,
+        states)``:
+
+        * a literal's inside (a narrow walk without boundary nodes): the walk's
+          row, read-only, kept in the LRU of walks as :meth:`walk` keeps it,
+          and no nodes;
+        * a literal's end: the narrow walk's row, writable and not kept, with
+          its boundary nodes and their states, views of the lexer's scratch
+          valid until its next walk;
+        * ``(None, None, None)`` where the walk is broad with boundary nodes,
+          or kept with them already: the general path's.
+
+        A broad walk without boundary nodes is kept and returned as an
+        inside's is. Why a literal's end is not kept here: the general path
+        kept its walk, copied the row for its boundary bits and looked in four
+        caches between the two kernels (~28 us a first fill over SmolLM2, ~10
+        of it in the kernels), and a literal's end is rarely reached again in
+        another parser context."""
+        hit = self._rows.get(s)
+        if hit is None:
+            row = self._new_row()
+            out = self._walk_out
+            n = self._narrow(s, row, out)
+            if n == gk.NOT_NARROW:
+                hit = self._walk_from(s, row, n)
+            else:
+                row = row[:self.words32]
+                if self.trie.has_duplicates:
+                    self.trie.add_duplicates(row)
+                if n:
+                    return row, out[0, :n], out[1, :n]
+                row.setflags(write=False)
+                if len(self._span_buf):
+                    self.walk_spans = (row, self._span_buf.tolist())
+                return self._keep(s, (row, _NO_NODES, _NO_NODES))
+        else:
+            self._rows.move_to_end(s)
+        return (None, None, None) if len(hit[1]) else hit
+
     def _new_row(self) -> np.ndarray:
         """A walk row (``row_words + 1`` uint32 words, not cleared): the next of
         a slab, while the slabs of this lexer stay under :data:`_SLAB_BYTES`,
