@@ -898,11 +898,13 @@ class GrammarConstraint(Constraint):
         """The mask of ``state``, not cached yet (under the lock), cached.
 
         A state whose one configuration is inside its terminals (none ends
-        there; not fresh, no token budgets or references, so no EOS) and from
-        which no terminal ends inside a token either has the walk's row as its
-        mask (kept in the lexer's LRU of walks, which every context shares),
-        with none of :meth:`_config_row`'s steps between. Most first visits of
-        a tool-calling schema's walk are such positions (a key's or an enum
+        there; not fresh, no token budgets or references, so no EOS) takes
+        :meth:`_narrow_row` where its walk is narrow: inside a literal (no
+        terminal ends inside a token either) the walk's row is its mask (kept
+        in the lexer's LRU of walks, which every context shares), at a
+        literal's end the boundary walk goes into that row; either way with
+        none of :meth:`_config_row`'s steps between. Most first visits of a
+        tool-calling schema's walk are such positions (a key's or an enum
         value's letters), so that test is inline (a call cost ~0.3 us of a
         ~7 us fill)."""
         fresh, configs = state
