@@ -331,7 +331,7 @@ PRELOAD = (
     ("cfg.lexer_kernels", "lexer_walk_exits"),
     ("cfg.earley_kernels", "earley_next"),
     ("cfg.lexer_kernels", "boundary_walk"),
-    # a maxLength string's positions from minLength on (LexerTables._near_walk)
+    # a length-bounded string's positions (LexerTables._near_walk)
     ("cfg.lexer_kernels", "bounded_needs"),
     ("automata.hash_table", "table_rehash"),
     ("regular.token_kernels", "token_transitions"),

@@ -1,9 +1,10 @@
-"""The walks of a length-bounded string's positions near its bound
-(``LexerTables._near_walk``): the walk of its first position that may close the
-string, less the tokens and boundary nodes that need more characters than are
-left. Oracle: the trie walk itself (``lexer_walk``) from the same lexer state,
-at every position from ``minLength`` to ``maxLength`` -- characters of one to
-four bytes, escapes, and positions inside a character or an escape -- and
+"""The walks of a length-bounded string's positions (``LexerTables._near_walk``):
+the string's one walk with no ``minLength`` from the same place in a character,
+less the tokens and boundary nodes that need more characters than are left or,
+closing the string, fewer than it still needs. Oracle: the trie walk itself
+(``lexer_walk``) from the same lexer state, at every position from the opening
+quote to ``maxLength`` -- below ``minLength`` too, characters of one to four
+bytes, escapes, and positions inside a character or an escape -- and
 brute-force masks (every token advanced) at some of them."""
 
 from __future__ import annotations
@@ -61,13 +62,14 @@ def test_near_walks_equal_trie_walks(name, vocab_name, request):
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     g = compile_json_schema(SCHEMAS[name], vocab)
     lex = g.lexer
-    near_positions = 0
+    near_positions = below = 0
     for prefix, state in _positions(g, vocab, name):
         for _, s in state[1]:
             near = lex._near_bound(s)
             if near is None:
                 continue
             near_positions += 1
+            below += near[3] > 0
             got = lex._near_walk(*near)
             want = _trie_walk(lex, s)
             assert np.array_equal(got[0], want[0]), (prefix, near, np.flatnonzero(got[0] != want[0])[:5])
@@ -76,6 +78,9 @@ def test_near_walks_equal_trie_walks(name, vocab_name, request):
             assert sorted(zip(got[1].tolist(), got[2].tolist())) \
                 == sorted(zip(want[1].tolist(), want[2].tolist())), (prefix, near)
     assert near_positions >= (5 if name == "fixed" else 20)
+    # positions below minLength (their closing tokens refused) were among them
+    minimum = SCHEMAS[name].get("properties", {}).get("k", SCHEMAS[name]).get("minLength", 0)
+    assert (below > 0) == (minimum > 0), below
 
 
 def _mask(g, state):
@@ -84,7 +89,7 @@ def _mask(g, state):
     return np.unpackbits(bm[0].view(np.uint8), bitorder="little")[:len(g.vocab)].astype(bool)
 
 
-@pytest.mark.parametrize("name", ["min", "member", "long"])
+@pytest.mark.parametrize("name", ["min", "member", "fixed", "long"])
 def test_near_bound_masks_equal_brute_force(name, multilingual_vocab):
     vocab = multilingual_vocab
     g = compile_json_schema(SCHEMAS[name], vocab)

@@ -1061,8 +1061,8 @@ class LexerTables:
         ``origin``, or, once another grammar has used it, ``(which, keys)``
         with ``origin`` ``None`` (see :func:`_named_states`). An entry is
         never changed in place, only replaced, so a thread that read one
-        reads it whole. A length-bounded string's positions from its
-        ``minLength`` on are :meth:`_near_walk`'s instead."""
+        reads it whole. A length-bounded string's positions (one string's
+        alone, inside its quotes) are :meth:`_near_walk`'s instead."""
         hit = self._rows.get(s)
         if hit is not None:
             self._rows.move_to_end(s)
@@ -1216,24 +1216,34 @@ class LexerTables:
         return hit
 
     def _periodic(self, s: int):
-        """``(terminal, state in its layer)`` when lexer state ``s`` is one
-        bounded string's position alone, at least its ``lo`` characters in and
-        more than a token's bytes before its ``hi`` (each character counted is
-        a layer of :data:`~constrain.cfg.lexemes.LAYER` states: row ``2 + LAYER *
-        k + r`` after ``k`` characters, the closing quote from layer ``lo`` on
-        to one shared state). From every such position the walk is the same:
-        the same tokens stay in the string or close it, at the same trie nodes,
-        into the same states (a token's bytes complete fewer characters than
-        are left, and past the quote the states do not count), so a grammar
-        keeps one mask per parser context for them. Else ``None``."""
+        """A key of the positions that walk alike, when lexer state ``s`` is
+        one bounded string's position alone (:meth:`_near_bound`) more than a
+        token's bytes from its bound (each character counted is a layer of
+        :data:`~constrain.cfg.lexemes.LAYER` states: row ``2 + LAYER * k + r``
+        after ``k`` characters) and either past its ``minLength`` or more than
+        a token's bytes before it: ``(terminal, state in its layer)``, and
+        ``True`` after them below ``minLength``. From every such position the
+        walk is the same: the same tokens stay in the string (a token's bytes
+        complete fewer characters than are left) and, from ``minLength`` on,
+        close it at the same trie nodes into the same states (past the quote
+        the states do not count); far below it none closes. So a grammar keeps
+        one mask per parser context for them. Else ``None``."""
         near = self._near_bound(s)
-        return near[:2] if near is not None and near[2] > self.trie.max_depth + 1 else None
+        if near is None:
+            return None
+        far = self.trie.max_depth + 1
+        t, r, left, short = near
+        if left <= far:
+            return None
+        if not short:
+            return t, r
+        return (t, r, True) if short > far else None
 
     def _near_bound(self, s: int):
-        """``(terminal, state in its layer, characters left)`` when lexer state
-        ``s`` is one bounded string's position alone, at least its ``lo``
-        characters in (those more than a token's bytes from the bound are also
-        :meth:`_periodic`'s); else ``None``."""
+        """``(terminal, state in its layer, characters left, characters still
+        needed)`` when lexer state ``s`` is one bounded string's position
+        alone, inside the string (its opening quote read, its closing one
+        not); else ``None``. Such a position's walk is :meth:`_near_walk`'s."""
         poff = self.poff
         base = poff[s]
         if poff[s + 1] - base != 2:
@@ -1244,10 +1254,10 @@ class LexerTables:
             return None
         k, r = divmod(int(self.pairs[base + 1]) - 2, LAYER)
         lo, hi = bound
-        # below minLength (the opening quote's state too: k < 0), or closed
-        if k < lo or k > hi or (k == hi and r):
+        # before the opening quote (k < 0), or closed
+        if k < 0 or k > hi or (k == hi and r):
             return None
-        return t, r, hi - k
+        return t, r, hi - k, lo - k if k < lo else 0
 
     def _near_shared(self, s: int, near: tuple) -> tuple:
         """:meth:`_near_walk`, shared across grammars as a trie walk is when
@@ -1255,6 +1265,7 @@ class LexerTables:
         shared = self._shared
         if shared is None:
             return self._near_walk(*near)
+        self.ensure(s)  # (its row read below)
         if int(self.trie.root_tokens()[self.trans[s] != 0].sum()) < self._share_min:
             return self._near_walk(*near)
         key = self._names.key(s)
@@ -1265,20 +1276,20 @@ class LexerTables:
         shared.setdefault(key, (row, nodes, states, self._names))
         return row, nodes, states
 
-    def _near_walk(self, t: int, r: int, left: int) -> tuple:
+    def _near_walk(self, t: int, r: int, left: int, short: int) -> tuple:
         """The walk of a bounded string's position with ``left`` characters
-        left (:meth:`_near_bound`): the walk of its first position that may
-        close the string (``lo`` characters in, the same place ``r`` in the
-        layer) less the tokens and boundary nodes that need more characters
-        (:func:`~constrain.cfg.lexer_kernels.bounded_needs`). Near the bound a
-        trie walk cannot skip subtrees (they are deeper than the characters
-        left) and visited most of the trie at every position: 1-2 ms a fill on
-        o200k, 0.2-0.6 ms on SmolLM2; this is one kernel walk per string (0.95
-        and 0.18 ms) and ``need <= left`` packed into a row per position (5-75
-        us). Taken from ``minLength`` on: with the trie walk kept for positions
-        more than 48 characters from the bound, SmolLM2's first walks at
-        ``maxLength`` 64 / 128 were 0.2-0.5 ms slower (bench_length_bounds).
-        The periodic positions too (:meth:`_periodic`, ``left`` past every
+        left and ``short`` still needed (:meth:`_near_bound`): the tokens of
+        the string's unbounded walk from the same place ``r`` in a character's
+        layer (:func:`~constrain.cfg.lexer_kernels.bounded_needs`) that need at
+        most ``left`` characters and, where they close the string, at least
+        ``short``; the boundary nodes likewise. A trie walk cannot skip
+        subtrees near the bound (they are deeper than the characters left)
+        nor below ``minLength`` (the quote may come only so deep), so it
+        visited most of the trie at every such position: 1-2 ms a fill on
+        o200k, 0.2-0.6 ms on SmolLM2 near the bound, 0.4-5.6 and 0.05-2.4 ms
+        below ``minLength``. This is one kernel walk per string and ``r``
+        (0.95 and 0.18 ms) and a row packed per position (5-75 us). The
+        periodic positions too (:meth:`_periodic`, ``left`` past every
         token's need): their trie walk read twice a token's depth of layers
         ahead (``count_run``), and with nothing reading so deep the lexer
         expands a string's layers as steps reach them
@@ -1288,53 +1299,70 @@ class LexerTables:
             if len(self._near_refs) >= 8:
                 self._near_refs.clear()  # 0.4 MB each on o200k
             ref = self._near_refs[(t, r)] = self._near_ref(t, r)
-        need, nodes, node_needs, states = ref
-        row = np.packbits(need <= left, bitorder="little").view(np.uint32)
+        need, nodes, node_needs, states, closers, closer_needs = ref
+        allowed = need <= left
+        if short:
+            # the tokens that would close the string too soon
+            allowed[closers[:int(np.searchsorted(closer_needs, short))]] = False
+        row = np.packbits(allowed, bitorder="little").view(np.uint32)
         row.setflags(write=False)
-        # the nodes by need: those kept are a prefix (see near_boundary_key)
-        k = int(np.searchsorted(node_needs, left, side="right"))
-        if not k:
+        # the nodes by need: those kept are a range (see near_boundary_key)
+        a, b = self._node_range(node_needs, left, short)
+        if a == b:
             return row, _NO_NODES, _NO_NODES
-        return row, nodes[:k], states[:k]
+        return row, nodes[a:b], states[a:b]
+
+    @staticmethod
+    def _node_range(node_needs, left: int, short: int) -> tuple[int, int]:
+        """The boundary nodes a position with ``left`` characters left and
+        ``short`` still needed keeps, of its string's sorted by need."""
+        a = int(np.searchsorted(node_needs, short)) if short else 0
+        return a, int(np.searchsorted(node_needs, left, side="right"))
 
     def near_boundary_key(self, s: int):
-        """``(terminal, state in its layer, nodes kept)`` when lexer state ``s``
-        was walked by :meth:`_near_walk` in this grammar: its boundary nodes
-        and their states are the first so many of its string's, so positions
-        with one key pass the same tokens over the closing quote in any one
-        parser context (their boundary walks are one: ~50-100 us each over
-        o200k, at every position near the bound). Else ``None``."""
+        """``(terminal, state in its layer, first node, end)`` when lexer
+        state ``s`` was walked by :meth:`_near_walk` in this grammar: its
+        boundary nodes and their states are that range of its string's, so
+        positions with one key pass the same tokens over the closing quote in
+        any one parser context (their boundary walks are one: ~50-100 us each
+        over o200k, at every position near the bound). Else ``None``."""
         near = self._near_bound(s)
         if near is None:
             return None
         ref = self._near_refs.get(near[:2])
         if ref is None:
             return None
-        return near[0], near[1], int(np.searchsorted(ref[2], near[2], side="right"))
+        return (near[0], near[1], *self._node_range(ref[2], near[2], near[3]))
 
     def _near_ref(self, t: int, r: int) -> tuple:
         """:meth:`_near_walk`'s need per token id (its dtype's largest value for
-        a token that leaves the terminal) from terminal ``t``'s position ``lo``,
-        and the boundary nodes with their need and lexer state."""
+        a token that leaves the terminal) from terminal ``t``'s place ``r`` in
+        a character's layer, the boundary nodes with their need and lexer
+        state, and the tokens that close the string too soon for some position
+        (need below ``minLength``) with their need, all by need."""
         lo, hi = self.terms.bounded[t]
         tab, offsets, accepting, _, vmap = self.terms.kernel_arrays
         trie = self.trie
-        # a need is at most a token's bytes (a position within a token of the
-        # bound; the others are periodic): int16 unless a token is longer
+        # a need is at most a token's bytes: int16 unless a token is longer
         dtype = np.int16 if trie.max_depth < 16_000 else np.int32
         need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
+        closes = np.zeros(trie.no_token + 1, dtype=np.bool_)
         nodes, node_needs, local = gk.bounded_needs(
-            tab, accepting, vmap, int(offsets[t]), 2 + LAYER * lo + r, lo, 2 + LAYER * hi,
-            *trie.packed(), need)
+            tab, accepting, vmap, int(offsets[t]), r, hi, *trie.packed(), need, closes)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
+        closes = trie.copy_to_duplicates(closes[:32 * self.words32])
+        closers = np.flatnonzero(closes & (need < lo)).astype(np.int32)
+        closer_needs = need[closers]
+        by_need = np.argsort(closer_needs, kind="stable")
+        closers, closer_needs = closers[by_need], closer_needs[by_need]
         ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))
                for q in set(local.tolist())}
         states = np.array([ids[q] for q in local.tolist()], dtype=np.int32)
         by_need = np.argsort(node_needs, kind="stable")
         nodes, node_needs, states = nodes[by_need], node_needs[by_need], states[by_need]
-        for a in (need, nodes, node_needs, states):
+        for a in (need, nodes, node_needs, states, closers, closer_needs):
             a.setflags(write=False)  # walks return views of them
-        return need, nodes, node_needs, states
+        return need, nodes, node_needs, states, closers, closer_needs
 
     def _walk_expanding(self, s: int, row, out, n, share_min: int, route: tuple) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending

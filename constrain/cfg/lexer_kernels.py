@@ -1280,51 +1280,63 @@ def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, s
 
 
 @njit(cache=True, nogil=True)
-def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
-    """How many more characters a length-bounded string must have room for,
-    per token, walking the trie from local state ``q0`` of its table (virtual
-    rows ``base + q``, read through ``vmap``: :func:`_term_step`; layers of :data:`BOUNDED_LAYER` states from row 2, ``last`` the
-    position at the bound; see :func:`constrain.cfg.lexemes.write_bounded_string`):
-    a position ``k0`` characters in, at least the string's ``minLength``.
-    Inside the string, the layer reached less ``k0``, plus one when the token
-    ends inside a character or escape (the rest must fit too); past the
-    closing quote (states past ``last``), the layer the quote was read from
-    less ``k0``. ``need`` (per token id, and one more entry: the trie's
-    ``no_token``) gets it for every token that stays in the terminal, but for
-    the second and later tokens with one node's bytes (the caller copies them:
-    one write per node is 2.0 instead of 3.3 ms over o200k); the others keep
-    their value. In a plain subtree (below) a token past the bound gets a need
-    larger than any position has characters left, instead of none. Every later position ``k`` walks
-    like this one less the tokens whose need exceeds ``hi - k``
-    (:meth:`constrain.cfg.lexer.LexerTables.walk`). Returns the nodes, with
-    children, where the terminal accepts (where a token may go on into the
-    next terminal), their need and their local state."""
+def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes):
+    """How many characters a length-bounded string must have room for, per
+    token, walking the trie from state ``r0`` of a character's layer (a local
+    row ``2 + r0`` of the terminal's table, read through ``vmap``:
+    :func:`_term_step`; layers of :data:`BOUNDED_LAYER` states from row 2,
+    the last at the bound ``hi``; see
+    :func:`constrain.cfg.lexemes.write_bounded_string`) as if the string had
+    no ``minLength``: every layer reads the characters of layer 0 (every
+    layer of the table reads alike) and the closing quote may follow any
+    whole character.
+    Inside the string, the characters begun (one more when the token ends
+    inside a character or an escape: the rest must fit too); past the closing
+    quote, the characters read before it, and ``closes`` set (``closes`` is
+    given cleared: a token's node is visited once).
+
+    So a position ``k`` characters in, at ``r0`` of its layer, of a string of
+    ``lo`` to ``hi`` characters walks exactly the tokens whose need is at
+    most ``hi - k`` and, of those that close the string, at least ``lo - k``
+    (:meth:`constrain.cfg.lexer.LexerTables._near_walk`): one walk per string
+    and state in the layer serves every position. ``need`` and ``closes``
+    (per token id, and one more entry: the trie's ``no_token``) get it for
+    every token that stays in the terminal, but for the second and later
+    tokens with one node's bytes (the caller copies them: one write per node
+    is 2.0 instead of 3.3 ms over o200k); the others, and those that need
+    more than ``hi`` (no position has room for them), keep their value.
+    Returns the nodes, with children, where the terminal accepts (past the
+    quote, where a token may go on into the next terminal), their need and
+    their local state."""
     trie, summaries = trie_views(tbuf, toffs)
     tbyte, tdepth, tskip, _, _, _, max_depth = trie
     node_tok, _, below, _, _, utf8_below, _ = summaries
     n = tbyte.shape[0]
+    L = BOUNDED_LAYER
+    last = 2 + L * hi
+    # per depth: the row in layer 0 (2 + r) or past the quote (> last), and
+    # the characters begun or read before the quote
     qs = np.empty(max_depth + 2, np.int32)
-    quote = np.empty(max_depth + 2, np.int32)  # the need where the quote was read, -1 before
+    cs = np.empty(max_depth + 2, np.int32)
     starts = np.zeros(max_depth + 2, np.int32)  # characters begun below a plain node
-    qs[0] = q0
-    quote[0] = -1
+    qs[0] = 2 + r0
+    cs[0] = 0
+    # the closing quote's state (0: the alphabet has no quote)
+    close = _term_step(tab, vmap, base + last, 34)
     # "plain" bytes: those a character boundary reads, as a whole character, into
     # the next layer's boundary (text but the quote and the backslash); every
-    # layer is written alike (write_bounded), so one boundary state tells
-    L = BOUNDED_LAYER
-    kb = (q0 - 2) // L + (1 if (q0 - 2) % L else 0)
-    qb = 2 + L * kb
+    # layer is written alike (write_bounded), so layer 0's boundary tells
     p0 = np.uint64(0)
     p1 = np.uint64(0)
     utf8 = False
-    if qb < last:
+    if last > 2:
         for b in range(128):
-            if _term_step(tab, vmap, base + qb, b) == qb + L:
+            if _term_step(tab, vmap, base + 2, b) == 2 + L:
                 if b < 64:
                     p0 |= np.uint64(1) << np.uint64(b)
                 else:
                     p1 |= np.uint64(1) << np.uint64(b - 64)
-        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, qb, 0, below, qb + L) == 1
+        utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, 2, 0, below, 2 + L) == 1
     # as long as the trie (pages untouched cost nothing): arrays grown inside
     # the loop made numba count references on every node, 24 instead of 3.7 ms
     # over o200k
@@ -1336,37 +1348,54 @@ def bounded_needs(tab, accepting, vmap, base, q0, k0, last, tbuf, toffs, need):
     while i < n:
         d = tdepth[i]
         q = qs[d - 1]
-        q2 = _term_step(tab, vmap, base + q, tbyte[i])
-        if q2 == 0:
+        b = tbyte[i]
+        c = cs[d - 1]
+        if q > last:
+            q2 = _term_step(tab, vmap, base + q, b)
+            past = True
+        elif b == 34 and q == 2:
+            q2 = close
+            past = True
+        else:
+            # within layer 0, or on to layer 1's first state: one character more
+            q2 = _term_step(tab, vmap, base + q, b)
+            if q2 >= 2 + L:
+                q2 -= L
+                c += 1
+            past = False
+        # (a need only grows below a node: past the bound, so is the subtree)
+        c2 = c if (past or q2 == 2) else c + 1
+        if q2 == 0 or c2 > hi:
             i = tskip[i]
             continue
-        if q2 > last:
-            c = quote[d - 1] if quote[d - 1] >= 0 else (q - 2) // BOUNDED_LAYER - k0
-            quote[d] = c
-        else:
-            # a constant divisor (by a variable: 3.7-3.9 instead of 3.3 ms over o200k)
-            c = (q2 - 2) // BOUNDED_LAYER - k0 + (1 if (q2 - 2) % BOUNDED_LAYER else 0)
-            quote[d] = -1
         qs[d] = q2
-        need[node_tok[i]] = c
+        cs[d] = c
+        need[node_tok[i]] = c2
+        if past:
+            closes[node_tok[i]] = True
         end = tskip[i]
-        if (end > i + 1 and q2 < last and (q2 - 2) % L == 0
+        if (end > i + 1 and q2 == 2 and not past
                 and ((below[i, 0] & ~p0) | (below[i, 1] & ~p1)) == np.uint64(0)
                 and ((below[i, 2] | below[i, 3]) == np.uint64(0) or (utf8 and utf8_below[i]))):
             # a plain subtree from a character boundary: each token's need is
             # this node's plus the characters it begins below it (no quote, no
             # escape, valid UTF-8), counted without the table (the walk over
-            # o200k: 2.0 -> 0.95 ms, SmolLM2 0.47 -> 0.18); a need past the bound is
-            # never at most what is left
+            # o200k: 2.0 -> 0.95 ms, SmolLM2 0.47 -> 0.18)
             starts[d] = 0
-            for j in range(i + 1, end):
+            j = i + 1
+            while j < end:
                 dj = tdepth[j]
                 bj = tbyte[j]
-                starts[dj] = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
-                need[node_tok[j]] = c + starts[dj]
+                sj = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
+                if c + sj > hi:
+                    j = tskip[j]
+                    continue
+                starts[dj] = sj
+                need[node_tok[j]] = c + sj
+                j += 1
             i = end
             continue
-        if accepting[base + q2] and tskip[i] > i + 1:
+        if past and accepting[base + q2] and end > i + 1:
             nodes[m] = i
             needs[m] = c
             states[m] = q2
