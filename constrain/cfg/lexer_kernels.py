@@ -1343,6 +1343,12 @@ def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes)
     nodes = np.empty(n, np.int32)
     needs = np.empty(n, np.int32)
     states = np.empty(n, np.int32)
+    # layer 0's rows read directly, not through vmap (o200k, maxLength 3:
+    # 0.88 -> 0.80 ms; 300: 1.55 -> 1.36)
+    step0 = np.zeros((L, 256), np.int32)
+    for r in range(L if last > 2 else 1):
+        for b in range(256):
+            step0[r, b] = _term_step(tab, vmap, base + 2 + r, b)
     m = 0
     i = 1
     while i < n:
@@ -1358,7 +1364,7 @@ def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes)
             past = True
         else:
             # within layer 0, or on to layer 1's first state: one character more
-            q2 = _term_step(tab, vmap, base + q, b)
+            q2 = step0[q - 2, b]
             if q2 >= 2 + L:
                 q2 -= L
                 c += 1
