@@ -123,3 +123,37 @@ def test_near_bound_masks_per_context(smollm2_vocab, smollm2_tokenizer):
                 assert np.array_equal(_mask(g, state), want), head
                 checked += 1
     assert checked >= 4
+
+
+def test_strings_with_one_tail_share_one_walk(smollm2_vocab, smollm2_tokenizer):
+    """Bounded strings of one grammar that close into the same bytes read the
+    same characters: one walk (over the widest) serves them all
+    (``LexerTables._bounded_walk``), each with its own bounds and its own
+    states past the quote. Masks against brute force at every position."""
+    vocab = smollm2_vocab
+    schema = {"type": "array", "items": {"anyOf": [
+        {"type": "string", "minLength": 2, "maxLength": 3},
+        {"type": "object", "properties": {"a": {"type": "string", "minLength": 4, "maxLength": 5},
+                                          "b": {"type": "string", "maxLength": 12},
+                                          "c": {"type": "string", "minLength": 1, "maxLength": 7}},
+         "required": ["a", "b", "c"], "additionalProperties": False}]}}
+    g = compile_json_schema(schema, vocab)
+    lex = g.lexer
+    assert len(g.terms.bounded) >= 4
+    checked = 0
+    text = '["ab",{"a":"wxyz","b":"hello world","c":"x"},"xyz",{"a":"abcde","b":"","c":"seven77"}]'
+    state = g.initial_state()
+    for t in smollm2_tokenizer.encode(text, add_special_tokens=False) + [None]:
+        if any(lex._near_bound(s) for _, s in state[1]):
+            want = np.array([g.advance(state, u) is not None for u in range(len(vocab))])
+            assert np.array_equal(_mask(g, state), want), state
+            checked += 1
+        if t is None:
+            break
+        state = g.advance(state, t)
+        assert state is not None
+    assert checked >= 8
+    tails = {g.terms.bounded_tails[t] for t in g.terms.bounded}
+    walked = {t for t, _ in lex._near_refs}
+    assert len(walked) > len(tails)  # strings of one tail were walked
+    assert {tail for tail, _ in lex._near_walks} <= tails and len(lex._near_walks) <= len(tails) * 2

@@ -383,6 +383,8 @@ class TerminalAutomata:
         #: ``lexemes.write_bounded_string`` (layers of ``lexemes.LAYER`` states
         #: per character counted), for LexerTables' periodic walks
         self.bounded: dict[int, tuple[int, int]] = {}
+        #: terminal -> the bytes after a bounded string's closing quote
+        self.bounded_tails: dict[int, bytes] = {}
         alphabet_key = alphabet.tobytes()
         automata = None if compiler is None else compiler.terminal_automata
         # literals (most of a JSON Schema's terminals: member names,
@@ -473,6 +475,7 @@ class TerminalAutomata:
                           bounded_template_size(*lex.bounded, lex.tail),
                           lex.bounded[0], lex.bounded[1], ta, len(data), 0, 0, 0, 0)
                     self.bounded[t] = lex.bounded
+                    self.bounded_tails[t] = bytes(lex.tail)
                 else:
                     part = lex
             if op is None and part is None:
@@ -593,6 +596,7 @@ class TerminalAutomata:
         # not stored: a file cannot be trusted to say which rows repeat (walks
         # of a loaded grammar's bounded strings are not shared, only slower)
         self.bounded = {}
+        self.bounded_tails = {}
         templates = payload.get("templates", np.int64).tolist()
         if not all(0 <= t < ir.n_terminals for t in templates):
             raise ValueError("the terminal templates do not fit the grammar")
@@ -686,6 +690,8 @@ class LexerTables:
         self._rows: OrderedDict = OrderedDict()
         #: per (terminal, state in the layer): what _near_walk filters
         self._near_refs: dict = {}
+        #: per (tail, state in the layer): the bounded strings' walk it is made of
+        self._near_walks: dict = {}
         #: count_run's search stacks, one entry per state (lexer_walk's scratch)
         self._scratch = np.empty((4, cap), dtype=np.int32)
         #: where lexer_walk_rows writes the boundary nodes and their states (the
@@ -1297,7 +1303,7 @@ class LexerTables:
         ref = self._near_refs.get((t, r))
         if ref is None:
             if len(self._near_refs) >= 8:
-                self._near_refs.clear()  # 0.4 MB each on o200k
+                self._near_refs.clear()  # (the walks they share are kept apart)
             ref = self._near_refs[(t, r)] = self._near_ref(t, r)
         need, nodes, node_needs, states, closers, closer_needs = ref
         allowed = need <= left
@@ -1339,8 +1345,36 @@ class LexerTables:
         a token that leaves the terminal) from terminal ``t``'s place ``r`` in
         a character's layer, the boundary nodes with their need and lexer
         state, and the tokens that close the string too soon for some position
-        (need below ``minLength``) with their need, all by need."""
-        lo, hi = self.terms.bounded[t]
+        (need below ``minLength``) with their need, all by need: those of
+        :meth:`_bounded_walk`, with ``t``'s own states."""
+        walk = self._near_walks.get((self.terms.bounded_tails[t], r))
+        if walk is None:
+            walk = self._bounded_walk(t, r)
+        need, nodes, node_needs, past, closers, closer_needs = walk
+        # past the quote a string's states are its own: its bound's, then the tail's
+        close = 2 + LAYER * self.terms.bounded[t][1] + 1
+        ids = {q: self.state_of_pairs(np.array([t, close + q], dtype=np.int32))
+               for q in set(past.tolist())}
+        states = np.array([ids[q] for q in past.tolist()], dtype=np.int32)
+        states.setflags(write=False)
+        return need, nodes, node_needs, states, closers, closer_needs
+
+    def _bounded_walk(self, t: int, r: int) -> tuple:
+        """The walk of the bounded strings with ``t``'s tail from place ``r``
+        in a character's layer (kept): every such string of the grammar reads
+        the same characters (the JSON ones, over one alphabet) and closes into
+        the same bytes, so one walk (:func:`~constrain.cfg.lexer_kernels.bounded_needs`,
+        over the widest of them) serves them all: two ``maxLength`` strings of
+        one object cost one walk, not two (~1-2 ms each over o200k). The need
+        per token, the boundary nodes with their need and their state past the
+        quote (0 at the quote), and the tokens that close with a need below
+        some string's ``minLength``, all by need."""
+        tail = self.terms.bounded_tails[t]
+        bounds = [self.terms.bounded[u] for u, other in self.terms.bounded_tails.items() if other == tail]
+        widest = max(hi for _, hi in bounds)
+        if self.terms.bounded[t][1] != widest:
+            t = next(u for u, other in self.terms.bounded_tails.items()
+                     if other == tail and self.terms.bounded[u][1] == widest)
         tab, offsets, accepting, _, vmap = self.terms.kernel_arrays
         trie = self.trie
         # a need is at most a token's bytes: int16 unless a token is longer
@@ -1348,21 +1382,22 @@ class LexerTables:
         need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
         closes = np.zeros(trie.no_token + 1, dtype=np.bool_)
         nodes, node_needs, local = gk.bounded_needs(
-            tab, accepting, vmap, int(offsets[t]), r, hi, *trie.packed(), need, closes)
+            tab, accepting, vmap, int(offsets[t]), r, widest, *trie.packed(), need, closes)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
         closes = trie.copy_to_duplicates(closes[:32 * self.words32])
-        closers = np.flatnonzero(closes & (need < lo)).astype(np.int32)
+        closers = np.flatnonzero(closes & (need < max(lo for lo, _ in bounds))).astype(np.int32)
         closer_needs = need[closers]
         by_need = np.argsort(closer_needs, kind="stable")
         closers, closer_needs = closers[by_need], closer_needs[by_need]
-        ids = {q: self.state_of_pairs(np.array([t, q], dtype=np.int32))
-               for q in set(local.tolist())}
-        states = np.array([ids[q] for q in local.tolist()], dtype=np.int32)
         by_need = np.argsort(node_needs, kind="stable")
-        nodes, node_needs, states = nodes[by_need], node_needs[by_need], states[by_need]
-        for a in (need, nodes, node_needs, states, closers, closer_needs):
+        past = local[by_need] - (2 + LAYER * widest + 1)
+        nodes, node_needs = nodes[by_need], node_needs[by_need]
+        for a in (need, nodes, node_needs, past, closers, closer_needs):
             a.setflags(write=False)  # walks return views of them
-        return need, nodes, node_needs, states, closers, closer_needs
+        if len(self._near_walks) >= 8:
+            self._near_walks.clear()  # 0.4 MB each on o200k
+        walk = self._near_walks[(tail, r)] = (need, nodes, node_needs, past, closers, closer_needs)
+        return walk
 
     def _walk_expanding(self, s: int, row, out, n, share_min: int, route: tuple) -> int:
         """``lexer_walk_rows`` from ``s`` (again, when ``n`` is the pending
