@@ -1384,11 +1384,15 @@ class LexerTables:
         nodes, node_needs, local = gk.bounded_needs(
             tab, accepting, vmap, int(offsets[t]), r, widest, *trie.packed(), need, closes)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
-        closes = trie.copy_to_duplicates(closes[:32 * self.words32])
-        closers = np.flatnonzero(closes & (need < max(lo for lo, _ in bounds))).astype(np.int32)
-        closer_needs = need[closers]
-        by_need = np.argsort(closer_needs, kind="stable")
-        closers, closer_needs = closers[by_need], closer_needs[by_need]
+        lo = max(lo for lo, _ in bounds)
+        if lo:
+            closes = trie.copy_to_duplicates(closes[:32 * self.words32])
+            closers = np.flatnonzero(closes & (need < lo)).astype(np.int32)
+            closer_needs = need[closers]
+            by_need = np.argsort(closer_needs, kind="stable")
+            closers, closer_needs = closers[by_need], closer_needs[by_need]
+        else:  # (no position is short of characters)
+            closers, closer_needs = _NO_NODES, need[:0]
         by_need = np.argsort(node_needs, kind="stable")
         past = local[by_need] - (2 + LAYER * widest + 1)
         nodes, node_needs = nodes[by_need], node_needs[by_need]
