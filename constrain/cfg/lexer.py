@@ -1008,6 +1008,7 @@ class LexerTables:
         self._local_ids = {}
         self._rows = OrderedDict()
         self._near_refs = {}
+        self._near_walks = {}
         walk_states = payload.get("walk_state", np.int64).tolist()
         walk_rows = payload.get("walk_row", np.uint32, 2, width=words32)
         walk_rows.setflags(write=False)  # as a walk's row (see walk)
@@ -1293,8 +1294,9 @@ class LexerTables:
         nor below ``minLength`` (the quote may come only so deep), so it
         visited most of the trie at every such position: 1-2 ms a fill on
         o200k, 0.2-0.6 ms on SmolLM2 near the bound, 0.4-5.6 and 0.05-2.4 ms
-        below ``minLength``. This is one kernel walk per string and ``r``
-        (0.95 and 0.18 ms) and a row packed per position (5-75 us). The
+        below ``minLength``. This is one kernel walk per tail and ``r``
+        (:meth:`_bounded_walk`; ~1.1 and ~0.3 ms warm) and a row packed per
+        position (5-75 us). The
         periodic positions too (:meth:`_periodic`, ``left`` past every
         token's need): their trie walk read twice a token's depth of layers
         ahead (``count_run``), and with nothing reading so deep the lexer

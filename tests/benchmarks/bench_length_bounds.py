@@ -17,6 +17,9 @@ peak resident memory grew over the compile and walk (first time a size is met).
     python tests/benchmarks/bench_length_bounds.py [--vocab smollm2|o200k]
         [--engines trellis,xgrammar,llguidance] [--rounds 3] [--lengths 32,255,512,2048,5000]
 
+``--lengths`` takes ``minLength:maxLength`` pairs too (``3:3,5:40,60:100``):
+the string then has a ``minLength`` (its instance is as long as above).
+
 Process CPU time, one process, the garbage collector off while timing,
 engines warmed up as in bench_maskbench
 (``TrellisJSON`` empties its caches before each compile, as there); medians over
@@ -48,9 +51,18 @@ def peak_rss() -> int:
     return 0
 
 
-def schema_of(n: int) -> dict:
-    return {"type": "object", "properties": {"text": {"type": "string", "maxLength": n}},
+def schema_of(n: int, lo: int = 0) -> dict:
+    text = {"type": "string", "maxLength": n}
+    if lo:
+        text["minLength"] = lo
+    return {"type": "object", "properties": {"text": text},
             "required": ["text"], "additionalProperties": False}
+
+
+def bounds_of(spec: str) -> tuple[int, int]:
+    """``(minLength, maxLength)`` of a ``--lengths`` entry: ``N`` or ``LO:N``."""
+    lo, _, n = spec.rpartition(":")
+    return int(lo or 0), int(n)
 
 
 def instance_of(n: int) -> str:
@@ -64,7 +76,8 @@ def main() -> None:
     ap.add_argument("--vocab", default="smollm2", choices=["smollm2", "o200k"])
     ap.add_argument("--engines", default="trellis,xgrammar,llguidance")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--lengths", default="32,255,512,2048,5000")
+    ap.add_argument("--lengths", default="32,255,512,2048,5000",
+                    help="maxLength values, or minLength:maxLength pairs (e.g. 3:3,5:40,60:100)")
     args = ap.parse_args()
     harness.one_thread()
     spec = mp.load_vocab(args.vocab)
@@ -74,11 +87,11 @@ def main() -> None:
     for eng in engines.values():
         eng.prepare(spec)
         eng.warm_up()
-    lengths = [int(x) for x in args.lengths.split(",")]
+    lengths = [bounds_of(x) for x in args.lengths.split(",")]
     rows: dict = {(n, e): {"compile": [], "walk": [], "worst": [], "ok": True, "rss": 0}
                   for n in lengths for e in engines}
     for r in range(args.rounds):
-        for n in lengths:
+        for lo, n in lengths:
             ids = [int(t) for t in spec.encode(instance_of(n))]
             for name, eng in engines.items():
                 rss0 = peak_rss()
@@ -86,13 +99,13 @@ def main() -> None:
                 gc.collect()
                 gc.disable()
                 try:
-                    g, _, cpu = eng.compile_timed(schema_of(n))
+                    g, _, cpu = eng.compile_timed(schema_of(n, lo))
                     mask = eng.new_mask()
                     ns, cpus = [], []
                     res = eng.walk(g, ids, mask, ns, cpus)
                 finally:
                     gc.enable()
-                row = rows[(n, name)]
+                row = rows[((lo, n), name)]
                 row["rss"] = max(row["rss"], peak_rss() - rss0)
                 del g
                 row["compile"].append(cpu / 1e6)
@@ -101,17 +114,17 @@ def main() -> None:
                 row["ok"] = row["ok"] and res[0] is None and bool(res[1])
         log(f"round {r + 1} done")
     print(f"\n{args.vocab}, {args.rounds} rounds, process CPU ms (median); first walk: "
-          f"{len(spec.encode(instance_of(max(lengths))))} fills at most\n")
-    print("| maxLength | engine | compile | first walk | worst fill | request | round 1: request, worst fill "
+          f"{len(spec.encode(instance_of(max(n for _, n in lengths))))} fills at most\n")
+    print("| minLength:maxLength | engine | compile | first walk | worst fill | request | round 1: request, worst fill "
           "| peak RSS growth MiB | instance accepted |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     med = statistics.median
-    for n in lengths:
+    for lo, n in lengths:
         for name in engines:
-            row = rows[(n, name)]
+            row = rows[((lo, n), name)]
             c, w = med(row["compile"]), med(row["walk"])
             first = f"{row['compile'][0] + row['walk'][0]:.2f}, {row['worst'][0]:.2f}"
-            print(f"| {n} | {name} | {c:.2f} | {w:.2f} | {med(row['worst']):.2f} | {c + w:.2f} | {first} | "
+            print(f"| {f'{lo}:' if lo else ''}{n} | {name} | {c:.2f} | {w:.2f} | {med(row['worst']):.2f} | {c + w:.2f} | {first} | "
                   f"{row['rss'] / 2 ** 20:.1f} | {'yes' if row['ok'] else 'NO'} |")
     print("\nenvironment: " + json.dumps(harness.environment(engines)))
 
