@@ -1296,12 +1296,11 @@ class LexerTables:
         o200k, 0.2-0.6 ms on SmolLM2 near the bound, 0.4-5.6 and 0.05-2.4 ms
         below ``minLength``. This is one kernel walk per tail and ``r``
         (:meth:`_bounded_walk`; ~1.1 and ~0.3 ms warm) and a row packed per
-        position (5-75 us). The
-        periodic positions too (:meth:`_periodic`, ``left`` past every
-        token's need): their trie walk read twice a token's depth of layers
-        ahead (``count_run``), and with nothing reading so deep the lexer
-        expands a string's layers as steps reach them
-        (:attr:`layer_chunk`)."""
+        position (5-75 us). The periodic positions too (:meth:`_periodic`,
+        ``left`` past every token's need): their trie walk read twice a
+        token's depth of layers ahead (``count_run``), and with nothing
+        reading so deep the lexer expands a string's layers as steps reach
+        them (:attr:`layer_chunk`)."""
         ref = self._near_refs.get((t, r))
         if ref is None:
             if len(self._near_refs) >= 8:
