@@ -1135,7 +1135,7 @@ class LexerTables:
     def narrow_walk(self, s: int) -> tuple:
         """:meth:`walk` of lexer state ``s`` where it is narrow, for a grammar
         that writes a literal's end into its own mask (``s`` not a bounded
-        string's near-bound position: the caller checks). ``(row, nodes,
+        string's position, :meth:`_near_bound`: the caller checks). ``(row, nodes,
         states)``:
 
         * a literal's inside (a narrow walk without boundary nodes): the walk's
@@ -1370,12 +1370,10 @@ class LexerTables:
         per token, the boundary nodes with their need and their state past the
         quote (0 at the quote), and the tokens that close with a need below
         some string's ``minLength``, all by need."""
-        tail = self.terms.bounded_tails[t]
-        bounds = [self.terms.bounded[u] for u, other in self.terms.bounded_tails.items() if other == tail]
-        widest = max(hi for _, hi in bounds)
-        if self.terms.bounded[t][1] != widest:
-            t = next(u for u, other in self.terms.bounded_tails.items()
-                     if other == tail and self.terms.bounded[u][1] == widest)
+        bounded, tail = self.terms.bounded, self.terms.bounded_tails[t]
+        group = [u for u, other in self.terms.bounded_tails.items() if other == tail]
+        t = max(group, key=lambda u: bounded[u][1])
+        widest = bounded[t][1]
         tab, offsets, accepting, _, vmap = self.terms.kernel_arrays
         trie = self.trie
         # a need is at most a token's bytes: int16 unless a token is longer
@@ -1385,7 +1383,7 @@ class LexerTables:
         nodes, node_needs, local = gk.bounded_needs(
             tab, accepting, vmap, int(offsets[t]), r, widest, *trie.packed(), need, closes)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
-        lo = max(lo for lo, _ in bounds)
+        lo = max(bounded[u][0] for u in group)
         if lo:
             closes = trie.copy_to_duplicates(closes[:32 * self.words32])
             closers = np.flatnonzero(closes & (need < lo)).astype(np.int32)
