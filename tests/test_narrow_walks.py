@@ -48,10 +48,14 @@ GRAMMARS = {
 
 
 def _narrow(lex, s):
-    row = np.zeros(lex.trie.row_words + 1, dtype=np.uint32)
+    # a row of garbage, as a slab's: the kernel clears it, and leaves it clear
+    # where it declines (a string's body at its root bytes, a word's after
+    # some of its tokens were set)
+    row = np.full(lex.trie.row_words + 1, 0xFFFFFFFF, dtype=np.uint32)
     out = np.empty((2, 1024), dtype=np.int32)
     n = lex._narrow(s, row, out)
     if n == gk.NOT_NARROW:
+        assert not row.any(), s
         return None
     return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
 
@@ -118,7 +122,8 @@ def test_masks_with_and_without_narrow_walks(kind, name, vocab_name, request, mo
     source = SCHEMAS[name] if kind == "schema" else GRAMMARS[name]
     fast = compile_expanding(kind, source, vocab, 5, monkeypatch)
     plain = compile_expanding(kind, source, vocab, 5, monkeypatch)
-    plain.lexer._narrow = lambda s, row, out: gk.NOT_NARROW
+    # (as the kernel's decline: the row left clear)
+    plain.lexer._narrow = lambda s, row, out: (row.fill(0), gk.NOT_NARROW)[1]
     answered, spans_taken = [], []
     real = fast.lexer._narrow
 
@@ -160,6 +165,55 @@ def test_masks_with_and_without_narrow_walks(kind, name, vocab_name, request, mo
         assert not any(spans_taken)
     elif name == "tool":
         assert any(spans_taken)
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "o200k"])
+def test_broad_walks_lend_their_row_to_the_boundary_bits(vocab_name, request, monkeypatch):
+    # a broad walk kept for other grammars is a copy of the walk's own row,
+    # which the grammar then takes to add its boundary bits (LexerTables.
+    # take_spare): masks as with a copy, the kept row untouched, and the
+    # spare taken (a string's body)
+    from constrain import Compiler
+    from constrain.cfg.lexer import LexerTables
+
+    vocab = request.getfixturevalue(vocab_name + "_vocab")
+    schema = {"type": "object", "properties": {"a": {"type": "string"},
+                                               "b": {"type": "array", "items": {"type": "string"}}},
+              "additionalProperties": {"type": "integer"}}
+    real = LexerTables.take_spare
+    taken = []
+
+    def take(self, row):
+        spare = real(self, row)
+        if spare is not None:
+            assert spare is not row and np.array_equal(spare, row) and not row.flags.writeable
+            taken.append((row, row.copy()))
+        return spare
+
+    monkeypatch.setattr(LexerTables, "take_spare", take)
+    fast = Compiler(vocab).compile_json_schema(schema)
+    plain = Compiler(vocab).compile_json_schema(schema)
+    plain.lexer.take_spare = lambda row: None
+    bm = allocate_bitmask(1, len(vocab), backend="numpy")
+    for seed in range(4):
+        rng = random.Random(seed)
+        a, b = fast.initial_state(), plain.initial_state()
+        for _ in range(40):
+            want = plain.mask_row(b)
+            # the fill first: over o200k a spare's row is written as dense
+            bm[0] = -1
+            fast.fill_bitmask(a, bm, 0)
+            assert np.array_equal(bm[0].view(np.uint32), want), a
+            assert np.array_equal(fast.mask_row(a), want), a
+            ids = [t for t in plain.allowed_token_ids(b).tolist()
+                   if t not in vocab.eos_token_set]
+            if not ids:
+                break
+            pick = rng.choice(ids)
+            a, b = fast.advance(a, pick), plain.advance(b, pick)
+    assert taken
+    for row, before in taken:  # the kept rows, shared with other grammars
+        assert np.array_equal(row, before)
 
 
 def test_token_spans_are_row_spans():

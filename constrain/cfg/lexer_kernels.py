@@ -1488,11 +1488,13 @@ def walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, s
     nodes and their states to ``out[0]``/``out[1]``, in trie order, as
     :func:`lexer_walk` does, and returns their number;
     ``PENDING_BASE - s`` when it reached a state ``s`` not expanded yet
-    (expand it, clear ``row`` and call again); or :data:`NOT_NARROW` (``row``
-    then holds some bits: clear it) for a broad state, whose walk the general
-    kernel does better: more than :data:`NARROW_WIDTH` nodes waiting on the
-    stack, more than :data:`NARROW_BUDGET` children tested, or more boundary
-    nodes than ``out`` holds.
+    (expand it and call again); or :data:`NOT_NARROW`, with ``row`` clear,
+    for a broad state, whose walk the general kernel does better: more than
+    :data:`NARROW_WIDTH` nodes waiting on the stack, more than
+    :data:`NARROW_BUDGET` children tested, or more boundary nodes than
+    ``out`` holds. (Cleared here, where a decline at the root's bytes, as a
+    string's body makes, has set nothing: the caller's numpy clear of an
+    o200k row was 2.7 us of such a first visit.)
 
     With a non-empty ``spans`` (``2 * max_spans + 1`` ints) it also writes
     there what :func:`~constrain.regular.token_kernels.row_spans` would find
@@ -1549,7 +1551,7 @@ def walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, s
         if f == F_PENDING:
             return PENDING_BASE - s
         if f == F_QUEUED:
-            return NOT_NARROW
+            return _declined(row)
         t = node_tok[i]
         row[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
         if want:
@@ -1560,7 +1562,7 @@ def walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, s
             continue
         if f == F_ENDS:
             if n == cap:
-                return NOT_NARROW
+                return _declined(row)
             out_node[n] = i
             out_state[n] = s
             n += 1
@@ -1571,18 +1573,26 @@ def walk_narrow(trans2, flags, tbyte, tskip, node_tok, first, state, row, out, s
             s2 = trans[sb | tbyte[j]]
             if s2 != 0:
                 if top == width:
-                    return NOT_NARROW
+                    return _declined(row)
                 nodes[top] = j
                 states[top] = s2
                 top += 1
             j = tskip[j]
         if budget < 0:
-            return NOT_NARROW
+            return _declined(row)
     if n > 1:  # in trie order (the stack pops a node's children last first)
         _sort_pairs(out_node, out_state, n)
     if want:
         token_spans(toks, m, 4 * (row.shape[0] - 1), gap, spans)
     return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _declined(row):
+    """:data:`NOT_NARROW`, once ``row`` is cleared of the bits set before
+    :func:`walk_narrow` gave up."""
+    row[:] = 0
+    return NOT_NARROW
 
 
 @njit(cache=True, nogil=True, inline="always")
