@@ -73,6 +73,29 @@ def _random_states(g, vocab, seed, steps):
         state = g.advance(state, rng.choice(short if short and rng.random() < 0.5 else ids))
 
 
+def _walk_alike(fast, plain, vocab, seeds: int, steps: int) -> None:
+    """Random walks of two grammars of one language in lockstep (short tokens
+    half the time): at every state ``fast`` fills a bitmask of garbage and
+    gives a mask equal to ``plain``'s, and accepts where it does."""
+    bm = allocate_bitmask(1, len(vocab), backend="numpy")
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        a, b = fast.initial_state(), plain.initial_state()
+        for _ in range(steps):
+            want = plain.mask_row(b)
+            bm[0] = -1  # every byte of the row written
+            fast.fill_bitmask(a, bm, 0)
+            assert np.array_equal(bm[0].view(np.uint32), want), a
+            assert np.array_equal(fast.mask_row(a), want), a
+            assert fast.is_accepting(a) == plain.is_accepting(b)
+            ids = [t for t in plain.allowed_token_ids(b).tolist() if t not in vocab.eos_token_set]
+            if not ids:
+                break
+            short = [t for t in ids if len(vocab.tokens[t]) <= 2]
+            pick = rng.choice(short if short and rng.random() < 0.5 else ids)
+            a, b = fast.advance(a, pick), plain.advance(b, pick)
+
+
 CASES = [("schema", n) for n in sorted(SCHEMAS)] + [("grammar", n) for n in sorted(GRAMMARS)]
 
 
@@ -140,23 +163,7 @@ def test_masks_with_and_without_narrow_walks(kind, name, vocab_name, request, mo
         return real_writer(row, spans)
 
     monkeypatch.setattr(grammar_module, "mask_writer", writer)
-    bm = allocate_bitmask(1, len(vocab), backend="numpy")
-    for seed in range(3):
-        rng = random.Random(seed)
-        a, b = fast.initial_state(), plain.initial_state()
-        for _ in range(80):
-            want = plain.mask_row(b)
-            bm[0] = -1  # every byte of the row written
-            fast.fill_bitmask(a, bm, 0)
-            assert np.array_equal(bm[0].view(np.uint32), want), a
-            assert np.array_equal(fast.mask_row(a), want)
-            assert fast.is_accepting(a) == plain.is_accepting(b)
-            ids = [t for t in plain.allowed_token_ids(b).tolist() if t not in vocab.eos_token_set]
-            if not ids:
-                break
-            short = [t for t in ids if len(vocab.tokens[t]) <= 2]
-            pick = rng.choice(short if short and rng.random() < 0.5 else ids)
-            a, b = fast.advance(a, pick), plain.advance(b, pick)
+    _walk_alike(fast, plain, vocab, seeds=3, steps=80)
     if name in ("tool", "open", "tags"):  # keys, enum values, tag names
         assert any(answered), "no state took the narrow walk"
     # spans come with wide rows only (a tag grammar's narrow states are
@@ -194,23 +201,8 @@ def test_broad_walks_lend_their_row_to_the_boundary_bits(vocab_name, request, mo
     fast = Compiler(vocab).compile_json_schema(schema)
     plain = Compiler(vocab).compile_json_schema(schema)
     plain.lexer.take_spare = lambda row: None
-    bm = allocate_bitmask(1, len(vocab), backend="numpy")
-    for seed in range(4):
-        rng = random.Random(seed)
-        a, b = fast.initial_state(), plain.initial_state()
-        for _ in range(40):
-            want = plain.mask_row(b)
-            # the fill first: over o200k a spare's row is written as dense
-            bm[0] = -1
-            fast.fill_bitmask(a, bm, 0)
-            assert np.array_equal(bm[0].view(np.uint32), want), a
-            assert np.array_equal(fast.mask_row(a), want), a
-            ids = [t for t in plain.allowed_token_ids(b).tolist()
-                   if t not in vocab.eos_token_set]
-            if not ids:
-                break
-            pick = rng.choice(ids)
-            a, b = fast.advance(a, pick), plain.advance(b, pick)
+    # (the fill first: over o200k a spare's row is written as dense)
+    _walk_alike(fast, plain, vocab, seeds=4, steps=40)
     assert taken
     for row, before in taken:  # the kept rows, shared with other grammars
         assert np.array_equal(row, before)
