@@ -331,7 +331,10 @@ PRELOAD = (
     ("cfg.lexer_kernels", "lexer_walk_exits"),
     ("cfg.earley_kernels", "earley_next"),
     ("cfg.lexer_kernels", "boundary_walk"),
-    # a length-bounded string's positions (LexerTables._near_walk)
+    # a length-bounded string's positions (LexerTables._near_walk): its text's
+    # needs, kept per vocabulary (TokenTrie.text_needs), then the exits' walk
+    ("cfg.lexer_kernels", "bounded_text"),
+    ("vocab.trie_kernels", "text_chars"),
     ("cfg.lexer_kernels", "bounded_needs"),
     ("automata.hash_table", "table_rehash"),
     ("regular.token_kernels", "token_transitions"),

@@ -149,6 +149,17 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     regex = compile_regex(_REGEX, vocab, time_budget=math.inf)
     _walk(regex, vocab, b"12.5", bitmask)
     apply_bitmask(np.zeros((1, len(vocab)), dtype=np.float32), bitmask)
+    # the needs of a length-bounded string's text kept per vocabulary
+    # (TokenTrie.text_needs), which a small vocabulary never makes: its exits
+    # are too many for TokenTrie.loop_exits to keep
+    from constrain.vocab.trie import TokenTrie
+    from constrain.vocab.trie_kernels import EXIT_COLUMNS, text_chars
+
+    trie = TokenTrie.of(vocab)
+    no_exits = np.zeros((0, EXIT_COLUMNS), dtype=np.int32)
+    no_exits.setflags(write=False)
+    text_chars(*trie.packed(), no_exits, np.zeros(trie.no_token + 1, dtype=np.int16),
+               np.zeros(0, dtype=np.int32))
     # the spans kernel of the row writers of a wide vocabulary's rows (14 KB
     # or more: o200k's), which a small vocabulary's never call; grammar rows
     # are read-only, a regex's eager ones not

@@ -157,3 +157,118 @@ def test_strings_with_one_tail_share_one_walk(smollm2_vocab, smollm2_tokenizer):
     walked = {t for t, _ in lex._near_refs}
     assert len(walked) > len(tails)  # strings of one tail were walked
     assert {tail for tail, _ in lex._near_walks} <= tails and len(lex._near_walks) <= len(tails) * 2
+
+
+def _keep_every_exit(monkeypatch, trie):
+    """Every loop set's exits, past the share above which ``TokenTrie.loop_exits``
+    keeps none (the small multilingual vocabulary is full of quotes and escapes)."""
+    from constrain.vocab.trie_kernels import loop_exits
+
+    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
+        loops, *trie.packed(), trie.num_nodes)[0])
+
+
+def _partial_vocab():
+    """Every byte, and tokens that break off a character, hold escapes and
+    close the string into what follows: the exits' subtrees of every kind."""
+    zhong, smile = "中".encode(), "😀".encode()
+    extra = [zhong[:2], zhong[:2] + b"a", zhong[:1] + b'"', b"ab" + zhong[:2], smile[:3],
+             b"x" + smile[:2], b'\\n', b'\\"', b'\\u00', b'\\u00e9x', b'a\\nb', b'"', b'",',
+             b'"}', b'ab"', b'ab",', b'\xc3\xa9"}', b"abc", b"abcdef", b"\xc3\xa9\xc3\xa9",
+             zhong + b'"', b"\x01a", b"a\x01"]
+    from constrain import Vocabulary
+
+    tokens = sorted({bytes([b]) for b in range(256)} | set(extra)) + [b"</s>"]
+    return Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+
+
+@pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual", "partial"])
+@pytest.mark.parametrize("name", ["short", "min", "member", "fixed", "long"])
+def test_exits_walk_equals_the_whole_tries(name, vocab_name, request, monkeypatch):
+    """From a character boundary a bounded string's walk starts from the needs
+    of its text kept with the trie (``TokenTrie.text_needs``) and walks the
+    loop exits only: the same needs up to the bound, the same closing tokens
+    below any ``minLength`` and the same boundary nodes as ``bounded_needs``
+    over the whole trie (no exits)."""
+    from constrain.cfg import lexer_kernels as gk
+    from constrain.cfg.lexer import _NO_EXITS, _NO_NODES
+
+    vocab = _partial_vocab() if vocab_name == "partial" else request.getfixturevalue(vocab_name + "_vocab")
+    g = compile_json_schema(SCHEMAS[name], vocab)
+    lex, trie = g.lexer, g.trie
+    if vocab_name != "smollm2":
+        _keep_every_exit(monkeypatch, trie)
+    tab, offsets, accepting, _, vmap = lex.terms.kernel_arrays
+    (t, (lo, hi)), = lex.terms.bounded.items()
+    base = int(offsets[t])
+    loops = np.empty(4, dtype=np.uint64)
+    assert gk.bounded_text(tab, accepting, vmap, base, hi, *trie.packed(), loops)
+    known = trie.text_needs(loops, np.int16)
+    assert known is not None and not known[0].flags.writeable
+    assert trie.text_needs(loops, np.int16) is known
+    exits = trie.loop_exits(loops)
+    assert len(exits) == len(known[1]) > 0
+    walks = []
+    for need, ex, ec in ((known[0].copy(), exits, known[1]),
+                         (np.full(trie.no_token + 1, np.iinfo(np.int16).max, dtype=np.int16),
+                          _NO_EXITS, _NO_NODES)):
+        closes = np.zeros(trie.no_token + 1, dtype=np.bool_)
+        nodes = gk.bounded_needs(tab, accepting, vmap, base, 0, hi, *trie.packed(), need, closes,
+                                 ex, ec)
+        walks.append((trie.copy_to_duplicates(need[:32 * lex.words32]),
+                      trie.copy_to_duplicates(closes[:32 * lex.words32]), nodes))
+    (need, closes, nodes), (want_need, want_closes, want_nodes) = walks
+    for left in range(hi + 1):
+        assert np.array_equal(need <= left, want_need <= left), left
+    for short in range(lo + 1):
+        assert np.array_equal(closes & (need < short), want_closes & (want_need < short)), short
+    assert all(np.array_equal(a, b) for a, b in zip(nodes, want_nodes))
+    assert len(nodes[0]) > 0  # tokens that close the string and go on
+
+
+def test_text_chars_counts_what_the_tokens_begin(monkeypatch):
+    """``text_chars`` against its definition, token by token: a token whose
+    bytes are text (no exit above it) begins as many characters as it has
+    ASCII and lead bytes; the others keep their value; an exit's count is the
+    whole characters before its partial one."""
+    from constrain.vocab.trie_kernels import loop_exits, text_chars, utf8_next
+
+    vocab = _partial_vocab()
+    g = compile_json_schema(SCHEMAS["short"], vocab)
+    trie = g.trie
+    loops = np.zeros(4, dtype=np.uint64)
+    for b in range(32, 128):
+        if b not in (34, 92):
+            loops[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    exits = loop_exits(loops, *trie.packed(), trie.num_nodes)[0]
+    need = np.full(trie.no_token + 1, -1, dtype=np.int32)
+    exit_chars = np.zeros(len(exits), dtype=np.int32)
+    text_chars(*trie.packed(), exits, need, exit_chars)
+
+    def is_text(data):
+        u = 0
+        for b in data:
+            v = utf8_next(u, b)
+            if v < 0 or (u == 0 and b < 0x80 and not (int(loops[b >> 6]) >> (b & 63)) & 1):
+                return False
+            u = v
+        return True
+
+    for tok, data in enumerate(vocab.tokens):
+        if data is None or not vocab.grammar_token_mask[tok]:
+            continue
+        want = sum(1 for b in data if b < 0x80 or b >= 0xC0) if is_text(data) else -1
+        assert need[tok] == want, data
+    node_bytes = {}
+    for i in range(trie.num_nodes):
+        for k in range(trie.tok_start[i], trie.tok_end[i]):
+            node_bytes[i] = vocab.tokens[int(trie.order[k])]
+    checked = 0
+    for row, chars in zip(exits.tolist(), exit_chars.tolist()):
+        data = node_bytes.get(row[0])
+        if data is None:
+            continue
+        before = data[:len(data) - 1 - row[1]]  # the path above the exit less its partial character
+        assert chars == sum(1 for b in before if b < 0x80 or b >= 0xC0), data
+        checked += 1
+    assert checked >= 5

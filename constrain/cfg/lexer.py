@@ -1400,10 +1400,23 @@ class LexerTables:
         trie = self.trie
         # a need is at most a token's bytes: int16 unless a token is longer
         dtype = np.int16 if trie.max_depth < 16_000 else np.int32
-        need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
+        base = int(offsets[t])
+        known = None
+        if r == 0:
+            # from a character boundary, the text tokens' needs are the
+            # vocabulary's (kept with the trie): only the exits are walked
+            loops = np.empty(4, dtype=np.uint64)
+            if gk.bounded_text(tab, accepting, vmap, base, widest, *trie.packed(), loops):
+                known = trie.text_needs(loops, dtype)
+        if known is None:
+            need = np.full(trie.no_token + 1, np.iinfo(dtype).max, dtype=dtype)
+            exits, exit_chars = _NO_EXITS, _NO_NODES
+        else:
+            need = known[0].copy()
+            exits, exit_chars = trie.loop_exits(loops), known[1]
         closes = np.zeros(trie.no_token + 1, dtype=np.bool_)
         nodes, node_needs, local = gk.bounded_needs(
-            tab, accepting, vmap, int(offsets[t]), r, widest, *trie.packed(), need, closes)
+            tab, accepting, vmap, base, r, widest, *trie.packed(), need, closes, exits, exit_chars)
         need = trie.copy_to_duplicates(need[:32 * self.words32])
         lo = max(bounded[u][0] for u in group)
         if lo:
@@ -1512,6 +1525,8 @@ _NO_ROUTE = (np.zeros((0, EXIT_COLUMNS), dtype=np.int32), np.zeros(256, dtype=np
 for _a in _NO_ROUTE[:2]:
     _a.flags.writeable = False
 del _a
+#: no loop exits (a length-bounded string walked over the whole trie)
+_NO_EXITS = _NO_ROUTE[0]
 
 
 class _StateNames:

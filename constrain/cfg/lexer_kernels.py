@@ -1280,7 +1280,7 @@ def lexer_walk_exits(trans2, loops, flags, reads_utf8, memos, trie, summaries, s
 
 
 @njit(cache=True, nogil=True)
-def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes):
+def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes, exits, exit_chars):
     """How many characters a length-bounded string must have room for, per
     token, walking the trie from state ``r0`` of a character's layer (a local
     row ``2 + r0`` of the terminal's table, read through ``vmap``:
@@ -1307,7 +1307,18 @@ def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes)
     more than ``hi`` (no position has room for them), keep their value.
     Returns the nodes, with children, where the terminal accepts (past the
     quote, where a token may go on into the next terminal), their need and
-    their local state."""
+    their local state.
+
+    With ``exits`` not empty (``r0`` 0, and the rows of
+    :func:`~constrain.vocab.trie_kernels.loop_exits` for the string's text,
+    :func:`bounded_text`), ``need`` comes holding every text token's need
+    and ``exit_chars`` the characters before each exit
+    (:meth:`TokenTrie.text_needs <constrain.vocab.trie.TokenTrie.text_needs>`,
+    the same for every such string of the vocabulary): the walk reads the
+    exits' subtrees only, from the state their partial characters lead to.
+    Over o200k the whole trie's walk was 1.1-1.9 ms of a string's first
+    position; the tokens past the quote and the escapes are under ~200 of
+    its ~1,400 exits."""
     trie, summaries = trie_views(tbuf, toffs)
     tbyte, tdepth, tskip, _, _, _, max_depth = trie
     node_tok, _, below, _, _, utf8_below, _ = summaries
@@ -1329,97 +1340,167 @@ def bounded_needs(tab, accepting, vmap, base, r0, hi, tbuf, toffs, need, closes)
     for r in range(L if last > 2 else 1):
         for b in range(256):
             step0[r, b] = _term_step(tab, vmap, base + 2 + r, b)
-    # "plain" bytes: those a character boundary reads, as a whole character, into
-    # the next layer's boundary (text but the quote and the backslash); every
-    # layer is written alike (write_bounded), so layer 0's boundary tells
+    p0, p1, utf8 = _bounded_plain(tab, accepting, vmap, base, last, below)
+    n_exits = exits.shape[0]
+    # the subtrees to walk: the whole trie, or the exits' that live, each from
+    # the state its partial character leads to after the characters before it
+    # (a call per exit, of a helper with the walk's ~30 arguments, cost ~80 ns:
+    # most of the exits' walk over o200k, whose ~1,200 dead exits it skips)
+    seg_node = np.empty(max(n_exits, 1), np.int32)
+    seg_state = np.empty(max(n_exits, 1), np.int32)
+    seg_chars = np.empty(max(n_exits, 1), np.int32)
+    n_seg = 0
+    if n_exits == 0:
+        seg_node[0] = 1
+        seg_state[0] = 2 + r0
+        seg_chars[0] = 0
+        n_seg = 1
+    for x in range(n_exits):
+        q = 2
+        c = exit_chars[x]
+        for k in range(exits[x, 1]):
+            q = step0[q - 2, exits[x, 2 + k]]
+            if q == 0:
+                break
+            if q >= 2 + L:
+                q -= L
+                c += 1
+        if q == 0:
+            continue
+        b = exits[x, 5]
+        if not (b == 34 and q == 2) and step0[q - 2, b] == 0:
+            continue  # (its tokens keep need's value: they leave the string)
+        seg_node[n_seg] = exits[x, 0]
+        seg_state[n_seg] = q
+        seg_chars[n_seg] = c
+        n_seg += 1
+    # as long as the nodes walked: arrays grown inside the loop made numba
+    # count references on every node, 24 instead of 3.7 ms over o200k (and
+    # three of the trie's length took ~30-100 us to allocate: exits walk few)
+    size = n
+    if n_exits:
+        size = 0
+        for g in range(n_seg):
+            size += tskip[seg_node[g]] - seg_node[g]
+    nodes = np.empty(size, np.int32)
+    needs = np.empty(size, np.int32)
+    states = np.empty(size, np.int32)
+    m = 0
+    for g in range(n_seg):
+        i = seg_node[g]
+        stop = tskip[i] if n_exits else n
+        qs[tdepth[i] - 1] = seg_state[g]
+        cs[tdepth[i] - 1] = seg_chars[g]
+        while i < stop:
+            d = tdepth[i]
+            q = qs[d - 1]
+            b = tbyte[i]
+            c = cs[d - 1]
+            if q > last:
+                q2 = _term_step(tab, vmap, base + q, b)
+                past = True
+            elif b == 34 and q == 2:
+                q2 = close
+                past = True
+            else:
+                # within layer 0, or on to layer 1's first state: one character more
+                q2 = step0[q - 2, b]
+                if q2 >= 2 + L:
+                    q2 -= L
+                    c += 1
+                past = False
+            # (a need only grows below a node: past the bound, so is the subtree)
+            c2 = c if (past or q2 == 2) else c + 1
+            if q2 == 0 or c2 > hi:
+                i = tskip[i]
+                continue
+            qs[d] = q2
+            cs[d] = c
+            need[node_tok[i]] = c2
+            if past:
+                closes[node_tok[i]] = True
+            end = tskip[i]
+            if (end > i + 1 and q2 == 2 and not past
+                    and ((below[i, 0] & ~p0) | (below[i, 1] & ~p1)) == np.uint64(0)
+                    and ((below[i, 2] | below[i, 3]) == np.uint64(0) or (utf8 and utf8_below[i]))):
+                # a plain subtree from a character boundary: each token's need is
+                # this node's plus the characters it begins below it (no quote, no
+                # escape, valid UTF-8), counted without the table (the walk over
+                # o200k: 2.0 -> 0.95 ms, SmolLM2 0.47 -> 0.18)
+                starts[d] = 0
+                if hi > 3:
+                    # tokens past the bound get their need too (never at most what is
+                    # left): a test per node costs more than the subtrees it skips
+                    # but for the shortest bounds (o200k, minimum of 15 walks:
+                    # maxLength 3 0.85 ms with the test, 1.25 without; 6: 1.58, 1.30)
+                    for j in range(i + 1, end):
+                        dj = tdepth[j]
+                        bj = tbyte[j]
+                        starts[dj] = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
+                        need[node_tok[j]] = c + starts[dj]
+                    i = end
+                    continue
+                j = i + 1
+                while j < end:
+                    dj = tdepth[j]
+                    bj = tbyte[j]
+                    sj = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
+                    if c + sj > hi:
+                        j = tskip[j]
+                        continue
+                    starts[dj] = sj
+                    need[node_tok[j]] = c + sj
+                    j += 1
+                i = end
+                continue
+            if past and accepting[base + q2] and end > i + 1:
+                nodes[m] = i
+                needs[m] = c
+                states[m] = q2
+                m += 1
+            i += 1
+    return nodes[:m], needs[:m], states[:m]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bounded_plain(tab, accepting, vmap, base, last, below):
+    """``(p0, p1, utf8)`` of a length-bounded string's table: its "plain"
+    bytes, those a character boundary reads, as a whole character, into the
+    next layer's boundary (text but the quote and the backslash; ASCII bits
+    0-63 and 64-127), and whether any valid UTF-8 character is read so too.
+    Every layer is written alike (write_bounded), so layer 0's boundary
+    tells."""
+    L = BOUNDED_LAYER
     p0 = np.uint64(0)
     p1 = np.uint64(0)
     utf8 = False
     if last > 2:
         for b in range(128):
-            if step0[0, b] == 2 + L:
+            if _term_step(tab, vmap, base + 2, b) == 2 + L:
                 if b < 64:
                     p0 |= np.uint64(1) << np.uint64(b)
                 else:
                     p1 |= np.uint64(1) << np.uint64(b - 64)
         utf8 = _utf8_reads_to(tab, base, _NO_FLAGS, accepting, vmap, 2, 0, below, 2 + L) == 1
-    # as long as the trie (pages untouched cost nothing): arrays grown inside
-    # the loop made numba count references on every node, 24 instead of 3.7 ms
-    # over o200k
-    nodes = np.empty(n, np.int32)
-    needs = np.empty(n, np.int32)
-    states = np.empty(n, np.int32)
-    m = 0
-    i = 1
-    while i < n:
-        d = tdepth[i]
-        q = qs[d - 1]
-        b = tbyte[i]
-        c = cs[d - 1]
-        if q > last:
-            q2 = _term_step(tab, vmap, base + q, b)
-            past = True
-        elif b == 34 and q == 2:
-            q2 = close
-            past = True
-        else:
-            # within layer 0, or on to layer 1's first state: one character more
-            q2 = step0[q - 2, b]
-            if q2 >= 2 + L:
-                q2 -= L
-                c += 1
-            past = False
-        # (a need only grows below a node: past the bound, so is the subtree)
-        c2 = c if (past or q2 == 2) else c + 1
-        if q2 == 0 or c2 > hi:
-            i = tskip[i]
-            continue
-        qs[d] = q2
-        cs[d] = c
-        need[node_tok[i]] = c2
-        if past:
-            closes[node_tok[i]] = True
-        end = tskip[i]
-        if (end > i + 1 and q2 == 2 and not past
-                and ((below[i, 0] & ~p0) | (below[i, 1] & ~p1)) == np.uint64(0)
-                and ((below[i, 2] | below[i, 3]) == np.uint64(0) or (utf8 and utf8_below[i]))):
-            # a plain subtree from a character boundary: each token's need is
-            # this node's plus the characters it begins below it (no quote, no
-            # escape, valid UTF-8), counted without the table (the walk over
-            # o200k: 2.0 -> 0.95 ms, SmolLM2 0.47 -> 0.18)
-            starts[d] = 0
-            if hi > 3:
-                # tokens past the bound get their need too (never at most what is
-                # left): a test per node costs more than the subtrees it skips
-                # but for the shortest bounds (o200k, minimum of 15 walks:
-                # maxLength 3 0.85 ms with the test, 1.25 without; 6: 1.58, 1.30)
-                for j in range(i + 1, end):
-                    dj = tdepth[j]
-                    bj = tbyte[j]
-                    starts[dj] = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
-                    need[node_tok[j]] = c + starts[dj]
-                i = end
-                continue
-            j = i + 1
-            while j < end:
-                dj = tdepth[j]
-                bj = tbyte[j]
-                sj = starts[dj - 1] + (1 if (bj < 0x80 or bj >= 0xC0) else 0)
-                if c + sj > hi:
-                    j = tskip[j]
-                    continue
-                starts[dj] = sj
-                need[node_tok[j]] = c + sj
-                j += 1
-            i = end
-            continue
-        if past and accepting[base + q2] and end > i + 1:
-            nodes[m] = i
-            needs[m] = c
-            states[m] = q2
-            m += 1
-        i += 1
-    return nodes[:m], needs[:m], states[:m]
+    return p0, p1, utf8
+
+
+@njit(cache=True, nogil=True)
+def bounded_text(tab, accepting, vmap, base, hi, tbuf, toffs, loops):
+    """Whether a length-bounded string's characters are text to
+    :func:`~constrain.vocab.trie_kernels.loop_exits` (ASCII bytes of a set,
+    any valid UTF-8 character), writing that set to ``loops`` (``[4]``
+    uint64): then its walk from a character boundary may start from the
+    needs of :meth:`TokenTrie.text_needs
+    <constrain.vocab.trie.TokenTrie.text_needs>` (:func:`bounded_needs`)."""
+    summaries = trie_views(tbuf, toffs)[1]
+    p0, p1, utf8 = _bounded_plain(tab, accepting, vmap, base, 2 + BOUNDED_LAYER * hi,
+                                  summaries[2])
+    loops[0] = p0
+    loops[1] = p1
+    loops[2] = 0
+    loops[3] = 0
+    return utf8
 
 
 @njit(cache=True, nogil=True)
