@@ -156,10 +156,11 @@ def warm_up(vocab: Vocabulary | None = None) -> float:
     from constrain.vocab.trie_kernels import EXIT_COLUMNS, text_chars
 
     trie = TokenTrie.of(vocab)
+    trie.packed()  # (its order array a view of the packed trie, as text_needs finds it)
     no_exits = np.zeros((0, EXIT_COLUMNS), dtype=np.int32)
     no_exits.setflags(write=False)
-    text_chars(*trie.packed(), no_exits, np.zeros(trie.no_token + 1, dtype=np.int16),
-               np.zeros(0, dtype=np.int32))
+    text_chars(no_exits, trie.order, *vocab.flat, np.zeros(trie.no_token + 1, dtype=np.int16),
+               int(np.iinfo(np.int16).max), np.zeros(0, dtype=np.int32))
     # the spans kernel of the row writers of a wide vocabulary's rows (14 KB
     # or more: o200k's), which a small vocabulary's never call; grammar rows
     # are read-only, a regex's eager ones not

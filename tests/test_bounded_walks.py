@@ -227,9 +227,10 @@ def test_exits_walk_equals_the_whole_tries(name, vocab_name, request, monkeypatc
 
 
 def test_text_chars_counts_what_the_tokens_begin(monkeypatch):
-    """``text_chars`` against its definition, token by token: a token whose
-    bytes are text (no exit above it) begins as many characters as it has
-    ASCII and lead bytes; the others keep their value; an exit's count is the
+    """``TokenTrie.text_needs``' parts against their definition, token by
+    token: a token whose bytes are text (no exit above it) begins as many
+    characters as it has ASCII and lead bytes (counted with the trie); the
+    others are set to the value given (``text_chars``); an exit's count is the
     whole characters before its partial one."""
     from constrain.vocab.trie_kernels import loop_exits, text_chars, utf8_next
 
@@ -241,9 +242,12 @@ def test_text_chars_counts_what_the_tokens_begin(monkeypatch):
         if b not in (34, 92):
             loops[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     exits = loop_exits(loops, *trie.packed(), trie.num_nodes)[0]
-    need = np.full(trie.no_token + 1, -1, dtype=np.int32)
+    need = trie._token_chars.copy()
+    for tok, data in enumerate(vocab.tokens):  # the characters each token begins
+        if data is not None and vocab.grammar_token_mask[tok]:
+            assert need[tok] == sum(1 for b in data if b < 0x80 or b >= 0xC0), data
     exit_chars = np.zeros(len(exits), dtype=np.int32)
-    text_chars(*trie.packed(), exits, need, exit_chars)
+    text_chars(exits, trie.order, *vocab.flat, need, -1, exit_chars)
 
     def is_text(data):
         u = 0

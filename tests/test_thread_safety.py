@@ -184,3 +184,56 @@ def test_eight_threads_share_constraints_with_tiny_caches(smollm2_vocab, bitmask
     stats = compiler.cache_stats()
     assert stats["lexer walks"].evictions > 0
     assert all(s.bytes <= s.max_bytes for s in stats.values())
+
+
+def test_the_tries_memos_under_eight_threads(smollm2_vocab, monkeypatch):
+    """``TokenTrie.loop_exits`` and ``TokenTrie.text_needs`` (kept with the
+    trie, shared by every grammar of the vocabulary, at most ``MAX_LOOP_SETS``
+    sets each) asked by eight threads for more loop sets than they keep, so
+    that they evict while others read: every answer equals the one thread's."""
+    from constrain.vocab import trie as trie_module
+    from constrain.vocab.trie import TokenTrie
+
+    monkeypatch.setattr(trie_module, "MAX_LOOP_SETS", 4)
+    trie = TokenTrie.of(smollm2_vocab)
+    text = np.zeros(4, dtype=np.uint64)
+    for b in range(32, 127):
+        if b not in (34, 92):
+            text[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    rare = [ord(c) for c in "~^|`@"]
+    sets = []
+    for k in range(1 << len(rare)):
+        loops = text.copy()
+        for j, b in enumerate(rare):
+            if k >> j & 1:
+                loops[b >> 6] &= ~(np.uint64(1) << np.uint64(b & 63))
+        sets.append(loops)
+
+    def answer(loops):
+        exits = trie.loop_exits(loops)
+        needs = trie.text_needs(loops, np.int16)
+        if exits is None:
+            return None, needs
+        return hashlib.sha256(exits.tobytes()).hexdigest(), \
+            hashlib.sha256(needs[0].tobytes() + needs[1].tobytes()).hexdigest()
+
+    want = [answer(loops) for loops in sets]
+    assert sum(w[0] is not None for w in want) >= 8
+    errors, got = [], {}
+
+    def work(seed):
+        try:
+            order = np.random.default_rng(seed).permutation(len(sets) * 3) % len(sets)
+            got[seed] = [(int(k), answer(sets[k])) for k in order]
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for seed in range(8):
+        for k, a in got[seed]:
+            assert a == want[k], (seed, k)

@@ -256,41 +256,31 @@ def loop_exits(loops, buf, offs, max_exits):
 
 
 @njit(cache=True, nogil=True)
-def text_chars(buf, offs, exits, need, exit_chars):
-    """The characters each token of a loop set's *text region* begins, and
-    the characters before each of its exits (:func:`loop_exits`'s rows
-    ``exits``, in preorder): ``need[t]`` for every token id ``t`` whose bytes
-    are text (no exit above its node; the others keep their value) is the
-    count of its ASCII and UTF-8 lead bytes, a character it ends inside
-    counted; ``exit_chars[x]`` is the count of whole characters on the path
-    to exit ``x`` before its partial one. One pass over the trie.
+def text_chars(exits, order, data, offsets, need, big, exit_chars):
+    """What a loop set's exits (:func:`loop_exits`' rows ``exits``) change in
+    the characters each token begins (``need``, per token id: its ASCII and
+    UTF-8 lead bytes, a character it ends inside counted; :meth:`TokenTrie.text_needs
+    <constrain.vocab.trie.TokenTrie.text_needs>`): ``big`` for every token
+    under an exit, whose bytes are not text; and ``exit_chars[x]``, the whole
+    characters on the path to exit ``x`` before its partial one (read off the
+    bytes of the first token below it, ``data[offsets[t]:offsets[t + 1]]``).
 
     Those are the needs of a length-bounded string's walk from a character
     boundary (:func:`constrain.cfg.lexer_kernels.bounded_needs`) over the
     tokens that stay in the string, for every string whose characters are
-    that text: kept per vocabulary and loop set, they leave the walk the
-    exits' subtrees only (:meth:`TokenTrie.text_needs
-    <constrain.vocab.trie.TokenTrie.text_needs>`)."""
-    trie, _ = trie_views(buf, offs)
-    tbyte, tdepth, tskip, tok_start, tok_end, order, max_depth = trie
-    n = tbyte.shape[0]
-    chars = np.zeros(max_depth + 2, np.int32)
-    n_exits = exits.shape[0]
-    x = 0
-    i = 1
-    while i < n:
-        d = tdepth[i]
-        if x < n_exits and exits[x, 0] == i:
-            exit_chars[x] = chars[d - 1] - (1 if exits[x, 1] > 0 else 0)
-            x += 1
-            i = tskip[i]
-            continue
-        b = tbyte[i]
-        c = chars[d - 1] + (1 if (b < 0x80 or b >= 0xC0) else 0)
-        chars[d] = c
-        for k in range(tok_start[i], tok_end[i]):
-            need[order[k]] = c
-        i += 1
+    that text: with them the walk reads the exits' subtrees only."""
+    for x in range(exits.shape[0]):
+        lo, hi = exits[x, 7], exits[x, 8]
+        for k in range(lo, hi):
+            need[order[k]] = big
+        t = order[lo]
+        start = offsets[t]
+        c = 0
+        for q in range(exits[x, 6] - 1 - exits[x, 1]):
+            b = data[start + q]
+            if b < 0x80 or b >= 0xC0:
+                c += 1
+        exit_chars[x] = c
 
 
 @njit(cache=True, nogil=True)
