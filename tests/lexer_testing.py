@@ -26,3 +26,28 @@ def plain_walk(lex, s, route):
     out = np.empty((2, t.num_nodes), dtype=np.int32)
     n = lex._walk_expanding(s, row, out, None, -1, route)
     return row[:lex.words32], out[0, :n].copy(), out[1, :n].copy()
+
+
+def keep_every_exit(monkeypatch, trie):
+    """Make ``trie`` keep every loop set's exits, past the share above which
+    ``TokenTrie.loop_exits`` keeps none (small vocabularies, such as the
+    multilingual one, are full of quotes and escapes)."""
+    from constrain.vocab.trie_kernels import loop_exits
+
+    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
+        loops, *trie.packed(), trie.num_nodes)[0])
+
+
+def is_text(data: bytes, loops) -> bool:
+    """Whether ``data`` is text for a state with loop set ``loops`` (``[4]``
+    uint64): ASCII bytes in the set at character boundaries, UTF-8 that is
+    valid so far."""
+    from constrain.vocab.trie_kernels import utf8_next
+
+    u = 0
+    for b in data:
+        v = utf8_next(u, b)
+        if v < 0 or (u == 0 and b < 0x80 and not (int(loops[b >> 6]) >> (b & 63)) & 1):
+            return False
+        u = v
+    return True

@@ -14,6 +14,7 @@ import pytest
 
 from constrain import allocate_bitmask, compile_json_schema
 from constrain.cfg.lexer import _NO_ROUTE
+from lexer_testing import is_text, keep_every_exit
 
 SCHEMAS = {
     "short": {"type": "string", "maxLength": 12},
@@ -159,15 +160,6 @@ def test_strings_with_one_tail_share_one_walk(smollm2_vocab, smollm2_tokenizer):
     assert {tail for tail, _ in lex._near_walks} <= tails and len(lex._near_walks) <= len(tails) * 2
 
 
-def _keep_every_exit(monkeypatch, trie):
-    """Every loop set's exits, past the share above which ``TokenTrie.loop_exits``
-    keeps none (the small multilingual vocabulary is full of quotes and escapes)."""
-    from constrain.vocab.trie_kernels import loop_exits
-
-    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
-        loops, *trie.packed(), trie.num_nodes)[0])
-
-
 def _partial_vocab():
     """Every byte, and tokens that break off a character, hold escapes and
     close the string into what follows: the exits' subtrees of every kind."""
@@ -197,7 +189,7 @@ def test_exits_walk_equals_the_whole_tries(name, vocab_name, request, monkeypatc
     g = compile_json_schema(SCHEMAS[name], vocab)
     lex, trie = g.lexer, g.trie
     if vocab_name != "smollm2":
-        _keep_every_exit(monkeypatch, trie)
+        keep_every_exit(monkeypatch, trie)
     tab, offsets, accepting, _, vmap = lex.terms.kernel_arrays
     (t, (lo, hi)), = lex.terms.bounded.items()
     base = int(offsets[t])
@@ -232,7 +224,7 @@ def test_text_chars_counts_what_the_tokens_begin(monkeypatch):
     characters as it has ASCII and lead bytes (counted with the trie); the
     others are set to the value given (``text_chars``); an exit's count is the
     whole characters before its partial one."""
-    from constrain.vocab.trie_kernels import loop_exits, text_chars, utf8_next
+    from constrain.vocab.trie_kernels import loop_exits, text_chars
 
     vocab = _partial_vocab()
     g = compile_json_schema(SCHEMAS["short"], vocab)
@@ -249,19 +241,10 @@ def test_text_chars_counts_what_the_tokens_begin(monkeypatch):
     exit_chars = np.zeros(len(exits), dtype=np.int32)
     text_chars(exits, trie.order, *vocab.flat, need, -1, exit_chars)
 
-    def is_text(data):
-        u = 0
-        for b in data:
-            v = utf8_next(u, b)
-            if v < 0 or (u == 0 and b < 0x80 and not (int(loops[b >> 6]) >> (b & 63)) & 1):
-                return False
-            u = v
-        return True
-
     for tok, data in enumerate(vocab.tokens):
         if data is None or not vocab.grammar_token_mask[tok]:
             continue
-        want = sum(1 for b in data if b < 0x80 or b >= 0xC0) if is_text(data) else -1
+        want = sum(1 for b in data if b < 0x80 or b >= 0xC0) if is_text(data, loops) else -1
         assert need[tok] == want, data
     node_bytes = {}
     for i in range(trie.num_nodes):

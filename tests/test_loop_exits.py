@@ -16,8 +16,8 @@ import pytest
 from constrain import Vocabulary, allocate_bitmask, compile_grammar, compile_json_schema
 from constrain.cfg import lexer_kernels as gk
 from constrain.cfg.lexer import _NO_ROUTE
-from constrain.vocab.trie_kernels import loop_exits, utf8_next
-from lexer_testing import plain_walk
+from constrain.vocab.trie_kernels import loop_exits
+from lexer_testing import is_text, keep_every_exit, plain_walk
 
 GRAMMARS = {
     "string": ("schema", {"type": "object", "properties": {"a": {"type": "string"}},
@@ -62,21 +62,13 @@ def _states(g, name):
                 yield data[:k + 1], state
 
 
-def _keep_every_exit(monkeypatch, trie):
-    """Every loop set's exits, past the share of the nodes above which
-    ``TokenTrie.loop_exits`` keeps none (the small multilingual vocabulary is
-    full of quotes and escapes)."""
-    monkeypatch.setattr(trie, "loop_exits", lambda loops: loop_exits(
-        loops, *trie.packed(), trie.num_nodes)[0])
-
-
 @pytest.mark.parametrize("name", sorted(GRAMMARS))
 @pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
 def test_exit_walks_equal_plain_walks(name, vocab_name, request, monkeypatch):
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     g = _compile(name, vocab)
     lex = g.lexer
-    _keep_every_exit(monkeypatch, g.trie)
+    keep_every_exit(monkeypatch, g.trie)
     checked, into = set(), set()
     for prefix, state in _states(g, name):
         for _, s in state[1]:
@@ -98,18 +90,6 @@ def test_exit_walks_equal_plain_walks(name, vocab_name, request, monkeypatch):
     assert False in into, "no state read text back to itself"
     if name.startswith("keys"):
         assert True in into, "no state led into text"
-
-
-def _is_text(data: bytes, loops: np.ndarray) -> bool:
-    """Whether ``data`` is text for a state with loop set ``loops``: ASCII
-    bytes in the set at character boundaries, UTF-8 that is valid so far."""
-    u = 0
-    for b in data:
-        v = utf8_next(u, b)
-        if v < 0 or (u == 0 and b < 0x80 and not (int(loops[b >> 6]) >> (b & 63)) & 1):
-            return False
-        u = v
-    return True
 
 
 @pytest.mark.parametrize("vocab_name", ["smollm2", "multilingual"])
@@ -140,7 +120,7 @@ def test_exits_are_where_text_stops(vocab_name, request):
             node_of[int(trie.order[k])] = i
     for tok, i in node_of.items():
         data = vocab.tokens[tok]
-        assert bool(under[i]) == (not _is_text(data, loops)), data
+        assert bool(under[i]) == (not is_text(data, loops)), data
     # each exit's partial character is the bytes before it since a boundary
     for row in exits.tolist():
         node, k = row[0], row[1]
@@ -172,7 +152,7 @@ def test_exit_walk_masks_equal_brute_force(name, vocab_name, request, monkeypatc
     vocab = request.getfixturevalue(vocab_name + "_vocab")
     g = _compile(name, vocab)
     if vocab_name == "multilingual":
-        _keep_every_exit(monkeypatch, g.trie)
+        keep_every_exit(monkeypatch, g.trie)
     checked = 0
     for prefix, state in _states(g, name):
         if not any(len(g.lexer._text_route(s)[0]) for _, s in state[1]) or len(prefix) % 2:
@@ -195,7 +175,7 @@ def test_exits_inside_a_character(monkeypatch):
     vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
     g = _compile("string", vocab)
     trie, lex = g.trie, g.lexer
-    _keep_every_exit(monkeypatch, trie)
+    keep_every_exit(monkeypatch, trie)
     s = g.advance_bytes(g.initial_state(), b'{"a":"')[1][0][1]
     route = lex._text_route(s)
     partial = {tuple(r[2:2 + r[1]]) for r in route[0].tolist() if r[1]}
@@ -225,7 +205,7 @@ def test_declared_names_with_multibyte_first_characters(monkeypatch):
         n: {"type": "integer"} for n in ("中文", "é", "😀x", "ab")},
         "additionalProperties": {"type": "boolean"}}, vocab)
     lex = g.lexer
-    _keep_every_exit(monkeypatch, g.trie)
+    keep_every_exit(monkeypatch, g.trie)
     state = g.advance_bytes(g.initial_state(), b'{"')
     (_, s), = state[1]
     route = lex._text_route(s)
