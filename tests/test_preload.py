@@ -157,3 +157,27 @@ def test_a_compile_links_against_a_loaded_kernel():
     assert res["ids"] == [0, 2, 63] and res["hits"] == 1  # loaded from the cache
     assert res["unparsed"] and res["parsed"] and res["linked"] == 30
     assert res["missing"] == [] and res["extra"] == []
+
+
+def test_warm_up_compiles_what_a_grown_parser_calls():
+    # every signature a kernel is called with from Python must be one warm_up
+    # calls it with: the parser's context table, grown past its capacity,
+    # rehashed with table_rehash(..., first=1) while the lexer's growth (the
+    # one warm_up meets) left ``first`` out, a second signature that compiled
+    # (~0.2-0.5 s) inside the first request whose parser grew
+    res = _run(textwrap.dedent('''
+        import json
+        from constrain import compile_grammar, warm_up
+        from constrain.automata.hash_table import table_rehash
+        from constrain.warmup import _default_vocab
+
+        warm_up()
+        before = sorted(map(str, table_rehash.signatures))
+        g = compile_grammar('start: v\\nv: "[" (v ("," v)*)? "]" | "1"\\n', _default_vocab())
+        cap = g.parser._ctx[5].shape[0]
+        g.advance_bytes(g.initial_state(), b"[" * (cap + 8))
+        print(json.dumps({"grown": g.parser._ctx[5].shape[0] > cap, "before": before,
+                          "after": sorted(map(str, table_rehash.signatures))}))
+    '''), env={"TRELLIS_PRELOAD": "0"})
+    assert res["grown"]
+    assert res["after"] == res["before"], res

@@ -854,7 +854,11 @@ class LexerTables:
         poff = np.zeros(cap + 1, dtype=np.int64)
         poff[:self.poff.shape[0]] = self.poff
         self.poff = self._names.poff = poff
-        self._htab = table_rehash(self._hashes, self.n, 2 * cap)
+        # ``first`` given, as the parser's growth gives it: one signature of
+        # the kernel from Python, the one warm_up compiles (the parser's, with
+        # ``first`` and the default omitted a second, compiled ~0.2-0.5 s
+        # inside the first request whose parser table grew)
+        self._htab = table_rehash(self._hashes, self.n, 2 * cap, 0)
         self._scratch = np.empty((4, cap), dtype=np.int32)
         queue = np.empty(cap, dtype=np.int32)
         queue[:self._queue.shape[0]] = self._queue
