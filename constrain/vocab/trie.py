@@ -77,8 +77,10 @@ class TokenTrie:
         # the characters each grammar token begins (ASCII and UTF-8 lead bytes),
         # for the needs of length-bounded strings (text_needs); the others and
         # no_token: the largest int32
-        lead = ((data < 0x80) | (data >= 0xC0)).astype(np.int32)
-        begun = np.concatenate(([0], np.cumsum(lead)))
+        # (one int32 cumsum over the bytes: over o200k's 1.4 MB 1.7 ms, against
+        # 3.5-6 ms through an int64 one of an int32 copy)
+        begun = np.zeros(len(data) + 1, dtype=np.int32)
+        np.cumsum((data < 0x80) | (data >= 0xC0), dtype=np.int32, out=begun[1:])
         chars = np.full(self.no_token + 1, np.iinfo(np.int32).max, dtype=np.int32)
         chars[ids] = begun[offsets[ids + 1]] - begun[offsets[ids]]
         self._token_chars = chars
