@@ -181,3 +181,45 @@ def test_warm_up_compiles_what_a_grown_parser_calls():
     '''), env={"TRELLIS_PRELOAD": "0"})
     assert res["grown"]
     assert res["after"] == res["before"], res
+
+
+def test_warm_up_compiles_what_a_wide_vocabularys_walks_call():
+    # warm_up's small vocabulary keeps no loop exits (too many for its trie),
+    # so it never walks a route into text; a vocabulary wide enough to keep
+    # them (a real tokenizer's) walks one at the first object key or string,
+    # and a route made writable there compiled a second signature of the
+    # lexer's walk kernels (~2 s) inside the first request. Every kernel a
+    # JSON Schema's first walk calls over such a vocabulary must have been
+    # compiled by warm_up
+    res = _run(textwrap.dedent('''
+        import json, random, sys
+        from numba.core.registry import CPUDispatcher
+        from constrain import Vocabulary, allocate_bitmask, compile_json_schema, warm_up
+
+        warm_up()
+        rng = random.Random(7)
+        words = {"".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))).encode()
+                 for _ in range(6000)}
+        tokens = [bytes([b]) for b in range(256)] + sorted(words) + [b'":"', b'","', b'"}', b"<eos>"]
+        vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+        kernels = {v for m in list(sys.modules.values()) if m and m.__name__.startswith("constrain.")
+                   for v in vars(m).values() if isinstance(v, CPUDispatcher)}
+        before = {k.py_func.__qualname__: sorted(map(str, k.signatures)) for k in kernels}
+        g = compile_json_schema({"type": "object", "properties": {
+            "name": {"type": "string"}, "nick": {"type": "string", "maxLength": 8}},
+            "additionalProperties": {"type": "integer"}}, vocab)
+        routes = []
+        walk = g.lexer._text_route
+        g.lexer._text_route = lambda s: routes.append(walk(s)) or routes[-1]
+        bitmask = allocate_bitmask(1, len(vocab), backend="numpy")
+        state = g.initial_state()
+        for t in b'{"name":"abc","nick":"ab","other":1}':  # (token b is byte b)
+            g.fill_bitmask(state, bitmask, 0)
+            state = g.advance(state, t)
+        g.fill_bitmask(state, bitmask, 0)
+        after = {k.py_func.__qualname__: sorted(map(str, k.signatures)) for k in kernels}
+        print(json.dumps({"routes": sum(len(r[0]) > 0 for r in routes),
+                          "new": {k: v for k, v in after.items() if v != before.get(k)}}))
+    '''), env={"TRELLIS_PRELOAD": "0"})
+    assert res["routes"] > 0  # the walks did take routes
+    assert res["new"] == {}

@@ -1474,6 +1474,10 @@ class LexerTables:
             self.ensure(gk.PENDING_BASE - target)
         if target == 0:
             return _NO_ROUTE
+        # read-only as _NO_ROUTE's: one signature of the walk kernels, the one
+        # warm_up compiles (its small vocabulary keeps no exits, so it never
+        # walks a route; a writable one compiled in the first real walk)
+        route.setflags(write=False)
         exits = self.trie.loop_exits(self.loops[target])
         return _NO_ROUTE if exits is None else (exits, route, target)
 
