@@ -10,6 +10,8 @@ token, and against brute-force masks."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -222,3 +224,42 @@ def test_declared_names_with_multibyte_first_characters(monkeypatch):
     assert mask[vocab.tokens.index("中文".encode() + b'":1')]
     assert not mask[vocab.tokens.index("中文".encode() + b'":t')]
     assert mask[vocab.tokens.index("日本".encode() + b'":t')]
+
+
+def test_text_below_a_declared_names_letters(monkeypatch):
+    # a token that begins a declared name and leaves it (`nap` beside `name`,
+    # `a\\` beside `a\"b`) is "any other key"'s text again from where it
+    # leaves, under a root child the route walks whole: the walk from the
+    # route equals the plain one there too, boundary nodes in trie order
+    # included, with partial characters, escapes and quotes below the names
+    names = ("name", "names", "nick", "a\"b", "é")
+    tokens = {bytes([b]) for b in range(256)}
+    zhong = "中".encode()
+    for stem in (b"na", b"nam", b"ni", b"a", b"a\\", "é".encode()):
+        for tail in (b"p", b"px", b"p\\n", b'p"', b'p":t', b'p":1', b"p\\u00", b"p" + zhong,
+                     b"p" + zhong[:2], b"p" + zhong[:1] + b"x", zhong, zhong + b'":t', b"\\\"",
+                     b'\\"x":t', b"pq,", b"\x80", b"p\x00"):
+            tokens |= {stem + tail, stem + tail[:1]}
+    for name in names:
+        n = json.dumps(name, ensure_ascii=False)[1:-1].encode()
+        tokens |= {n, n + b'"', n + b'":', n + b'":1', n + b'x":t', n + b"x"}
+    tokens = sorted(tokens) + [b"</s>"]
+    vocab = Vocabulary.from_tokens(tokens, eos_token_ids=[len(tokens) - 1])
+    g = compile_json_schema({"type": "object", "properties": {
+        n: {"type": "integer"} for n in names}, "additionalProperties": {"type": "boolean"}}, vocab)
+    lex = g.lexer
+    keep_every_exit(monkeypatch, g.trie)
+    state = g.advance_bytes(g.initial_state(), b'{"')
+    (_, s), = state[1]
+    route = lex._text_route(s)
+    assert route[2] not in (0, s) and route[1][ord("n")] == 0
+    got, want = plain_walk(lex, s, route), plain_walk(lex, s, _NO_ROUTE)
+    assert np.array_equal(got[0], want[0]), np.flatnonzero(got[0] != want[0])[:5]
+    assert np.array_equal(got[1], want[1]) and np.array_equal(got[2], want[2])
+    want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+    assert np.array_equal(_mask(g, state), want)
+    # and from inside a name, where the same text lies one byte down
+    for head in (b'{"n', b'{"na', b'{"a'):
+        state = g.advance_bytes(g.initial_state(), head)
+        want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
+        assert np.array_equal(_mask(g, state), want), head
