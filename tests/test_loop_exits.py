@@ -263,3 +263,38 @@ def test_text_below_a_declared_names_letters(monkeypatch):
         state = g.advance_bytes(g.initial_state(), head)
         want = np.array([g.advance(state, t) is not None for t in range(len(vocab))])
         assert np.array_equal(_mask(g, state), want), head
+
+
+@pytest.mark.parametrize("names", [("name", "names", "nick"), ("中文", "é", "😀x", "a\"b")])
+def test_utf8_marks_read_through_the_key_text(names, multilingual_vocab):
+    # a state among declared names' letters asks whether it reads every
+    # UTF-8 character into "any other key"'s text; where its first bytes of
+    # longer characters lead where that text's do, the text's own answer
+    # (kept once) is taken: every mark must be what the state's own search
+    # says, names with multi-byte first characters included (their states'
+    # first bytes lead elsewhere)
+    from constrain.cfg.lexer_kernels import (UTF8_BACK_KNOWN, UTF8_RUN, _NO_BOOLS, _NO_VMAP,
+                                             _utf8_reads_to)
+    g = compile_json_schema({"type": "object", "properties": {n: {"type": "integer"} for n in names},
+                             "additionalProperties": {"type": "boolean"}}, multilingual_vocab)
+    lex = g.lexer
+    bm = allocate_bitmask(1, len(multilingual_vocab), backend="numpy")
+    for head in (b'{"', b'{"n', b'{"ni', b'{"a\\', b'{"x'):
+        state = g.advance_bytes(g.initial_state(), head)
+        if state is not None:
+            g.fill_bitmask(state, bm, 0)
+    live, trans = lex.live, lex.trans
+    checked = back = 0
+    for s in range(1, lex.n):
+        m = int(live[s, 2])
+        back += bool(m & int(UTF8_BACK_KNOWN))
+        if not m & 2 or not (lex.good[s, 0] | lex.good[s, 1]):
+            continue
+        lo, hi = int(lex.good[s, 0]), int(lex.good[s, 1])
+        b0 = (lo & -lo).bit_length() - 1 if lo else 64 + (hi & -hi).bit_length() - 1
+        r = _utf8_reads_to(trans.reshape(-1, 256), 0, lex.walk_flags, _NO_BOOLS, _NO_VMAP, s, 0,
+                           lex._below, trans.reshape(-1)[(s << 8) + b0])
+        assert r >= 0
+        assert bool(m & int(UTF8_RUN)) == (r == 1), s
+        checked += 1
+    assert checked >= 5 and back >= 1
