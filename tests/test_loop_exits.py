@@ -273,8 +273,9 @@ def test_utf8_marks_read_through_the_key_text(names, multilingual_vocab):
     # (kept once) is taken: every mark must be what the state's own search
     # says, names with multi-byte first characters included (their states'
     # first bytes lead elsewhere)
-    from constrain.cfg.lexer_kernels import (UTF8_BACK_KNOWN, UTF8_RUN, _NO_BOOLS, _NO_VMAP,
-                                             _utf8_reads_to)
+    from constrain.cfg.lexer_kernels import (F_PENDING, UTF8_BACK_KNOWN, UTF8_RUN, _NO_BOOLS,
+                                             _NO_VMAP, _set_good, _utf8_reads_to)
+
     g = compile_json_schema({"type": "object", "properties": {n: {"type": "integer"} for n in names},
                              "additionalProperties": {"type": "boolean"}}, multilingual_vocab)
     lex = g.lexer
@@ -283,18 +284,48 @@ def test_utf8_marks_read_through_the_key_text(names, multilingual_vocab):
         state = g.advance_bytes(g.initial_state(), head)
         if state is not None:
             g.fill_bitmask(state, bm, 0)
-    live, trans = lex.live, lex.trans
-    checked = back = 0
+    trans, flags, live, good = lex.trans.reshape(-1), lex.walk_flags, lex.live, lex.good
+    checked = 0
+    # every expanded state's marks, as the walks' classification makes them
     for s in range(1, lex.n):
-        m = int(live[s, 2])
-        back += bool(m & int(UTF8_BACK_KNOWN))
-        if not m & 2 or not (lex.good[s, 0] | lex.good[s, 1]):
+        if flags[s] == F_PENDING or _set_good(trans, flags, s, live, good, lex._below, True):
             continue
-        lo, hi = int(lex.good[s, 0]), int(lex.good[s, 1])
+        lo, hi = int(good[s, 0]), int(good[s, 1])
+        if not lo | hi:
+            continue
         b0 = (lo & -lo).bit_length() - 1 if lo else 64 + (hi & -hi).bit_length() - 1
-        r = _utf8_reads_to(trans.reshape(-1, 256), 0, lex.walk_flags, _NO_BOOLS, _NO_VMAP, s, 0,
-                           lex._below, trans.reshape(-1)[(s << 8) + b0])
+        r = _utf8_reads_to(lex.trans, 0, flags, _NO_BOOLS, _NO_VMAP, s, 0, lex._below,
+                           trans[(s << 8) + b0])
         assert r >= 0
-        assert bool(m & int(UTF8_RUN)) == (r == 1), s
+        assert bool(live[s, 2] & UTF8_RUN) == (r == 1), s
         checked += 1
-    assert checked >= 5 and back >= 1
+    assert checked >= 5
+    assert (live[:lex.n, 2] & UTF8_BACK_KNOWN).any()  # the text's answer was kept and read
+
+
+def test_states_beside_a_loop_are_plain_without_a_search(multilingual_vocab):
+    # a state whose good bytes lead into a state that reads one of them back
+    # to itself (a declared name's letter beside "any other key"'s text) is
+    # plain without count_run's search: that search would find a run below
+    # MIN_RUN for each of them; a counted pattern's positions, which lead
+    # from one position to the next, are still counted
+    from constrain.cfg.lexer_kernels import F_PLAIN, F_RUN, MIN_RUN, _good_into_a_loop, count_run
+
+    g = compile_json_schema({"type": "object", "properties": {
+        "name": {"type": "integer"}, "nick": {"type": "integer"}, "alpha": {"type": "integer"},
+        "apex": {"type": "integer"}, "bio": {"type": "string", "pattern": "^[a-z ]{3,70}$"}},
+        "additionalProperties": {"type": "boolean"}}, multilingual_vocab)
+    bm = allocate_bitmask(1, len(multilingual_vocab), backend="numpy")
+    for head in (b'{"', b'{"n', b'{"ni', b'{"a', b'{"al', b'{"bio":"', b'{"bio":"ab',
+                 b'{"bio":"' + b"x" * 20, b'{"bio":"' + b"y z" * 12):
+        g.fill_bitmask(g.advance_bytes(g.initial_state(), head), bm, 0)
+    lex = g.lexer
+    flags, memos = lex.walk_flags, lex.kernel_arrays[2]
+    by_rule = [s for s in range(1, lex.n) if flags[s] == F_PLAIN and memos[2][s, 2] & 2
+               and _good_into_a_loop(lex.trans.reshape(-1), lex.good, s)]
+    assert len(by_rule) >= 3
+    for s in by_rule:
+        r = count_run(lex.trans.reshape(-1), flags, memos, s, lex.trie.max_depth, lex._below,
+                      lex.trie.multilingual)
+        assert 0 <= r < MIN_RUN, s
+    assert (flags[:lex.n] == F_RUN).sum() >= 10  # the pattern's positions
