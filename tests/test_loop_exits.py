@@ -321,8 +321,8 @@ def test_states_beside_a_loop_are_plain_without_a_search(multilingual_vocab):
         g.fill_bitmask(g.advance_bytes(g.initial_state(), head), bm, 0)
     lex = g.lexer
     flags, memos = lex.walk_flags, lex.kernel_arrays[2]
-    by_rule = [s for s in range(1, lex.n) if flags[s] == F_PLAIN and memos[2][s, 2] & 2
-               and _good_into_a_loop(lex.trans.reshape(-1), lex.good, s)]
+    by_rule = [s for s in range(1, lex.n) if flags[s] == F_PLAIN
+               and _good_into_a_loop(lex.trans.reshape(-1), flags, memos[2], s)]
     assert len(by_rule) >= 3
     for s in by_rule:
         r = count_run(lex.trans.reshape(-1), flags, memos, s, lex.trie.max_depth, lex._below,

@@ -697,21 +697,30 @@ MIN_RUN = 8
 
 
 @njit(cache=True, nogil=True)
-def _good_into_a_loop(trans, good, s):
-    """Whether one of ``s``'s good bytes leads to a state that one of them
-    leads back to itself (``good[s]`` known)."""
+def _good_into_a_loop(trans, flags, live, s):
+    """Whether ``s`` has a good byte (:func:`_set_good`) into a state that
+    the same byte leads back to itself: a byte ``b`` into ``x``, a state where
+    no terminal ends that takes the same ASCII bytes as ``s`` (at least 16 of
+    them) and reads ``b`` back into ``x``."""
+    _ascii_live(trans, s, live)
+    n_live = 0
+    for b in range(128):
+        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+            n_live += 1
+    if n_live < 16:
+        return False
     base = s << 8
     last = -1
     for b in range(128):
-        if (good[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-            x = trans[base + b]
-            if x == last:
-                continue
-            last = x
-            xb = x << 8
-            for c in range(128):
-                if (good[s, c >> 6] >> np.uint64(c & 63)) & np.uint64(1) and trans[xb + c] == x:
-                    return True
+        x = trans[base + b]
+        if x == 0 or x == last:
+            continue
+        last = x
+        if trans[(x << 8) + b] != x or flags[x] == F_ENDS or flags[x] == F_PENDING:
+            continue
+        _ascii_live(trans, x, live)
+        if live[x, 0] == live[s, 0] and live[x, 1] == live[s, 1]:
+            return True
     return False
 
 
@@ -721,18 +730,12 @@ def _classify(trans, flags, memos, s, cap, below, utf8):
     counted run of at least ``MIN_RUN`` bytes, see :func:`count_run`) or
     ``F_PLAIN``; returns it, or ``PENDING_BASE - state`` for a state in reach
     not expanded yet (``flags[s]`` unchanged)."""
-    run, good, live, _ = memos
-    if (live[s, 2] & np.uint64(2)) == np.uint64(0):
-        x = _set_good(trans, flags, s, live, good, below, utf8)
-        if x:
-            return PENDING_BASE - x
-    if _good_into_a_loop(trans, good, s):
-        # a good byte into a state that reads a good byte back to itself:
-        # that state's run is at most 1 (count_run counts a cycle 0), so
-        # s's is at most 2 -- plain, without the search (an object's key
-        # walk over o200k meets one such state per declared name's letter,
-        # beside "any other key"'s text: ~0.45 us each, ~40 of a first walk's
-        # ~80 hot)
+    if _good_into_a_loop(trans, flags, memos[2], s):
+        # that state's run is at most 1 (count_run counts a cycle 0), so s's
+        # is at most 2: plain, without the search or s's good bytes (an
+        # object's key walk over o200k meets one such state per declared
+        # name's letter, beside "any other key"'s text: ~0.75 us each, ~50
+        # of a first walk's ~80 hot)
         flags[s] = F_PLAIN
         return F_PLAIN
     r = count_run(trans, flags, memos, s, cap, below, utf8)
