@@ -480,6 +480,22 @@ def _ascii_live(trans, s, live):
         live[s, 2] = np.uint64(1)
 
 
+#: the fewest ASCII bytes a state takes for it to have good bytes
+#: (:func:`_set_good`; fewer: literals, digits, whose walks are cheap anyway)
+GOOD_MIN_LIVE = 16
+
+
+@njit(cache=True, nogil=True)
+def _ascii_live_count(trans, s, live):
+    """How many ASCII bytes state ``s`` takes (:func:`_ascii_live`, memoised)."""
+    _ascii_live(trans, s, live)
+    n = 0
+    for b in range(128):
+        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
+            n += 1
+    return n
+
+
 @njit(cache=True, nogil=True)
 def _set_good(trans, flags, s, live, good, below, utf8):
     """``good[s]``: the ASCII bytes on which ``s`` goes to a state where no
@@ -495,14 +511,9 @@ def _set_good(trans, flags, s, live, good, below, utf8):
     <constrain.vocab.trie.TokenTrie.multilingual>`): the check costs ~0.6 us a
     state (a first counted walk over SmolLM2 checks ~160 of them: +0.1 ms),
     and SmolLM2's tokens past ASCII are 1 % of its trie. Returns 0, or a successor not expanded yet (then nothing is written)."""
-    _ascii_live(trans, s, live)
     lo = np.uint64(0)
     hi = np.uint64(0)
-    n_live = 0
-    for b in range(128):
-        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-            n_live += 1
-    if n_live >= 16:
+    if _ascii_live_count(trans, s, live) >= GOOD_MIN_LIVE:
         base = s << 8
         for b in range(128):
             x = trans[base + b]
@@ -702,12 +713,7 @@ def _good_into_a_loop(trans, flags, live, s):
     the same byte leads back to itself: a byte ``b`` into ``x``, a state where
     no terminal ends that takes the same ASCII bytes as ``s`` (at least 16 of
     them) and reads ``b`` back into ``x``."""
-    _ascii_live(trans, s, live)
-    n_live = 0
-    for b in range(128):
-        if (live[s, b >> 6] >> np.uint64(b & 63)) & np.uint64(1):
-            n_live += 1
-    if n_live < 16:
+    if _ascii_live_count(trans, s, live) < GOOD_MIN_LIVE:
         return False
     base = s << 8
     last = -1
