@@ -163,6 +163,8 @@ def test_masks_with_and_without_narrow_walks(kind, name, vocab_name, request, mo
         return real_writer(row, spans)
 
     monkeypatch.setattr(grammar_module, "mask_writer", writer)
+    # a wide row's span writer on its first fill, not its 16th (_fill_copying)
+    monkeypatch.setattr(grammar_module, "SPAN_WRITER_AFTER", 1)
     _walk_alike(fast, plain, vocab, seeds=3, steps=80)
     if name in ("tool", "open", "tags"):  # keys, enum values, tag names
         assert any(answered), "no state took the narrow walk"
@@ -250,3 +252,42 @@ def test_pairs_sort_as_numpy_does():
         same = keys.copy()
         gk._sort_pairs(same, same, n)
         assert same.tolist() == sorted(keys.tolist())
+
+
+def test_a_wide_rows_writer_copies_until_it_buys_its_spans(o200k_vocab, monkeypatch):
+    # a wide row's first fills copy it; on its SPAN_WRITER_AFTER-th fill the
+    # span writer takes its place, and every fill, through every entry point,
+    # writes the state's mask (a state of another grammar's writers cleared
+    # meanwhile is not put back)
+    monkeypatch.setattr(grammar_module, "SPAN_WRITER_AFTER", 3)
+    g = compile_expanding("schema", SCHEMAS["tool"], o200k_vocab, 5, monkeypatch)
+    states = list(_random_states(g, o200k_vocab, seed=1, steps=12))
+    bm = allocate_bitmask(2, len(o200k_vocab), backend="numpy")
+    other = allocate_bitmask(1, len(o200k_vocab), backend="numpy")
+    bought = 0
+    for st in states:
+        want = g.mask_row(st).view(np.int32)
+        for k in range(5):
+            if k == 3:  # the slow path (another bitmask), then the fast ones
+                g.fill_bitmask(st, other, 0)
+                assert np.array_equal(other[0], want)
+            elif k % 2:
+                assert g.fill_cached_bitmask(st, bm, 1)
+            else:
+                g.fill_bitmask(st, bm, 1)
+            got = (other if k == 3 else bm)[0 if k == 3 else 1]
+            assert np.array_equal(got, want), (st, k)
+            w = g._writers.get(st)
+            if g.mask_row(st).nbytes >= 14 * 1024 and w.__class__ is not list:
+                bought += 1
+                assert k >= 2
+    assert bought
+    st = states[-1]
+    g._writers.clear()
+    g.fill_bitmask(st, bm, 0)
+    w = g._writers[st]
+    g._writers.clear()
+    for _ in range(4):
+        g._fill_copying(w, memoryview(bm[0]).cast("B"))
+    assert st not in g._writers
+    assert np.array_equal(bm[0], g.mask_row(st).view(np.int32))

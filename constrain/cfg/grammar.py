@@ -35,6 +35,7 @@ the token trie per configuration (and per pair alive at a trie node, at most
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from numbers import Real
@@ -859,6 +860,10 @@ class GrammarConstraint(Constraint):
                     if row.__class__ is int and row >= 0:
                         if w.__class__ is tuple:
                             w[0](last[1][row], 0, *w[1])
+                        elif w.__class__ is list:  # (_fill_copying, inline)
+                            last[1][row][:] = w[0]
+                            if next(w[1]) == SPAN_WRITER_AFTER:
+                                self._buy_span_writer(w)
                         else:
                             last[1][row][:] = w
                         return True
@@ -1132,6 +1137,10 @@ class GrammarConstraint(Constraint):
                         w = self._writer(state)
                     if w.__class__ is tuple:
                         w[0](dst, 0, *w[1])
+                    elif w.__class__ is list:  # (_fill_copying, inline)
+                        dst[:] = w[0]
+                        if next(w[1]) == SPAN_WRITER_AFTER:
+                            self._buy_span_writer(w)
                     else:
                         dst[:] = w
                     return
@@ -1150,8 +1159,39 @@ class GrammarConstraint(Constraint):
         # comes with its spans (LexerTables.walk_spans; read without the
         # lock: a tuple read whole, and spans of another row are not taken)
         hint = self.lexer.walk_spans
-        w = self._writers[state] = mask_writer(row, hint[1] if hint[0] is row else None)
+        spans = hint[1] if hint[0] is row else None
+        if row.nbytes >= _PACK_MIN_BYTES and (spans is None or spans[0] >= 0):
+            # a wide row's first fills copy it (_fill_copying)
+            w = [memoryview(row).cast("B"), itertools.count(1), row, spans, state]
+        else:
+            w = mask_writer(row, spans)
+        self._writers[state] = w
         return w
+
+    def _fill_copying(self, w: list, dst) -> None:
+        """Fill ``dst`` with a wide row's first writer ``w``, ``[row as bytes,
+        fills counter, row, its spans or None, state]``: a copy of the row
+        and, on its :data:`SPAN_WRITER_AFTER`-th fill, the state's span writer
+        (:func:`~constrain.regular.token_automaton.mask_writer`) put in its
+        place.
+
+        A span writer fills a 25 KB o200k row in ~0.3 us against ~0.55 for a
+        copy, but making it (a scan of the row for its spans, a ``struct``
+        format) cost ~5 us of a first visit's ~15 at the first-walk median
+        (MaskBench, o200k), and most states of a first walk are filled once
+        or twice: it is bought once the copies have cost about as much as
+        making it (ski rental: at most twice the better choice made in
+        hindsight). Concurrent fills may both make it (either is kept); one
+        made after the writers were cleared is not put back."""
+        dst[:] = w[0]
+        if next(w[1]) == SPAN_WRITER_AFTER:
+            self._buy_span_writer(w)
+
+    def _buy_span_writer(self, w: list) -> None:
+        """Put the span writer of :meth:`_fill_copying`'s ``w`` in its place."""
+        writers = self._writers
+        if writers.get(w[4]) is w:
+            writers[w[4]] = mask_writer(w[2], w[3])
 
     def _fill_other(self, state, bitmask, row) -> None:
         state = self.check_state(state)
@@ -1164,6 +1204,8 @@ class GrammarConstraint(Constraint):
             self._last_fill = (bitmask, rows, target[3])
             if w.__class__ is tuple:
                 w[0](rows[row], 0, *w[1])
+            elif w.__class__ is list:
+                self._fill_copying(w, rows[row])
             else:
                 rows[row][:] = w
             return
@@ -1185,6 +1227,11 @@ _OWN_ATTRIBUTES = frozenset({
     "_ctx_start", "_ctx_cap", "_masks", "_config_masks", "_near_boundaries", "_initial",
     "_last_out", "_n_ctx", "_plain", "_pair_scratch",
     "_budgets", "_tokens", "_start_extra"})
+
+
+#: the fill on which a wide row's first writer makes its span writer
+#: (:meth:`GrammarConstraint._fill_copying`)
+SPAN_WRITER_AFTER = 16
 
 
 def _ir_to_json(ir: GrammarIR) -> dict:
