@@ -513,7 +513,11 @@ def test_wide_rows_through_every_fill_path(o200k_vocab):
     """Over o200k (25 KB rows, past the threshold where rows are written by
     span writers, ``struct.pack_into`` of their non-zero spans) every fill of a
     walk's states, through ``fill_bitmask`` and ``fill_cached_bitmask`` into
-    rows of stale bits, writes exactly ``mask_row`` and nothing else."""
+    rows of stale bits, writes exactly ``mask_row`` and nothing else: the
+    copies of a state's first fills and, from its ``SPAN_WRITER_AFTER``-th
+    fill, its span writer."""
+    from constrain.cfg.grammar import SPAN_WRITER_AFTER
+
     g = _grammar("json", o200k_vocab)
     state = g.initial_state()
     states = [state]
@@ -526,15 +530,16 @@ def test_wide_rows_through_every_fill_path(o200k_vocab):
     kinds = set()
     for k, s in enumerate(states):
         want = g.mask_row(s)
-        for n in range(3):
+        for n in range(SPAN_WRITER_AFTER + 2):
             bm[:] = -1
-            if k % 2 and n == 1:
+            if k % 2 and n % 2:
                 assert g.fill_cached_bitmask(s, bm, 1)
             else:
                 g.fill_bitmask(s, bm, 1)
             assert np.array_equal(bm[1].view(np.uint32), want), (k, n)
             assert (bm[0] == -1).all() and (bm[2] == -1).all()
         w = g._writers[s]
+        assert w.__class__ is not list, k  # bought by now
         kinds.add(len(w[1]) if w.__class__ is tuple else "copy")
     # both kinds of writer: a plain copy (dense rows) and spans
     assert "copy" in kinds and len(kinds) >= 2, kinds
