@@ -237,3 +237,81 @@ def test_the_tries_memos_under_eight_threads(smollm2_vocab, monkeypatch):
     for seed in range(8):
         for k, a in got[seed]:
             assert a == want[k], (seed, k)
+
+
+def test_wide_rows_writers_bought_while_eight_threads_fill(o200k_vocab, monkeypatch):
+    """Over o200k (25 KB rows: a state's first fills copy its row, a later fill
+    puts its span writer in the copier's place) 8 threads fill the states of one
+    shared grammar into one bitmask, a row each, through ``fill_bitmask`` and
+    ``fill_cached_bitmask``, while its writers are bought and now and then
+    cleared (as a full mask cache clears them): every fill writes the state's
+    mask."""
+    from constrain.cfg import grammar as grammar_module
+
+    monkeypatch.setattr(grammar_module, "SPAN_WRITER_AFTER", 3)
+    compiler = Compiler(o200k_vocab)
+    g = compiler.compile_json_schema(SCHEMAS[0])
+    text = b'{"name":"Ada Lovelace","age":36,"tags":["red","blue"],"address":{"street":"x","zip":"12345"}}'
+    states, state = [], g.initial_state()
+    for t in _greedy(o200k_vocab, text):
+        states.append(state)
+        state = g.advance(state, t)
+        assert state is not None
+    want = [g.mask_row(s).view(np.int32).copy() for s in states]
+    bought = []
+    real_writer = grammar_module.mask_writer
+
+    def counted(row, spans=None):
+        bought.append(row.nbytes)
+        return real_writer(row, spans)
+
+    monkeypatch.setattr(grammar_module, "mask_writer", counted)
+    bm = allocate_bitmask(THREADS, len(o200k_vocab), backend="numpy")
+    errors: list = []
+    start = threading.Barrier(THREADS)
+
+    def work(t):
+        rng = np.random.default_rng(t)
+        try:
+            start.wait()
+            for _ in range(12):
+                for k in rng.permutation(len(states)):
+                    r = rng.random()
+                    if r < 0.02:
+                        g._writers.clear()
+                    if r < 0.5 or not g.fill_cached_bitmask(states[k], bm, t):
+                        g.fill_bitmask(states[k], bm, t)
+                    assert np.array_equal(bm[t], want[k]), (t, int(k))
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=600)
+        assert not any(th.is_alive() for th in threads), "a thread hung"
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+    assert sum(n >= 14 * 1024 for n in bought) >= len(states)  # span writers were bought
+
+
+def _greedy(vocab, text: bytes) -> list[int]:
+    """Greedy longest-match token ids spelling ``text``."""
+    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok}
+    out, at = [], 0
+    while at < len(text):
+        for end in range(min(len(text), at + 32), at, -1):
+            i = by_bytes.get(text[at:end])
+            if i is not None:
+                out.append(i)
+                at = end
+                break
+        else:
+            raise ValueError(text[at:])
+    return out
