@@ -19,6 +19,10 @@ peak resident memory grew over the compile and walk (first time a size is met).
 
 ``--lengths`` takes ``minLength:maxLength`` pairs too (``3:3,5:40,60:100``):
 the string then has a ``minLength`` (its instance is as long as above).
+``--pattern`` gives the string a ``pattern`` too (the instance's text, lowercase
+words and spaces, must match it): Trellis folds the length into the pattern's
+automaton, one state per count, instead of its bounded-string terminal, e.g.
+``--pattern '^.*$'`` or ``--pattern '^[a-z ]+$'``.
 
 Process CPU time, one process, the garbage collector off while timing,
 engines warmed up as in bench_maskbench
@@ -51,10 +55,12 @@ def peak_rss() -> int:
     return 0
 
 
-def schema_of(n: int, lo: int = 0) -> dict:
+def schema_of(n: int, lo: int = 0, pattern: str = "") -> dict:
     text = {"type": "string", "maxLength": n}
     if lo:
         text["minLength"] = lo
+    if pattern:
+        text["pattern"] = pattern
     return {"type": "object", "properties": {"text": text},
             "required": ["text"], "additionalProperties": False}
 
@@ -78,7 +84,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lengths", default="32,255,512,2048,5000",
                     help="maxLength values, or minLength:maxLength pairs (e.g. 3:3,5:40,60:100)")
+    ap.add_argument("--pattern", default="",
+                    help="a pattern the string must match too (the instance's lowercase words and spaces must)")
     args = ap.parse_args()
+    if args.pattern:
+        import re
+
+        text = json.loads(instance_of(200))["text"]
+        if not re.search(args.pattern, text):
+            ap.error(f"the instance's text does not match --pattern {args.pattern!r}")
     harness.one_thread()
     spec = mp.load_vocab(args.vocab)
     engines, missing = mp.make_engines(args.engines.split(","))
@@ -99,7 +113,7 @@ def main() -> None:
                 gc.collect()
                 gc.disable()
                 try:
-                    g, _, cpu = eng.compile_timed(schema_of(n, lo))
+                    g, _, cpu = eng.compile_timed(schema_of(n, lo, args.pattern))
                     mask = eng.new_mask()
                     ns, cpus = [], []
                     res = eng.walk(g, ids, mask, ns, cpus)
@@ -113,7 +127,8 @@ def main() -> None:
                 row["worst"].append(max(cpus) / 1e6)
                 row["ok"] = row["ok"] and res[0] is None and bool(res[1])
         log(f"round {r + 1} done")
-    print(f"\n{args.vocab}, {args.rounds} rounds, process CPU ms (median); first walk: "
+    shape = f"maxLength with pattern {args.pattern!r}" if args.pattern else "maxLength"
+    print(f"\n{args.vocab}, {shape}, {args.rounds} rounds, process CPU ms (median); first walk: "
           f"{len(spec.encode(instance_of(max(n for _, n in lengths))))} fills at most\n")
     print("| minLength:maxLength | engine | compile | first walk | worst fill | request | round 1: request, worst fill "
           "| peak RSS growth MiB | instance accepted |")
