@@ -51,3 +51,19 @@ def is_text(data: bytes, loops) -> bool:
             return False
         u = v
     return True
+
+
+def greedy_token_ids(vocab, text: bytes) -> list[int]:
+    """Greedy longest-match token ids spelling ``text`` in ``vocab``."""
+    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok}
+    out, i = [], 0
+    while i < len(text):
+        for j in range(len(text), i, -1):
+            t = by_bytes.get(text[i:j])
+            if t is not None:
+                out.append(t)
+                i = j
+                break
+        else:
+            raise AssertionError(f"no token for {text[i:]!r}")
+    return out

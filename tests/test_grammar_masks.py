@@ -9,6 +9,7 @@ import pytest
 
 from constrain import InvalidStateError, allocate_bitmask, compile_grammar
 from constrain.cfg.grammar import TERMINATED
+from lexer_testing import greedy_token_ids
 
 GRAMMARS = {
     "keywords": 'start: "select"i _WS NAME (_C NAME)* _WS "from"i _WS NAME\n'
@@ -522,7 +523,7 @@ def test_wide_rows_through_every_fill_path(o200k_vocab):
     state = g.initial_state()
     states = [state]
     for text in (b'{"', b'ab', b'c"', b': [', b'1', b'2, ', b'tr', b'ue], "', b'x":', b' "', b'y', b'"}'):
-        for t in _tokens_of(o200k_vocab, text):
+        for t in greedy_token_ids(o200k_vocab, text):
             state = g.advance(state, t)
             assert state is not None
             states.append(state)
@@ -543,19 +544,3 @@ def test_wide_rows_through_every_fill_path(o200k_vocab):
         kinds.add(len(w[1]) if w.__class__ is tuple else "copy")
     # both kinds of writer: a plain copy (dense rows) and spans
     assert "copy" in kinds and len(kinds) >= 2, kinds
-
-
-def _tokens_of(vocab, text: bytes) -> list[int]:
-    """Greedy longest-match token ids spelling ``text`` in ``vocab``."""
-    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok}
-    out, i = [], 0
-    while i < len(text):
-        for j in range(len(text), i, -1):
-            t = by_bytes.get(text[i:j])
-            if t is not None:
-                out.append(t)
-                i = j
-                break
-        else:
-            raise AssertionError(f"no token for {text[i:]!r}")
-    return out

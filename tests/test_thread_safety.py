@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from constrain import Compiler, Matcher, allocate_bitmask, bitmask_to_ids
+from lexer_testing import greedy_token_ids
 
 THREADS = 8
 ROUNDS = 40  # per thread; each round is a walk of up to WALK tokens
@@ -135,6 +136,35 @@ def _replay(record, compiler: Compiler, vocab_size: int) -> list:
     return out
 
 
+def _run_threads(work) -> None:
+    """``work(t)`` on ``THREADS`` threads started together, switching often
+    (inside cache operations too); fails if one hangs, raises the first error
+    one of them met."""
+    errors: list = []
+    start = threading.Barrier(THREADS)
+
+    def run(t):
+        try:
+            start.wait()
+            work(t)
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=run, args=(t,)) for t in range(THREADS)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=600)
+        assert not any(th.is_alive() for th in threads), "a thread hung"
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+
+
 @pytest.mark.parametrize("bitmask_kind", ["shared", "own"])
 def test_eight_threads_share_constraints_with_tiny_caches(smollm2_vocab, bitmask_kind):
     """8 threads, one compiler with a 64 kB budget (lexer walks evicted on
@@ -147,33 +177,13 @@ def test_eight_threads_share_constraints_with_tiny_caches(smollm2_vocab, bitmask
     shared = [_compile(compiler, k) for k in range(5)]
     common = allocate_bitmask(THREADS, len(vocab), backend="numpy")
     records: dict = {}
-    errors: list = []
-    start = threading.Barrier(THREADS)
+    bitmasks = [(common, t) if bitmask_kind == "shared"
+                else (allocate_bitmask(1, len(vocab), backend="numpy"), 0) for t in range(THREADS)]
 
     def work(t):
-        try:
-            if bitmask_kind == "shared":
-                bm, row = common, t
-            else:
-                bm, row = allocate_bitmask(1, len(vocab), backend="numpy"), 0
-            start.wait()
-            records[t] = _script(t, len(vocab), shared, compiler, bm, row)
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        records[t] = _script(t, len(vocab), shared, compiler, *bitmasks[t])
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # switch threads often: inside cache operations too
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=600)
-        assert not any(th.is_alive() for th in threads), "a thread hung"
-    finally:
-        sys.setswitchinterval(interval)
-    if errors:
-        raise errors[0]
+    _run_threads(work)
     replay_compiler = Compiler(vocab)
     fills = 0
     for t in range(THREADS):
@@ -253,7 +263,7 @@ def test_wide_rows_writers_bought_while_eight_threads_fill(o200k_vocab, monkeypa
     g = compiler.compile_json_schema(SCHEMAS[0])
     text = b'{"name":"Ada Lovelace","age":36,"tags":["red","blue"],"address":{"street":"x","zip":"12345"}}'
     states, state = [], g.initial_state()
-    for t in _greedy(o200k_vocab, text):
+    for t in greedy_token_ids(o200k_vocab, text):
         states.append(state)
         state = g.advance(state, t)
         assert state is not None
@@ -267,51 +277,18 @@ def test_wide_rows_writers_bought_while_eight_threads_fill(o200k_vocab, monkeypa
 
     monkeypatch.setattr(grammar_module, "mask_writer", counted)
     bm = allocate_bitmask(THREADS, len(o200k_vocab), backend="numpy")
-    errors: list = []
-    start = threading.Barrier(THREADS)
 
     def work(t):
         rng = np.random.default_rng(t)
-        try:
-            start.wait()
-            for _ in range(12):
-                for k in rng.permutation(len(states)):
-                    r = rng.random()
-                    if r < 0.02:
-                        g._writers.clear()
-                    if r < 0.5 or not g.fill_cached_bitmask(states[k], bm, t):
-                        g.fill_bitmask(states[k], bm, t)
-                    assert np.array_equal(bm[t], want[k]), (t, int(k))
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        for _ in range(12):
+            for k in rng.permutation(len(states)):
+                r = rng.random()
+                if r < 0.02:
+                    g._writers.clear()
+                if r < 0.5 or not g.fill_cached_bitmask(states[k], bm, t):
+                    g.fill_bitmask(states[k], bm, t)
+                assert np.array_equal(bm[t], want[k]), (t, int(k))
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(timeout=600)
-        assert not any(th.is_alive() for th in threads), "a thread hung"
-    finally:
-        sys.setswitchinterval(interval)
-    if errors:
-        raise errors[0]
+    _run_threads(work)
     assert sum(n >= 14 * 1024 for n in bought) >= len(states)  # span writers were bought
 
-
-def _greedy(vocab, text: bytes) -> list[int]:
-    """Greedy longest-match token ids spelling ``text``."""
-    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok}
-    out, at = [], 0
-    while at < len(text):
-        for end in range(min(len(text), at + 32), at, -1):
-            i = by_bytes.get(text[at:end])
-            if i is not None:
-                out.append(i)
-                at = end
-                break
-        else:
-            raise ValueError(text[at:])
-    return out
